@@ -161,6 +161,8 @@ type ReserveRequest struct {
 	// Optional 64-bit hash of the payload; a different one for the same key is MISMATCH.
 	Fingerprint *uint64 `protobuf:"fixed64,5,opt,name=fingerprint,proto3,oneof" json:"fingerprint,omitempty"`
 	// Optional entity id and its version: a version <= the entity's committed version is STALE.
+	// A key reserved with an entity lives on the entity's shard: every later
+	// operation on it must name the same entity (the client's Process does).
 	Entity  []byte `protobuf:"bytes,6,opt,name=entity,proto3" json:"entity,omitempty"`
 	Version uint64 `protobuf:"varint,7,opt,name=version,proto3" json:"version,omitempty"`
 	// How long a record poisoned by this reserve is kept; 0 means the server default.
@@ -263,7 +265,9 @@ type CompleteRequest struct {
 	// How long the COMPLETED record answers DUPLICATE, up to 400 days; 0 means the server default (7 days).
 	RetentionMs int64 `protobuf:"varint,4,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
 	// Stored result (<= 64 KiB), handed back to duplicates.
-	Result        []byte `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	Result []byte `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	// The entity the key was reserved with, if any: it selects the key's shard.
+	Entity        []byte `protobuf:"bytes,6,opt,name=entity,proto3" json:"entity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -333,6 +337,13 @@ func (x *CompleteRequest) GetResult() []byte {
 	return nil
 }
 
+func (x *CompleteRequest) GetEntity() []byte {
+	if x != nil {
+		return x.Entity
+	}
+	return nil
+}
+
 type FailRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -343,7 +354,9 @@ type FailRequest struct {
 	// Poison now instead of allowing a retry.
 	Poison bool `protobuf:"varint,5,opt,name=poison,proto3" json:"poison,omitempty"`
 	// Retention of a POISONED record; 0 means the server default.
-	RetentionMs   int64 `protobuf:"varint,6,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
+	RetentionMs int64 `protobuf:"varint,6,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
+	// The entity the key was reserved with, if any: it selects the key's shard.
+	Entity        []byte `protobuf:"bytes,7,opt,name=entity,proto3" json:"entity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -420,11 +433,20 @@ func (x *FailRequest) GetRetentionMs() int64 {
 	return 0
 }
 
+func (x *FailRequest) GetEntity() []byte {
+	if x != nil {
+		return x.Entity
+	}
+	return nil
+}
+
 type ReleaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Key       []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Token     uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// The entity the key was reserved with, if any: it selects the key's shard.
+	Entity        []byte `protobuf:"bytes,4,opt,name=entity,proto3" json:"entity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -480,12 +502,21 @@ func (x *ReleaseRequest) GetToken() uint64 {
 	return 0
 }
 
+func (x *ReleaseRequest) GetEntity() []byte {
+	if x != nil {
+		return x.Entity
+	}
+	return nil
+}
+
 type ExtendRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	LeaseMs       int64                  `protobuf:"varint,4,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Key       []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Token     uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	LeaseMs   int64                  `protobuf:"varint,4,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	// The entity the key was reserved with, if any: it selects the key's shard.
+	Entity        []byte `protobuf:"bytes,5,opt,name=entity,proto3" json:"entity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -548,12 +579,21 @@ func (x *ExtendRequest) GetLeaseMs() int64 {
 	return 0
 }
 
+func (x *ExtendRequest) GetEntity() []byte {
+	if x != nil {
+		return x.Entity
+	}
+	return nil
+}
+
 type GetRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	Key       []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// Allow a possibly stale local read instead of a linearizable one.
-	StaleOk       bool `protobuf:"varint,3,opt,name=stale_ok,json=staleOk,proto3" json:"stale_ok,omitempty"`
+	StaleOk bool `protobuf:"varint,3,opt,name=stale_ok,json=staleOk,proto3" json:"stale_ok,omitempty"`
+	// The entity the key was reserved with, if any: it selects the key's shard.
+	Entity        []byte `protobuf:"bytes,4,opt,name=entity,proto3" json:"entity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -609,10 +649,19 @@ func (x *GetRequest) GetStaleOk() bool {
 	return false
 }
 
+func (x *GetRequest) GetEntity() []byte {
+	if x != nil {
+		return x.Entity
+	}
+	return nil
+}
+
 type ForgetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Key       []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// The entity the key was reserved with, if any: it selects the key's shard.
+	Entity        []byte `protobuf:"bytes,3,opt,name=entity,proto3" json:"entity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -657,6 +706,13 @@ func (x *ForgetRequest) GetNamespace() string {
 func (x *ForgetRequest) GetKey() []byte {
 	if x != nil {
 		return x.Key
+	}
+	return nil
+}
+
+func (x *ForgetRequest) GetEntity() []byte {
+	if x != nil {
+		return x.Entity
 	}
 	return nil
 }
@@ -1347,38 +1403,44 @@ const file_grid_proto_rawDesc = "" +
 	"\x06entity\x18\x06 \x01(\fR\x06entity\x12\x18\n" +
 	"\aversion\x18\a \x01(\x04R\aversion\x12.\n" +
 	"\x13poison_retention_ms\x18\b \x01(\x03R\x11poisonRetentionMsB\x0e\n" +
-	"\f_fingerprint\"\x92\x01\n" +
+	"\f_fingerprint\"\xaa\x01\n" +
 	"\x0fCompleteRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
 	"\fretention_ms\x18\x04 \x01(\x03R\vretentionMs\x12\x16\n" +
-	"\x06result\x18\x05 \x01(\fR\x06result\"\xcc\x01\n" +
+	"\x06result\x18\x05 \x01(\fR\x06result\x12\x16\n" +
+	"\x06entity\x18\x06 \x01(\fR\x06entity\"\xe4\x01\n" +
 	"\vFailRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12)\n" +
 	"\x0eretry_after_ms\x18\x04 \x01(\x03H\x00R\fretryAfterMs\x88\x01\x01\x12\x16\n" +
 	"\x06poison\x18\x05 \x01(\bR\x06poison\x12!\n" +
-	"\fretention_ms\x18\x06 \x01(\x03R\vretentionMsB\x11\n" +
-	"\x0f_retry_after_ms\"V\n" +
+	"\fretention_ms\x18\x06 \x01(\x03R\vretentionMs\x12\x16\n" +
+	"\x06entity\x18\a \x01(\fR\x06entityB\x11\n" +
+	"\x0f_retry_after_ms\"n\n" +
 	"\x0eReleaseRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\"p\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x16\n" +
+	"\x06entity\x18\x04 \x01(\fR\x06entity\"\x88\x01\n" +
 	"\rExtendRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x19\n" +
-	"\blease_ms\x18\x04 \x01(\x03R\aleaseMs\"W\n" +
+	"\blease_ms\x18\x04 \x01(\x03R\aleaseMs\x12\x16\n" +
+	"\x06entity\x18\x05 \x01(\fR\x06entity\"o\n" +
 	"\n" +
 	"GetRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x19\n" +
-	"\bstale_ok\x18\x03 \x01(\bR\astaleOk\"?\n" +
+	"\bstale_ok\x18\x03 \x01(\bR\astaleOk\x12\x16\n" +
+	"\x06entity\x18\x04 \x01(\fR\x06entity\"W\n" +
 	"\rForgetRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\fR\x03key\"7\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x16\n" +
+	"\x06entity\x18\x03 \x01(\fR\x06entity\"7\n" +
 	"\aOpError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\xcd\x03\n" +

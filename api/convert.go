@@ -1,0 +1,183 @@
+package api
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/keyspace"
+)
+
+// target is a validated operation: a command for the log, or a read.
+type target struct {
+	read    bool
+	staleOK bool
+	cmd     keyspace.Command
+}
+
+func digest(ns string, key, entity []byte) (keyspace.Digest, error) {
+	if err := keyspace.ValidateNamespace(ns); err != nil {
+		return keyspace.Digest{}, err
+	}
+	if err := keyspace.ValidateKey(key); err != nil {
+		return keyspace.Digest{}, err
+	}
+	if err := keyspace.ValidateEntity(entity); err != nil {
+		return keyspace.Digest{}, err
+	}
+	return keyspace.RecordDigest(ns, key, entity), nil
+}
+
+func orDefault(ms int64, def time.Duration) time.Duration {
+	if ms == 0 {
+		return def
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+func lease(ms int64) (int64, error) {
+	d := orDefault(ms, keyspace.DefaultLease)
+	return d.Milliseconds(), keyspace.ValidateLease(d)
+}
+
+func retention(ms int64, def time.Duration) (int64, error) {
+	d := orDefault(ms, def)
+	return d.Milliseconds(), keyspace.ValidateRetention(d)
+}
+
+func reserveCommand(r *gridpb.ReserveRequest) (t target, err error) {
+	c := &t.cmd
+	c.Op = keyspace.OpReserve
+	if c.Digest, err = digest(r.GetNamespace(), r.GetKey(), r.GetEntity()); err != nil {
+		return t, err
+	}
+	if c.Lease, err = lease(r.GetLeaseMs()); err != nil {
+		return t, err
+	}
+	if c.Retention, err = retention(r.GetPoisonRetentionMs(), keyspace.DefaultPoisonRetention); err != nil {
+		return t, fmt.Errorf("poison_retention: %w", err)
+	}
+	attempts := int(r.GetMaxAttempts())
+	if attempts == 0 {
+		attempts = keyspace.DefaultMaxAttempts
+	}
+	if err = keyspace.ValidateMaxAttempts(attempts); err != nil {
+		return t, err
+	}
+	c.MaxAttempts = uint8(attempts)
+	if r.Fingerprint != nil {
+		c.HasFingerprint, c.Fingerprint = true, r.GetFingerprint()
+	}
+	if len(r.GetEntity()) > 0 {
+		c.HasEntity, c.Entity, c.Version = true, keyspace.EntityDigest(r.GetNamespace(), r.GetEntity()), r.GetVersion()
+	}
+	return t, nil
+}
+
+func settleCommand(op keyspace.Op, ns string, key, entity []byte, token uint64) (t target, err error) {
+	t.cmd.Op = op
+	if t.cmd.Digest, err = digest(ns, key, entity); err != nil {
+		return t, err
+	}
+	t.cmd.Token = token
+	return t, keyspace.ValidateToken(token)
+}
+
+func completeCommand(r *gridpb.CompleteRequest) (target, error) {
+	t, err := settleCommand(keyspace.OpComplete, r.GetNamespace(), r.GetKey(), r.GetEntity(), r.GetToken())
+	if err != nil {
+		return t, err
+	}
+	if t.cmd.Retention, err = retention(r.GetRetentionMs(), keyspace.DefaultRetention); err != nil {
+		return t, err
+	}
+	if err = keyspace.ValidateResult(r.GetResult()); err != nil {
+		return t, err
+	}
+	t.cmd.Result = r.GetResult()
+	return t, nil
+}
+
+func failCommand(r *gridpb.FailRequest) (target, error) {
+	t, err := settleCommand(keyspace.OpFail, r.GetNamespace(), r.GetKey(), r.GetEntity(), r.GetToken())
+	if err != nil {
+		return t, err
+	}
+	if t.cmd.Retention, err = retention(r.GetRetentionMs(), keyspace.DefaultPoisonRetention); err != nil {
+		return t, err
+	}
+	if r.RetryAfterMs != nil {
+		d := time.Duration(r.GetRetryAfterMs()) * time.Millisecond
+		if err = keyspace.ValidateRetryAfter(d); err != nil {
+			return t, err
+		}
+		t.cmd.HasRetryAfter, t.cmd.RetryAfter = true, d.Milliseconds()
+	}
+	t.cmd.Poison = r.GetPoison()
+	return t, nil
+}
+
+func extendCommand(r *gridpb.ExtendRequest) (target, error) {
+	t, err := settleCommand(keyspace.OpExtend, r.GetNamespace(), r.GetKey(), r.GetEntity(), r.GetToken())
+	if err != nil {
+		return t, err
+	}
+	t.cmd.Lease, err = lease(r.GetLeaseMs())
+	return t, err
+}
+
+func getTarget(r *gridpb.GetRequest) (t target, err error) {
+	t.read, t.staleOK = true, r.GetStaleOk()
+	t.cmd.Digest, err = digest(r.GetNamespace(), r.GetKey(), r.GetEntity())
+	return t, err
+}
+
+func forgetCommand(r *gridpb.ForgetRequest) (t target, err error) {
+	t.cmd.Op = keyspace.OpForget
+	t.cmd.Digest, err = digest(r.GetNamespace(), r.GetKey(), r.GetEntity())
+	return t, err
+}
+
+// opTarget validates one batch operation.
+func opTarget(op *gridpb.Op) (target, error) {
+	switch o := op.GetOp().(type) {
+	case *gridpb.Op_Reserve:
+		return reserveCommand(o.Reserve)
+	case *gridpb.Op_Complete:
+		return completeCommand(o.Complete)
+	case *gridpb.Op_Fail:
+		return failCommand(o.Fail)
+	case *gridpb.Op_Release:
+		r := o.Release
+		return settleCommand(keyspace.OpRelease, r.GetNamespace(), r.GetKey(), r.GetEntity(), r.GetToken())
+	case *gridpb.Op_Extend:
+		return extendCommand(o.Extend)
+	case *gridpb.Op_Get:
+		return getTarget(o.Get)
+	case *gridpb.Op_Forget:
+		return forgetCommand(o.Forget)
+	default:
+		return target{}, errNoOperation
+	}
+}
+
+// toProto renders a keyspace result on the wire.
+func toProto(r *keyspace.Result) *gridpb.OpResult {
+	out := &gridpb.OpResult{
+		Outcome:           gridpb.Outcome(r.Outcome),
+		State:             gridpb.State(r.State),
+		Token:             r.Token,
+		Attempt:           uint32(r.Attempt),
+		DeadlineUnixMs:    r.Deadline,
+		RetryAfterMs:      r.RetryAfter,
+		CompletedAtUnixMs: r.CompletedAt,
+		Result:            r.Result,
+		NowUnixMs:         r.Now,
+		Existed:           r.Existed,
+	}
+	if r.HasFingerprint {
+		fp := r.Fingerprint
+		out.Fingerprint = &fp
+	}
+	return out
+}

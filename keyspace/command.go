@@ -1,0 +1,309 @@
+package keyspace
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Op is the type byte of a command inside a log entry.
+//
+// Unknown-type rule: an op below opIgnorable that this version does not know
+// means the log was written by a newer binary whose semantics we cannot
+// reproduce, so decoding fails (and the FSM halts rather than diverge). Ops at
+// or above opIgnorable are optional hints; older binaries skip them with a
+// ResultIgnored outcome. A new op that changes state must take a value below.
+type Op uint8
+
+const (
+	OpReserve Op = iota + 1
+	OpComplete
+	OpFail
+	OpRelease
+	OpExtend
+	OpForget
+
+	opIgnorable Op = 0x80
+)
+
+var opNames = [...]string{"", "reserve", "complete", "fail", "release", "extend", "forget"}
+
+func (o Op) String() string {
+	if int(o) < len(opNames) && o != 0 {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// Command is one operation on one record. Durations are milliseconds and
+// always explicit: the API fills defaults before proposing, so every replica
+// applies exactly the same values.
+type Command struct {
+	Op     Op
+	Digest Digest
+	Token  uint64 // Complete, Fail, Release, Extend
+
+	Lease     int64 // Reserve, Extend
+	Retention int64 // Complete; Fail and Reserve: retention if the record is poisoned
+
+	MaxAttempts    uint8 // Reserve
+	HasFingerprint bool  // Reserve
+	Fingerprint    uint64
+	HasEntity      bool // Reserve
+	Entity         Digest
+	Version        uint64
+
+	HasRetryAfter bool // Fail
+	RetryAfter    int64
+	Poison        bool // Fail
+
+	Result []byte // Complete; aliases the decoded entry
+}
+
+// Entry is one Raft log entry: a batch of commands stamped by the leader with
+// Now (Unix ms). A Tick entry carries time forward on an idle shard and
+// reclaims a bounded number of expired records; it may also carry commands.
+type Entry struct {
+	Now      int64
+	Tick     bool
+	Commands []Command
+}
+
+// MaxEntryCommands bounds the commands of one entry, so the command's
+// position fits in the low 16 bits of its fencing token.
+const MaxEntryCommands = 1<<16 - 1
+
+const (
+	entryVersion = 1
+	kindCommands = 1
+	kindTick     = 2
+
+	cmdFingerprint = 1 << 0
+	cmdEntity      = 1 << 1
+	cmdRetryAfter  = 1 << 2
+	cmdPoison      = 1 << 3
+)
+
+// ErrCorruptEntry is returned for bytes that are not a valid entry.
+var ErrCorruptEntry = errors.New("keyspace: corrupt log entry")
+
+// AppendEntry appends the encoding of e to buf.
+func AppendEntry(buf []byte, e *Entry) []byte {
+	kind := byte(kindCommands)
+	if e.Tick {
+		kind = kindTick
+	}
+	buf = append(buf, entryVersion, kind)
+	buf = binary.BigEndian.AppendUint64(buf, uint64(e.Now))
+	buf = binary.AppendUvarint(buf, uint64(len(e.Commands)))
+	for i := range e.Commands {
+		buf = appendCommand(buf, &e.Commands[i])
+	}
+	return buf
+}
+
+func appendCommand(buf []byte, c *Command) []byte {
+	var flags byte
+	if c.HasFingerprint {
+		flags |= cmdFingerprint
+	}
+	if c.HasEntity {
+		flags |= cmdEntity
+	}
+	if c.HasRetryAfter {
+		flags |= cmdRetryAfter
+	}
+	if c.Poison {
+		flags |= cmdPoison
+	}
+	buf = append(buf, byte(c.Op), flags)
+	buf = binary.BigEndian.AppendUint64(buf, c.Digest.Hi)
+	buf = binary.BigEndian.AppendUint64(buf, c.Digest.Lo)
+	switch c.Op {
+	case OpReserve:
+		buf = binary.AppendUvarint(buf, uint64(c.Lease))
+		buf = binary.AppendUvarint(buf, uint64(c.Retention))
+		buf = append(buf, c.MaxAttempts)
+		if c.HasFingerprint {
+			buf = binary.BigEndian.AppendUint64(buf, c.Fingerprint)
+		}
+		if c.HasEntity {
+			buf = binary.BigEndian.AppendUint64(buf, c.Entity.Hi)
+			buf = binary.BigEndian.AppendUint64(buf, c.Entity.Lo)
+			buf = binary.AppendUvarint(buf, c.Version)
+		}
+	case OpComplete:
+		buf = binary.AppendUvarint(buf, c.Token)
+		buf = binary.AppendUvarint(buf, uint64(c.Retention))
+		buf = binary.AppendUvarint(buf, uint64(len(c.Result)))
+		buf = append(buf, c.Result...)
+	case OpFail:
+		buf = binary.AppendUvarint(buf, c.Token)
+		buf = binary.AppendUvarint(buf, uint64(c.Retention))
+		if c.HasRetryAfter {
+			buf = binary.AppendUvarint(buf, uint64(c.RetryAfter))
+		}
+	case OpRelease:
+		buf = binary.AppendUvarint(buf, c.Token)
+	case OpExtend:
+		buf = binary.AppendUvarint(buf, c.Token)
+		buf = binary.AppendUvarint(buf, uint64(c.Lease))
+	}
+	return buf
+}
+
+// DecodeEntry decodes an entry. Command results alias b. It never panics on
+// malformed input; it returns an error wrapping ErrCorruptEntry.
+func DecodeEntry(b []byte) (Entry, error) {
+	d := decoder{b: b}
+	var e Entry
+	if v := d.byte(); v != entryVersion {
+		return e, fmt.Errorf("%w: version %d, want %d", ErrCorruptEntry, v, entryVersion)
+	}
+	switch d.byte() {
+	case kindCommands:
+	case kindTick:
+		e.Tick = true
+	default:
+		return e, fmt.Errorf("%w: unknown entry kind", ErrCorruptEntry)
+	}
+	e.Now = int64(d.uint64())
+	n := d.uvarint()
+	if d.err != nil || n > MaxEntryCommands || n > uint64(len(d.b)) {
+		return e, fmt.Errorf("%w: bad command count", ErrCorruptEntry)
+	}
+	e.Commands = make([]Command, 0, n)
+	for i := uint64(0); i < n; i++ {
+		c, err := d.command()
+		if err != nil {
+			return e, err
+		}
+		e.Commands = append(e.Commands, c)
+	}
+	if d.err != nil {
+		return e, d.err
+	}
+	if len(d.b) != 0 {
+		return e, fmt.Errorf("%w: %d trailing bytes", ErrCorruptEntry, len(d.b))
+	}
+	return e, nil
+}
+
+func (d *decoder) command() (Command, error) {
+	c := Command{Op: Op(d.byte())}
+	flags := d.byte()
+	c.Digest = d.digest()
+	c.HasFingerprint = flags&cmdFingerprint != 0
+	c.HasEntity = flags&cmdEntity != 0
+	c.HasRetryAfter = flags&cmdRetryAfter != 0
+	c.Poison = flags&cmdPoison != 0
+	switch c.Op {
+	case OpReserve:
+		c.Lease = d.duration()
+		c.Retention = d.duration()
+		c.MaxAttempts = d.byte()
+		if c.HasFingerprint {
+			c.Fingerprint = d.uint64()
+		}
+		if c.HasEntity {
+			c.Entity = d.digest()
+			c.Version = d.uvarint()
+		}
+	case OpComplete:
+		c.Token = d.uvarint()
+		c.Retention = d.duration()
+		c.Result = d.bytes()
+	case OpFail:
+		c.Token = d.uvarint()
+		c.Retention = d.duration()
+		if c.HasRetryAfter {
+			c.RetryAfter = d.duration()
+		}
+	case OpRelease:
+		c.Token = d.uvarint()
+	case OpExtend:
+		c.Token = d.uvarint()
+		c.Lease = d.duration()
+	case OpForget:
+	default:
+		if c.Op < opIgnorable {
+			return c, fmt.Errorf("%w: unknown op %d", ErrCorruptEntry, c.Op)
+		}
+		// An ignorable op carries its payload length-prefixed.
+		d.bytes()
+	}
+	return c, d.err
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail() {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: truncated", ErrCorruptEntry)
+	}
+	d.b = nil
+}
+
+func (d *decoder) byte() byte {
+	if len(d.b) < 1 {
+		d.fail()
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *decoder) uint64() uint64 {
+	if len(d.b) < 8 {
+		d.fail()
+		return 0
+	}
+	v := binary.BigEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *decoder) digest() Digest {
+	hi := d.uint64()
+	return Digest{Hi: hi, Lo: d.uint64()}
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// duration reads a non-negative millisecond count that fits an int64.
+func (d *decoder) duration() int64 {
+	v := d.uvarint()
+	if v > 1<<62 {
+		if d.err == nil {
+			d.err = fmt.Errorf("%w: duration out of range", ErrCorruptEntry)
+		}
+		return 0
+	}
+	return int64(v)
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail()
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	if n == 0 {
+		return nil
+	}
+	return v
+}

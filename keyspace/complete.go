@@ -1,0 +1,35 @@
+package keyspace
+
+// complete settles a held lease as COMPLETED (DESIGN section 2, Complete).
+// Repeating it with the same token after success answers OK again.
+func (m *Machine) complete(c *Command, now int64) Result {
+	d := c.Digest
+	rec, had := m.lookup(d, now)
+	switch {
+	case had && rec.Token == c.Token && rec.State() == Processing:
+		done := settle(rec, Completed, now, c.Retention)
+		if ref, ok := m.dropPending(d, &done); ok {
+			m.raiseEntity(ref, done.Deadline)
+		}
+		m.setResult(d, &done, c.Result)
+		m.put(d, rec, true, done)
+		return m.view(OutcomeOK, d, done, true, now)
+	case had && rec.Token == c.Token && rec.State() == Completed:
+		return m.view(OutcomeOK, d, rec, true, now)
+	default:
+		return m.view(OutcomeLeaseLost, d, rec, had, now)
+	}
+}
+
+// raiseEntity lifts an entity's committed version to at least ref.version,
+// keeping it as long as the longest-retained record that raised it.
+func (m *Machine) raiseEntity(ref entityRef, deadline int64) {
+	ev, ok := m.entities[ref.entity]
+	if ok && ev.deadline > m.now {
+		ev.version = max(ev.version, ref.version)
+		ev.deadline = max(ev.deadline, deadline)
+	} else {
+		ev = entityVersion{version: ref.version, deadline: deadline}
+	}
+	m.entities[ref.entity] = ev
+}

@@ -1,0 +1,42 @@
+// Package keyspace is the deterministic heart of L4XG Grid: key digests and
+// their validation, the record state machine of DESIGN section 2, the hot
+// table that holds records, expiry by stamped time, entity versions, the
+// command encoding of Raft log entries and the snapshot format.
+//
+// # Determinism
+//
+// Nothing here reads a clock, does I/O or starts a goroutine. Time enters
+// only as the stamp the leader writes into each Entry; the Machine evaluates
+// every deadline against max(previous stamp, entry stamp), so time never runs
+// backwards and every replica that applies the same entries at the same
+// indexes computes the same results and state. Fencing tokens are derived
+// from the Raft index and the command's position in its entry
+// (index<<16 | position), so they increase strictly per shard with no extra
+// storage, across leader changes and restarts.
+//
+// # Records and memory
+//
+// A key is stored only as its 128-bit digest (FarmHash Fingerprint128 of
+// namespace ‖ 0x00 ‖ key). The hot Table keeps a fixed 40-byte slot per
+// record (digest, token, deadline, packed state/flags/attempts/aux) in
+// open-addressing segments: no Go map of pointers and no allocation per key.
+// Fingerprints, stored results and the entity reference of an in-flight
+// reserve live in side maps keyed by digest, flagged in the record, so keys
+// without them pay nothing.
+//
+// # Entities
+//
+// An entity (an order id) carries a committed version, raised by Complete.
+// A Reserve naming the entity with a version at or below it is STALE. So the
+// check and the raise are atomic with the key's own record, a key reserved
+// with an entity has its slot bits taken from the entity (RecordDigest): all
+// keys of an entity live on the entity's shard, and every later operation on
+// such a key must name the same entity.
+//
+// # Expiry
+//
+// COMPLETED and POISONED records past their retention read as ABSENT at once;
+// PROCESSING and FAILED records past their deadline keep their attempt count
+// (a crashed holder counts as a failed attempt) until AbandonAfter. Memory is
+// reclaimed lazily on access and by a bounded sweep in each Tick entry.
+package keyspace

@@ -1,0 +1,15 @@
+package keyspace
+
+// forget removes a record whatever its state (operator action to force
+// reprocessing). Result.Existed tells whether there was one.
+func (m *Machine) forget(c *Command, now int64) Result {
+	d := c.Digest
+	rec, had := m.lookup(d, now)
+	if had {
+		m.remove(d, rec)
+		m.stats.Forgotten++
+	}
+	res := m.view(OutcomeOK, d, Record{}, false, now)
+	res.Existed = had
+	return res
+}

@@ -1,0 +1,148 @@
+package keyspace
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Limits of DESIGN section 7 and the defaults the API fills in. They are part
+// of the protocol contract, not tuning.
+const (
+	MaxKeyLen       = 1024
+	MaxEntityLen    = 1024
+	MaxNamespaceLen = 64
+	MaxResultLen    = 64 << 10
+	MaxBatchOps     = 1000
+	MaxRequestBytes = 4 << 20
+	MinLease        = 100 * time.Millisecond
+	MaxLease        = time.Hour
+	MaxRetention    = 400 * 24 * time.Hour
+	MaxAttemptsCap  = 100
+
+	DefaultLease           = 30 * time.Second
+	DefaultRetention       = 7 * 24 * time.Hour
+	DefaultMaxAttempts     = 5
+	DefaultPoisonRetention = 7 * 24 * time.Hour
+
+	// BackoffBase and BackoffMax bound the exponential retry delay of Fail
+	// without retry_after: BackoffBase << (attempt-1), at most BackoffMax.
+	BackoffBase = time.Second
+	BackoffMax  = 5 * time.Minute
+
+	// AbandonAfter is how long a PROCESSING or FAILED record is kept past its
+	// deadline when no consumer comes back for it; after that it is reclaimed.
+	AbandonAfter = 7 * 24 * time.Hour
+)
+
+// Sentinel errors for invalid input. Each names the limit it enforces; the
+// API maps them to gRPC codes in one place.
+var (
+	ErrInvalidNamespace = errors.New("keyspace: invalid namespace")
+	ErrEmptyKey         = errors.New("keyspace: empty key")
+	ErrKeyTooLong       = errors.New("keyspace: key too long")
+	ErrEntityTooLong    = errors.New("keyspace: entity too long")
+	ErrLeaseOutOfRange  = errors.New("keyspace: lease out of range")
+	ErrRetention        = errors.New("keyspace: retention out of range")
+	ErrRetryAfter       = errors.New("keyspace: retry_after out of range")
+	ErrMaxAttempts      = errors.New("keyspace: max_attempts out of range")
+	ErrResultTooLarge   = errors.New("keyspace: result too large")
+	ErrInvalidToken     = errors.New("keyspace: invalid token")
+	ErrBatchTooLarge    = errors.New("keyspace: batch too large")
+	ErrEmptyBatch       = errors.New("keyspace: empty batch")
+)
+
+// ValidateNamespace checks [a-z0-9][a-z0-9._-]{0,63}.
+func ValidateNamespace(ns string) error {
+	if len(ns) == 0 || len(ns) > MaxNamespaceLen {
+		return fmt.Errorf("%w: %q must be 1..%d characters of [a-z0-9._-] starting with [a-z0-9]",
+			ErrInvalidNamespace, ns, MaxNamespaceLen)
+	}
+	for i := 0; i < len(ns); i++ {
+		c := ns[i]
+		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || i > 0 && (c == '.' || c == '_' || c == '-')
+		if !ok {
+			return fmt.Errorf("%w: %q: character %q at %d not allowed (want [a-z0-9][a-z0-9._-]{0,63})",
+				ErrInvalidNamespace, ns, c, i)
+		}
+	}
+	return nil
+}
+
+// ValidateKey checks 1..MaxKeyLen bytes.
+func ValidateKey(key []byte) error {
+	switch {
+	case len(key) == 0:
+		return fmt.Errorf("%w: key must be 1..%d bytes", ErrEmptyKey, MaxKeyLen)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrKeyTooLong, len(key), MaxKeyLen)
+	}
+	return nil
+}
+
+// ValidateEntity checks an optional entity id (empty means none).
+func ValidateEntity(entity []byte) error {
+	if len(entity) > MaxEntityLen {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrEntityTooLong, len(entity), MaxEntityLen)
+	}
+	return nil
+}
+
+// ValidateLease checks MinLease <= lease <= MaxLease.
+func ValidateLease(lease time.Duration) error {
+	if lease < MinLease || lease > MaxLease {
+		return fmt.Errorf("%w: %v, limit %v..%v", ErrLeaseOutOfRange, lease, MinLease, MaxLease)
+	}
+	return nil
+}
+
+// ValidateRetention checks 0 < retention <= MaxRetention.
+func ValidateRetention(retention time.Duration) error {
+	if retention <= 0 || retention > MaxRetention {
+		return fmt.Errorf("%w: %v, limit 1ms..%v (400 days)", ErrRetention, retention, MaxRetention)
+	}
+	return nil
+}
+
+// ValidateRetryAfter checks 0 <= retryAfter <= MaxRetention.
+func ValidateRetryAfter(d time.Duration) error {
+	if d < 0 || d > MaxRetention {
+		return fmt.Errorf("%w: %v, limit 0..%v", ErrRetryAfter, d, MaxRetention)
+	}
+	return nil
+}
+
+// ValidateMaxAttempts checks 1 <= n <= MaxAttemptsCap.
+func ValidateMaxAttempts(n int) error {
+	if n < 1 || n > MaxAttemptsCap {
+		return fmt.Errorf("%w: %d, limit 1..%d", ErrMaxAttempts, n, MaxAttemptsCap)
+	}
+	return nil
+}
+
+// ValidateResult checks len(result) <= MaxResultLen.
+func ValidateResult(result []byte) error {
+	if len(result) > MaxResultLen {
+		return fmt.Errorf("%w: %d bytes, limit %d (64 KiB)", ErrResultTooLarge, len(result), MaxResultLen)
+	}
+	return nil
+}
+
+// ValidateToken rejects the zero token, which no lease ever carries.
+func ValidateToken(token uint64) error {
+	if token == 0 {
+		return fmt.Errorf("%w: token 0 is never granted (tokens come from Reserve)", ErrInvalidToken)
+	}
+	return nil
+}
+
+// ValidateBatchLen checks 1..MaxBatchOps operations.
+func ValidateBatchLen(n int) error {
+	switch {
+	case n == 0:
+		return fmt.Errorf("%w: a batch needs at least one operation", ErrEmptyBatch)
+	case n > MaxBatchOps:
+		return fmt.Errorf("%w: %d operations, limit %d", ErrBatchTooLarge, n, MaxBatchOps)
+	}
+	return nil
+}

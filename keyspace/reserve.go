@@ -1,0 +1,71 @@
+package keyspace
+
+// reserve implements the Reserve table of DESIGN section 2.
+func (m *Machine) reserve(c *Command, now int64, token uint64) Result {
+	d := c.Digest
+	rec, had := m.lookup(d, now)
+	if c.HasEntity {
+		if ev, ok := m.entities[c.Entity]; ok && ev.deadline > now && c.Version <= ev.version {
+			return m.view(OutcomeStale, d, rec, had, now)
+		}
+	}
+	if had && c.HasFingerprint && rec.has(flagFingerprint) && m.fingerprints[d] != c.Fingerprint {
+		return m.view(OutcomeMismatch, d, rec, had, now)
+	}
+	if !had {
+		return m.grant(c, now, token, Record{}, false)
+	}
+	switch rec.State() {
+	case Completed:
+		return m.view(OutcomeDuplicate, d, rec, had, now)
+	case Poisoned:
+		return m.view(OutcomePoisoned, d, rec, had, now)
+	}
+	// PROCESSING or FAILED.
+	if rec.Deadline > now {
+		res := m.view(OutcomeBusy, d, rec, had, now)
+		res.RetryAfter = rec.Deadline - now
+		return res
+	}
+	// A zombie lease or an elapsed retry delay: the previous attempt counts.
+	expired := rec.State() == Processing
+	if expired {
+		m.stats.LeasesExpired++
+	}
+	var res Result
+	if rec.Attempts() >= c.MaxAttempts {
+		p := settle(rec, Poisoned, now, c.Retention)
+		m.dropPending(d, &p)
+		m.put(d, rec, true, p)
+		res = m.view(OutcomePoisoned, d, p, true, now)
+	} else {
+		res = m.grant(c, now, token, rec, true)
+	}
+	res.TookOver, res.LeaseExpired = true, expired
+	return res
+}
+
+// grant hands a new lease on d to the caller: PROCESSING, next attempt.
+func (m *Machine) grant(c *Command, now int64, token uint64, old Record, had bool) Result {
+	d := c.Digest
+	attempts := uint8(1)
+	flags := uint8(0)
+	if had {
+		attempts = old.Attempts() + 1
+		flags = old.flags() &^ flagResult
+		if old.has(flagResult) {
+			delete(m.results, d)
+		}
+	}
+	r := Record{Token: token, Deadline: now + c.Lease, Meta: makeMeta(Processing, flags, attempts, uint64(c.MaxAttempts))}
+	if c.HasFingerprint && !r.has(flagFingerprint) {
+		m.fingerprints[d] = c.Fingerprint
+		r.setFlag(flagFingerprint, true)
+	}
+	if c.HasEntity {
+		m.pending[d] = entityRef{entity: c.Entity, version: c.Version}
+		r.setFlag(flagEntity, true)
+	}
+	m.put(d, old, had, r)
+	return m.view(OutcomeAcquired, d, r, true, now)
+}

@@ -1,0 +1,224 @@
+package keyspace
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"maps"
+)
+
+// Snapshot is a point-in-time copy of a Machine that can be written out while
+// the machine keeps applying entries. Taking it is cheap: the hot table is
+// shared copy-on-write at segment granularity; the side maps, which hold only
+// records with fingerprints, results or entities, are cloned.
+type Snapshot struct {
+	view         *TableView
+	fingerprints map[Digest]uint64
+	results      map[Digest][]byte // values are never mutated once stored
+	pending      map[Digest]entityRef
+	entities     map[Digest]entityVersion
+	now          int64
+	cursor       uint64
+	ticks        uint64
+}
+
+// Snapshot captures the machine's state. Call Release when done with it.
+func (m *Machine) Snapshot() *Snapshot {
+	return &Snapshot{
+		view:         m.table.Snapshot(),
+		fingerprints: maps.Clone(m.fingerprints),
+		results:      maps.Clone(m.results),
+		pending:      maps.Clone(m.pending),
+		entities:     maps.Clone(m.entities),
+		now:          m.now,
+		cursor:       m.cursor,
+		ticks:        m.ticks,
+	}
+}
+
+// Release lets the machine stop copying table segments for this snapshot.
+func (s *Snapshot) Release() { s.view.Release() }
+
+var snapshotMagic = [8]byte{'L', '4', 'X', 'G', 'S', 'N', 'P', '1'}
+
+// ErrCorruptSnapshot is returned when snapshot bytes do not decode.
+var ErrCorruptSnapshot = errors.New("keyspace: corrupt snapshot")
+
+// WriteTo streams the snapshot to w, ending with a CRC-32C of all bytes.
+func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
+	sw := &snapWriter{w: bufio.NewWriterSize(w, 1<<20), crc: crc32.New(crc32.MakeTable(crc32.Castagnoli))}
+	sw.raw(snapshotMagic[:])
+	sw.u64(uint64(s.now))
+	sw.u64(s.cursor)
+	sw.u64(s.ticks)
+	sw.u64(uint64(s.view.Len()))
+	s.view.Range(func(d Digest, r Record) bool {
+		sw.digest(d)
+		sw.u64(r.Token)
+		sw.u64(uint64(r.Deadline))
+		sw.u64(r.Meta)
+		return sw.err == nil
+	})
+	sw.u64(uint64(len(s.fingerprints)))
+	for d, fp := range s.fingerprints {
+		sw.digest(d)
+		sw.u64(fp)
+	}
+	sw.u64(uint64(len(s.results)))
+	for d, res := range s.results {
+		sw.digest(d)
+		sw.u64(uint64(len(res)))
+		sw.raw(res)
+	}
+	sw.u64(uint64(len(s.pending)))
+	for d, ref := range s.pending {
+		sw.digest(d)
+		sw.digest(ref.entity)
+		sw.u64(ref.version)
+	}
+	sw.u64(uint64(len(s.entities)))
+	for e, ev := range s.entities {
+		sw.digest(e)
+		sw.u64(ev.version)
+		sw.u64(uint64(ev.deadline))
+	}
+	sum := sw.crc.Sum32()
+	var tail [4]byte
+	binary.BigEndian.PutUint32(tail[:], sum)
+	sw.raw(tail[:])
+	if sw.err == nil {
+		sw.err = sw.w.Flush()
+	}
+	return sw.n, sw.err
+}
+
+type snapWriter struct {
+	w   *bufio.Writer
+	crc hash.Hash32
+	n   int64
+	err error
+	buf [8]byte
+}
+
+func (sw *snapWriter) raw(b []byte) {
+	if sw.err != nil {
+		return
+	}
+	sw.crc.Write(b)
+	n, err := sw.w.Write(b)
+	sw.n += int64(n)
+	sw.err = err
+}
+
+func (sw *snapWriter) u64(v uint64) {
+	binary.BigEndian.PutUint64(sw.buf[:], v)
+	sw.raw(sw.buf[:])
+}
+
+func (sw *snapWriter) digest(d Digest) {
+	sw.u64(d.Hi)
+	sw.u64(d.Lo)
+}
+
+// ReadSnapshot builds a fresh Machine from a snapshot written by WriteTo. The
+// caller swaps it in only when this returns without error.
+func ReadSnapshot(r io.Reader) (*Machine, error) {
+	sr := &snapReader{r: bufio.NewReaderSize(r, 1<<20), crc: crc32.New(crc32.MakeTable(crc32.Castagnoli))}
+	var magic [8]byte
+	sr.raw(magic[:])
+	if sr.err == nil && magic != snapshotMagic {
+		return nil, fmt.Errorf("%w: bad magic %q", ErrCorruptSnapshot, magic[:])
+	}
+	m := NewMachine()
+	m.now = int64(sr.u64())
+	m.cursor = sr.u64()
+	m.ticks = sr.u64()
+	for n := sr.count(40); n > 0 && sr.err == nil; n-- {
+		d := sr.digest()
+		rec := Record{Token: sr.u64(), Deadline: int64(sr.u64()), Meta: sr.u64()}
+		if s := rec.State(); sr.err == nil && (s < Processing || s > Poisoned) {
+			return nil, fmt.Errorf("%w: record %v has state %d", ErrCorruptSnapshot, d, s)
+		}
+		m.table.Put(d, rec)
+		m.counts[rec.State()]++
+	}
+	for n := sr.count(24); n > 0 && sr.err == nil; n-- {
+		d := sr.digest()
+		m.fingerprints[d] = sr.u64()
+	}
+	for n := sr.count(24); n > 0 && sr.err == nil; n-- {
+		d := sr.digest()
+		size := sr.u64()
+		if size > MaxResultLen {
+			return nil, fmt.Errorf("%w: result of %d bytes", ErrCorruptSnapshot, size)
+		}
+		res := make([]byte, size)
+		sr.raw(res)
+		m.results[d] = res
+	}
+	for n := sr.count(40); n > 0 && sr.err == nil; n-- {
+		d := sr.digest()
+		m.pending[d] = entityRef{entity: sr.digest(), version: sr.u64()}
+	}
+	for n := sr.count(32); n > 0 && sr.err == nil; n-- {
+		e := sr.digest()
+		m.entities[e] = entityVersion{version: sr.u64(), deadline: int64(sr.u64())}
+	}
+	want := sr.crc.Sum32()
+	var tail [4]byte
+	if _, err := io.ReadFull(sr.r, tail[:]); sr.err == nil && err != nil {
+		sr.err = fmt.Errorf("%w: missing checksum: %w", ErrCorruptSnapshot, err)
+	}
+	if sr.err != nil {
+		return nil, sr.err
+	}
+	if got := binary.BigEndian.Uint32(tail[:]); got != want {
+		return nil, fmt.Errorf("%w: checksum %08x, want %08x", ErrCorruptSnapshot, got, want)
+	}
+	return m, nil
+}
+
+type snapReader struct {
+	r   *bufio.Reader
+	crc hash.Hash32
+	err error
+	buf [8]byte
+}
+
+func (sr *snapReader) raw(b []byte) {
+	if sr.err != nil {
+		return
+	}
+	if _, err := io.ReadFull(sr.r, b); err != nil {
+		sr.err = fmt.Errorf("%w: truncated: %w", ErrCorruptSnapshot, err)
+		return
+	}
+	sr.crc.Write(b)
+}
+
+func (sr *snapReader) u64() uint64 {
+	sr.raw(sr.buf[:])
+	if sr.err != nil {
+		return 0
+	}
+	return binary.BigEndian.Uint64(sr.buf[:])
+}
+
+func (sr *snapReader) digest() Digest {
+	hi := sr.u64()
+	return Digest{Hi: hi, Lo: sr.u64()}
+}
+
+// count reads an element count, refusing absurd values before allocating.
+func (sr *snapReader) count(elemSize uint64) uint64 {
+	n := sr.u64()
+	if sr.err == nil && n > 1<<40/elemSize {
+		sr.err = fmt.Errorf("%w: count %d", ErrCorruptSnapshot, n)
+		return 0
+	}
+	return n
+}

@@ -1,0 +1,42 @@
+// Package shard runs the Raft groups of a node. A Shard is one replica of one
+// group: hashicorp/raft with a thin BatchingFSM adapter over the keyspace
+// Machine, a proposer that coalesces concurrent commands into few log entries
+// (group commit) and stamps each with the leader's time, the leader's idle
+// tick, and linearizable reads. A Host is the set of shards on a node and the
+// slot map that routes a digest to its shard.
+//
+// # Writes
+//
+// Propose queues commands. While up to MaxInflight entries travel through
+// Raft, new commands wait; the next entry takes all of them (up to
+// MaxEntryCommands). Each entry is stamped with max(previous stamp, leader
+// clock, latest applied stamp), so stamped time never runs backwards across
+// leader changes. Results come back from the FSM through the apply future,
+// in log order. A proposal is acknowledged only once its entry is committed
+// (fsynced by a majority) and applied.
+//
+// # Reads
+//
+// Get without staleOK is a ReadIndex read: the leader, once it has applied a
+// barrier in its own term, notes the commit index, confirms leadership with a
+// heartbeat round (VerifyLeader), waits for that index to be applied and
+// evaluates the record at a stamp that it also raises in the proposer, so no
+// later write is evaluated at an earlier time.
+//
+// # Time
+//
+// The leader sends a tick entry every TickInterval; ticks carry time forward
+// on idle shards and let the Machine reclaim expired records. Replicas never
+// expire anything by their own clocks.
+//
+// # Storage
+//
+// All shards of a node share one raftlog.Store (one Pebble, one WAL), each
+// under its own key prefix; snapshots go to a file snapshot store per shard.
+// Hard settings (digest function, slot count, shard count) are written to the
+// data directory at creation and checked at every start.
+//
+// A single node hosts every shard as a one-voter group on an in-memory
+// transport; the cluster issue replaces that with a multiplexed network
+// transport and replica placement.
+package shard

@@ -1,0 +1,162 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/raftlog"
+)
+
+// HostConfig describes the set of shards a node hosts.
+type HostConfig struct {
+	NodeID  string // default "node-1"
+	DataDir string // required
+	// Hard settings, fixed at creation; zero means the defaults.
+	Slots  uint32
+	Shards int
+	// Soft settings.
+	Clock        func() time.Time
+	TickInterval time.Duration
+	// NoSync skips fsync of the Raft log: tests and benchmarks only; an
+	// acknowledged operation can then be lost on a crash.
+	NoSync   bool
+	Logger   *slog.Logger
+	Registry prometheus.Registerer
+}
+
+// Host is the set of shards on one node and the slot map that routes digests
+// to them. On a single node every shard is a one-voter group.
+type Host struct {
+	cfg      HostConfig
+	settings HardSettings
+	logs     *raftlog.Store
+	shards   []*Shard
+	metrics  *Metrics
+}
+
+// OpenHost opens (or creates) the node's data directory and starts its shards.
+func OpenHost(cfg HostConfig) (*Host, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("shard: host config: DataDir is required")
+	}
+	if cfg.NodeID == "" {
+		cfg.NodeID = "node-1"
+	}
+	if cfg.Slots == 0 {
+		cfg.Slots = DefaultSlots
+	}
+	if cfg.Shards == 0 {
+		cfg.Shards = DefaultShards
+	}
+	if cfg.Shards < 1 || uint32(cfg.Shards) > cfg.Slots {
+		return nil, fmt.Errorf("shard: host config: shards %d out of range 1..%d (slots)", cfg.Shards, cfg.Slots)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("shard: data dir: %w", err)
+	}
+	settings, err := loadOrCreateSettings(cfg.DataDir, HardSettings{Slots: cfg.Slots, Shards: cfg.Shards})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	logs, err := raftlog.Open(filepath.Join(cfg.DataDir, "raft"), raftlog.Options{NoSync: cfg.NoSync, Logger: pebbleLogger{cfg.Logger}})
+	if err != nil {
+		return nil, err
+	}
+	h := &Host{cfg: cfg, settings: settings, logs: logs, metrics: NewMetrics(cfg.Registry)}
+	for i := 0; i < cfg.Shards; i++ {
+		s, err := Open(Config{
+			ID:           uint64(i),
+			NodeID:       cfg.NodeID,
+			SnapshotDir:  filepath.Join(cfg.DataDir, "snapshots"),
+			Logs:         logs,
+			Bootstrap:    true,
+			Clock:        cfg.Clock,
+			TickInterval: cfg.TickInterval,
+			Logger:       cfg.Logger,
+			Metrics:      h.metrics,
+		})
+		if err != nil {
+			h.Close()
+			return nil, err
+		}
+		h.shards = append(h.shards, s)
+	}
+	if cfg.Registry != nil {
+		cfg.Registry.MustRegister(newHostCollector(h))
+	}
+	return h, nil
+}
+
+// Settings returns the hard settings in force.
+func (h *Host) Settings() HardSettings { return h.settings }
+
+// NodeID is this node's id.
+func (h *Host) NodeID() string { return h.cfg.NodeID }
+
+// Shards returns the local shards, by id.
+func (h *Host) Shards() []*Shard { return h.shards }
+
+// SlotShard maps a slot to its shard id: contiguous slot ranges per shard.
+func (h *Host) SlotShard(slot uint32) int {
+	return int(uint64(slot) * uint64(h.settings.Shards) / uint64(h.settings.Slots))
+}
+
+// For returns the shard that owns digest d.
+func (h *Host) For(d keyspace.Digest) *Shard {
+	return h.shards[h.SlotShard(d.Slot(h.settings.Slots))]
+}
+
+// WaitReady blocks until every shard leads and serves reads, or ctx ends.
+func (h *Host) WaitReady(ctx context.Context) error {
+	for _, s := range h.shards {
+		if err := s.WaitReady(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Ready reports whether every shard serves.
+func (h *Host) Ready() bool {
+	for _, s := range h.shards {
+		if !s.ready() {
+			return false
+		}
+	}
+	return true
+}
+
+// Close stops every shard, then the log store.
+func (h *Host) Close() error {
+	var errs []error
+	for _, s := range h.shards {
+		errs = append(errs, s.Close())
+	}
+	errs = append(errs, h.logs.Close())
+	return errors.Join(errs...)
+}
+
+// pebbleLogger routes Pebble's log lines to slog: routine lines at debug.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) { p.l.Debug(fmt.Sprintf(format, args...)) }
+
+func (p pebbleLogger) Errorf(format string, args ...any) { p.l.Error(fmt.Sprintf(format, args...)) }
+
+// Fatalf is called by Pebble on unrecoverable storage errors; it must not return.
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	p.l.Error(msg)
+	panic("pebble: " + msg)
+}

@@ -1,0 +1,211 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/l4xg/grid/keyspace"
+)
+
+// proposer turns concurrent Propose calls into few, large log entries (group
+// commit): while up to maxInflight entries are on their way through Raft,
+// new requests queue, and the next entry takes everything queued (up to
+// maxCommands). A lone request goes out at once; load forms batches by itself.
+//
+// It also stamps every entry with the leader's time, never behind the
+// previous stamp, so deadlines only move forward (DESIGN section 3).
+type proposer struct {
+	raft        *raft.Raft
+	clock       func() time.Time
+	floor       func() int64 // the latest applied stamp
+	maxCommands int
+	observe     func(commands int, took time.Duration, res []keyspace.Result, cmds []keyspace.Command)
+
+	in       chan *request
+	inflight chan struct{}
+	quit     chan struct{}
+	wg       sync.WaitGroup
+
+	stampMu   sync.Mutex
+	lastStamp int64
+}
+
+type request struct {
+	cmds  []keyspace.Command
+	tick  bool
+	start time.Time
+	res   []keyspace.Result
+	err   error
+	done  chan struct{}
+}
+
+// batch is one entry on its way through Raft and the requests it carries.
+type batch struct {
+	future raft.ApplyFuture
+	reqs   []*request
+	cmds   []keyspace.Command
+}
+
+func newProposer(r *raft.Raft, clock func() time.Time, floor func() int64, maxCommands, maxInflight int) *proposer {
+	p := &proposer{
+		raft:        r,
+		clock:       clock,
+		floor:       floor,
+		maxCommands: maxCommands,
+		in:          make(chan *request, 4*maxInflight),
+		inflight:    make(chan struct{}, maxInflight),
+		quit:        make(chan struct{}),
+	}
+	pending := make(chan batch, maxInflight)
+	p.wg.Add(2)
+	go p.run(pending)
+	go p.complete(pending)
+	return p
+}
+
+// stamp returns the time for a new entry or read: max(previous, clock, floor).
+func (p *proposer) stamp(floor int64) int64 {
+	p.stampMu.Lock()
+	defer p.stampMu.Unlock()
+	now := max(p.clock().UnixMilli(), p.lastStamp, floor)
+	p.lastStamp = now
+	return now
+}
+
+// propose queues commands and waits for their results. When ctx ends first
+// the outcome is unknown: the commands may still be applied.
+func (p *proposer) propose(ctx context.Context, cmds []keyspace.Command, tick bool) ([]keyspace.Result, error) {
+	req := &request{cmds: cmds, tick: tick, start: time.Now(), done: make(chan struct{})}
+	select {
+	case p.in <- req:
+	case <-p.quit:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case <-req.done:
+		return req.res, req.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+	}
+}
+
+func (p *proposer) run(pending chan<- batch) {
+	defer p.wg.Done()
+	defer close(pending)
+	var buf []byte
+	var first *request
+	for {
+		if first == nil {
+			select {
+			case first = <-p.in:
+			case <-p.quit:
+				return
+			}
+		}
+		select {
+		case p.inflight <- struct{}{}:
+		case <-p.quit:
+			fail(first, ErrClosed)
+			return
+		}
+		b, tick, next := p.gather(first)
+		first = next
+		entry := keyspace.Entry{Now: p.stamp(p.floor()), Tick: tick, Commands: b.cmds}
+		buf = keyspace.AppendEntry(buf[:0], &entry)
+		// raft keeps the slice until the entry is stored: hand it a copy.
+		b.future = p.raft.Apply(append([]byte(nil), buf...), 0)
+		pending <- b
+	}
+}
+
+// gather takes first and whatever else is queued, up to maxCommands. A
+// request that does not fit is returned to start the next entry.
+func (p *proposer) gather(first *request) (b batch, tick bool, next *request) {
+	b = batch{reqs: []*request{first}, cmds: first.cmds}
+	tick = first.tick
+	for len(b.cmds) < p.maxCommands {
+		select {
+		case r := <-p.in:
+			if len(b.cmds)+len(r.cmds) > p.maxCommands {
+				return b, tick, r
+			}
+			b.reqs = append(b.reqs, r)
+			b.cmds = append(b.cmds[:len(b.cmds):len(b.cmds)], r.cmds...)
+			tick = tick || r.tick
+		default:
+			return b, tick, nil
+		}
+	}
+	return b, tick, nil
+}
+
+// complete waits for entries in log order and hands each request its results.
+func (p *proposer) complete(pending <-chan batch) {
+	defer p.wg.Done()
+	for b := range pending {
+		err := b.future.Error()
+		<-p.inflight
+		var res []keyspace.Result
+		if err == nil {
+			res, _ = b.future.Response().([]keyspace.Result)
+			if len(res) != len(b.cmds) {
+				err = fmt.Errorf("shard: entry returned %d results for %d commands", len(res), len(b.cmds))
+			}
+		}
+		if err != nil {
+			err = raftError(err)
+			for _, r := range b.reqs {
+				fail(r, err)
+			}
+			continue
+		}
+		if p.observe != nil {
+			p.observe(len(b.cmds), time.Since(b.reqs[0].start), res, b.cmds)
+		}
+		for _, r := range b.reqs {
+			r.res, res = res[:len(r.cmds):len(r.cmds)], res[len(r.cmds):]
+			close(r.done)
+		}
+	}
+}
+
+func fail(r *request, err error) {
+	r.err = err
+	close(r.done)
+}
+
+func (p *proposer) close() {
+	close(p.quit)
+	p.wg.Wait()
+	for {
+		select {
+		case r := <-p.in:
+			fail(r, ErrClosed)
+		default:
+			return
+		}
+	}
+}
+
+// raftError maps hashicorp/raft apply errors to the shard's sentinels: an
+// entry refused before it reached the log is safe to retry elsewhere; one
+// whose leader lost leadership afterwards may or may not commit.
+func raftError(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrEnqueueTimeout):
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	default:
+		return fmt.Errorf("shard: apply: %w", err)
+	}
+}

@@ -1,0 +1,85 @@
+package shard
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// HardSettings corrupt data if changed after a data directory was created:
+// the digest function, the slot count and the shard count decide where every
+// record lives. They are written at creation and checked at every start.
+type HardSettings struct {
+	Format int    `json:"format"`
+	Digest string `json:"digest"`
+	Slots  uint32 `json:"slots"`
+	Shards int    `json:"shards"`
+}
+
+const (
+	settingsFile  = "hard-settings.json"
+	formatVersion = 1
+	digestName    = "farm-fingerprint128(namespace|0x00|key)"
+	// DefaultSlots is the fixed number of slots the digest space is cut into.
+	DefaultSlots = 4096
+	// DefaultShards is the number of shards a node hosts when alone.
+	DefaultShards = 8
+)
+
+// loadOrCreateSettings returns the settings stored in dir, creating them from
+// want when the directory is new, and refuses a mismatch with want.
+func loadOrCreateSettings(dir string, want HardSettings) (HardSettings, error) {
+	want.Format, want.Digest = formatVersion, digestName
+	path := filepath.Join(dir, settingsFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		b, err = json.MarshalIndent(want, "", "  ")
+		if err != nil {
+			return want, err
+		}
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+			return want, fmt.Errorf("shard: write hard settings: %w", err)
+		}
+		if err := syncRename(tmp, path); err != nil {
+			return want, err
+		}
+		return want, nil
+	}
+	if err != nil {
+		return want, fmt.Errorf("shard: read hard settings: %w", err)
+	}
+	var got HardSettings
+	if err := json.Unmarshal(b, &got); err != nil {
+		return want, fmt.Errorf("%w: %s: %w", ErrHardSettings, path, err)
+	}
+	if got != want {
+		return got, fmt.Errorf("%w: %s has %+v, this start asks for %+v (slot count, shard count and digest are fixed at creation)",
+			ErrHardSettings, path, got, want)
+	}
+	return got, nil
+}
+
+func syncRename(tmp, path string) error {
+	f, err := os.Open(tmp)
+	if err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	f.Close()
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("shard: write hard settings: %w", err)
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

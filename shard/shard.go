@@ -1,0 +1,321 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/raftlog"
+)
+
+// Config describes one shard replica. Zero values take defaults where noted.
+type Config struct {
+	ID     uint64
+	NodeID string
+	// SnapshotDir holds this node's snapshot stores (one folder per shard).
+	SnapshotDir string
+	Logs        *raftlog.Store
+	// Transport and Address reach the shard's peers. Nil means a single-node
+	// group on an in-memory transport.
+	Transport raft.Transport
+	// Bootstrap a new single-voter group when the logs hold no state.
+	Bootstrap bool
+	// Clock is the leader's time source for stamps; default time.Now.
+	Clock func() time.Time
+	// TickInterval is how often the leader stamps an idle shard; default 1s.
+	TickInterval time.Duration
+	// MaxEntryCommands bounds commands per log entry; default 4096.
+	MaxEntryCommands int
+	// MaxInflight bounds entries on their way through Raft; default 4.
+	MaxInflight int
+	// Raft timeouts; defaults suit a single node on loopback.
+	HeartbeatTimeout time.Duration
+	Logger           *slog.Logger
+	Metrics          *Metrics
+}
+
+// Validate checks the config and fills defaults.
+func (c *Config) Validate() error {
+	if c.NodeID == "" {
+		return errors.New("shard: config: NodeID is required")
+	}
+	if c.Logs == nil {
+		return errors.New("shard: config: Logs is required")
+	}
+	if c.SnapshotDir == "" {
+		return errors.New("shard: config: SnapshotDir is required")
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.TickInterval <= 0 {
+		c.TickInterval = time.Second
+	}
+	if c.MaxEntryCommands <= 0 || c.MaxEntryCommands > keyspace.MaxEntryCommands {
+		c.MaxEntryCommands = 4096
+	}
+	if c.MaxInflight <= 0 {
+		c.MaxInflight = 4
+	}
+	if c.HeartbeatTimeout <= 0 {
+		c.HeartbeatTimeout = 500 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return nil
+}
+
+// Shard is one replica of one Raft group: the FSM, the proposer and the
+// leader's tick. Propose and Get are safe for concurrent use.
+type Shard struct {
+	cfg   Config
+	raft  *raft.Raft
+	fsm   *fsm
+	prop  *proposer
+	store *raftlog.GroupStore
+
+	// readyTerm is the term whose first entry (a barrier) this replica has
+	// applied as leader; reads are served only in that term.
+	readyTerm atomic.Uint64
+	quit      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// Open starts the replica.
+func Open(cfg Config) (*Shard, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Shard{cfg: cfg, fsm: newFSM(), store: cfg.Logs.Group(cfg.ID), quit: make(chan struct{})}
+	snaps, err := raftlog.NewSnapshotStore(cfg.SnapshotDir, cfg.ID, 2, io.Discard)
+	if err != nil {
+		return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.HeartbeatTimeout
+	rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout / 2
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 256
+	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: fmt.Sprintf("raft-shard-%d", cfg.ID), Level: hclog.Warn, Output: io.Discard})
+	rc.NoSnapshotRestoreOnStart = false
+
+	logs, err := raft.NewLogCache(1024, s.store)
+	if err != nil {
+		return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
+	}
+	trans := cfg.Transport
+	if trans == nil {
+		_, trans = raft.NewInmemTransport(raft.ServerAddress(fmt.Sprintf("%s/shard-%d", cfg.NodeID, cfg.ID)))
+	}
+	if cfg.Bootstrap {
+		has, err := raft.HasExistingState(logs, s.store, snaps)
+		if err != nil {
+			return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
+		}
+		if !has {
+			boot := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: trans.LocalAddr()}}}
+			if err := raft.BootstrapCluster(rc, logs, s.store, snaps, trans, boot); err != nil {
+				return nil, fmt.Errorf("shard %d: bootstrap: %w", cfg.ID, err)
+			}
+		}
+	}
+	r, err := raft.NewRaft(rc, s.fsm, logs, s.store, snaps, trans)
+	if err != nil {
+		return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
+	}
+	s.raft = r
+	s.prop = newProposer(r, cfg.Clock, s.appliedStamp, cfg.MaxEntryCommands, cfg.MaxInflight)
+	if cfg.Metrics != nil {
+		s.prop.observe = cfg.Metrics.observeEntry
+	}
+	s.wg.Add(1)
+	go s.lead()
+	return s, nil
+}
+
+// ID is the shard id.
+func (s *Shard) ID() uint64 { return s.cfg.ID }
+
+func (s *Shard) appliedStamp() int64 {
+	var now int64
+	s.fsm.view(func(m *keyspace.Machine) { now = m.Now() })
+	return now
+}
+
+// Propose applies commands through the log and returns one result each, in
+// order. Commands must be valid (the API validates them).
+func (s *Shard) Propose(ctx context.Context, cmds []keyspace.Command) ([]keyspace.Result, error) {
+	if len(cmds) == 0 {
+		return nil, nil
+	}
+	return s.prop.propose(ctx, cmds, false)
+}
+
+// Get reads the record of d. Unless staleOK it is linearizable: the leader
+// notes the commit index, confirms it still leads (a heartbeat round), waits
+// until that index is applied, and evaluates at a stamp no later write can
+// precede. With staleOK any replica answers from its applied state.
+func (s *Shard) Get(ctx context.Context, d keyspace.Digest, staleOK bool) (keyspace.Result, error) {
+	var res keyspace.Result
+	if staleOK {
+		s.fsm.view(func(m *keyspace.Machine) { res = m.Get(d, 0) })
+		return res, nil
+	}
+	if !s.ready() {
+		return res, fmt.Errorf("%w: shard %d is %v", ErrNotLeader, s.cfg.ID, s.raft.State())
+	}
+	readIndex := s.raft.CommitIndex()
+	if err := s.raft.VerifyLeader().Error(); err != nil {
+		return res, raftError(err)
+	}
+	for {
+		ch := s.fsm.appliedAtLeast(readIndex)
+		if ch == nil {
+			break
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-s.quit:
+			return res, ErrClosed
+		}
+	}
+	now := s.prop.stamp(s.appliedStamp())
+	s.fsm.view(func(m *keyspace.Machine) { res = m.Get(d, now) })
+	return res, nil
+}
+
+// ready reports whether this replica leads and has applied its term's barrier.
+func (s *Shard) ready() bool {
+	if s.raft.State() != raft.Leader {
+		return false
+	}
+	term, _ := s.currentTerm()
+	return term != 0 && s.readyTerm.Load() == term
+}
+
+func (s *Shard) currentTerm() (uint64, error) {
+	return s.store.GetUint64([]byte("CurrentTerm"))
+}
+
+// lead watches leadership: on gaining it, apply a barrier before serving
+// reads; while leading, send a tick entry every TickInterval so stamped time
+// moves forward and expired records are reclaimed on an idle shard.
+func (s *Shard) lead() {
+	defer s.wg.Done()
+	ticker := time.NewTicker(s.cfg.TickInterval)
+	defer ticker.Stop()
+	leaderCh := s.raft.LeaderCh()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case isLeader := <-leaderCh:
+			if s.cfg.Metrics != nil {
+				s.cfg.Metrics.LeaderChanges.Inc()
+			}
+			if !isLeader {
+				s.readyTerm.Store(0)
+				continue
+			}
+			term, _ := s.currentTerm()
+			if err := s.raft.Barrier(0).Error(); err != nil {
+				s.cfg.Logger.Warn("barrier after election failed", "shard", s.cfg.ID, "err", err)
+				continue
+			}
+			s.readyTerm.Store(term)
+		case <-ticker.C:
+			if s.raft.State() != raft.Leader {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.TickInterval)
+			_, err := s.prop.propose(ctx, nil, true)
+			cancel()
+			if err != nil && !errors.Is(err, ErrClosed) {
+				s.cfg.Logger.Debug("tick failed", "shard", s.cfg.ID, "err", err)
+			}
+		}
+	}
+}
+
+// WaitReady blocks until this replica leads and serves reads, or ctx ends.
+func (s *Shard) WaitReady(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for !s.ready() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("shard %d not ready: %w", s.cfg.ID, ctx.Err())
+		case <-s.quit:
+			return ErrClosed
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// Status is a point-in-time description of the replica.
+type Status struct {
+	ID           uint64
+	RaftState    string
+	Leader       string
+	Keys         int
+	HotBytes     int
+	Counts       map[keyspace.State]int64
+	AppliedIndex uint64
+	CommitIndex  uint64
+	LastIndex    uint64
+	Term         uint64
+	Stamp        int64
+	Stats        keyspace.Stats
+}
+
+// Status describes the replica.
+func (s *Shard) Status() Status {
+	st := Status{
+		ID:          s.cfg.ID,
+		RaftState:   s.raft.State().String(),
+		CommitIndex: s.raft.CommitIndex(),
+		LastIndex:   s.raft.LastIndex(),
+		Counts:      make(map[keyspace.State]int64, 4),
+	}
+	_, id := s.raft.LeaderWithID()
+	st.Leader = string(id)
+	st.Term, _ = s.currentTerm()
+	st.AppliedIndex = s.fsm.view(func(m *keyspace.Machine) {
+		st.Keys, st.HotBytes, st.Stamp, st.Stats = m.Len(), m.HotBytes(), m.Now(), m.Stats()
+		for _, state := range []keyspace.State{keyspace.Processing, keyspace.Completed, keyspace.Failed, keyspace.Poisoned} {
+			st.Counts[state] = m.Count(state)
+		}
+	})
+	return st
+}
+
+// Snapshot asks Raft for a snapshot now (operators, tests).
+func (s *Shard) Snapshot() error { return s.raft.Snapshot().Error() }
+
+// Close stops the replica. Pending proposals fail with ErrClosed.
+func (s *Shard) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		close(s.quit)
+		s.wg.Wait()
+		s.prop.close()
+		err = s.raft.Shutdown().Error()
+	})
+	return err
+}
