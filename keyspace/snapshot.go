@@ -55,7 +55,14 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	sw.u64(uint64(s.now))
 	sw.u64(s.cursor)
 	sw.u64(s.ticks)
+	// Segment sizes first, so a restored table has the same layout and the
+	// sweep cursor points at the same slots as on every other replica.
 	sw.u64(uint64(s.view.Len()))
+	levels := s.view.capLevels()
+	sw.u64(uint64(len(levels)))
+	for _, l := range levels {
+		sw.u64(uint64(l))
+	}
 	s.view.Range(func(d Digest, r Record) bool {
 		sw.digest(d)
 		sw.u64(r.Token)
@@ -137,7 +144,19 @@ func ReadSnapshot(r io.Reader) (*Machine, error) {
 	m.now = int64(sr.u64())
 	m.cursor = sr.u64()
 	m.ticks = sr.u64()
-	for n := sr.count(40); n > 0 && sr.err == nil; n-- {
+	records := sr.count(40)
+	levels := make([]uint32, sr.count(1<<30))
+	for i := range levels {
+		levels[i] = uint32(sr.u64())
+	}
+	if sr.err != nil {
+		return nil, sr.err
+	}
+	if !presizeFits(levels, 4*int(records)+1<<16) {
+		return nil, fmt.Errorf("%w: table layout too large for %d records", ErrCorruptSnapshot, records)
+	}
+	m.table.presize(levels)
+	for n := records; n > 0 && sr.err == nil; n-- {
 		d := sr.digest()
 		rec := Record{Token: sr.u64(), Deadline: int64(sr.u64()), Meta: sr.u64()}
 		if s := rec.State(); sr.err == nil && (s < Processing || s > Poisoned) {

@@ -464,6 +464,24 @@ func (v *TableView) capLevels() []uint32 {
 	return levels
 }
 
+// presizeFits reports whether levels describe at most maxSlots slots in all,
+// so a corrupt snapshot cannot make presize allocate without bound.
+func presizeFits(levels []uint32, maxSlots int) bool {
+	total := 0
+	for i, l := range levels[:min(len(levels), tabSegs)] {
+		if l == 0 {
+			continue
+		}
+		if l > 160 { // far beyond any real table; keeps tabCap from overflowing
+			return false
+		}
+		if total += tabCap(i, l-1); total > maxSlots {
+			return false
+		}
+	}
+	return true
+}
+
 // presize allocates the segments of an empty table at levels from capLevels.
 func (t *Table) presize(levels []uint32) {
 	for i, l := range levels[:min(len(levels), tabSegs)] {
