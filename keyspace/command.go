@@ -22,11 +22,14 @@ const (
 	OpRelease
 	OpExtend
 	OpForget
+	// OpGet reads a record in log order: a linearizable read evaluated at
+	// the entry's stamp. It changes nothing.
+	OpGet
 
 	opIgnorable Op = 0x80
 )
 
-var opNames = [...]string{"", "reserve", "complete", "fail", "release", "extend", "forget"}
+var opNames = [...]string{"", "reserve", "complete", "fail", "release", "extend", "forget", "get"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && o != 0 {
@@ -224,7 +227,7 @@ func (d *decoder) command() (Command, error) {
 	case OpExtend:
 		c.Token = d.uvarint()
 		c.Lease = d.duration()
-	case OpForget:
+	case OpForget, OpGet:
 	default:
 		if c.Op < opIgnorable {
 			return c, fmt.Errorf("%w: unknown op %d", ErrCorruptEntry, c.Op)

@@ -104,6 +104,8 @@ func (m *Machine) apply(c *Command, now int64, token uint64) Result {
 		return m.extend(c, now)
 	case OpForget:
 		return m.forget(c, now)
+	case OpGet:
+		return m.Get(c.Digest, now)
 	default:
 		return Result{Outcome: OutcomeIgnored, State: Absent, Now: now}
 	}
@@ -155,6 +157,11 @@ func (m *Machine) view(o Outcome, d Digest, r Record, had bool, now int64) Resul
 	}
 	res.State = r.State()
 	res.Token = r.Token
+	if o == OutcomeBusy || o == OutcomeLeaseLost || o == OutcomeMismatch || o == OutcomeStale {
+		// The current holder's token is its own: never hand it to a caller
+		// that does not hold the lease, who could settle it with it.
+		res.Token = 0
+	}
 	res.Attempt = r.Attempts()
 	res.Deadline = r.Deadline
 	res.CompletedAt = r.CompletedAt()

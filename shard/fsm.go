@@ -13,14 +13,11 @@ import (
 // fsm is the thin Raft adapter: it decodes committed entries, hands them to
 // the keyspace Machine and returns the results. Nothing else happens here.
 //
-// mu guards m and applied: Apply takes it for writing once per batch, reads
-// (Get) take it for reading. notify is closed and replaced after each batch
-// so readers can wait for an index to be applied.
+// mu guards m: Apply takes it for writing once per batch; stale reads and
+// status take it for reading.
 type fsm struct {
-	mu      sync.RWMutex
-	m       *keyspace.Machine
-	applied uint64
-	notify  chan struct{}
+	mu sync.RWMutex
+	m  *keyspace.Machine
 }
 
 var (
@@ -29,7 +26,7 @@ var (
 )
 
 func newFSM() *fsm {
-	return &fsm{m: keyspace.NewMachine(), notify: make(chan struct{})}
+	return &fsm{m: keyspace.NewMachine()}
 }
 
 // ApplyBatch applies committed entries in order. A committed command entry
@@ -53,10 +50,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 		if l.Type == raft.LogCommand {
 			out[i] = f.m.Apply(l.Index, &entries[i], make([]keyspace.Result, 0, len(entries[i].Commands)))
 		}
-		f.applied = l.Index
 	}
-	close(f.notify)
-	f.notify = make(chan struct{})
 	f.mu.Unlock()
 	return out
 }
@@ -84,23 +78,11 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-// view runs fn on the machine under the read lock, returning the applied index.
-func (f *fsm) view(fn func(m *keyspace.Machine)) uint64 {
+// view runs fn on the machine under the read lock.
+func (f *fsm) view(fn func(m *keyspace.Machine)) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	fn(f.m)
-	return f.applied
-}
-
-// appliedAtLeast returns nil once index has been applied, or a channel that
-// is closed at the next apply.
-func (f *fsm) appliedAtLeast(index uint64) <-chan struct{} {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if f.applied >= index {
-		return nil
-	}
-	return f.notify
 }
 
 type fsmSnapshot struct{ snap *keyspace.Snapshot }

@@ -85,7 +85,7 @@ type Shard struct {
 	store *raftlog.GroupStore
 
 	// readyTerm is the term whose first entry (a barrier) this replica has
-	// applied as leader; reads are served only in that term.
+	// applied as leader: only then is it reported ready.
 	readyTerm atomic.Uint64
 	quit      chan struct{}
 	wg        sync.WaitGroup
@@ -164,39 +164,21 @@ func (s *Shard) Propose(ctx context.Context, cmds []keyspace.Command) ([]keyspac
 	return s.prop.propose(ctx, cmds, false)
 }
 
-// Get reads the record of d. Unless staleOK it is linearizable: the leader
-// notes the commit index, confirms it still leads (a heartbeat round), waits
-// until that index is applied, and evaluates at a stamp no later write can
-// precede. With staleOK any replica answers from its applied state.
+// Get reads the record of d. Unless staleOK it is linearizable: the read
+// travels through the log as a read-only command, group-committed with the
+// writes, and is evaluated at its entry's stamp, exactly in log order. With
+// staleOK this replica answers from its applied state, at its latest stamp.
 func (s *Shard) Get(ctx context.Context, d keyspace.Digest, staleOK bool) (keyspace.Result, error) {
-	var res keyspace.Result
 	if staleOK {
+		var res keyspace.Result
 		s.fsm.view(func(m *keyspace.Machine) { res = m.Get(d, 0) })
 		return res, nil
 	}
-	if !s.ready() {
-		return res, fmt.Errorf("%w: shard %d is %v", ErrNotLeader, s.cfg.ID, s.raft.State())
+	res, err := s.prop.propose(ctx, []keyspace.Command{{Op: keyspace.OpGet, Digest: d}}, false)
+	if err != nil {
+		return keyspace.Result{}, err
 	}
-	readIndex := s.raft.CommitIndex()
-	if err := s.raft.VerifyLeader().Error(); err != nil {
-		return res, raftError(err)
-	}
-	for {
-		ch := s.fsm.appliedAtLeast(readIndex)
-		if ch == nil {
-			break
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return res, ctx.Err()
-		case <-s.quit:
-			return res, ErrClosed
-		}
-	}
-	now := s.prop.stamp(s.appliedStamp())
-	s.fsm.view(func(m *keyspace.Machine) { res = m.Get(d, now) })
-	return res, nil
+	return res[0], nil
 }
 
 // ready reports whether this replica leads and has applied its term's barrier.
@@ -296,7 +278,8 @@ func (s *Shard) Status() Status {
 	_, id := s.raft.LeaderWithID()
 	st.Leader = string(id)
 	st.Term, _ = s.currentTerm()
-	st.AppliedIndex = s.fsm.view(func(m *keyspace.Machine) {
+	st.AppliedIndex = s.raft.AppliedIndex()
+	s.fsm.view(func(m *keyspace.Machine) {
 		st.Keys, st.HotBytes, st.Stamp, st.Stats = m.Len(), m.HotBytes(), m.Now(), m.Stats()
 		for _, state := range []keyspace.State{keyspace.Processing, keyspace.Completed, keyspace.Failed, keyspace.Poisoned} {
 			st.Counts[state] = m.Count(state)
