@@ -1,0 +1,85 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestStatusCodesMapToSentinels(t *testing.T) {
+	for _, tc := range []struct {
+		code codes.Code
+		want error
+	}{
+		{codes.InvalidArgument, ErrInvalidArgument},
+		{codes.ResourceExhausted, ErrLimitExceeded},
+		{codes.Unavailable, ErrUnavailable},
+		{codes.DeadlineExceeded, context.DeadlineExceeded},
+		{codes.Canceled, context.Canceled},
+	} {
+		err := fromRPC(context.Background(), status.Error(tc.code, "keyspace: batch too large: 1001 operations, limit 1000"))
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%v: %v does not match %v", tc.code, err, tc.want)
+		}
+		if status.Code(err) != tc.code {
+			t.Errorf("%v: status.Code = %v", tc.code, status.Code(err))
+		}
+		if got, want := err.Error(), tc.want.Error()+": keyspace: batch too large: 1001 operations, limit 1000"; got != want {
+			t.Errorf("%v: message %q, want %q", tc.code, got, want)
+		}
+		if retryable(err) != (tc.code == codes.Unavailable) {
+			t.Errorf("%v: retryable = %v", tc.code, retryable(err))
+		}
+	}
+	internal := fromRPC(context.Background(), status.Error(codes.Internal, "boom"))
+	for _, s := range []error{ErrInvalidArgument, ErrLimitExceeded, ErrUnavailable, ErrLeaseLost} {
+		if errors.Is(internal, s) {
+			t.Errorf("Internal matches %v", s)
+		}
+	}
+	if status.Code(internal) != codes.Internal || retryable(internal) {
+		t.Errorf("Internal: %v", internal)
+	}
+	if fromCode(codes.OK, "") != nil || fromRPC(context.Background(), nil) != nil {
+		t.Error("OK must map to nil")
+	}
+}
+
+func TestContextErrorWinsOverStatus(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 0)
+	defer cancel()
+	<-ctx.Done()
+	err := fromRPC(ctx, status.Error(codes.DeadlineExceeded, "context deadline exceeded"))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v", err)
+	}
+	cause := errors.New("consumer shutting down")
+	cctx, ccancel := context.WithCancelCause(context.Background())
+	ccancel(cause)
+	err = fromRPC(cctx, status.Error(codes.Canceled, "context canceled"))
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, cause) {
+		t.Fatalf("err = %v, want Canceled and the cause", err)
+	}
+}
+
+func TestBusyError(t *testing.T) {
+	err := error(&BusyError{RetryAfter: 1500 * time.Millisecond, Attempt: 2})
+	if !errors.Is(err, ErrBusy) || errors.Is(err, ErrPoisoned) {
+		t.Fatal("BusyError must match ErrBusy only")
+	}
+	if got := err.Error(); got != "client: busy (attempt 2), retry after 1.5s" {
+		t.Fatalf("message %q", got)
+	}
+}
+
+func TestSentinelsArePrefixed(t *testing.T) {
+	for _, e := range []error{ErrLeaseLost, ErrBusy, ErrPoisoned, ErrStale, ErrMismatch, ErrInvalidArgument, ErrLimitExceeded, ErrUnavailable, ErrClosed, ErrHandlerPanic} {
+		if msg := e.Error(); len(msg) < 8 || msg[:8] != "client: " {
+			t.Errorf("%q is not prefixed", msg)
+		}
+	}
+}

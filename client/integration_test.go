@@ -1,0 +1,281 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/l4xg/grid/internal/gridtest"
+)
+
+// Integration tests against a real in-process grid node (Raft, Pebble, the
+// gRPC server), through gridtest.
+
+func dialNode(t *testing.T, n *gridtest.Node, opts ...Option) *Client {
+	t.Helper()
+	c, err := Dial(context.Background(), n.Addr(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestIntegrationOneAcquirerAmong1000(t *testing.T) {
+	n := gridtest.Start(t)
+	c := dialNode(t, n)
+	ctx := testCtx(t)
+
+	const callers = 1000
+	var wg sync.WaitGroup
+	var acquired, busy atomic.Int32
+	errs := make(chan error, callers)
+	start := make(chan struct{})
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			r, err := c.Reserve(ctx, "race", "the-key", WithLease(time.Minute))
+			switch {
+			case err != nil:
+				errs <- err
+			case r.Outcome == OutcomeAcquired:
+				acquired.Add(1)
+			case r.Outcome == OutcomeBusy && r.RetryAfter > 0:
+				busy.Add(1)
+			default:
+				errs <- fmt.Errorf("unexpected %v", r.Outcome)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if acquired.Load() != 1 || busy.Load() != callers-1 {
+		t.Fatalf("%d ACQUIRED, %d BUSY; want 1 and %d", acquired.Load(), busy.Load(), callers-1)
+	}
+	batches := c.b.batches.Load()
+	t.Logf("%d calls in %d Batch RPCs", callers, batches)
+	if batches >= callers/2 {
+		t.Fatalf("%d Batch RPCs for %d concurrent calls: not coalesced", batches, callers)
+	}
+}
+
+func TestIntegrationProcess(t *testing.T) {
+	n := gridtest.Start(t)
+	c := dialNode(t, n)
+	ctx := testCtx(t)
+
+	t.Run("complete then duplicate", func(t *testing.T) {
+		runs := 0
+		h := func(_ context.Context, l Lease) ([]byte, error) {
+			runs++
+			return []byte(fmt.Sprintf("done by %d", l.Token)), nil
+		}
+		out, err := c.Process(ctx, "it", "dup", h)
+		if err != nil || out.Duplicate || out.Attempt != 1 {
+			t.Fatalf("first: %+v %v", out, err)
+		}
+		dup, err := c.Process(ctx, "it", "dup", h)
+		if err != nil || !dup.Duplicate || string(dup.Result) != string(out.Result) || dup.CompletedAt.IsZero() {
+			t.Fatalf("duplicate: %+v %v", dup, err)
+		}
+		if runs != 1 {
+			t.Fatalf("handler ran %d times", runs)
+		}
+	})
+
+	t.Run("failure then retry", func(t *testing.T) {
+		attempts := []int{}
+		h := func(_ context.Context, l Lease) ([]byte, error) {
+			attempts = append(attempts, l.Attempt)
+			if l.Attempt == 1 {
+				return nil, RetryAfter(errors.New("downstream timeout"), 0)
+			}
+			return []byte("second time lucky"), nil
+		}
+		if _, err := c.Process(ctx, "it", "retry", h); err == nil || errors.Is(err, ErrPoisoned) {
+			t.Fatalf("attempt 1: %v", err)
+		}
+		g, err := c.Get(ctx, "it", "retry")
+		if err != nil || g.State != StateFailed {
+			t.Fatalf("after attempt 1: %+v %v", g, err)
+		}
+		out, err := c.Process(ctx, "it", "retry", h)
+		if err != nil || string(out.Result) != "second time lucky" || out.Attempt != 2 {
+			t.Fatalf("attempt 2: %+v %v", out, err)
+		}
+		if fmt.Sprint(attempts) != "[1 2]" {
+			t.Fatalf("attempts %v", attempts)
+		}
+	})
+
+	t.Run("poisoned after max attempts", func(t *testing.T) {
+		h := func(context.Context, Lease) ([]byte, error) {
+			return nil, RetryAfter(errors.New("always fails"), 0)
+		}
+		for attempt := 1; attempt <= 3; attempt++ {
+			_, err := c.Process(ctx, "it", "poison", h, WithMaxAttempts(3))
+			if poisoned := errors.Is(err, ErrPoisoned); err == nil || poisoned != (attempt == 3) {
+				t.Fatalf("attempt %d: %v", attempt, err)
+			}
+		}
+		_, err := c.Process(ctx, "it", "poison", func(context.Context, Lease) ([]byte, error) {
+			t.Error("handler ran on a poisoned key")
+			return nil, nil
+		}, WithMaxAttempts(3))
+		if !errors.Is(err, ErrPoisoned) {
+			t.Fatalf("after poisoning: %v", err)
+		}
+	})
+
+	t.Run("panic fails the key", func(t *testing.T) {
+		_, err := c.Process(ctx, "it", "panic", func(context.Context, Lease) ([]byte, error) { panic("boom") })
+		if !errors.Is(err, ErrHandlerPanic) {
+			t.Fatalf("err = %v", err)
+		}
+		if g, _ := c.Get(ctx, "it", "panic"); g.State != StateFailed || g.Attempt != 1 {
+			t.Fatalf("record %+v", g)
+		}
+	})
+
+	t.Run("entity versions", func(t *testing.T) {
+		ok := func(context.Context, Lease) ([]byte, error) { return []byte("v"), nil }
+		if _, err := c.Process(ctx, "it", "order-1/v2", ok, WithEntity("order-1", 2)); err != nil {
+			t.Fatalf("v2: %v", err)
+		}
+		if _, err := c.Process(ctx, "it", "order-1/v1", ok, WithEntity("order-1", 1)); !errors.Is(err, ErrStale) {
+			t.Fatalf("v1 after v2: %v, want ErrStale", err)
+		}
+		if _, err := c.Process(ctx, "it", "order-1/v3", ok, WithEntity("order-1", 3)); err != nil {
+			t.Fatalf("v3: %v", err)
+		}
+		g, err := c.Get(ctx, "it", "order-1/v3", ForEntity("order-1"))
+		if err != nil || g.State != StateCompleted {
+			t.Fatalf("get with entity: %+v %v", g, err)
+		}
+	})
+
+	t.Run("fingerprint mismatch", func(t *testing.T) {
+		ok := func(context.Context, Lease) ([]byte, error) { return nil, nil }
+		if _, err := c.Process(ctx, "it", "fp", ok, WithFingerprint(0xaaaa)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Process(ctx, "it", "fp", ok, WithFingerprint(0xbbbb)); !errors.Is(err, ErrMismatch) {
+			t.Fatalf("err = %v, want ErrMismatch", err)
+		}
+	})
+
+	t.Run("busy, then wait for the holder", func(t *testing.T) {
+		held, err := c.Reserve(ctx, "it", "held", WithLease(200*time.Millisecond))
+		if err != nil || held.Outcome != OutcomeAcquired {
+			t.Fatalf("reserve: %+v %v", held, err)
+		}
+		ok := func(_ context.Context, l Lease) ([]byte, error) { return []byte("taken over"), nil }
+		_, err = c.Process(ctx, "it", "held", ok)
+		var be *BusyError
+		if !errors.As(err, &be) || be.RetryAfter <= 0 || be.RetryAfter > 200*time.Millisecond {
+			t.Fatalf("err = %v, want *BusyError", err)
+		}
+		// The holder never settles: its lease runs out and the waiter takes
+		// over as attempt 2.
+		out, err := c.Process(ctx, "it", "held", ok, WaitForHolder())
+		if err != nil || out.Attempt != 2 {
+			t.Fatalf("wait: %+v %v", out, err)
+		}
+		if _, err := c.Complete(ctx, "it", "held", held.Token); !errors.Is(err, ErrLeaseLost) {
+			t.Fatalf("zombie complete: %v, want ErrLeaseLost", err)
+		}
+	})
+}
+
+func TestIntegrationLeaseIsExtended(t *testing.T) {
+	n := gridtest.Start(t)
+	c := dialNode(t, n)
+	other := dialNode(t, n)
+	ctx := testCtx(t)
+	const lease = 300 * time.Millisecond
+	out, err := c.Process(ctx, "it", "long", func(hctx context.Context, l Lease) ([]byte, error) {
+		first, err := c.Get(ctx, "it", "long")
+		if err != nil {
+			return nil, err
+		}
+		// Outlive the lease three times over by the grid's clock.
+		var r Result
+		waitCond(t, "three leases to pass", func() bool {
+			r, err = other.Reserve(ctx, "it", "long")
+			return err != nil || r.Now.Sub(first.Now) > 3*lease
+		})
+		if err != nil || r.Outcome != OutcomeBusy {
+			return nil, fmt.Errorf("another consumer got %v, %v", r.Outcome, err)
+		}
+		return []byte("still mine"), hctx.Err()
+	}, WithLease(lease))
+	if err != nil || string(out.Result) != "still mine" {
+		t.Fatalf("process: %+v %v", out, err)
+	}
+}
+
+func TestIntegrationInvalidInput(t *testing.T) {
+	n := gridtest.Start(t)
+	for _, batching := range []bool{true, false} {
+		c := dialNode(t, n, WithBatching(batching))
+		ctx := testCtx(t)
+		_, err := c.Reserve(ctx, "it", string(make([]byte, 2000)))
+		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "limit 1024") {
+			t.Fatalf("long key: %v", err)
+		}
+		_, err = c.Reserve(ctx, "it", "k", WithLease(time.Millisecond))
+		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "lease") {
+			t.Fatalf("short lease: %v", err)
+		}
+		_, err = c.Reserve(ctx, "Bad Namespace", "k")
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("namespace: %v", err)
+		}
+		r, err := c.Reserve(ctx, "it", fmt.Sprint("big-result-", batching))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Complete(ctx, "it", fmt.Sprint("big-result-", batching), r.Token, WithResult(make([]byte, 65<<10)))
+		if !errors.Is(err, ErrLimitExceeded) {
+			t.Fatalf("big result: %v", err)
+		}
+	}
+}
+
+func TestIntegrationSurvivesRestart(t *testing.T) {
+	n := gridtest.Start(t)
+	c := dialNode(t, n, WithRetryPolicy(RetryPolicy{Attempts: 40, BaseBackoff: 20 * time.Millisecond, MaxBackoff: 250 * time.Millisecond}))
+	ctx := testCtx(t)
+	r, err := c.Reserve(ctx, "it", "durable", WithLease(time.Minute))
+	if err != nil || r.Outcome != OutcomeAcquired {
+		t.Fatalf("reserve: %+v %v", r, err)
+	}
+	n.Restart()
+	// The same connection reconnects; the lease survived the restart.
+	if _, err := c.Complete(ctx, "it", "durable", r.Token, WithResult([]byte("ok"))); err != nil {
+		t.Fatalf("complete after restart: %v", err)
+	}
+	again, err := c.Reserve(ctx, "it", "durable")
+	if err != nil || again.Outcome != OutcomeDuplicate || string(again.Result) != "ok" {
+		t.Fatalf("after restart: %+v %v", again, err)
+	}
+	// Tokens keep growing per key across the restart.
+	if _, err := c.Forget(ctx, "it", "durable"); err != nil {
+		t.Fatal(err)
+	}
+	next, err := c.Reserve(ctx, "it", "durable")
+	if err != nil || next.Outcome != OutcomeAcquired || next.Token <= r.Token {
+		t.Fatalf("token %d after restart, want > %d (%v)", next.Token, r.Token, err)
+	}
+}

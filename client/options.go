@@ -1,0 +1,335 @@
+package client
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/l4xg/grid/api/gridpb"
+	"google.golang.org/grpc"
+)
+
+// Limits and defaults of the client.
+const (
+	// MaxBatchSize is the grid's limit of operations in one Batch RPC.
+	MaxBatchSize = 1000
+	// maxBatchBytes keeps one Batch request under the grid's 4 MiB request
+	// limit, with room for framing.
+	maxBatchBytes = 4<<20 - 64<<10
+	// maxRecvBytes fits a response of MaxBatchSize duplicates, each carrying
+	// a 64 KiB stored result.
+	maxRecvBytes = 96 << 20
+
+	// DefaultLease is the lease of Reserve and Process when none is given.
+	DefaultLease = 30 * time.Second
+	// DefaultMaxAttempts is the attempts of Process before a key is poisoned.
+	DefaultMaxAttempts = 5
+	// DefaultRetention is how long Process keeps a completed key.
+	DefaultRetention = 7 * 24 * time.Hour
+
+	defaultMaxInFlight = 8
+)
+
+// DefaultRetryPolicy is the retry policy of a Client without WithRetryPolicy:
+// 4 sends, backoff from 50 ms doubling up to 1 s.
+func DefaultRetryPolicy() RetryPolicy {
+	return RetryPolicy{Attempts: 4, BaseBackoff: 50 * time.Millisecond, MaxBackoff: time.Second}
+}
+
+// RetryPolicy says how a call that found the grid unavailable is sent again:
+// up to Attempts sends in all, waiting a capped exponential backoff with
+// jitter between them. Attempts <= 1 disables retries.
+type RetryPolicy struct {
+	Attempts    int
+	BaseBackoff time.Duration
+	MaxBackoff  time.Duration
+}
+
+// Validate reports a policy that cannot be used.
+func (p RetryPolicy) Validate() error {
+	if p.BaseBackoff < 0 || p.MaxBackoff < 0 {
+		return fmt.Errorf("%w: retry backoff must not be negative", ErrInvalidArgument)
+	}
+	if p.MaxBackoff < p.BaseBackoff {
+		return fmt.Errorf("%w: retry max backoff %v below base backoff %v", ErrInvalidArgument, p.MaxBackoff, p.BaseBackoff)
+	}
+	return nil
+}
+
+// backoff is the wait before send number attempt+1 (attempt >= 1): the base
+// doubled per attempt, capped, then jittered over its upper half so that
+// clients that failed together do not come back together.
+func (p RetryPolicy) backoff(attempt int) time.Duration {
+	d := p.BaseBackoff
+	for i := 1; i < attempt && d < p.MaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, p.MaxBackoff)
+	if d <= 1 {
+		return d
+	}
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// config is what Dial builds from its options, starting from defaultConfig.
+type config struct {
+	batching    bool
+	maxBatch    int
+	maxInFlight int
+	retry       RetryPolicy
+	dialOpts    []grpc.DialOption
+	clock       func() time.Time
+}
+
+func defaultConfig() config {
+	return config{
+		batching:    true,
+		maxBatch:    MaxBatchSize,
+		maxInFlight: defaultMaxInFlight,
+		retry:       DefaultRetryPolicy(),
+		clock:       time.Now,
+	}
+}
+
+func (c *config) validate() error {
+	if c.maxBatch < 1 || c.maxBatch > MaxBatchSize {
+		return fmt.Errorf("%w: max batch size %d out of range 1..%d", ErrInvalidArgument, c.maxBatch, MaxBatchSize)
+	}
+	if c.maxInFlight < 1 {
+		return fmt.Errorf("%w: max in-flight batches %d must be at least 1", ErrInvalidArgument, c.maxInFlight)
+	}
+	if c.clock == nil {
+		return fmt.Errorf("%w: nil clock", ErrInvalidArgument)
+	}
+	return c.retry.Validate()
+}
+
+// Option configures a Client at Dial.
+type Option func(*config)
+
+// WithBatching turns automatic batching of concurrent calls on (the default)
+// or off. Off, every call is its own unary RPC.
+func WithBatching(on bool) Option { return func(c *config) { c.batching = on } }
+
+// WithMaxBatchSize caps the operations of one automatic Batch RPC, 1..1000
+// (default 1000). Explicit Batch calls are split at this size too.
+func WithMaxBatchSize(n int) Option {
+	return func(c *config) { c.maxBatch = n }
+}
+
+// WithMaxInFlight caps the automatic Batch RPCs in flight at once (default
+// 8). Calls made while the window is full queue up and leave together in the
+// next batch.
+func WithMaxInFlight(n int) Option {
+	return func(c *config) { c.maxInFlight = n }
+}
+
+// WithRetryPolicy sets how calls that found the grid unavailable are retried
+// (default DefaultRetryPolicy()).
+func WithRetryPolicy(p RetryPolicy) Option { return func(c *config) { c.retry = p } }
+
+// WithDialOptions passes options to grpc.NewClient, after the client's own
+// (plaintext transport, a receive limit that fits a full batch of results,
+// reconnect backoff capped at 2 s), so they can override them: transport
+// credentials, keepalive, interceptors.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(c *config) { c.dialOpts = append(c.dialOpts, opts...) }
+}
+
+// WithClock sets the clock Process measures its local lease deadline with
+// (default time.Now). For tests that skew time.
+func WithClock(now func() time.Time) Option { return func(c *config) { c.clock = now } }
+
+// Options of operations. Each constructor says which operations take it; an
+// option of Reserve is also an option of Process.
+
+// ProcessOption configures one Process call.
+type ProcessOption interface {
+	applyProcess(*processConfig)
+}
+
+// ReserveOption configures a Reserve. Every ReserveOption is also a
+// ProcessOption, applied to the Reserve that Process makes.
+type ReserveOption interface {
+	ProcessOption
+	applyReserve(*gridpb.ReserveRequest)
+}
+
+// CompleteOption configures a Complete.
+type CompleteOption interface {
+	applyComplete(*gridpb.CompleteRequest)
+}
+
+// FailOption configures a Fail.
+type FailOption interface {
+	applyFail(*gridpb.FailRequest)
+}
+
+// GetOption configures a Get.
+type GetOption interface {
+	applyGet(*gridpb.GetRequest)
+}
+
+// ReleaseOption configures a Release.
+type ReleaseOption interface {
+	applyRelease(*gridpb.ReleaseRequest)
+}
+
+// ExtendOption configures an Extend.
+type ExtendOption interface {
+	applyExtend(*gridpb.ExtendRequest)
+}
+
+// ForgetOption configures a Forget.
+type ForgetOption interface {
+	applyForget(*gridpb.ForgetRequest)
+}
+
+type leaseOption time.Duration
+
+func (o leaseOption) applyReserve(r *gridpb.ReserveRequest) { r.LeaseMs = millis(time.Duration(o)) }
+func (o leaseOption) applyProcess(p *processConfig)         { p.lease = time.Duration(o) }
+
+// WithLease sets the processing lease, 100 ms .. 1 h (default 30 s). Reserve,
+// Process.
+func WithLease(d time.Duration) ReserveOption { return leaseOption(d) }
+
+type maxAttemptsOption int
+
+func (o maxAttemptsOption) applyReserve(r *gridpb.ReserveRequest) { r.MaxAttempts = uint32(max(o, 0)) }
+func (o maxAttemptsOption) applyProcess(p *processConfig)         { p.maxAttempts = int(o) }
+
+// WithMaxAttempts sets the attempts after which a failing key is poisoned
+// (default 5). Reserve, Process.
+func WithMaxAttempts(n int) ReserveOption { return maxAttemptsOption(n) }
+
+type fingerprintOption uint64
+
+func (o fingerprintOption) applyReserve(r *gridpb.ReserveRequest) {
+	fp := uint64(o)
+	r.Fingerprint = &fp
+}
+func (o fingerprintOption) applyProcess(p *processConfig) { p.reserve = append(p.reserve, o) }
+
+// WithFingerprint sets a 64-bit hash of the message payload: the same key
+// reserved with a different fingerprint is MISMATCH. Reserve, Process.
+func WithFingerprint(fp uint64) ReserveOption { return fingerprintOption(fp) }
+
+type entityOption struct {
+	entity  string
+	version uint64
+}
+
+func (o entityOption) applyReserve(r *gridpb.ReserveRequest) {
+	r.Entity, r.Version = []byte(o.entity), o.version
+}
+func (o entityOption) applyProcess(p *processConfig) {
+	p.reserve = append(p.reserve, o)
+	p.entity = ForEntity(o.entity)
+}
+
+// WithEntity names the entity the message changes and its version: a
+// version not newer than the entity's last completed one is STALE. The key
+// then lives on the entity's shard, so every later operation on it must name
+// the entity with ForEntity; Process does. Reserve, Process.
+func WithEntity(entity string, version uint64) ReserveOption {
+	return entityOption{entity: entity, version: version}
+}
+
+type poisonRetentionOption time.Duration
+
+func (o poisonRetentionOption) applyReserve(r *gridpb.ReserveRequest) {
+	r.PoisonRetentionMs = millis(time.Duration(o))
+}
+func (o poisonRetentionOption) applyProcess(p *processConfig) {
+	p.poisonRetention = time.Duration(o)
+}
+
+// WithPoisonRetention sets how long a key poisoned by a takeover (Reserve) or
+// by Process's Fail answers POISONED (default: the grid's). Reserve, Process.
+func WithPoisonRetention(d time.Duration) ReserveOption { return poisonRetentionOption(d) }
+
+// RetentionOption is the option made by WithRetention.
+type RetentionOption time.Duration
+
+func (o RetentionOption) applyComplete(r *gridpb.CompleteRequest) {
+	r.RetentionMs = millis(time.Duration(o))
+}
+func (o RetentionOption) applyFail(r *gridpb.FailRequest) { r.RetentionMs = millis(time.Duration(o)) }
+func (o RetentionOption) applyProcess(p *processConfig)   { p.retention = time.Duration(o) }
+
+// WithRetention sets how long a settled key is kept, up to 400 days: the
+// COMPLETED record for Complete and Process (default 7 days), the POISONED
+// record for Fail (default: the grid's).
+func WithRetention(d time.Duration) RetentionOption { return RetentionOption(d) }
+
+type resultOption []byte
+
+func (o resultOption) applyComplete(r *gridpb.CompleteRequest) { r.Result = o }
+
+// WithResult stores a result (<= 64 KiB) handed back to duplicates. Complete.
+// The slice must not change until the call returns.
+func WithResult(b []byte) CompleteOption { return resultOption(b) }
+
+type retryAfterOption time.Duration
+
+func (o retryAfterOption) applyFail(r *gridpb.FailRequest) {
+	ms := millis(time.Duration(o))
+	r.RetryAfterMs = &ms
+}
+
+// WithRetryAfter sets the delay before the key may be reserved again,
+// instead of the grid's exponential backoff by attempt. Fail.
+func WithRetryAfter(d time.Duration) FailOption { return retryAfterOption(d) }
+
+type poisonOption struct{}
+
+func (poisonOption) applyFail(r *gridpb.FailRequest) { r.Poison = true }
+
+// WithPoison poisons the key now instead of allowing a retry. Fail.
+func WithPoison() FailOption { return poisonOption{} }
+
+type staleOKOption struct{}
+
+func (staleOKOption) applyGet(r *gridpb.GetRequest) { r.StaleOk = true }
+
+// WithStaleOK allows a possibly stale read from the local replica instead
+// of a linearizable one. Get.
+func WithStaleOK() GetOption { return staleOKOption{} }
+
+// The option types keep up with the operations they claim to configure.
+var (
+	_ ReserveOption  = leaseOption(0)
+	_ CompleteOption = RetentionOption(0)
+	_ FailOption     = RetentionOption(0)
+	_ ProcessOption  = RetentionOption(0)
+	_ CompleteOption = EntityOption("")
+	_ FailOption     = EntityOption("")
+	_ ReleaseOption  = EntityOption("")
+	_ ExtendOption   = EntityOption("")
+	_ GetOption      = EntityOption("")
+	_ ForgetOption   = EntityOption("")
+)
+
+// EntityOption is the option made by ForEntity.
+type EntityOption string
+
+// ForEntity names the entity a key was reserved with (WithEntity). Such a key
+// lives on the entity's shard, so every later operation on it must name the
+// same entity. Complete, Fail, Release, Extend, Get, Forget.
+func ForEntity(entity string) EntityOption { return EntityOption(entity) }
+
+func (o EntityOption) applyComplete(r *gridpb.CompleteRequest) { r.Entity = o.bytes() }
+func (o EntityOption) applyFail(r *gridpb.FailRequest)         { r.Entity = o.bytes() }
+func (o EntityOption) applyRelease(r *gridpb.ReleaseRequest)   { r.Entity = o.bytes() }
+func (o EntityOption) applyExtend(r *gridpb.ExtendRequest)     { r.Entity = o.bytes() }
+func (o EntityOption) applyGet(r *gridpb.GetRequest)           { r.Entity = o.bytes() }
+func (o EntityOption) applyForget(r *gridpb.ForgetRequest)     { r.Entity = o.bytes() }
+
+func (o EntityOption) bytes() []byte {
+	if o == "" {
+		return nil
+	}
+	return []byte(o)
+}

@@ -1,0 +1,226 @@
+package client
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/l4xg/grid/api/gridpb"
+)
+
+// Outcome is what the grid answered to one operation (DESIGN.md section 2).
+// Outcomes are answers, not failures: they come back in Result.Outcome and
+// never as a gRPC error.
+type Outcome uint8
+
+// The outcomes, in the order of the wire enum.
+const (
+	OutcomeUnspecified Outcome = iota // a server that sent no outcome
+	OutcomeOK                         // the operation took effect (settles, Get, Forget)
+	OutcomeAcquired                   // Reserve took the processing lease
+	OutcomeBusy                       // another holder has the lease, or a retry delay runs
+	OutcomeDuplicate                  // the key was completed; Result holds the stored result
+	OutcomePoisoned                   // the key is poisoned: route the message to a dead-letter queue
+	OutcomeStale                      // the entity version is not newer than the committed one
+	OutcomeMismatch                   // the key was reserved with a different payload fingerprint
+	OutcomeLeaseLost                  // the token was superseded: the lease is gone
+)
+
+var outcomeNames = [...]string{
+	OutcomeUnspecified: "UNSPECIFIED",
+	OutcomeOK:          "OK",
+	OutcomeAcquired:    "ACQUIRED",
+	OutcomeBusy:        "BUSY",
+	OutcomeDuplicate:   "DUPLICATE",
+	OutcomePoisoned:    "POISONED",
+	OutcomeStale:       "STALE",
+	OutcomeMismatch:    "MISMATCH",
+	OutcomeLeaseLost:   "LEASE_LOST",
+}
+
+// String returns the upper-case wire name of the outcome ("ACQUIRED").
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// State is the state of a key's record after an operation.
+type State uint8
+
+// The record states.
+const (
+	StateUnspecified State = iota // a server that sent no state
+	StateAbsent                   // no record
+	StateProcessing               // a holder has the lease until Deadline
+	StateCompleted                // settled; answers DUPLICATE until Deadline
+	StateFailed                   // failed; may be reserved again from Deadline on
+	StatePoisoned                 // failed for good; answers POISONED until Deadline
+)
+
+var stateNames = [...]string{
+	StateUnspecified: "UNSPECIFIED",
+	StateAbsent:      "ABSENT",
+	StateProcessing:  "PROCESSING",
+	StateCompleted:   "COMPLETED",
+	StateFailed:      "FAILED",
+	StatePoisoned:    "POISONED",
+}
+
+// String returns the upper-case name of the state ("PROCESSING").
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("State(%d)", uint8(s))
+}
+
+// Result is the answer of the grid to one operation: gridpb.OpResult in Go
+// types. Zero times mean "not set".
+type Result struct {
+	Outcome Outcome
+	// State is the record's state after the operation.
+	State State
+	// Token is the fencing token of the lease (ACQUIRED, and the record's
+	// token where the server reports it).
+	Token uint64
+	// Attempt is the attempt number of the lease (1 for the first).
+	Attempt int
+	// Deadline is the lease expiry (PROCESSING), the retry-not-before time
+	// (FAILED) or the retention end (COMPLETED, POISONED), by the grid's clock.
+	Deadline time.Time
+	// RetryAfter is, for BUSY, how long until the holder's lease or the retry
+	// delay ends.
+	RetryAfter time.Duration
+	// CompletedAt is when the key was completed (DUPLICATE, COMPLETED).
+	CompletedAt time.Time
+	// Result is the stored result of a completed key. The slice is owned by
+	// the caller.
+	Result []byte
+	// Fingerprint is the record's payload fingerprint when HasFingerprint.
+	Fingerprint    uint64
+	HasFingerprint bool
+	// Now is the grid's stamped time the operation was evaluated at.
+	Now time.Time
+	// Existed reports, for Forget, whether a record was removed.
+	Existed bool
+}
+
+// Err turns an outcome into an error: nil for OK, ACQUIRED and DUPLICATE (a
+// duplicate is a success of the idempotent receiver: the message was
+// processed), a *BusyError for BUSY, and ErrPoisoned, ErrStale, ErrMismatch or
+// ErrLeaseLost for the others.
+func (r Result) Err() error {
+	switch r.Outcome {
+	case OutcomeOK, OutcomeAcquired, OutcomeDuplicate:
+		return nil
+	case OutcomeBusy:
+		return &BusyError{RetryAfter: r.RetryAfter, Attempt: r.Attempt}
+	case OutcomePoisoned:
+		return ErrPoisoned
+	case OutcomeStale:
+		return ErrStale
+	case OutcomeMismatch:
+		return ErrMismatch
+	case OutcomeLeaseLost:
+		return ErrLeaseLost
+	default:
+		return fmt.Errorf("%w: outcome %v", errProtocol, r.Outcome)
+	}
+}
+
+// fromPB converts a wire result. It copies nothing but the Result slice
+// reference: the message is not used after conversion.
+func fromPB(p *gridpb.OpResult) Result {
+	r := Result{
+		Outcome:     Outcome(p.GetOutcome()),
+		State:       State(p.GetState()),
+		Token:       p.GetToken(),
+		Attempt:     int(p.GetAttempt()),
+		Deadline:    fromUnixMs(p.GetDeadlineUnixMs()),
+		RetryAfter:  time.Duration(p.GetRetryAfterMs()) * time.Millisecond,
+		CompletedAt: fromUnixMs(p.GetCompletedAtUnixMs()),
+		Result:      p.GetResult(),
+		Now:         fromUnixMs(p.GetNowUnixMs()),
+		Existed:     p.GetExisted(),
+	}
+	if p != nil && p.Fingerprint != nil {
+		r.Fingerprint, r.HasFingerprint = *p.Fingerprint, true
+	}
+	if r.Outcome > OutcomeLeaseLost {
+		r.Outcome = OutcomeUnspecified
+	}
+	if r.State > StatePoisoned {
+		r.State = StateUnspecified
+	}
+	return r
+}
+
+// Status describes a grid node and its shards (the Status RPC).
+type Status struct {
+	NodeID  string
+	Version string
+	// Slots is the fixed number of slots of the digest space.
+	Slots  int
+	Now    time.Time
+	Shards []ShardStatus
+}
+
+// ShardStatus describes the local replica of one shard.
+type ShardStatus struct {
+	ID uint32
+	// RaftState is Leader, Follower, Candidate or Shutdown.
+	RaftState    string
+	Leader       string
+	Keys         uint64
+	HotBytes     uint64
+	AppliedIndex uint64
+	CommitIndex  uint64
+	LastIndex    uint64
+	Term         uint64
+	// Stamp is the last time stamped into the shard's log.
+	Stamp time.Time
+}
+
+func statusFromPB(p *gridpb.StatusResponse) Status {
+	s := Status{
+		NodeID:  p.GetNodeId(),
+		Version: p.GetVersion(),
+		Slots:   int(p.GetSlots()),
+		Now:     fromUnixMs(p.GetNowUnixMs()),
+		Shards:  make([]ShardStatus, 0, len(p.GetShards())),
+	}
+	for _, sh := range p.GetShards() {
+		s.Shards = append(s.Shards, ShardStatus{
+			ID:           sh.GetId(),
+			RaftState:    sh.GetRaftState(),
+			Leader:       sh.GetLeader(),
+			Keys:         sh.GetKeys(),
+			HotBytes:     sh.GetHotBytes(),
+			AppliedIndex: sh.GetAppliedIndex(),
+			CommitIndex:  sh.GetCommitIndex(),
+			LastIndex:    sh.GetLastIndex(),
+			Term:         sh.GetTerm(),
+			Stamp:        fromUnixMs(sh.GetStampUnixMs()),
+		})
+	}
+	return s
+}
+
+func fromUnixMs(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+// millis converts a duration to wire milliseconds, rounding a positive
+// sub-millisecond remainder up so that a positive duration never becomes 0
+// (which the wire reads as "server default").
+func millis(d time.Duration) int64 {
+	ms := int64(d / time.Millisecond)
+	if d > 0 && d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms
+}

@@ -1,0 +1,534 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/l4xg/grid/client"
+)
+
+// The operator CLI: one verb per grid operation, run against a node's client
+// port through the client package. Exit codes: 0 when the grid answered,
+// whatever the outcome (LEASE_LOST included); 1 for invalid input (flags, or
+// the grid's InvalidArgument / ResourceExhausted); 2 when the grid could not
+// be reached (unavailable, timed out, dial failure) or failed otherwise.
+const (
+	exitOK          = 0
+	exitInvalid     = 1
+	exitUnreachable = 2
+
+	defaultCLIAddr = "127.0.0.1:7420"
+)
+
+// cliRetry keeps an unreachable grid within --timeout: a couple of quick
+// resends for a leader election, no more.
+var cliRetry = client.RetryPolicy{Attempts: 3, BaseBackoff: 100 * time.Millisecond, MaxBackoff: 400 * time.Millisecond}
+
+// cliVerb is one verb of the CLI.
+type cliVerb struct {
+	usage   string
+	summary string
+	keyed   bool // takes --ns and --key
+	token   bool // takes --token
+	// bind registers the verb's own flags; after parsing, the returned func
+	// validates them and yields the operation to run.
+	bind func(fs *flag.FlagSet) func() (cliOp, error)
+}
+
+// cliOp runs one operation of a parsed invocation.
+type cliOp func(ctx context.Context, c *client.Client, a cliArgs) (client.Result, error)
+
+// cliArgs are the flags every keyed verb shares.
+type cliArgs struct {
+	ns, key string
+	token   uint64
+}
+
+var cliTable = map[string]cliVerb{
+	"reserve": {
+		usage:   "reserve --ns NS --key KEY [--lease 30s] [--max-attempts 5] [--fingerprint HEX] [--entity E --version N]",
+		summary: "Take the processing lease of a key, or say why not (BUSY, DUPLICATE, POISONED, STALE, MISMATCH).",
+		keyed:   true,
+		bind:    bindReserve,
+	},
+	"complete": {
+		usage:   "complete --ns NS --key KEY --token N [--retain 168h] [--result TEXT] [--entity E]",
+		summary: "Settle a held key as COMPLETED; it answers DUPLICATE, with the result, for the retention.",
+		keyed:   true, token: true,
+		bind: bindComplete,
+	},
+	"fail": {
+		usage:   "fail --ns NS --key KEY --token N [--retry-after D] [--poison] [--entity E]",
+		summary: "Settle a held key as FAILED (retryable after a backoff) or POISONED.",
+		keyed:   true, token: true,
+		bind: bindFail,
+	},
+	"release": {
+		usage:   "release --ns NS --key KEY --token N [--entity E]",
+		summary: "Give a held key back without counting an attempt.",
+		keyed:   true, token: true,
+		bind: bindEntityOnly(func(ctx context.Context, c *client.Client, a cliArgs, e client.EntityOption) (client.Result, error) {
+			return c.Release(ctx, a.ns, a.key, a.token, e)
+		}),
+	},
+	"extend": {
+		usage:   "extend --ns NS --key KEY --token N [--lease 30s] [--entity E]",
+		summary: "Renew a held lease from now.",
+		keyed:   true, token: true,
+		bind: bindExtend,
+	},
+	"get": {
+		usage:   "get --ns NS --key KEY [--stale-ok] [--entity E]",
+		summary: "Show the record of a key (ABSENT when there is none).",
+		keyed:   true,
+		bind:    bindGet,
+	},
+	"forget": {
+		usage:   "forget --ns NS --key KEY [--entity E]",
+		summary: "Remove the record of a key so that its message is processed again.",
+		keyed:   true,
+		bind: bindEntityOnly(func(ctx context.Context, c *client.Client, a cliArgs, e client.EntityOption) (client.Result, error) {
+			return c.Forget(ctx, a.ns, a.key, e)
+		}),
+	},
+	"status": {
+		usage:   "status",
+		summary: "Show the node and its shards: Raft state, leader, keys, applied index, stamp.",
+	},
+}
+
+// cliVerbs lists the CLI verbs, in the order of a help text.
+func cliVerbs() []string {
+	return []string{"reserve", "complete", "fail", "release", "extend", "get", "forget", "status"}
+}
+
+// cliUsage is the usage line and summary of a verb ("" for an unknown one).
+// Every verb also takes --addr, --json and --timeout.
+func cliUsage(verb string) string {
+	v, ok := cliTable[verb]
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("gridnode %s [--addr HOST:PORT] [--json] [--timeout 5s]\n  %s", v.usage, v.summary)
+}
+
+// runCLI runs one verb with its arguments and returns the exit code.
+func runCLI(verb string, args []string, stdout, stderr io.Writer) int {
+	v, ok := cliTable[verb]
+	if !ok {
+		fmt.Fprintf(stderr, "gridnode: unknown command %q (commands: serve, %s)\n", verb, strings.Join(cliVerbs(), ", "))
+		return exitInvalid
+	}
+	fs := flag.NewFlagSet("gridnode "+verb, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: %s\n\nflags:\n", cliUsage(verb))
+		fs.PrintDefaults()
+	}
+	addr := fs.String("addr", defaultCLIAddr, "client address of a grid node")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
+	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
+	var a cliArgs
+	if v.keyed {
+		fs.StringVar(&a.ns, "ns", "", "namespace (required)")
+		fs.StringVar(&a.key, "key", "", "idempotency key (required)")
+	}
+	if v.token {
+		fs.Uint64Var(&a.token, "token", 0, "fencing token returned by reserve (required)")
+	}
+	var bound func() (cliOp, error)
+	if v.bind != nil {
+		bound = v.bind(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitInvalid // flag has printed the error and the usage
+	}
+	op, err := validateCLI(fs, v, a, *timeout, bound)
+	if err != nil {
+		fmt.Fprintf(stderr, "gridnode %s: %v\nusage: %s\n", verb, err, cliUsage(verb))
+		return exitInvalid
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	out := cliOutput{verb: verb, json: *asJSON, stdout: stdout, stderr: stderr}
+	c, err := client.Dial(ctx, *addr, client.WithBatching(false), client.WithRetryPolicy(cliRetry))
+	if err != nil {
+		return out.fail(fmt.Errorf("cannot reach the grid at %s: %w", *addr, err), exitUnreachable)
+	}
+	defer c.Close()
+
+	if op == nil {
+		s, err := c.Status(ctx)
+		if err != nil {
+			return out.fail(fmt.Errorf("grid at %s: %w", *addr, err), cliExitCode(err))
+		}
+		return out.status(s)
+	}
+	r, err := op(ctx, c, a)
+	if err != nil && !(errors.Is(err, client.ErrLeaseLost) && r.Outcome == client.OutcomeLeaseLost) {
+		return out.fail(fmt.Errorf("grid at %s: %w", *addr, err), cliExitCode(err))
+	}
+	return out.result(r, verb == "forget")
+}
+
+// validateCLI checks what every verb shares, then the verb's own flags.
+func validateCLI(fs *flag.FlagSet, v cliVerb, a cliArgs, timeout time.Duration, bound func() (cliOp, error)) (cliOp, error) {
+	switch {
+	case fs.NArg() > 0:
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case timeout <= 0:
+		return nil, fmt.Errorf("--timeout must be positive, got %v", timeout)
+	case v.keyed && a.ns == "":
+		return nil, errors.New("missing --ns")
+	case v.keyed && a.key == "":
+		return nil, errors.New("missing --key")
+	case v.token && a.token == 0:
+		return nil, errors.New("missing --token (the token reserve printed)")
+	}
+	if bound == nil {
+		return nil, nil
+	}
+	return bound()
+}
+
+// cliExitCode classifies the error of a call the grid refused or never
+// answered.
+func cliExitCode(err error) int {
+	if errors.Is(err, client.ErrInvalidArgument) || errors.Is(err, client.ErrLimitExceeded) {
+		return exitInvalid
+	}
+	return exitUnreachable
+}
+
+func bindReserve(fs *flag.FlagSet) func() (cliOp, error) {
+	lease := fs.Duration("lease", client.DefaultLease, "processing lease, 100ms..1h")
+	maxAttempts := fs.Int("max-attempts", client.DefaultMaxAttempts, "attempts before the key is poisoned, 1..100")
+	fingerprint := fs.String("fingerprint", "", "64-bit payload fingerprint, in hex")
+	entity := fs.String("entity", "", "entity the message changes (with --version)")
+	version := fs.Uint64("version", 0, "version of the entity (with --entity)")
+	return func() (cliOp, error) {
+		if *lease <= 0 {
+			return nil, fmt.Errorf("--lease must be positive, got %v", *lease)
+		}
+		if *maxAttempts < 1 {
+			return nil, fmt.Errorf("--max-attempts must be at least 1, got %d", *maxAttempts)
+		}
+		opts := []client.ReserveOption{client.WithLease(*lease), client.WithMaxAttempts(*maxAttempts)}
+		if *fingerprint != "" {
+			fp, err := parseHex64(*fingerprint)
+			if err != nil {
+				return nil, fmt.Errorf("invalid --fingerprint: %w", err)
+			}
+			opts = append(opts, client.WithFingerprint(fp))
+		}
+		if (*entity == "") != (*version == 0) {
+			return nil, errors.New("--entity and --version go together (version >= 1)")
+		}
+		if *entity != "" {
+			opts = append(opts, client.WithEntity(*entity, *version))
+		}
+		return func(ctx context.Context, c *client.Client, a cliArgs) (client.Result, error) {
+			return c.Reserve(ctx, a.ns, a.key, opts...)
+		}, nil
+	}
+}
+
+func bindComplete(fs *flag.FlagSet) func() (cliOp, error) {
+	retain := fs.Duration("retain", client.DefaultRetention, "how long the key answers DUPLICATE, up to 400 days (9600h)")
+	result := fs.String("result", "", "result stored for duplicates (<= 64 KiB)")
+	entity := entityFlag(fs)
+	return func() (cliOp, error) {
+		if *retain <= 0 {
+			return nil, fmt.Errorf("--retain must be positive, got %v", *retain)
+		}
+		opts := []client.CompleteOption{client.WithRetention(*retain), client.ForEntity(*entity)}
+		if *result != "" {
+			opts = append(opts, client.WithResult([]byte(*result)))
+		}
+		return func(ctx context.Context, c *client.Client, a cliArgs) (client.Result, error) {
+			return c.Complete(ctx, a.ns, a.key, a.token, opts...)
+		}, nil
+	}
+}
+
+func bindFail(fs *flag.FlagSet) func() (cliOp, error) {
+	retryAfter := fs.Duration("retry-after", 0, "retry not before this delay (default: the grid's backoff by attempt)")
+	poison := fs.Bool("poison", false, "poison the key now")
+	entity := entityFlag(fs)
+	return func() (cliOp, error) {
+		opts := []client.FailOption{client.ForEntity(*entity)}
+		if flagSet(fs, "retry-after") {
+			if *retryAfter < 0 {
+				return nil, fmt.Errorf("--retry-after must not be negative, got %v", *retryAfter)
+			}
+			if *poison {
+				return nil, errors.New("--retry-after and --poison exclude each other")
+			}
+			opts = append(opts, client.WithRetryAfter(*retryAfter))
+		}
+		if *poison {
+			opts = append(opts, client.WithPoison())
+		}
+		return func(ctx context.Context, c *client.Client, a cliArgs) (client.Result, error) {
+			return c.Fail(ctx, a.ns, a.key, a.token, opts...)
+		}, nil
+	}
+}
+
+func bindExtend(fs *flag.FlagSet) func() (cliOp, error) {
+	lease := fs.Duration("lease", client.DefaultLease, "new lease from now, 100ms..1h")
+	entity := entityFlag(fs)
+	return func() (cliOp, error) {
+		if *lease <= 0 {
+			return nil, fmt.Errorf("--lease must be positive, got %v", *lease)
+		}
+		return func(ctx context.Context, c *client.Client, a cliArgs) (client.Result, error) {
+			return c.Extend(ctx, a.ns, a.key, a.token, *lease, client.ForEntity(*entity))
+		}, nil
+	}
+}
+
+func bindGet(fs *flag.FlagSet) func() (cliOp, error) {
+	staleOK := fs.Bool("stale-ok", false, "allow a possibly stale read from this node's replica")
+	entity := entityFlag(fs)
+	return func() (cliOp, error) {
+		opts := []client.GetOption{client.ForEntity(*entity)}
+		if *staleOK {
+			opts = append(opts, client.WithStaleOK())
+		}
+		return func(ctx context.Context, c *client.Client, a cliArgs) (client.Result, error) {
+			return c.Get(ctx, a.ns, a.key, opts...)
+		}, nil
+	}
+}
+
+// bindEntityOnly binds a verb whose only own flag is --entity.
+func bindEntityOnly(run func(context.Context, *client.Client, cliArgs, client.EntityOption) (client.Result, error)) func(*flag.FlagSet) func() (cliOp, error) {
+	return func(fs *flag.FlagSet) func() (cliOp, error) {
+		entity := entityFlag(fs)
+		return func() (cliOp, error) {
+			return func(ctx context.Context, c *client.Client, a cliArgs) (client.Result, error) {
+				return run(ctx, c, a, client.ForEntity(*entity))
+			}, nil
+		}
+	}
+}
+
+func entityFlag(fs *flag.FlagSet) *string {
+	return fs.String("entity", "", "entity the key was reserved with, if any (it selects the key's shard)")
+}
+
+// flagSet reports whether the flag was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
+}
+
+// parseHex64 reads up to 16 hex digits, with an optional 0x.
+func parseHex64(s string) (uint64, error) {
+	h := strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X")
+	if h == "" || len(h) > 16 {
+		return 0, fmt.Errorf("%q: want 1..16 hex digits", s)
+	}
+	v, err := strconv.ParseUint(h, 16, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q: want 1..16 hex digits", s)
+	}
+	return v, nil
+}
+
+// cliOutput prints the answer of one invocation as a table or as one JSON
+// object.
+type cliOutput struct {
+	verb           string
+	json           bool
+	stdout, stderr io.Writer
+}
+
+// cliResultJSON is the JSON shape of a result. Times are RFC 3339 in UTC,
+// omitted when unset; retry_after is a Go duration ("1.5s").
+type cliResultJSON struct {
+	Outcome      string  `json:"outcome"`
+	State        string  `json:"state"`
+	Token        uint64  `json:"token"`
+	Attempt      int     `json:"attempt"`
+	Deadline     string  `json:"deadline,omitempty"`
+	RetryAfter   string  `json:"retry_after,omitempty"`
+	CompletedAt  string  `json:"completed_at,omitempty"`
+	Result       *string `json:"result,omitempty"`
+	ResultBase64 string  `json:"result_base64,omitempty"`
+	Fingerprint  string  `json:"fingerprint,omitempty"`
+	Existed      *bool   `json:"existed,omitempty"`
+	Now          string  `json:"now,omitempty"`
+}
+
+type cliShardJSON struct {
+	ID           uint32 `json:"id"`
+	RaftState    string `json:"raft_state"`
+	Leader       string `json:"leader"`
+	Keys         uint64 `json:"keys"`
+	HotBytes     uint64 `json:"hot_bytes"`
+	AppliedIndex uint64 `json:"applied_index"`
+	CommitIndex  uint64 `json:"commit_index"`
+	LastIndex    uint64 `json:"last_index"`
+	Term         uint64 `json:"term"`
+	Stamp        string `json:"stamp,omitempty"`
+}
+
+type cliStatusJSON struct {
+	NodeID  string         `json:"node_id"`
+	Version string         `json:"version,omitempty"`
+	Slots   int            `json:"slots"`
+	Now     string         `json:"now,omitempty"`
+	Shards  []cliShardJSON `json:"shards"`
+}
+
+func cliTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+func resultJSON(r client.Result, forget bool) cliResultJSON {
+	j := cliResultJSON{
+		Outcome:     r.Outcome.String(),
+		State:       r.State.String(),
+		Token:       r.Token,
+		Attempt:     r.Attempt,
+		Deadline:    cliTime(r.Deadline),
+		CompletedAt: cliTime(r.CompletedAt),
+		Now:         cliTime(r.Now),
+	}
+	if r.RetryAfter > 0 {
+		j.RetryAfter = r.RetryAfter.String()
+	}
+	if len(r.Result) > 0 {
+		if utf8.Valid(r.Result) {
+			s := string(r.Result)
+			j.Result = &s
+		} else {
+			j.ResultBase64 = base64.StdEncoding.EncodeToString(r.Result)
+		}
+	}
+	if r.HasFingerprint {
+		j.Fingerprint = fmt.Sprintf("%016x", r.Fingerprint)
+	}
+	if forget {
+		j.Existed = &r.Existed
+	}
+	return j
+}
+
+func (o cliOutput) result(r client.Result, forget bool) int {
+	j := resultJSON(r, forget)
+	if o.json {
+		return o.writeJSON(j)
+	}
+	tw := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+		}
+	}
+	row("OUTCOME", j.Outcome)
+	row("STATE", j.State)
+	row("TOKEN", strconv.FormatUint(j.Token, 10))
+	row("ATTEMPT", strconv.Itoa(j.Attempt))
+	row("DEADLINE", withRelative(j.Deadline, r.Deadline, r.Now))
+	row("RETRY AFTER", j.RetryAfter)
+	row("COMPLETED AT", j.CompletedAt)
+	if j.Result != nil {
+		row("RESULT", strconv.Quote(*j.Result))
+	}
+	row("RESULT (BASE64)", j.ResultBase64)
+	row("FINGERPRINT", j.Fingerprint)
+	if j.Existed != nil {
+		row("EXISTED", strconv.FormatBool(*j.Existed))
+	}
+	row("GRID TIME", j.Now)
+	return o.flush(tw)
+}
+
+// withRelative adds how far t is from the grid's now: "... (in 29.5s)".
+func withRelative(s string, t, now time.Time) string {
+	if s == "" || now.IsZero() {
+		return s
+	}
+	if d := t.Sub(now); d < 0 {
+		return fmt.Sprintf("%s (%v ago)", s, -d)
+	}
+	return fmt.Sprintf("%s (in %v)", s, t.Sub(now))
+}
+
+func (o cliOutput) status(s client.Status) int {
+	j := cliStatusJSON{NodeID: s.NodeID, Version: s.Version, Slots: s.Slots, Now: cliTime(s.Now), Shards: []cliShardJSON{}}
+	for _, sh := range s.Shards {
+		j.Shards = append(j.Shards, cliShardJSON{
+			ID: sh.ID, RaftState: sh.RaftState, Leader: sh.Leader, Keys: sh.Keys, HotBytes: sh.HotBytes,
+			AppliedIndex: sh.AppliedIndex, CommitIndex: sh.CommitIndex, LastIndex: sh.LastIndex, Term: sh.Term,
+			Stamp: cliTime(sh.Stamp),
+		})
+	}
+	if o.json {
+		return o.writeJSON(j)
+	}
+	fmt.Fprintf(o.stdout, "node %s  version %s  slots %d  time %s\n\n", j.NodeID, orDash(j.Version), j.Slots, orDash(j.Now))
+	tw := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tRAFT STATE\tLEADER\tKEYS\tAPPLIED INDEX\tSTAMP")
+	for _, sh := range j.Shards {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\n", sh.ID, sh.RaftState, orDash(sh.Leader), sh.Keys, sh.AppliedIndex, orDash(sh.Stamp))
+	}
+	return o.flush(tw)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// fail reports an error: on stderr, and with --json also as one JSON object
+// {"error": ..., "exit_code": ...} on stdout.
+func (o cliOutput) fail(err error, code int) int {
+	fmt.Fprintf(o.stderr, "gridnode %s: %v\n", o.verb, err)
+	if o.json {
+		_ = json.NewEncoder(o.stdout).Encode(struct {
+			Error    string `json:"error"`
+			ExitCode int    `json:"exit_code"`
+		}{err.Error(), code})
+	}
+	return code
+}
+
+func (o cliOutput) writeJSON(v any) int {
+	if err := json.NewEncoder(o.stdout).Encode(v); err != nil {
+		fmt.Fprintf(o.stderr, "gridnode %s: write output: %v\n", o.verb, err)
+		return exitUnreachable
+	}
+	return exitOK
+}
+
+func (o cliOutput) flush(tw *tabwriter.Writer) int {
+	if err := tw.Flush(); err != nil {
+		fmt.Fprintf(o.stderr, "gridnode %s: write output: %v\n", o.verb, err)
+		return exitUnreachable
+	}
+	return exitOK
+}

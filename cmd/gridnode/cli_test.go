@@ -1,0 +1,237 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/l4xg/grid/internal/gridtest"
+)
+
+// cli runs one invocation and returns its exit code and outputs.
+func cli(t *testing.T, verb string, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := runCLI(verb, args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// closedCLIAddr is a loopback port nothing listens on any more.
+func closedCLIAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	if err := lis.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// oneJSON decodes stdout, which must hold exactly one JSON object.
+func oneJSON(t *testing.T, stdout string) map[string]any {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		t.Fatalf("stdout is not a JSON object: %v\n%s", err, stdout)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		t.Fatalf("more than one JSON value on stdout:\n%s", stdout)
+	}
+	return m
+}
+
+func TestCLIVerbs(t *testing.T) {
+	verbs := cliVerbs()
+	want := []string{"reserve", "complete", "fail", "release", "extend", "get", "forget", "status"}
+	if !slices.Equal(verbs, want) {
+		t.Fatalf("verbs %v", verbs)
+	}
+	if len(cliTable) != len(verbs) {
+		t.Fatalf("%d verbs in the table, %d listed", len(cliTable), len(verbs))
+	}
+	for _, v := range verbs {
+		if u := cliUsage(v); !strings.HasPrefix(u, "gridnode "+v) {
+			t.Errorf("usage of %s: %q", v, u)
+		}
+		if code, _, stderr := cli(t, v, "-h"); code != 0 || !strings.Contains(stderr, "-addr") {
+			t.Errorf("%s -h: exit %d, usage %q", v, code, stderr)
+		}
+	}
+	if cliUsage("serve") != "" {
+		t.Error("serve is not a CLI verb")
+	}
+}
+
+func TestCLIInvalidInput(t *testing.T) {
+	addr := closedCLIAddr(t) // nothing must be sent: a send would exit 2
+	for _, tc := range []struct {
+		verb string
+		args []string
+		want string
+	}{
+		{"reserve", nil, "missing --ns"},
+		{"reserve", []string{"--ns", "a"}, "missing --key"},
+		{"get", []string{"--key", "k"}, "missing --ns"},
+		{"complete", []string{"--ns", "a", "--key", "k"}, "missing --token"},
+		{"extend", []string{"--ns", "a", "--key", "k", "--token", "x"}, `invalid value "x" for flag -token`},
+		{"reserve", []string{"--ns", "a", "--key", "k", "--bogus"}, "flag provided but not defined: -bogus"},
+		{"reserve", []string{"--ns", "a", "--key", "k", "--fingerprint", "xyz"}, "invalid --fingerprint"},
+		{"reserve", []string{"--ns", "a", "--key", "k", "--fingerprint", "11112222333344445"}, "invalid --fingerprint"},
+		{"reserve", []string{"--ns", "a", "--key", "k", "--entity", "order-1"}, "--entity and --version go together"},
+		{"reserve", []string{"--ns", "a", "--key", "k", "--version", "3"}, "--entity and --version go together"},
+		{"reserve", []string{"--ns", "a", "--key", "k", "--lease", "0s"}, "--lease must be positive"},
+		{"reserve", []string{"--ns", "a", "--key", "k", "--max-attempts", "0"}, "--max-attempts"},
+		{"fail", []string{"--ns", "a", "--key", "k", "--token", "9", "--retry-after", "1s", "--poison"}, "exclude each other"},
+		{"fail", []string{"--ns", "a", "--key", "k", "--token", "9", "--retry-after", "-1s"}, "--retry-after must not be negative"},
+		{"complete", []string{"--ns", "a", "--key", "k", "--token", "9", "--retain", "0s"}, "--retain must be positive"},
+		{"status", []string{"extra"}, `unexpected argument "extra"`},
+		{"status", []string{"--timeout", "0s"}, "--timeout must be positive"},
+		{"frobnicate", nil, `unknown command "frobnicate"`},
+	} {
+		args := append([]string{"--addr", addr}, tc.args...)
+		code, stdout, stderr := cli(t, tc.verb, args...)
+		if code != 1 || !strings.Contains(stderr, tc.want) || stdout != "" {
+			t.Errorf("%s %v: exit %d, stderr %q, stdout %q; want exit 1 naming %q", tc.verb, tc.args, code, stderr, stdout, tc.want)
+		}
+	}
+}
+
+func TestCLIUnreachableGrid(t *testing.T) {
+	addr := closedCLIAddr(t)
+	for _, args := range [][]string{
+		{"status"},
+		{"reserve", "--ns", "a", "--key", "k"},
+		{"complete", "--ns", "a", "--key", "k", "--token", "7"},
+		{"get", "--ns", "a", "--key", "k", "--stale-ok"},
+	} {
+		start := time.Now()
+		code, stdout, stderr := cli(t, args[0], append(args[1:], "--addr", addr, "--timeout", "2s")...)
+		if code != 2 || !strings.Contains(stderr, "unavailable") || stdout != "" {
+			t.Errorf("%v: exit %d, stderr %q, stdout %q; want exit 2", args, code, stderr, stdout)
+		}
+		if d := time.Since(start); d > 2*time.Second+500*time.Millisecond {
+			t.Errorf("%v: took %v, beyond --timeout", args, d)
+		}
+	}
+	code, stdout, _ := cli(t, "reserve", "--addr", addr, "--ns", "a", "--key", "k", "--json")
+	if code != 2 {
+		t.Fatalf("exit %d", code)
+	}
+	m := oneJSON(t, stdout)
+	if m["exit_code"] != float64(2) || !strings.Contains(m["error"].(string), "unavailable") {
+		t.Fatalf("error object %v", m)
+	}
+}
+
+func TestCLIAgainstAGrid(t *testing.T) {
+	n := gridtest.Start(t)
+	base := []string{"--addr", n.Addr(), "--ns", "cli", "--key", "order-1"}
+	run := func(verb string, args ...string) (int, string, string) {
+		return cli(t, verb, append(slices.Clone(base), args...)...)
+	}
+
+	code, stdout, stderr := run("reserve", "--json", "--lease", "1m", "--fingerprint", "0xbeef")
+	if code != 0 {
+		t.Fatalf("reserve: exit %d: %s", code, stderr)
+	}
+	m := oneJSON(t, stdout)
+	if m["outcome"] != "ACQUIRED" || m["state"] != "PROCESSING" || m["attempt"] != float64(1) || m["fingerprint"] != "000000000000beef" {
+		t.Fatalf("reserve: %v", m)
+	}
+	token, ok := m["token"].(float64)
+	if !ok || token <= 0 {
+		t.Fatalf("token %v", m["token"])
+	}
+	deadline, err := time.Parse(time.RFC3339, m["deadline"].(string))
+	if err != nil || time.Until(deadline) < 50*time.Second {
+		t.Fatalf("deadline %v: %v", m["deadline"], err)
+	}
+	for _, absent := range []string{"completed_at", "result", "retry_after"} {
+		if _, ok := m[absent]; ok {
+			t.Errorf("reserve: %q present: %v", absent, m)
+		}
+	}
+	tok := strconv.FormatUint(uint64(token), 10)
+
+	code, stdout, _ = run("reserve", "--json")
+	if m := oneJSON(t, stdout); code != 0 || m["outcome"] != "BUSY" || m["retry_after"] == nil {
+		t.Fatalf("second reserve: exit %d %v", code, m)
+	}
+
+	code, stdout, _ = run("extend", "--token", tok, "--lease", "2m")
+	if code != 0 || !strings.Contains(stdout, "OUTCOME") || !strings.Contains(stdout, "OK") {
+		t.Fatalf("extend: exit %d\n%s", code, stdout)
+	}
+
+	// A wrong token: the grid answered LEASE_LOST, which exits 0.
+	code, stdout, _ = run("complete", "--json", "--token", strconv.FormatUint(uint64(token)+1, 10))
+	if m := oneJSON(t, stdout); code != 0 || m["outcome"] != "LEASE_LOST" {
+		t.Fatalf("complete with a stale token: exit %d %v", code, m)
+	}
+
+	code, _, stderr = run("complete", "--token", tok, "--result", "shipped", "--retain", "1h")
+	if code != 0 {
+		t.Fatalf("complete: exit %d: %s", code, stderr)
+	}
+	code, stdout, _ = run("get", "--json")
+	m = oneJSON(t, stdout)
+	if code != 0 || m["outcome"] != "OK" || m["state"] != "COMPLETED" || m["result"] != "shipped" {
+		t.Fatalf("get: exit %d %v", code, m)
+	}
+	if _, err := time.Parse(time.RFC3339, m["completed_at"].(string)); err != nil {
+		t.Fatalf("completed_at: %v", err)
+	}
+
+	code, stdout, _ = run("reserve")
+	if code != 0 || !strings.Contains(stdout, "DUPLICATE") || !strings.Contains(stdout, `"shipped"`) {
+		t.Fatalf("duplicate (table): exit %d\n%s", code, stdout)
+	}
+
+	code, stdout, _ = run("forget", "--json")
+	if m := oneJSON(t, stdout); code != 0 || m["existed"] != true {
+		t.Fatalf("forget: exit %d %v", code, m)
+	}
+
+	// Invalid input refused by the grid: exit 1, naming the limit.
+	long := strings.Repeat("k", 2000)
+	code, _, stderr = cli(t, "reserve", "--addr", n.Addr(), "--ns", "cli", "--key", long)
+	if code != 1 || !strings.Contains(stderr, "limit 1024") {
+		t.Fatalf("long key: exit %d: %s", code, stderr)
+	}
+	code, _, stderr = cli(t, "reserve", "--addr", n.Addr(), "--ns", "Not A Namespace", "--key", "k")
+	if code != 1 || !strings.Contains(stderr, "invalid argument") {
+		t.Fatalf("bad namespace: exit %d: %s", code, stderr)
+	}
+
+	// Fail, then poison.
+	_, stdout, _ = run("reserve", "--json")
+	tok = strconv.FormatFloat(oneJSON(t, stdout)["token"].(float64), 'f', 0, 64)
+	code, stdout, _ = run("fail", "--json", "--token", tok, "--poison")
+	if m := oneJSON(t, stdout); code != 0 || m["state"] != "POISONED" {
+		t.Fatalf("fail --poison: exit %d %v", code, m)
+	}
+	code, stdout, _ = run("release", "--json", "--token", tok)
+	if m := oneJSON(t, stdout); code != 0 || m["outcome"] != "LEASE_LOST" {
+		t.Fatalf("release of a settled key: exit %d %v", code, m)
+	}
+
+	code, stdout, stderr = cli(t, "status", "--addr", n.Addr())
+	if code != 0 || !strings.Contains(stdout, "SHARD") || !strings.Contains(stdout, "Leader") {
+		t.Fatalf("status: exit %d\n%s%s", code, stdout, stderr)
+	}
+	code, stdout, _ = cli(t, "status", "--addr", n.Addr(), "--json")
+	m = oneJSON(t, stdout)
+	if shards, ok := m["shards"].([]any); code != 0 || !ok || len(shards) == 0 || m["slots"] == nil {
+		t.Fatalf("status json: exit %d %v", code, m)
+	}
+}

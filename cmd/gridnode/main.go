@@ -1,0 +1,60 @@
+// Command gridnode is the L4XG Grid server and its operator CLI.
+//
+//	gridnode serve [flags]            run a node (no flags: a single-node grid in ./gridnode-data)
+//	gridnode reserve|complete|fail|release|extend|get|forget|status [flags]
+//
+// Run "gridnode <command> -h" for the flags of a command.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 1
+	}
+	switch verb := args[0]; verb {
+	case "serve":
+		return serve(args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "gridnode", version)
+		return 0
+	case "help", "-h", "--help":
+		usage(stdout)
+		return 0
+	default:
+		for _, v := range cliVerbs() {
+			if v == verb {
+				return runCLI(verb, args[1:], stdout, stderr)
+			}
+		}
+		fmt.Fprintf(stderr, "gridnode: unknown command %q\n", verb)
+		usage(stderr)
+		return 1
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, `usage: gridnode <command> [flags]
+
+  serve      run a grid node (no flags: single node, data in ./gridnode-data,
+             gRPC on 127.0.0.1:7420, metrics on 127.0.0.1:7423)
+  %s
+             operator commands against --addr (default 127.0.0.1:7420)
+  version    print the version
+
+Run "gridnode <command> -h" for the flags of a command.
+`, strings.Join(cliVerbs(), ", "))
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/l4xg/grid/api"
+	"github.com/l4xg/grid/shard"
+)
+
+// serve runs a node until SIGINT or SIGTERM, then drains and stops it.
+func serve(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		dataDir    = fs.String("data-dir", "./gridnode-data", "data directory (Raft logs, snapshots, hard settings)")
+		listen     = fs.String("listen", "127.0.0.1:7420", "client gRPC address")
+		httpListen = fs.String("http-listen", "127.0.0.1:7423", "HTTP address for /metrics, /healthz, /readyz (empty: off)")
+		shards     = fs.Int("shards", shard.DefaultShards, "shards on this node (hard setting: fixed when the data directory is created)")
+		nodeID     = fs.String("node-id", "node-1", "node id")
+		pprof      = fs.Bool("pprof", false, "serve /debug/pprof/ on the HTTP address")
+		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
+		drain      = fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight requests may take at shutdown")
+	)
+	if err := fs.Parse(args); err != nil {
+		return 1
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "serve: unexpected arguments %q\n", fs.Args())
+		return 1
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(stderr, "serve: --log-level: %v\n", err)
+		return 1
+	}
+	if *shards < 1 || *shards > shard.DefaultSlots {
+		fmt.Fprintf(stderr, "serve: --shards %d out of range 1..%d\n", *shards, shard.DefaultSlots)
+		return 1
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	node, err := api.StartNode(api.NodeConfig{
+		Host:       shard.HostConfig{NodeID: *nodeID, DataDir: *dataDir, Shards: *shards},
+		Listen:     *listen,
+		HTTPListen: *httpListen,
+		Pprof:      *pprof,
+		Version:    version,
+		Logger:     logger,
+	})
+	if err != nil {
+		logger.Error("cannot start", "err", err)
+		if errors.Is(err, shard.ErrHardSettings) {
+			return 1
+		}
+		return 2
+	}
+	logger.Info("gridnode serving", "version", version, "grpc", node.Addr(), "http", node.HTTPAddr(),
+		"data_dir", *dataDir, "shards", *shards)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		readyCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		start := time.Now()
+		if err := node.WaitReady(readyCtx); err == nil {
+			logger.Info("ready", "took", time.Since(start).Round(time.Millisecond))
+			fmt.Fprintf(stdout, "ready: grpc %s\n", node.Addr())
+		}
+	}()
+	<-ctx.Done()
+	logger.Info("shutting down")
+	stopCtx, cancel := context.WithTimeout(context.Background(), *drain)
+	defer cancel()
+	if err := node.Stop(stopCtx); err != nil {
+		logger.Error("shutdown", "err", err)
+		return 2
+	}
+	logger.Info("stopped")
+	return 0
+}
