@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/l4xg/grid/client"
+)
+
+// proc is a gridnode serve child process.
+type proc struct {
+	cmd     *exec.Cmd
+	addr    string
+	exited  chan struct{} // closed when the process has exited
+	exitErr error
+}
+
+// startServe runs "gridnode serve" on dir and waits for its ready line.
+func startServe(t *testing.T, dir string) *proc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "serve", "--data-dir", dir,
+		"--listen", "127.0.0.1:0", "--http-listen", "", "--log-level", "warn")
+	cmd.Env = append(os.Environ(), "GRIDNODE_EXEC=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, exited: make(chan struct{})}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if addr, ok := strings.CutPrefix(sc.Text(), "ready: grpc "); ok {
+				ready <- addr
+			}
+		}
+	}()
+	go func() {
+		p.exitErr = cmd.Wait()
+		close(p.exited)
+	}()
+	select {
+	case p.addr = <-ready:
+	case <-p.exited:
+		t.Fatalf("gridnode exited before ready: %v", p.exitErr)
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("gridnode not ready within 60s")
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.exited
+	})
+	return p
+}
+
+func (p *proc) kill9(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.exited
+}
+
+type want struct {
+	state  client.State
+	token  uint64
+	result string
+}
+
+// TestKill9KeepsAcknowledged: 10,000 distinct keys reserved by 50 concurrent
+// callers are all ACQUIRED; some are then completed, failed or poisoned; after
+// kill -9 and a restart on the same data directory every acknowledged state
+// is there, and tokens keep increasing. Then SIGTERM stops the node cleanly.
+func TestKill9KeepsAcknowledged(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	dir := t.TempDir()
+	p := startServe(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const callers, perCaller = 50, 200
+	wants := make(map[string]want, callers*perCaller)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var maxToken uint64
+	errs := make(chan error, callers)
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perCaller {
+				n := g*perCaller + i
+				key := fmt.Sprintf("msg-%05d", n)
+				r, err := c.Reserve(ctx, "crash", key, client.WithLease(time.Hour))
+				if err != nil || r.Outcome != client.OutcomeAcquired {
+					errs <- fmt.Errorf("reserve %s: %v %v", key, r.Outcome, err)
+					return
+				}
+				w := want{state: client.StateProcessing, token: r.Token}
+				switch {
+				case n%10 < 3: // 30% completed with a result
+					w.result = "done-" + key
+					_, err = c.Complete(ctx, "crash", key, r.Token, client.WithResult([]byte(w.result)))
+					w.state = client.StateCompleted
+				case n%10 == 3: // 10% failed, retry in an hour
+					_, err = c.Fail(ctx, "crash", key, r.Token, client.WithRetryAfter(time.Hour))
+					w.state = client.StateFailed
+				case n%100 == 4: // 1% poisoned
+					_, err = c.Fail(ctx, "crash", key, r.Token, client.WithPoison())
+					w.state = client.StatePoisoned
+				}
+				if err != nil {
+					errs <- fmt.Errorf("settle %s: %v", key, err)
+					return
+				}
+				mu.Lock()
+				wants[key] = w
+				maxToken = max(maxToken, r.Token)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(wants) != callers*perCaller {
+		t.Fatalf("%d keys acknowledged, want %d", len(wants), callers*perCaller)
+	}
+	c.Close()
+	p.kill9(t)
+
+	p = startServe(t, dir)
+	c, err = client.Dial(ctx, p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	checkAll(ctx, t, c, wants)
+
+	fresh, err := c.Reserve(ctx, "crash", "after-restart")
+	if err != nil || fresh.Outcome != client.OutcomeAcquired || fresh.Token <= maxToken {
+		t.Fatalf("reserve after restart: %+v %v (max token before %d)", fresh, err, maxToken)
+	}
+	dup, err := c.Reserve(ctx, "crash", "msg-00000")
+	if err != nil || dup.Outcome != client.OutcomeDuplicate || string(dup.Result) != "done-msg-00000" {
+		t.Fatalf("duplicate after restart: %+v %v", dup, err)
+	}
+
+	// Graceful stop: SIGTERM drains and exits 0.
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+		if p.exitErr != nil {
+			t.Fatalf("exit after SIGTERM: %v", p.exitErr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no exit within 30s of SIGTERM")
+	}
+}
+
+// checkAll reads every key back in batches and compares with wants.
+func checkAll(ctx context.Context, t *testing.T, c *client.Client, wants map[string]want) {
+	t.Helper()
+	keys := make([]string, 0, len(wants))
+	for k := range wants {
+		keys = append(keys, k)
+	}
+	for start := 0; start < len(keys); start += 1000 {
+		chunk := keys[start:min(start+1000, len(keys))]
+		ops := make([]client.Op, len(chunk))
+		for i, k := range chunk {
+			ops[i] = client.GetOp("crash", k)
+		}
+		res, errs, err := c.Batch(ctx, ops)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, k := range chunk {
+			w, r := wants[k], res[i]
+			if errs[i] != nil || r.State != w.state || r.Token != w.token || string(r.Result) != w.result {
+				t.Fatalf("%s after kill -9: state %v token %d result %q err %v; want %v %d %q",
+					k, r.State, r.Token, r.Result, errs[i], w.state, w.token, w.result)
+			}
+		}
+	}
+}
