@@ -60,7 +60,7 @@ type Command struct {
 	RetryAfter    int64
 	Poison        bool // Fail
 
-	Result []byte // Complete; aliases the decoded entry
+	Result []byte // Complete (and the payload of an ignorable op); aliases the decoded entry
 }
 
 // Entry is one Raft log entry: a batch of commands stamped by the leader with
@@ -151,6 +151,11 @@ func appendCommand(buf []byte, c *Command) []byte {
 	case OpExtend:
 		buf = binary.AppendUvarint(buf, c.Token)
 		buf = binary.AppendUvarint(buf, uint64(c.Lease))
+	default:
+		if c.Op >= opIgnorable {
+			buf = binary.AppendUvarint(buf, uint64(len(c.Result)))
+			buf = append(buf, c.Result...)
+		}
 	}
 	return buf
 }
@@ -195,6 +200,11 @@ func DecodeEntry(b []byte) (Entry, error) {
 func (d *decoder) command() (Command, error) {
 	c := Command{Op: Op(d.byte())}
 	flags := d.byte()
+	if flags&^(cmdFingerprint|cmdEntity|cmdRetryAfter|cmdPoison) != 0 && d.err == nil {
+		// A flag this version does not know may change what the command
+		// does: refuse rather than apply it differently from its writer.
+		d.err = fmt.Errorf("%w: unknown command flags %#x", ErrCorruptEntry, flags)
+	}
 	c.Digest = d.digest()
 	c.HasFingerprint = flags&cmdFingerprint != 0
 	c.HasEntity = flags&cmdEntity != 0
@@ -232,8 +242,9 @@ func (d *decoder) command() (Command, error) {
 		if c.Op < opIgnorable {
 			return c, fmt.Errorf("%w: unknown op %d", ErrCorruptEntry, c.Op)
 		}
-		// An ignorable op carries its payload length-prefixed.
-		d.bytes()
+		// An ignorable op carries its payload length-prefixed, kept in
+		// Result so the entry re-encodes to the same bytes.
+		c.Result = d.bytes()
 	}
 	return c, d.err
 }

@@ -34,7 +34,7 @@ import (
 //	get key=a now=...          Machine.Get, not applied; checks that it changes nothing
 //	tick now=... [index=N]     a Tick entry with no commands: prints the records held before and after
 //	batch now=... [index=N] [tick]
-//	<one command per line, without now= and index=>
+//	<one command per line, without now= and index=; "get" is an OpGet in the entry>
 //	dump                       every record held (expired ones too, marked "gone"), counts, entities
 //	stats                      Machine.Stats
 //	tokens                     the raw value of every token named so far
@@ -49,6 +49,9 @@ import (
 // an entity keeps that entity (RecordDigest) for every later command, as the
 // API requires.
 //
+// BUSY, LEASE_LOST, MISMATCH and STALE never show a token: the holder's
+// token is not handed to a caller that does not hold the lease.
+//
 // A result prints as
 //
 //	OUTCOME state=S [token=tN] [attempt=N deadline=N] [retry-after=N] [completed-at=N] [result=x] [fp=N] [existed=B] [took-over] [lease-expired] [at=N]
@@ -58,7 +61,8 @@ import (
 //
 // Besides the output, the harness checks after every command that the counts
 // and side maps agree with the table, that every ACQUIRED token is
-// index<<16|position and larger than every token granted before for that key.
+// index<<16|position and larger than every token granted before for that key,
+// and that no BUSY, LEASE_LOST, MISMATCH or STALE carries a token.
 func TestMachineDataDriven(t *testing.T) {
 	datadriven.Walk(t, "testdata/machine", func(t *testing.T, path string) {
 		h := newDDHarness()
@@ -355,11 +359,13 @@ func (h *ddHarness) command(t *testing.T, a *ddArgs) (Command, string) {
 		c.Lease = a.int(t, "lease", 1000)
 	case "forget":
 		c.Op = OpForget
+	case "get":
+		c.Op = OpGet
 	default:
 		t.Fatalf("%s: unknown command %q", a.pos, a.cmd)
 	}
 	c.Digest = h.digest(t, key, "")
-	if c.Op != OpForget {
+	if c.Op != OpForget && c.Op != OpGet {
 		c.Token = h.token(t, a, key)
 	}
 	return c, key
@@ -375,6 +381,12 @@ func (h *ddHarness) apply(t *testing.T, index uint64, e *Entry) []Result {
 	}
 	for i, r := range res {
 		c := &e.Commands[i]
+		switch r.Outcome {
+		case OutcomeBusy, OutcomeLeaseLost, OutcomeMismatch, OutcomeStale:
+			if r.Token != 0 {
+				t.Errorf("%v hands out the record's token %d", r.Outcome, r.Token)
+			}
+		}
 		if r.Outcome != OutcomeAcquired {
 			continue
 		}

@@ -114,6 +114,10 @@ func (m *mdl) view(o Outcome, r *mdlRec, now int64) Result {
 		return res
 	}
 	res.State, res.Token, res.Attempt, res.Deadline = r.state, r.token, r.attempts, r.deadline
+	switch o {
+	case OutcomeBusy, OutcomeLeaseLost, OutcomeMismatch, OutcomeStale:
+		res.Token = 0 // the holder's token is never handed to anyone else
+	}
 	if r.state == Completed || r.state == Poisoned {
 		res.CompletedAt = r.completedAt
 	}
@@ -228,6 +232,8 @@ func (m *mdl) command(c *Command, k int, now int64, token uint64) Result {
 		r.deadline = now + c.Lease
 		m.saw("extend")
 		return m.view(OutcomeOK, r, now)
+	case OpGet:
+		return m.get(k, now)
 	case OpForget:
 		r := m.lookup(k, now)
 		delete(m.recs, k)
@@ -398,7 +404,7 @@ func (run *mdlRun) token(t *rapid.T, key int) uint64 {
 func (run *mdlRun) command(t *rapid.T) (Command, int) {
 	key := rapid.IntRange(0, mdlKeys-1).Draw(t, "key")
 	c := Command{Digest: mdlDigest(key)}
-	switch rapid.IntRange(0, 19).Draw(t, "op") {
+	switch rapid.IntRange(0, 20).Draw(t, "op") {
 	case 0, 1, 2, 3, 4, 5, 6:
 		c.Op = OpReserve
 		c.Lease = rapid.Int64Range(100, 2000).Draw(t, "lease")
@@ -436,6 +442,8 @@ func (run *mdlRun) command(t *rapid.T) (Command, int) {
 		c.Lease = rapid.Int64Range(100, 2000).Draw(t, "lease")
 	case 18:
 		c.Op = OpForget
+	case 19:
+		c.Op = OpGet
 	default:
 		c.Op = opIgnorable + Op(rapid.IntRange(0, 3).Draw(t, "ignorable"))
 	}
@@ -531,16 +539,34 @@ func mdlCompare(t *rapid.T, what string, got, want Result) {
 	}
 }
 
+// mdlRounds is how many rapid.Check rounds (of -rapid.checks histories each,
+// 100 by default) the property tests run: the histories are cheap, so the
+// default run checks 10 times as many as -short does (3 times under -race,
+// which makes them ten times slower).
+func mdlRounds() int {
+	switch {
+	case testing.Short():
+		return 1
+	case ksRace:
+		return 3
+	}
+	return 10
+}
+
 func TestMachineModel(t *testing.T) {
 	seen := make(map[string]int)
-	rapid.Check(t, func(rt *rapid.T) {
+	prop := func(rt *rapid.T) {
 		run := newMdlRun()
 		run.seen = seen
 		steps := rapid.IntRange(1, 300).Draw(rt, "steps")
 		for range steps {
 			run.step(rt)
 		}
-	})
+	}
+	rapid.Check(t, prop)
+	for i := 1; i < mdlRounds() && !t.Failed(); i++ {
+		t.Run(fmt.Sprintf("round-%d", i), func(t *testing.T) { rapid.Check(t, prop) })
+	}
 	// The generator must reach every row of the tables, or the check above
 	// proves little.
 	for _, o := range []Outcome{OutcomeOK, OutcomeAcquired, OutcomeBusy, OutcomeDuplicate, OutcomePoisoned,

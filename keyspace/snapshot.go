@@ -149,21 +149,25 @@ func ReadSnapshot(r io.Reader) (*Machine, error) {
 	for i := range levels {
 		levels[i] = uint32(sr.u64())
 	}
-	if sr.err != nil {
-		return nil, sr.err
-	}
-	if !presizeFits(levels, 4*int(records)+1<<16) {
-		return nil, fmt.Errorf("%w: table layout too large for %d records", ErrCorruptSnapshot, records)
-	}
-	m.table.presize(levels)
+	// Records grow the table as they come (allocation follows the input
+	// actually read); the recorded layout is applied afterwards.
 	for n := records; n > 0 && sr.err == nil; n-- {
 		d := sr.digest()
 		rec := Record{Token: sr.u64(), Deadline: int64(sr.u64()), Meta: sr.u64()}
-		if s := rec.State(); sr.err == nil && (s < Processing || s > Poisoned) {
+		if sr.err != nil {
+			break
+		}
+		if s := rec.State(); s < Processing || s > Poisoned {
 			return nil, fmt.Errorf("%w: record %v has state %d", ErrCorruptSnapshot, d, s)
 		}
 		m.table.Put(d, rec)
 		m.counts[rec.State()]++
+	}
+	if sr.err != nil {
+		return nil, sr.err
+	}
+	if err := m.table.relevel(levels); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorruptSnapshot, err)
 	}
 	for n := sr.count(24); n > 0 && sr.err == nil; n-- {
 		d := sr.digest()

@@ -1,6 +1,7 @@
 package keyspace
 
 import (
+	"fmt"
 	"math/bits"
 	"sync/atomic"
 	"unsafe"
@@ -453,7 +454,7 @@ func (v *TableView) Range(fn func(d Digest, r Record) bool) {
 // Since a segment's layout is a function of its keys and capacity, an empty
 // table given these levels by presize and then fed the view's records by Put
 // has exactly the original layout, so Sweep cursors stay meaningful across a
-// snapshot restore. The levels depend on the tab* tuning constants.
+// snapshot restore (see relevel). The levels depend on the tab* tuning constants.
 func (v *TableView) capLevels() []uint32 {
 	levels := make([]uint32, tabSegs)
 	for i := range v.segs {
@@ -464,31 +465,37 @@ func (v *TableView) capLevels() []uint32 {
 	return levels
 }
 
-// presizeFits reports whether levels describe at most maxSlots slots in all,
-// so a corrupt snapshot cannot make presize allocate without bound.
-func presizeFits(levels []uint32, maxSlots int) bool {
-	total := 0
-	for i, l := range levels[:min(len(levels), tabSegs)] {
+// relevel gives every segment the capacity level recorded by capLevels. A
+// segment's layout is a function of its keys and its capacity, so a table
+// rebuilt by Put and then releveled has exactly the layout of the table the
+// levels were taken from, and Sweep cursors stay meaningful across a snapshot
+// restore. Levels that cannot hold the segment's records, or that are far
+// larger than any table holding them would have, are refused, so corrupt
+// input cannot make it allocate without bound.
+func (t *Table) relevel(levels []uint32) error {
+	if len(levels) != tabSegs {
+		return fmt.Errorf("%d segment levels, want %d", len(levels), tabSegs)
+	}
+	for i, l := range levels {
+		s := &t.segs[i]
 		if l == 0 {
+			if s.count != 0 {
+				return fmt.Errorf("segment %d holds %d records but has no array", i, s.count)
+			}
 			continue
 		}
 		if l > 160 { // far beyond any real table; keeps tabCap from overflowing
-			return false
+			return fmt.Errorf("segment %d level %d out of range", i, l)
 		}
-		if total += tabCap(i, l-1); total > maxSlots {
-			return false
+		c := tabCap(i, l-1)
+		if !tabFits(int(s.count), c) || c > 4*int(s.count)+1024 {
+			return fmt.Errorf("segment %d: capacity %d does not fit %d records", i, c, s.count)
 		}
-	}
-	return true
-}
-
-// presize allocates the segments of an empty table at levels from capLevels.
-func (t *Table) presize(levels []uint32) {
-	for i, l := range levels[:min(len(levels), tabSegs)] {
-		if l > 0 && t.segs[i].count == 0 {
+		if len(s.slots) == 0 || s.level != l-1 {
 			t.resize(i, l-1)
 		}
 	}
+	return nil
 }
 
 // Len returns the number of records in the view.

@@ -285,7 +285,7 @@ func TestTableDeterminism(t *testing.T) {
 	}
 }
 
-// TestTableRestoreLayout: a table rebuilt from a view with presize has the
+// TestTableRestoreLayout: a table rebuilt from a view and releveled has the
 // original layout even when the original grew and shrank.
 func TestTableRestoreLayout(t *testing.T) {
 	tab := NewTable()
@@ -302,8 +302,10 @@ func TestTableRestoreLayout(t *testing.T) {
 	v := tab.Snapshot()
 	defer v.Release()
 	restored := NewTable()
-	restored.presize(v.capLevels())
 	v.Range(func(d Digest, r Record) bool { restored.Put(d, r); return true })
+	if err := restored.relevel(v.capLevels()); err != nil {
+		t.Fatal(err)
+	}
 	if !slices.Equal(tabCollect(tab.Range), tabCollect(restored.Range)) || tab.Bytes() != restored.Bytes() {
 		t.Fatal("restored table has a different layout")
 	}
@@ -581,8 +583,10 @@ func TestTableProperty(t *testing.T) {
 				v := snaps[i].v
 				tabCheckContents(t, "view", v.Range, snaps[i].want)
 				restored := NewTable()
-				restored.presize(v.capLevels())
 				v.Range(func(d Digest, r Record) bool { restored.Put(d, r); return true })
+				if err := restored.relevel(v.capLevels()); err != nil {
+					t.Fatal(err)
+				}
 				if !slices.Equal(tabCollect(restored.Range), tabCollect(v.Range)) {
 					t.Fatalf("table restored from view has a different order")
 				}

@@ -1,0 +1,73 @@
+package keyspace
+
+import (
+	"runtime"
+	"testing"
+)
+
+const machBenchPerEntry = 100
+
+// machBenchEntry returns an entry of machBenchPerEntry reserves, to be given
+// fresh digests before each Apply.
+func machBenchEntry() Entry {
+	e := Entry{Commands: make([]Command, machBenchPerEntry)}
+	for i := range e.Commands {
+		e.Commands[i] = Command{Op: OpReserve, Lease: 30_000, Retention: 60_000, MaxAttempts: 5}
+	}
+	return e
+}
+
+// BenchmarkMachineReserve applies entries of 100 reserves of unique keys; an
+// op is one entry. ns/reserve is the cost per command. The machine is
+// replaced every 1,000,000 keys so memory stays bounded.
+func BenchmarkMachineReserve(b *testing.B) {
+	m := NewMachine()
+	e := machBenchEntry()
+	out := make([]Result, 0, machBenchPerEntry)
+	var index, key uint64
+	b.ReportAllocs()
+	for b.Loop() {
+		if key >= 1_000_000 {
+			m, key = NewMachine(), 0
+		}
+		index++
+		e.Now = int64(index)
+		for i := range e.Commands {
+			e.Commands[i].Digest = tabTestDigest(key)
+			key++
+		}
+		out = m.Apply(index, &e, out[:0])
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*machBenchPerEntry), "ns/reserve")
+}
+
+// BenchmarkMachineMemory loads 1,000,000 reserved keys into one Machine
+// through Apply and reports the heap held per key (HeapInuse delta after
+// runtime.GC) and the hot table's slot bytes per key. DESIGN section 4: at
+// most 48 B/key. Run with -benchtime 1x.
+func BenchmarkMachineMemory(b *testing.B) {
+	const keys = 1_000_000
+	for b.Loop() {
+		e := machBenchEntry()
+		out := make([]Result, 0, machBenchPerEntry)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		m := NewMachine()
+		for index := uint64(1); index <= keys/machBenchPerEntry; index++ {
+			e.Now = int64(index)
+			for i := range e.Commands {
+				e.Commands[i].Digest = tabTestDigest(index*machBenchPerEntry + uint64(i))
+			}
+			out = m.Apply(index, &e, out[:0])
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if m.Len() != keys {
+			b.Fatalf("Len = %d", m.Len())
+		}
+		b.ReportMetric(float64(int64(after.HeapInuse)-int64(before.HeapInuse))/keys, "bytes/key")
+		b.ReportMetric(float64(m.HotBytes())/keys, "hotbytes/key")
+		runtime.KeepAlive(m)
+	}
+}
