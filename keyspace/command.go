@@ -11,8 +11,10 @@ import (
 // Unknown-type rule: an op below opIgnorable that this version does not know
 // means the log was written by a newer binary whose semantics we cannot
 // reproduce, so decoding fails (and the FSM halts rather than diverge). Ops at
-// or above opIgnorable are optional hints; older binaries skip them with a
-// ResultIgnored outcome. A new op that changes state must take a value below.
+// or above opIgnorable are optional hints, encoded with flags 0 and a
+// length-prefixed payload; older binaries skip them with an OutcomeIgnored
+// result. A new op that changes state must take a value below. Unknown flag
+// bits are refused like unknown ops.
 type Op uint8
 
 const (
@@ -200,7 +202,11 @@ func DecodeEntry(b []byte) (Entry, error) {
 func (d *decoder) command() (Command, error) {
 	c := Command{Op: Op(d.byte())}
 	flags := d.byte()
-	if flags&^(cmdFingerprint|cmdEntity|cmdRetryAfter|cmdPoison) != 0 && d.err == nil {
+	known := byte(cmdFingerprint | cmdEntity | cmdRetryAfter | cmdPoison)
+	if c.Op >= opIgnorable {
+		known = 0 // an ignorable op keeps all its data in its payload
+	}
+	if flags&^known != 0 && d.err == nil {
 		// A flag this version does not know may change what the command
 		// does: refuse rather than apply it differently from its writer.
 		d.err = fmt.Errorf("%w: unknown command flags %#x", ErrCorruptEntry, flags)

@@ -213,7 +213,7 @@ func TestDecodeEntryIgnorableOp(t *testing.T) {
 	d := KeyDigest("t", []byte("k"))
 	reserve := AppendEntry(nil, &Entry{Commands: []Command{{Op: OpReserve, Digest: d, Lease: 1000, Retention: 1000, MaxAttempts: 3}}})
 	b := cmdRaw(entryVersion, kindCommands, 3,
-		cmdHead(0x80, 0xff), uv(3), []byte("xyz"),
+		cmdHead(0x80, 0), uv(3), []byte("xyz"),
 		reserve[11:], // the reserve command alone
 		cmdHead(0xff, 0), uv(0))
 	e, err := DecodeEntry(b)
