@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
@@ -28,9 +29,15 @@ func digest(ns string, key, entity []byte) (keyspace.Digest, error) {
 	return keyspace.RecordDigest(ns, key, entity), nil
 }
 
+// orDefault converts milliseconds from the wire, 0 meaning def. Values so
+// large that the conversion would overflow come out as math.MaxInt64, which
+// every range check refuses, instead of wrapping into a valid-looking value.
 func orDefault(ms int64, def time.Duration) time.Duration {
-	if ms == 0 {
+	switch {
+	case ms == 0:
 		return def
+	case ms > math.MaxInt64/int64(time.Millisecond) || ms < math.MinInt64/int64(time.Millisecond):
+		return math.MaxInt64
 	}
 	return time.Duration(ms) * time.Millisecond
 }
@@ -107,7 +114,7 @@ func failCommand(r *gridpb.FailRequest) (target, error) {
 		return t, err
 	}
 	if r.RetryAfterMs != nil {
-		d := time.Duration(r.GetRetryAfterMs()) * time.Millisecond
+		d := orDefault(r.GetRetryAfterMs(), 0)
 		if err = keyspace.ValidateRetryAfter(d); err != nil {
 			return t, err
 		}

@@ -13,6 +13,7 @@
 // explicit values.
 //
 // A Batch validates each operation on its own (a bad key fails only its own
-// operation), proposes the writes of each shard as one group-committed
-// proposal, the shards in parallel, and runs its reads after its writes.
+// operation) and proposes the operations of each shard, linearizable reads
+// included, as one group-committed proposal, in batch order, the shards in
+// parallel; stale reads are answered locally afterwards.
 package api

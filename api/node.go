@@ -95,13 +95,28 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
-	go func() {
-		defer n.wg.Done()
-		if err := host.WaitReady(ctx); err == nil {
-			n.server.SetServing(true)
-		}
-	}()
+	go n.reportHealth(ctx)
 	return n, nil
+}
+
+// reportHealth keeps the gRPC health status in line with the shards: SERVING
+// while every shard has a serving leader, NOT_SERVING otherwise.
+func (n *Node) reportHealth(ctx context.Context) {
+	defer n.wg.Done()
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	serving := false
+	for {
+		if ready := n.host.Ready(); ready != serving {
+			serving = ready
+			n.server.SetServing(ready)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 func (n *Node) httpHandler(reg *prometheus.Registry) http.Handler {

@@ -122,10 +122,11 @@ func (s *Server) one(ctx context.Context) func(target, error) (*gridpb.OpResult,
 	}
 }
 
-// Batch validates every operation, sends the writes of each shard as one
-// proposal (so they share one log entry and apply in batch order), the
-// shards in parallel, then runs the reads. An invalid operation gets its own
-// error result; the others still run.
+// Batch validates every operation and sends the operations of each shard,
+// linearizable reads included, as one proposal: they share one log entry and
+// apply in batch order. The shards run in parallel; stale reads are answered
+// locally afterwards. An invalid operation gets its own error result; the
+// others still run.
 func (s *Server) Batch(ctx context.Context, r *gridpb.BatchRequest) (*gridpb.BatchResponse, error) {
 	ops := r.GetOps()
 	if err := keyspace.ValidateBatchLen(len(ops)); err != nil {
@@ -148,9 +149,14 @@ func (s *Server) Batch(ctx context.Context, r *gridpb.BatchRequest) (*gridpb.Bat
 			continue
 		}
 		targets[i] = t
-		if t.read {
+		if t.read && t.staleOK {
 			reads = append(reads, i)
 			continue
+		}
+		if t.read {
+			// A linearizable read is a read-only command in the shard's
+			// proposal, so it sees exactly the batch's earlier writes.
+			t.cmd.Op = keyspace.OpGet
 		}
 		sh := s.host.For(t.cmd.Digest)
 		g := groups[sh]

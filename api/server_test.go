@@ -101,6 +101,19 @@ func TestLimits(t *testing.T) {
 			_, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: "ns", Key: []byte("k"), Token: 7, Result: big})
 			return err
 		}, codes.ResourceExhausted, "result too large: 65537 bytes, limit 65536"},
+		{"lease that overflows a duration", func() error {
+			_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: []byte("k"), LeaseMs: 1<<58 + 30000})
+			return err
+		}, codes.InvalidArgument, "lease out of range"},
+		{"retention that overflows a duration", func() error {
+			_, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: "ns", Key: []byte("k"), Token: 7, RetentionMs: -(1 << 58) + 1000})
+			return err
+		}, codes.InvalidArgument, "retention out of range"},
+		{"negative retry_after", func() error {
+			ms := int64(-5)
+			_, err := c.Fail(ctx(t), &gridpb.FailRequest{Namespace: "ns", Key: []byte("k"), Token: 7, RetryAfterMs: &ms})
+			return err
+		}, codes.InvalidArgument, "retry_after out of range"},
 		{"max attempts over cap", func() error {
 			_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: []byte("k"), MaxAttempts: 1000})
 			return err
@@ -226,3 +239,21 @@ func (rawCodec) Marshal(v any) ([]byte, error) {
 func (rawCodec) Unmarshal(b []byte, v any) error { return proto.Unmarshal(b, v.(proto.Message)) }
 
 func (rawCodec) Name() string { return "proto" }
+
+// TestBatchOrder: operations on one shard apply in batch order, reads
+// included: a Get before a Reserve of the same key sees it absent, a Get
+// after sees it held.
+func TestBatchOrder(t *testing.T) {
+	n := gridtest.Start(t)
+	c := dial(t, n.Addr())
+	get := &gridpb.Op{Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: "o", Key: []byte("k")}}}
+	reserve := &gridpb.Op{Op: &gridpb.Op_Reserve{Reserve: &gridpb.ReserveRequest{Namespace: "o", Key: []byte("k")}}}
+	resp, err := c.Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{get, reserve, get}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := resp.Results
+	if r[0].State != gridpb.State_ABSENT || r[1].Outcome != gridpb.Outcome_ACQUIRED || r[2].State != gridpb.State_PROCESSING {
+		t.Fatalf("batch [get, reserve, get] = %v", r)
+	}
+}

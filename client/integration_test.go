@@ -94,6 +94,22 @@ func TestIntegrationProcess(t *testing.T) {
 		}
 	})
 
+	t.Run("result too large still completes once", func(t *testing.T) {
+		runs := 0
+		h := func(_ context.Context, l Lease) ([]byte, error) {
+			runs++
+			return make([]byte, 64<<10+1), nil
+		}
+		_, err := c.Process(ctx, "it", "big", h, WithLease(200*time.Millisecond))
+		if !errors.Is(err, ErrLimitExceeded) {
+			t.Fatalf("oversized result: %v, want ErrLimitExceeded", err)
+		}
+		again, err := c.Process(ctx, "it", "big", h)
+		if err != nil || !again.Duplicate || runs != 1 {
+			t.Fatalf("after an oversized result: %+v %v, handler ran %d times", again, err, runs)
+		}
+	})
+
 	t.Run("failure then retry", func(t *testing.T) {
 		attempts := []int{}
 		h := func(_ context.Context, l Lease) ([]byte, error) {

@@ -135,8 +135,8 @@ func (c *Client) Fail(ctx context.Context, ns, key string, token uint64, opts ..
 }
 
 // Release gives a held key back without counting an attempt (nack, graceful
-// shutdown). A superseded token returns ErrLeaseLost; so does a Release
-// retried after a transport failure whose first send took effect.
+// shutdown). A key held under another token returns ErrLeaseLost; releasing a
+// key nobody holds answers OK, so a retried Release succeeds.
 func (c *Client) Release(ctx context.Context, ns, key string, token uint64, opts ...ReleaseOption) (Result, error) {
 	r, _, err := c.one(ctx, ReleaseOp(ns, key, token, opts...))
 	return r, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 )
@@ -222,6 +223,15 @@ func (c *Client) run(ctx context.Context, ns, key string, h Handler, p *processC
 	defer scancel()
 	if herr == nil {
 		cr, err := c.Complete(sctx, ns, key, r.Token, WithRetention(p.retention), WithResult(res), p.entity)
+		if errors.Is(err, ErrLimitExceeded) || errors.Is(err, ErrInvalidArgument) {
+			// The grid will never take this result (over 64 KiB). The work
+			// is done: settle without it rather than leave the key held and
+			// run the handler again after the lease expires.
+			if cr, err2 := c.Complete(sctx, ns, key, r.Token, WithRetention(p.retention), p.entity); err2 == nil {
+				done.CompletedAt = cr.CompletedAt
+				return done, fmt.Errorf("client: handler succeeded on attempt %d; key completed without its result, which the grid refused: %w", r.Attempt, err)
+			}
+		}
 		if err != nil {
 			return done, fmt.Errorf("client: handler succeeded on attempt %d but its result was not recorded: %w", r.Attempt, err)
 		}
@@ -258,6 +268,14 @@ func (c *Client) fail(ctx context.Context, ns, key string, r Result, p *processC
 		opts = append(opts, WithRetention(p.poisonRetention))
 	}
 	fr, err := c.Fail(ctx, ns, key, r.Token, opts...)
+	if d != nil && !d.poison && errors.Is(err, ErrInvalidArgument) {
+		// A retry-after the grid refuses (out of range): fail with the
+		// grid's backoff instead of leaving the key held.
+		fr, err = c.Fail(ctx, ns, key, r.Token, slices.DeleteFunc(opts, func(o FailOption) bool {
+			_, ok := o.(retryAfterOption)
+			return ok
+		})...)
+	}
 	switch {
 	case err != nil:
 		return fmt.Errorf("client: handler failed on attempt %d (%w), and so did Fail: %w", r.Attempt, herr, err)

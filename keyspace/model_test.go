@@ -292,6 +292,7 @@ func (m *mdl) reserve(c *Command, k int, now int64, token uint64) Result {
 	if r.attempts >= c.MaxAttempts {
 		m.saw("poisoned-on-takeover")
 		m.poison(r, now, c.Retention)
+		r.token = token // the poisoning takeover supersedes the old holder
 		res = m.view(OutcomePoisoned, r, now)
 	} else {
 		m.saw("took-over")

@@ -35,6 +35,9 @@ func (m *Machine) reserve(c *Command, now int64, token uint64) Result {
 	var res Result
 	if rec.Attempts() >= c.MaxAttempts {
 		p := settle(rec, Poisoned, now, c.Retention)
+		// The poisoning is this command's doing: it takes this command's
+		// token, so the crashed holder's late settles answer LEASE_LOST.
+		p.Token = token
 		m.dropPending(d, &p)
 		m.put(d, rec, true, p)
 		res = m.view(OutcomePoisoned, d, p, true, now)

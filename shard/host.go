@@ -20,7 +20,9 @@ type HostConfig struct {
 	NodeID  string // default "node-1"
 	DataDir string // required
 	// Hard settings, fixed at creation; zero means the defaults.
-	Slots  uint32
+	Slots uint32
+	// Shards: zero means what the data directory holds, or DefaultShards
+	// for a new one.
 	Shards int
 	// Soft settings.
 	Clock        func() time.Time
@@ -55,6 +57,9 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 	}
 	if cfg.Shards == 0 {
 		cfg.Shards = DefaultShards
+		if stored, err := readSettings(cfg.DataDir); err == nil {
+			cfg.Shards = stored.Shards
+		}
 	}
 	if cfg.Shards < 1 || uint32(cfg.Shards) > cfg.Slots {
 		return nil, fmt.Errorf("shard: host config: shards %d out of range 1..%d (slots)", cfg.Shards, cfg.Slots)

@@ -31,12 +31,18 @@ type proposer struct {
 	quit     chan struct{}
 	wg       sync.WaitGroup
 
+	// closeMu orders sends on in against close: once closed is set, no
+	// request enters the queue, so none is left behind unanswered.
+	closeMu sync.RWMutex
+	closed  bool
+
 	stampMu   sync.Mutex
 	lastStamp int64
 }
 
 type request struct {
 	cmds  []keyspace.Command
+	bytes int
 	tick  bool
 	start time.Time
 	res   []keyspace.Result
@@ -80,14 +86,19 @@ func (p *proposer) stamp(floor int64) int64 {
 // propose queues commands and waits for their results. When ctx ends first
 // the outcome is unknown: the commands may still be applied.
 func (p *proposer) propose(ctx context.Context, cmds []keyspace.Command, tick bool) ([]keyspace.Result, error) {
-	req := &request{cmds: cmds, tick: tick, start: time.Now(), done: make(chan struct{})}
+	req := &request{cmds: cmds, tick: tick, start: time.Now(), bytes: commandBytes(cmds), done: make(chan struct{})}
+	p.closeMu.RLock()
+	if p.closed {
+		p.closeMu.RUnlock()
+		return nil, ErrClosed
+	}
 	select {
 	case p.in <- req:
-	case <-p.quit:
-		return nil, ErrClosed
 	case <-ctx.Done():
+		p.closeMu.RUnlock()
 		return nil, ctx.Err()
 	}
+	p.closeMu.RUnlock()
 	select {
 	case <-req.done:
 		return req.res, req.err
@@ -125,17 +136,20 @@ func (p *proposer) run(pending chan<- batch) {
 	}
 }
 
-// gather takes first and whatever else is queued, up to maxCommands. A
-// request that does not fit is returned to start the next entry.
+// gather takes first and whatever else is queued, up to maxCommands and
+// about maxEntryBytes. A request that does not fit is returned to start the
+// next entry.
 func (p *proposer) gather(first *request) (b batch, tick bool, next *request) {
 	b = batch{reqs: []*request{first}, cmds: first.cmds}
 	tick = first.tick
+	size := first.bytes
 	for len(b.cmds) < p.maxCommands {
 		select {
 		case r := <-p.in:
-			if len(b.cmds)+len(r.cmds) > p.maxCommands {
+			if len(b.cmds)+len(r.cmds) > p.maxCommands || size+r.bytes > maxEntryBytes {
 				return b, tick, r
 			}
+			size += r.bytes
 			b.reqs = append(b.reqs, r)
 			b.cmds = append(b.cmds[:len(b.cmds):len(b.cmds)], r.cmds...)
 			tick = tick || r.tick
@@ -182,6 +196,9 @@ func fail(r *request, err error) {
 }
 
 func (p *proposer) close() {
+	p.closeMu.Lock()
+	p.closed = true
+	p.closeMu.Unlock()
 	close(p.quit)
 	p.wg.Wait()
 	for {
@@ -208,4 +225,17 @@ func raftError(err error) error {
 	default:
 		return fmt.Errorf("shard: apply: %w", err)
 	}
+}
+
+// maxEntryBytes bounds the encoded size of a log entry built from several
+// requests (one request alone may exceed it; the API caps requests at 4 MiB).
+const maxEntryBytes = 4 << 20
+
+// commandBytes estimates the encoded size of cmds.
+func commandBytes(cmds []keyspace.Command) int {
+	n := 0
+	for i := range cmds {
+		n += 64 + len(cmds[i].Result)
+	}
+	return n
 }

@@ -83,3 +83,16 @@ func syncRename(tmp, path string) error {
 	defer d.Close()
 	return d.Sync()
 }
+
+// readSettings returns the hard settings stored in dir.
+func readSettings(dir string) (HardSettings, error) {
+	var got HardSettings
+	b, err := os.ReadFile(filepath.Join(dir, settingsFile))
+	if err != nil {
+		return got, err
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		return got, fmt.Errorf("%w: %w", ErrHardSettings, err)
+	}
+	return got, nil
+}

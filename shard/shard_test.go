@@ -223,3 +223,36 @@ func TestHardSettingsChecked(t *testing.T) {
 		t.Fatalf("reopen with 4 shards: %v, want ErrHardSettings", err)
 	}
 }
+
+// TestProposeAfterClose: proposals racing with Close all return, none hangs.
+func TestProposeAfterClose(t *testing.T) {
+	h := openHost(t, t.TempDir(), time.Now, nil)
+	s := h.Shards()[0]
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, _ = s.Propose(context.Background(), []keyspace.Command{reserve(fmt.Sprintf("c%d", i), time.Minute)})
+		}()
+	}
+	close(start)
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("proposals made around Close never returned")
+	}
+	if _, err := s.Propose(context.Background(), []keyspace.Command{reserve("late", time.Minute)}); !errorsIs(err, ErrClosed) {
+		t.Fatalf("propose after close: %v, want ErrClosed", err)
+	}
+}

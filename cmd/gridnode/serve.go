@@ -24,7 +24,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		dataDir    = fs.String("data-dir", "./gridnode-data", "data directory (Raft logs, snapshots, hard settings)")
 		listen     = fs.String("listen", "127.0.0.1:7420", "client gRPC address")
 		httpListen = fs.String("http-listen", "127.0.0.1:7423", "HTTP address for /metrics, /healthz, /readyz (empty: off)")
-		shards     = fs.Int("shards", shard.DefaultShards, "shards on this node (hard setting: fixed when the data directory is created)")
+		shards     = fs.Int("shards", 0, fmt.Sprintf("shards on this node (hard setting, fixed when the data directory is created; default %d, or what the data directory holds)", shard.DefaultShards))
 		nodeID     = fs.String("node-id", "node-1", "node id")
 		pprof      = fs.Bool("pprof", false, "serve /debug/pprof/ on the HTTP address")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
@@ -42,7 +42,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "serve: --log-level: %v\n", err)
 		return 1
 	}
-	if *shards < 1 || *shards > shard.DefaultSlots {
+	if *shards < 0 || *shards > shard.DefaultSlots {
 		fmt.Fprintf(stderr, "serve: --shards %d out of range 1..%d\n", *shards, shard.DefaultSlots)
 		return 1
 	}
@@ -78,6 +78,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 	<-ctx.Done()
+	stop() // a second signal now kills the process at once
 	logger.Info("shutting down")
 	stopCtx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
