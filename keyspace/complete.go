@@ -15,7 +15,9 @@ func (m *Machine) complete(c *Command, now int64) Result {
 		m.put(d, rec, true, done)
 		return m.view(OutcomeOK, d, done, true, now)
 	case had && rec.Token == c.Token && rec.State() == Completed:
-		return m.view(OutcomeOK, d, rec, true, now)
+		res := m.view(OutcomeOK, d, rec, true, now)
+		res.Repeated = true
+		return res
 	default:
 		return m.view(OutcomeLeaseLost, d, rec, had, now)
 	}

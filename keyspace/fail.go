@@ -11,7 +11,9 @@ func (m *Machine) fail(c *Command, now int64) Result {
 	}
 	switch rec.State() {
 	case Failed, Poisoned:
-		return m.view(OutcomeOK, d, rec, true, now)
+		res := m.view(OutcomeOK, d, rec, true, now)
+		res.Repeated = true
+		return res
 	case Processing:
 	default:
 		return m.view(OutcomeLeaseLost, d, rec, true, now)

@@ -186,7 +186,9 @@ func (m *mdl) command(c *Command, k int, now int64, token uint64) Result {
 			return m.view(OutcomeOK, r, now)
 		case r != nil && r.token == c.Token && r.state == Completed:
 			m.saw("complete-retry")
-			return m.view(OutcomeOK, r, now)
+			res := m.view(OutcomeOK, r, now)
+			res.Repeated = true
+			return res
 		}
 		return m.view(OutcomeLeaseLost, r, now)
 	case OpFail:
@@ -197,7 +199,9 @@ func (m *mdl) command(c *Command, k int, now int64, token uint64) Result {
 		switch r.state {
 		case Failed, Poisoned:
 			m.saw("fail-retry")
-			return m.view(OutcomeOK, r, now)
+			res := m.view(OutcomeOK, r, now)
+			res.Repeated = true
+			return res
 		case Completed:
 			return m.view(OutcomeLeaseLost, r, now)
 		}

@@ -49,4 +49,7 @@ type Result struct {
 	// LeaseExpired is set when that takeover was of an expired PROCESSING
 	// lease: a crashed or stalled holder.
 	LeaseExpired bool
+	// Repeated is set when a Complete or Fail found its own settle already
+	// done and answered OK without changing anything.
+	Repeated bool
 }

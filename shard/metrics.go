@@ -81,7 +81,7 @@ func (m *Metrics) observeEntry(commands int, took time.Duration, res []keyspace.
 		case r.Outcome == keyspace.OutcomeDuplicate:
 			m.Duplicates.Inc()
 		case r.Outcome == keyspace.OutcomePoisoned && r.TookOver,
-			c.Op == keyspace.OpFail && r.Outcome == keyspace.OutcomeOK && r.State == keyspace.Poisoned:
+			c.Op == keyspace.OpFail && r.Outcome == keyspace.OutcomeOK && r.State == keyspace.Poisoned && !r.Repeated:
 			m.Poisoned.Inc()
 		case c.Op == keyspace.OpForget && r.Existed:
 			m.Forgotten.Inc()
