@@ -451,10 +451,10 @@ func (v *TableView) Range(fn func(d Digest, r Record) bool) {
 }
 
 // capLevels returns each segment's capacity level plus one (0: no array).
-// Since a segment's layout is a function of its keys and capacity, an empty
-// table given these levels by presize and then fed the view's records by Put
-// has exactly the original layout, so Sweep cursors stay meaningful across a
-// snapshot restore (see relevel). The levels depend on the tab* tuning constants.
+// Since a segment's layout is a function of its keys and capacity, a table
+// fed the view's records by Put and then given these levels by relevel has
+// exactly the original layout, so Sweep cursors stay meaningful across a
+// snapshot restore. The levels depend on the tab* tuning constants.
 func (v *TableView) capLevels() []uint32 {
 	levels := make([]uint32, tabSegs)
 	for i := range v.segs {
