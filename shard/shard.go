@@ -200,7 +200,8 @@ func (s *Shard) currentTerm() (uint64, error) {
 
 // lead watches leadership: on gaining it, apply a barrier before serving
 // reads; while leading, send a tick entry every TickInterval so stamped time
-// moves forward and expired records are reclaimed on an idle shard.
+// moves forward and expired records are reclaimed on an idle shard (a shard
+// holding no record skips its ticks).
 func (s *Shard) lead() {
 	defer s.wg.Done()
 	ticker := time.NewTicker(s.cfg.TickInterval)
@@ -225,8 +226,8 @@ func (s *Shard) lead() {
 			}
 			s.readyTerm.Store(term)
 		case <-ticker.C:
-			if s.raft.State() != raft.Leader {
-				continue
+			if s.raft.State() != raft.Leader || s.empty() {
+				continue // an empty shard has nothing to expire: no fsync for it
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.TickInterval)
 			_, err := s.prop.propose(ctx, nil, true)
@@ -236,6 +237,13 @@ func (s *Shard) lead() {
 			}
 		}
 	}
+}
+
+// empty reports whether the shard holds no record.
+func (s *Shard) empty() bool {
+	n := 0
+	s.fsm.view(func(m *keyspace.Machine) { n = m.Len() })
+	return n == 0
 }
 
 // WaitReady blocks until this replica leads and serves reads, or ctx ends.
