@@ -3,13 +3,13 @@ package client
 import (
 	"context"
 	"errors"
-	"net"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/internal/gridtest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -214,7 +214,7 @@ func TestRetryBackoffRespectsContext(t *testing.T) {
 
 func TestUnreachableGridIsUnavailable(t *testing.T) {
 	modes(t, func(t *testing.T, batching bool) {
-		c, err := Dial(context.Background(), closedAddr(t), WithBatching(batching), fastRetry(2))
+		c, err := Dial(context.Background(), gridtest.ClosedAddr(t), WithBatching(batching), fastRetry(2))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -226,21 +226,6 @@ func TestUnreachableGridIsUnavailable(t *testing.T) {
 			t.Fatalf("status: %v, want ErrUnavailable", err)
 		}
 	})
-}
-
-// closedAddr is the address of a port that was just listening and is now
-// closed: connections to it are refused.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	if err := lis.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 func TestRetriedReserveMayFindItsOwnLease(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,20 +19,6 @@ func cli(t *testing.T, verb string, args ...string) (int, string, string) {
 	var stdout, stderr bytes.Buffer
 	code := runCLI(verb, args, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
-}
-
-// closedCLIAddr is a loopback port nothing listens on any more.
-func closedCLIAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	if err := lis.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 // oneJSON decodes stdout, which must hold exactly one JSON object.
@@ -73,7 +58,7 @@ func TestCLIVerbs(t *testing.T) {
 }
 
 func TestCLIInvalidInput(t *testing.T) {
-	addr := closedCLIAddr(t) // nothing must be sent: a send would exit 2
+	addr := gridtest.ClosedAddr(t) // nothing must be sent: a send would exit 2
 	for _, tc := range []struct {
 		verb string
 		args []string
@@ -107,7 +92,7 @@ func TestCLIInvalidInput(t *testing.T) {
 }
 
 func TestCLIUnreachableGrid(t *testing.T) {
-	addr := closedCLIAddr(t)
+	addr := gridtest.ClosedAddr(t)
 	for _, args := range [][]string{
 		{"status"},
 		{"reserve", "--ns", "a", "--key", "k"},

@@ -7,6 +7,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"testing"
 	"time"
 
@@ -99,4 +100,19 @@ func (n *Node) Close() {
 	if err := n.Stop(ctx); err != nil {
 		n.t.Errorf("gridtest: stop node: %v", err)
 	}
+}
+
+// ClosedAddr returns a loopback address that was just listening and is now
+// closed: connections to it are refused.
+func ClosedAddr(t testing.TB) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	if err := lis.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }
