@@ -19,14 +19,17 @@ const (
 	sepEntity = 0x01
 )
 
-// KeyDigest returns Fingerprint128(namespace ‖ 0x00 ‖ key). The function and
-// seed are part of the on-disk format: never change them for a live cluster.
+// KeyDigest returns Fingerprint128(namespace ‖ 0x00 ‖ key) with bits 32-47
+// of Hi replaced by the namespace tag (see NamespaceTag), leaving 112 hashed
+// bits. The function, seed and layout are part of the on-disk format: never
+// change them for a live cluster.
 func KeyDigest(namespace string, key []byte) Digest {
 	return fingerprint(namespace, sepKey, key)
 }
 
 // EntityDigest returns the digest under which the committed version of an
-// entity is kept: Fingerprint128(namespace ‖ 0x01 ‖ entity).
+// entity is kept: Fingerprint128(namespace ‖ 0x01 ‖ entity), tagged like
+// KeyDigest.
 func EntityDigest(namespace string, entity []byte) Digest {
 	return fingerprint(namespace, sepEntity, entity)
 }
@@ -47,7 +50,17 @@ func RecordDigest(namespace string, key, entity []byte) Digest {
 	return d
 }
 
-const slotMask = 1<<32 - 1
+const (
+	slotMask = 1<<32 - 1
+	// Bits of Hi: 0-31 slot, 32-47 namespace tag, 56-63 hot table segment.
+	tagShift = 32
+	tagMask  = 0xffff << tagShift
+)
+
+// NamespaceTag returns the 16-bit tag that digests made in namespace carry.
+func NamespaceTag(namespace string) uint16 {
+	return uint16(farm.Fingerprint32([]byte(namespace)))
+}
 
 func fingerprint(namespace string, sep byte, name []byte) Digest {
 	var stack [256]byte
@@ -59,6 +72,7 @@ func fingerprint(namespace string, sep byte, name []byte) Digest {
 	buf = append(buf, sep)
 	buf = append(buf, name...)
 	lo, hi := farm.Fingerprint128(buf)
+	hi = hi&^tagMask | uint64(NamespaceTag(namespace))<<tagShift
 	return Digest{Hi: hi, Lo: lo}
 }
 

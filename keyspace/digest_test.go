@@ -25,17 +25,17 @@ func TestDigestGolden(t *testing.T) {
 		slot uint32 // of 4096
 	}{
 		{"KeyDigest(orders, invoice-42)", KeyDigest("orders", []byte("invoice-42")),
-			Digest{Hi: 0xeaf3fee8b92bdcd1, Lo: 0x08b6e3db60ac7f1e}, 2962},
+			Digest{Hi: 0xeaf36520b92bdcd1, Lo: 0x08b6e3db60ac7f1e}, 2962},
 		{"KeyDigest(payments, uuid)", KeyDigest("payments", []byte("3f2c9a70-6b1e-4f5e-9d7a-0c1b2e3d4f50")),
-			Digest{Hi: 0x90f3b640f34e868a, Lo: 0xb9118c4028b5474d}, 3892},
+			Digest{Hi: 0x90f30616f34e868a, Lo: 0xb9118c4028b5474d}, 3892},
 		{"EntityDigest(orders, order-7)", EntityDigest("orders", []byte("order-7")),
-			Digest{Hi: 0xbc24721853254e7c, Lo: 0xa2ac59909ee1489e}, 1330},
+			Digest{Hi: 0xbc24652053254e7c, Lo: 0xa2ac59909ee1489e}, 1330},
 		{"RecordDigest(orders, line-1, order-7)", RecordDigest("orders", []byte("line-1"), []byte("order-7")),
-			Digest{Hi: 0x914b39a353254e7c, Lo: 0xc6a45430ba21de44}, 1330},
+			Digest{Hi: 0x914b652053254e7c, Lo: 0xc6a45430ba21de44}, 1330},
 		{"KeyDigest(t, bytes 0..1023)", KeyDigest("t", long),
-			Digest{Hi: 0x5b0db7694db12f8a, Lo: 0x2cfd9c644e9d388b}, 1243},
+			Digest{Hi: 0x5b0da7214db12f8a, Lo: 0x2cfd9c644e9d388b}, 1243},
 		{"KeyDigest(a, empty)", KeyDigest("a", nil),
-			Digest{Hi: 0x6c20e4eced4a711b, Lo: 0xff698a99314df12f}, 3796},
+			Digest{Hi: 0x6c203d4ded4a711b, Lo: 0xff698a99314df12f}, 3796},
 	}
 	for _, c := range cases {
 		if c.got != c.want {
@@ -51,7 +51,7 @@ func TestDigestGolden(t *testing.T) {
 }
 
 // TestDigestFormula: the digest is Fingerprint128(namespace ‖ sep ‖ name),
-// Hi the high half, for names short enough for the stack buffer and longer.
+// Hi the high half with bits 32-47 the namespace tag, for names short enough for the stack buffer and longer.
 func TestDigestFormula(t *testing.T) {
 	for _, n := range []int{0, 1, 100, 254, 255, 256, 1024, 5000} {
 		name := make([]byte, n)
@@ -62,6 +62,7 @@ func TestDigestFormula(t *testing.T) {
 			for sep, fn := range map[byte]func(string, []byte) Digest{sepKey: KeyDigest, sepEntity: EntityDigest} {
 				buf := append(append([]byte(ns), sep), name...)
 				lo, hi := farm.Fingerprint128(buf)
+				hi = hi&^(0xffff<<32) | uint64(uint16(farm.Fingerprint32([]byte(ns))))<<32
 				if got := fn(ns, name); got != (Digest{Hi: hi, Lo: lo}) {
 					t.Errorf("ns %q, sep %d, name of %d bytes: %v, want Fingerprint128 %016x%016x", ns, sep, n, got, hi, lo)
 				}
@@ -155,5 +156,25 @@ func TestSlot(t *testing.T) {
 	}
 	if s := (Digest{Hi: 1<<64 - 1<<32}).Slot(4096); s != 0 {
 		t.Errorf("Slot reads Hi's high bits: %d", s)
+	}
+}
+
+// TestNamespaceTag: every digest made in a namespace carries its tag, entity
+// keys included, and the tag leaves the slot bits alone.
+func TestNamespaceTag(t *testing.T) {
+	for _, ns := range []string{"", "orders", "payments"} {
+		want := NamespaceTag(ns)
+		for _, d := range []Digest{
+			KeyDigest(ns, []byte("k")),
+			EntityDigest(ns, []byte("e")),
+			RecordDigest(ns, []byte("k"), []byte("e")),
+		} {
+			if got := d.NamespaceTag(); got != want {
+				t.Errorf("ns %q: digest %v has tag %04x, want %04x", ns, d, got, want)
+			}
+		}
+	}
+	if NamespaceTag("orders") == NamespaceTag("payments") {
+		t.Errorf("orders and payments share a tag: pick other names for this test")
 	}
 }

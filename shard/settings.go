@@ -22,7 +22,7 @@ type HardSettings struct {
 const (
 	settingsFile  = "hard-settings.json"
 	formatVersion = 1
-	digestName    = "farm-fingerprint128(namespace|0x00|key)"
+	digestName    = "farm-fingerprint128(namespace|0x00|key), hi bits 32-47 = farm32(namespace)"
 	// DefaultSlots is the fixed number of slots the digest space is cut into.
 	DefaultSlots = 4096
 	// DefaultShards is the number of shards a node hosts when alone.
