@@ -66,12 +66,15 @@ type Command struct {
 }
 
 // Entry is one Raft log entry: a batch of commands stamped by the leader with
-// Now (Unix ms). A Tick entry carries time forward on an idle shard and
-// reclaims a bounded number of expired records; it may also carry commands.
+// Now (Unix ms). A Tick entry carries time forward on an idle shard, reclaims
+// a bounded number of expired records and demotes settled ones to the cold
+// tier; it may carry the leader's tiering policy, and commands.
 type Entry struct {
-	Now      int64
-	Tick     bool
-	Commands []Command
+	Now       int64
+	Tick      bool
+	HasPolicy bool // Tick only
+	Policy    TierPolicy
+	Commands  []Command
 }
 
 // MaxEntryCommands bounds the commands of one entry, so the command's
@@ -80,8 +83,9 @@ const MaxEntryCommands = 1<<16 - 1
 
 const (
 	entryVersion = 1
-	kindCommands = 1
-	kindTick     = 2
+	kindCommands   = 1
+	kindTick       = 2
+	kindTickPolicy = 3 // a tick that sets the tiering policy
 
 	cmdFingerprint = 1 << 0
 	cmdEntity      = 1 << 1
@@ -95,11 +99,18 @@ var ErrCorruptEntry = errors.New("keyspace: corrupt log entry")
 // AppendEntry appends the encoding of e to buf.
 func AppendEntry(buf []byte, e *Entry) []byte {
 	kind := byte(kindCommands)
-	if e.Tick {
+	switch {
+	case e.Tick && e.HasPolicy:
+		kind = kindTickPolicy
+	case e.Tick:
 		kind = kindTick
 	}
 	buf = append(buf, entryVersion, kind)
 	buf = binary.BigEndian.AppendUint64(buf, uint64(e.Now))
+	if kind == kindTickPolicy {
+		buf = binary.AppendUvarint(buf, uint64(e.Policy.HotWindow))
+		buf = binary.AppendUvarint(buf, uint64(e.Policy.HotMaxBytes))
+	}
 	buf = binary.AppendUvarint(buf, uint64(len(e.Commands)))
 	for i := range e.Commands {
 		buf = appendCommand(buf, &e.Commands[i])
@@ -174,10 +185,21 @@ func DecodeEntry(b []byte) (Entry, error) {
 	case kindCommands:
 	case kindTick:
 		e.Tick = true
+	case kindTickPolicy:
+		e.Tick, e.HasPolicy = true, true
 	default:
 		return e, fmt.Errorf("%w: unknown entry kind", ErrCorruptEntry)
 	}
 	e.Now = int64(d.uint64())
+	if e.HasPolicy {
+		e.Policy = TierPolicy{HotWindow: int64(d.uvarint()), HotMaxBytes: int64(d.uvarint())}
+		if d.err != nil {
+			return e, d.err
+		}
+		if err := e.Policy.Validate(); err != nil {
+			return e, err
+		}
+	}
 	n := d.uvarint()
 	if d.err != nil || n > MaxEntryCommands || n > uint64(len(d.b)) {
 		return e, fmt.Errorf("%w: bad command count", ErrCorruptEntry)

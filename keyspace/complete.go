@@ -26,12 +26,14 @@ func (m *Machine) complete(c *Command, now int64) Result {
 // raiseEntity lifts an entity's committed version to at least ref.version,
 // keeping it as long as the longest-retained record that raised it.
 func (m *Machine) raiseEntity(ref entityRef, deadline int64) {
-	ev, ok := m.entities[ref.entity]
-	if ok && ev.deadline > m.now {
-		ev.version = max(ev.version, ref.version)
-		ev.deadline = max(ev.deadline, deadline)
-	} else {
-		ev = entityVersion{version: ref.version, deadline: deadline}
+	old, ok := m.entities.get(ref.entity)
+	ev := entityVersion{version: ref.version, deadline: deadline}
+	if ok && old.deadline > m.now {
+		ev.version = max(old.version, ref.version)
+		ev.deadline = max(old.deadline, deadline)
 	}
-	m.entities[ref.entity] = ev
+	if !ok || ev.deadline != old.deadline {
+		m.expiring.push(ev.deadline, ref.entity)
+	}
+	m.entities.set(ref.entity, ev)
 }

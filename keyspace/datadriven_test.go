@@ -481,13 +481,13 @@ func (h *ddHarness) dump() string {
 			fmt.Fprintf(&b, " completed-at=%d", at)
 		}
 		if r.has(flagResult) {
-			fmt.Fprintf(&b, " result=%s", m.results[d])
+			fmt.Fprintf(&b, " result=%s", m.result(d))
 		}
 		if r.has(flagFingerprint) {
-			fmt.Fprintf(&b, " fp=%d", m.fingerprints[d])
+			fmt.Fprintf(&b, " fp=%d", m.fingerprint(d))
 		}
 		if r.has(flagEntity) {
-			ref := m.pending[d]
+			ref, _ := m.pending.get(d)
 			fmt.Fprintf(&b, " entity=%s@%d", h.entityName(ref.entity), ref.version)
 		}
 		if r.gone(m.Now()) {
@@ -506,7 +506,7 @@ func (h *ddHarness) dump() string {
 		}
 	})
 	for _, name := range names {
-		if ev, ok := m.entities[h.entities[name]]; ok {
+		if ev, ok := m.entities.get(h.entities[name]); ok {
 			fmt.Fprintf(&b, "entity %s: version=%d until=%d\n", name, ev.version, ev.deadline)
 		}
 	}
@@ -545,13 +545,13 @@ func ksCheckMachine(t ksTB, m *Machine) {
 		if r.Attempts() == 0 {
 			t.Fatalf("record %v (%v) has attempt 0", d, s)
 		}
-		if _, ok := m.fingerprints[d]; ok != r.has(flagFingerprint) {
+		if _, ok := m.fingerprints.get(d); ok != r.has(flagFingerprint) {
 			t.Fatalf("record %v: fingerprint flag %v, side map %v", d, r.has(flagFingerprint), ok)
 		}
-		if _, ok := m.results[d]; ok != r.has(flagResult) {
+		if _, ok := m.results.get(d); ok != r.has(flagResult) {
 			t.Fatalf("record %v: result flag %v, side map %v", d, r.has(flagResult), ok)
 		}
-		if _, ok := m.pending[d]; ok != r.has(flagEntity) {
+		if _, ok := m.pending.get(d); ok != r.has(flagEntity) {
 			t.Fatalf("record %v: entity flag %v, side map %v", d, r.has(flagEntity), ok)
 		}
 		if r.has(flagResult) && s != Completed {
@@ -575,8 +575,8 @@ func ksCheckMachine(t ksTB, m *Machine) {
 	if counts != m.counts {
 		t.Fatalf("counts %v, table holds %v", m.counts, counts)
 	}
-	if fps != len(m.fingerprints) || results != len(m.results) || pending != len(m.pending) {
+	if fps != m.fingerprints.len() || results != m.results.len() || pending != m.pending.len() {
 		t.Fatalf("side maps hold %d/%d/%d entries, flagged records %d/%d/%d",
-			len(m.fingerprints), len(m.results), len(m.pending), fps, results, pending)
+			m.fingerprints.len(), m.results.len(), m.pending.len(), fps, results, pending)
 	}
 }

@@ -1,5 +1,7 @@
 package keyspace
 
+import "bytes"
+
 // Get returns the record of d as of the stamp max(m.Now(), now), without
 // changing anything: a settled record past its retention reads as ABSENT.
 // The shard supplies now from the leader's clock for linearizable reads.
@@ -9,5 +11,20 @@ func (m *Machine) Get(d Digest, now int64) Result {
 	if had && rec.gone(now) {
 		had = false
 	}
-	return m.view(OutcomeOK, d, rec, had, now)
+	if had || m.cold == nil {
+		return m.view(OutcomeOK, d, rec, had, now)
+	}
+	// Get may run beside other readers: it reads the cold tier without
+	// touching m.coldHit.
+	cr, ok := m.cold.Get(d)
+	res := Result{Outcome: OutcomeOK, State: Absent, Now: now}
+	if !ok || cr.gone(now) {
+		return res
+	}
+	res.State, res.Token, res.Attempt = cr.State(), cr.Token, cr.Attempts()
+	res.Deadline, res.CompletedAt = cr.Deadline, cr.CompletedAt()
+	res.Result = bytes.Clone(cr.Result)
+	res.HasFingerprint, res.Fingerprint = cr.HasFingerprint(), cr.Fingerprint
+	res.Cold = true
+	return res
 }

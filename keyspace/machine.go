@@ -11,16 +11,31 @@ import "bytes"
 // safe for concurrent use; the shard serialises Apply and reads.
 type Machine struct {
 	table        *Table
-	fingerprints map[Digest]uint64
-	results      map[Digest][]byte
-	pending      map[Digest]entityRef // reserve's entity of a PROCESSING or FAILED record
-	entities     map[Digest]entityVersion
+	fingerprints sideMap[uint64]
+	results      sideMap[[]byte]
+	pending      sideMap[entityRef] // reserve's entity of a PROCESSING or FAILED record
+	entities     sideMap[entityVersion]
+	expiring     entityHeap // entity deadlines, for a bounded sweep
+	resultBytes  int64      // sum of len(results)
+
+	cold    ColdTier   // nil: no lower tier, records stay hot until gone
+	coldHit coldLookup // the cold record the current command looked up
+	policy  TierPolicy
 
 	now    int64 // latest stamp applied (Unix ms)
 	cursor uint64
 	ticks  uint64
 	counts [Poisoned + 1]int64
 	stats  Stats
+}
+
+// coldLookup remembers, for the command being applied, the record lookup
+// found in the cold tier, so its out-of-line data is at hand and removing it
+// goes to the right tier.
+type coldLookup struct {
+	d   Digest
+	rec ColdRecord
+	ok  bool
 }
 
 type entityRef struct {
@@ -39,18 +54,20 @@ type Stats struct {
 	LeasesExpired uint64 // takeovers of an expired PROCESSING lease
 	Reclaimed     uint64 // records removed by the expiry sweep
 	Forgotten     uint64
+	Demoted       uint64 // records moved to the cold tier
+	Evicted       uint64 // of those, demoted early because the hot tier was over budget
+	Purged        uint64 // cold records removed at their retention end
 }
 
-// NewMachine returns an empty state machine.
+// NewMachine returns an empty state machine without a cold tier.
 func NewMachine() *Machine {
-	return &Machine{
-		table:        NewTable(),
-		fingerprints: make(map[Digest]uint64),
-		results:      make(map[Digest][]byte),
-		pending:      make(map[Digest]entityRef),
-		entities:     make(map[Digest]entityVersion),
-	}
+	return &Machine{table: NewTable(), policy: TierPolicy{HotWindow: DefaultHotWindow}}
 }
+
+// UseCold makes c the machine's cold tier. Call it before the first Apply
+// (or right after ReadSnapshot), with a tier that holds exactly the records
+// this machine demoted: every replica must use one, or none.
+func (m *Machine) UseCold(c ColdTier) { m.cold = c }
 
 // Now is the latest stamp applied (Unix ms).
 func (m *Machine) Now() int64 { return m.now }
@@ -72,6 +89,16 @@ func (m *Machine) Stats() Stats { return m.stats }
 // HotBytes is the memory held by the hot table's slots.
 func (m *Machine) HotBytes() int { return m.table.Bytes() }
 
+// HotLiveBytes is what the hot tier's budget counts: a table slot per
+// record plus the out-of-line results. Table slack (its load factor and
+// growth) comes on top.
+func (m *Machine) HotLiveBytes() int64 {
+	return int64(m.table.Len()*tabSlotSize) + m.resultBytes + int64(m.fingerprints.len()+m.pending.len())*sideEntryBytes
+}
+
+// Policy is the tiering policy in force, as the last tick set it.
+func (m *Machine) Policy() TierPolicy { return m.policy }
+
 // Apply applies one committed entry at the given Raft index and appends one
 // Result per command to out. The stamp never moves backwards: the entry is
 // evaluated at max(previous stamp, e.Now). The fencing token of the command
@@ -82,10 +109,14 @@ func (m *Machine) Apply(index uint64, e *Entry, out []Result) []Result {
 	}
 	now := m.now
 	if e.Tick {
+		if e.HasPolicy {
+			m.policy = e.Policy
+		}
 		m.sweep(now)
 	}
 	for i := range e.Commands {
 		out = append(out, m.apply(&e.Commands[i], now, index<<16|uint64(i)))
+		m.coldHit = coldLookup{}
 	}
 	return out
 }
@@ -111,18 +142,44 @@ func (m *Machine) apply(c *Command, now int64, token uint64) Result {
 	}
 }
 
-// lookup returns the live record of d, reclaiming it first if it is gone.
+// lookup returns the live record of d from the hot table, else from the
+// cold tier (remembered in m.coldHit), reclaiming it first if it is gone.
 func (m *Machine) lookup(d Digest, now int64) (Record, bool) {
 	r, ok := m.table.Get(d)
-	if ok && r.gone(now) {
-		m.remove(d, r)
+	if ok {
+		if r.gone(now) {
+			m.remove(d, r)
+			return Record{}, false
+		}
+		return r, true
+	}
+	if m.cold == nil {
 		return Record{}, false
 	}
-	return r, ok
+	cr, ok := m.cold.Get(d)
+	if !ok {
+		return Record{}, false
+	}
+	if cr.gone(now) {
+		m.cold.Delete(d)
+		return Record{}, false
+	}
+	cr.Result = bytes.Clone(cr.Result)
+	m.coldHit = coldLookup{d: d, rec: cr, ok: true}
+	return cr.Record, true
 }
 
-// put stores r for d, replacing old (if had) and keeping counts.
+// inCold reports whether d's record, as lookup found it, is a cold one.
+func (m *Machine) inCold(d Digest) bool { return m.coldHit.ok && m.coldHit.d == d }
+
+// put stores r for d in the hot table, replacing old (if had) and keeping
+// counts. A record replacing a cold one leaves the cold tier.
 func (m *Machine) put(d Digest, old Record, had bool, r Record) {
+	if had && m.inCold(d) {
+		m.cold.Delete(d)
+		m.coldHit = coldLookup{}
+		had = false
+	}
 	if had {
 		m.counts[old.State()]--
 	}
@@ -130,8 +187,13 @@ func (m *Machine) put(d Digest, old Record, had bool, r Record) {
 	m.table.Put(d, r)
 }
 
-// remove deletes d's record and all its side data.
+// remove deletes d's record and all its side data, from whichever tier.
 func (m *Machine) remove(d Digest, r Record) {
+	if m.inCold(d) {
+		m.cold.Delete(d)
+		m.coldHit = coldLookup{}
+		return
+	}
 	m.table.Delete(d)
 	m.dropSide(d, r)
 }
@@ -139,14 +201,39 @@ func (m *Machine) remove(d Digest, r Record) {
 func (m *Machine) dropSide(d Digest, r Record) {
 	m.counts[r.State()]--
 	if r.has(flagFingerprint) {
-		delete(m.fingerprints, d)
+		m.fingerprints.del(d)
 	}
 	if r.has(flagResult) {
-		delete(m.results, d)
+		m.dropResult(d)
 	}
 	if r.has(flagEntity) {
-		delete(m.pending, d)
+		m.pending.del(d)
 	}
+}
+
+func (m *Machine) dropResult(d Digest) {
+	if old, ok := m.results.get(d); ok {
+		m.resultBytes -= int64(len(old))
+		m.results.del(d)
+	}
+}
+
+// fingerprint returns the stored payload fingerprint of d's record.
+func (m *Machine) fingerprint(d Digest) uint64 {
+	if m.inCold(d) {
+		return m.coldHit.rec.Fingerprint
+	}
+	fp, _ := m.fingerprints.get(d)
+	return fp
+}
+
+// result returns the stored result of d's record.
+func (m *Machine) result(d Digest) []byte {
+	if m.inCold(d) {
+		return m.coldHit.rec.Result
+	}
+	res, _ := m.results.get(d)
+	return res
 }
 
 // view builds the Result of an outcome from the record as it now stands.
@@ -166,24 +253,26 @@ func (m *Machine) view(o Outcome, d Digest, r Record, had bool, now int64) Resul
 	res.Deadline = r.Deadline
 	res.CompletedAt = r.CompletedAt()
 	if r.has(flagResult) {
-		res.Result = m.results[d]
+		res.Result = m.result(d)
 	}
 	if r.has(flagFingerprint) {
-		res.HasFingerprint, res.Fingerprint = true, m.fingerprints[d]
+		res.HasFingerprint, res.Fingerprint = true, m.fingerprint(d)
 	}
+	res.Cold = m.inCold(d)
 	return res
 }
 
 // setResult stores or clears the out-of-line result of a record being written.
 func (m *Machine) setResult(d Digest, r *Record, result []byte) {
+	if r.has(flagResult) {
+		m.dropResult(d)
+		r.setFlag(flagResult, false)
+	}
 	if len(result) == 0 {
-		if r.has(flagResult) {
-			delete(m.results, d)
-			r.setFlag(flagResult, false)
-		}
 		return
 	}
-	m.results[d] = bytes.Clone(result)
+	m.results.set(d, bytes.Clone(result))
+	m.resultBytes += int64(len(result))
 	r.setFlag(flagResult, true)
 }
 
@@ -201,8 +290,8 @@ func (m *Machine) dropPending(d Digest, r *Record) (entityRef, bool) {
 	if !r.has(flagEntity) {
 		return entityRef{}, false
 	}
-	ref := m.pending[d]
-	delete(m.pending, d)
+	ref, _ := m.pending.get(d)
+	m.pending.del(d)
 	r.setFlag(flagEntity, false)
 	return ref, true
 }

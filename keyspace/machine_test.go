@@ -136,31 +136,43 @@ func TestMachineSweepBounded(t *testing.T) {
 }
 
 // TestMachineEntitySweep: committed entity versions are kept while any
-// record that raised them is retained and dropped by the periodic entity
-// sweep of the ticks after that.
+// record that raised them is retained and dropped by the first tick at or
+// past their deadline, the latest raise winning.
 func TestMachineEntitySweep(t *testing.T) {
 	m := NewMachine()
-	d, e := KeyDigest("t", []byte("k")), EntityDigest("t", []byte("order"))
-	c := reserveOf(d, 1000)
-	c.HasEntity, c.Entity, c.Version = true, e, 3
-	m.Apply(1, &Entry{Now: 100, Commands: []Command{c}}, nil)
-	m.Apply(2, &Entry{Now: 200, Commands: []Command{{Op: OpComplete, Digest: d, Token: 1 << 16, Retention: 1000}}}, nil)
-	if ev, ok := m.entities[e]; !ok || ev.version != 3 || ev.deadline != 1200 {
-		t.Fatalf("entity after complete: %+v, %v", ev, ok)
-	}
-	index := uint64(2)
-	for i := range entitySweepEvery {
+	e := EntityDigest("t", []byte("order"))
+	index := uint64(0)
+	settle := func(key string, version uint64, now, retention int64) {
+		t.Helper()
+		d := RecordDigest("t", []byte(key), []byte("order"))
+		c := reserveOf(d, 1000)
+		c.HasEntity, c.Entity, c.Version = true, e, version
 		index++
-		m.Apply(index, &Entry{Now: 1199, Tick: true}, nil)
-		if _, ok := m.entities[e]; !ok {
-			t.Fatalf("entity dropped at tick %d before its deadline", i)
+		m.Apply(index, &Entry{Now: now, Commands: []Command{c}}, nil)
+		index++
+		res := m.Apply(index, &Entry{Now: now, Commands: []Command{{Op: OpComplete, Digest: d, Token: (index - 1) << 16, Retention: retention}}}, nil)
+		if res[0].Outcome != OutcomeOK {
+			t.Fatalf("complete %s: %v", key, res[0].Outcome)
 		}
 	}
-	for range entitySweepEvery {
-		index++
-		m.Apply(index, &Entry{Now: 1200, Tick: true}, nil)
+	settle("a", 3, 100, 1100) // deadline 1200
+	settle("b", 4, 150, 1450) // raises the deadline to 1600
+	if ev, ok := m.entities.get(e); !ok || ev.version != 4 || ev.deadline != 1600 {
+		t.Fatalf("entity after completes: %+v, %v", ev, ok)
 	}
-	if _, ok := m.entities[e]; ok {
-		t.Fatalf("entity kept %d ticks past its deadline", entitySweepEvery)
+	for _, now := range []int64{1199, 1200, 1599} {
+		index++
+		m.Apply(index, &Entry{Now: now, Tick: true}, nil)
+		if _, ok := m.entities.get(e); !ok {
+			t.Fatalf("entity dropped by the tick at %d, before its deadline 1600", now)
+		}
+	}
+	index++
+	m.Apply(index, &Entry{Now: 1600, Tick: true}, nil)
+	if _, ok := m.entities.get(e); ok {
+		t.Fatalf("entity kept past its deadline")
+	}
+	if m.expiring.Len() != 0 {
+		t.Fatalf("%d deadlines left in the heap", m.expiring.Len())
 	}
 }

@@ -348,6 +348,7 @@ type mdlRun struct {
 	statsAt Stats          // machine stats when the model's were last zeroed
 	seen    map[string]int // coverage of outcomes and transitions
 	log     *[]mdlLogged   // if set, entry appends what it applied
+	cold    *memCold       // if set, ticks demote to it under random policies
 }
 
 // mdlLogged is one applied entry and its results, to replay elsewhere.
@@ -461,6 +462,7 @@ func (run *mdlRun) step(t *rapid.T) {
 		key := rapid.IntRange(0, mdlKeys-1).Draw(t, "get-key")
 		now := run.stamp(t, "get")
 		got, want := run.m.Get(mdlDigest(key), now), run.model.get(key, now)
+		got.Cold = false
 		mdlCompare(t, fmt.Sprintf("Get(key %d, %d)", key, now), got, want)
 	default:
 		run.entry(t)
@@ -472,6 +474,13 @@ func (run *mdlRun) entry(t *rapid.T) {
 	e := Entry{
 		Now:  run.stamp(t, "now"),
 		Tick: rapid.IntRange(0, 4).Draw(t, "tick") == 0,
+	}
+	if run.cold != nil && e.Tick {
+		e.HasPolicy = true
+		e.Policy.HotWindow = rapid.Int64Range(0, 3000).Draw(t, "hot-window")
+		if rapid.Bool().Draw(t, "budget") {
+			e.Policy.HotMaxBytes = rapid.Int64Range(1, 4000).Draw(t, "hot-bytes")
+		}
 	}
 	n := rapid.IntRange(0, 4).Draw(t, "commands")
 	keys := make([]int, n)
@@ -493,6 +502,13 @@ func (run *mdlRun) entry(t *rapid.T) {
 	for i := range got {
 		c := &e.Commands[i]
 		what := fmt.Sprintf("index %d: %v key %d token %d (now %d)", run.index, c.Op, keys[i], c.Token, e.Now)
+		if got[i].Cold {
+			run.cover(Result{Outcome: OutcomeIgnored})
+			if run.seen != nil {
+				run.seen["cold-"+got[i].Outcome.String()]++
+			}
+			got[i].Cold = false
+		}
 		mdlCompare(t, what, got[i], want[i])
 		run.cover(got[i])
 		if got[i].Token != 0 {
@@ -516,6 +532,19 @@ func (run *mdlRun) cover(r Result) {
 func (run *mdlRun) check(t *rapid.T) {
 	t.Helper()
 	ksCheckMachine(t, run.m)
+	if run.m.Now() != run.model.now {
+		t.Fatalf("Now = %d, model %d", run.m.Now(), run.model.now)
+	}
+	if run.cold != nil {
+		// Records live in either tier, and the tiers reclaim gone ones on
+		// their own schedules: only the results are the model's business.
+		for d := range run.cold.recs {
+			if _, hot := run.m.table.Get(d); hot {
+				t.Fatalf("digest %v held by both tiers", d)
+			}
+		}
+		return
+	}
 	if run.m.Len() != len(run.model.recs) {
 		t.Fatalf("Len = %d, model holds %d", run.m.Len(), len(run.model.recs))
 	}
@@ -528,9 +557,6 @@ func (run *mdlRun) check(t *rapid.T) {
 	got := mdlStats{st.LeasesExpired - run.statsAt.LeasesExpired, st.Reclaimed - run.statsAt.Reclaimed, st.Forgotten - run.statsAt.Forgotten}
 	if got != run.model.stats {
 		t.Fatalf("Stats %+v, model %+v", got, run.model.stats)
-	}
-	if run.m.Now() != run.model.now {
-		t.Fatalf("Now = %d, model %d", run.m.Now(), run.model.now)
 	}
 }
 
@@ -584,6 +610,33 @@ func TestMachineModel(t *testing.T) {
 		"complete", "complete-retry", "fail-retry", "release", "extend", "forget-existed", "reclaimed-by-tick", "stale-on-record"} {
 		if seen[k] == 0 {
 			t.Errorf("never saw %s", k)
+		}
+	}
+	t.Logf("coverage: %v", seen)
+}
+
+// TestMachineModelTiered: with a cold tier and ticks carrying random hot
+// windows and budgets, the machine answers exactly as the reference model,
+// which knows nothing of tiers: demotion is invisible but for Result.Cold.
+func TestMachineModelTiered(t *testing.T) {
+	seen := make(map[string]int)
+	prop := func(rt *rapid.T) {
+		run := newMdlRun()
+		run.cold = newMemCold()
+		run.m.UseCold(run.cold)
+		run.seen = seen
+		steps := rapid.IntRange(1, 300).Draw(rt, "steps")
+		for range steps {
+			run.step(rt)
+		}
+	}
+	rapid.Check(t, prop)
+	for i := 1; i < mdlRounds() && !t.Failed(); i++ {
+		t.Run(fmt.Sprintf("round-%d", i), func(t *testing.T) { rapid.Check(t, prop) })
+	}
+	for _, k := range []string{"cold-DUPLICATE", "cold-POISONED", "cold-OK", "cold-MISMATCH"} {
+		if seen[k] == 0 {
+			t.Errorf("no command answered %s from the cold tier", k)
 		}
 	}
 	t.Logf("coverage: %v", seen)

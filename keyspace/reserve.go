@@ -5,11 +5,11 @@ func (m *Machine) reserve(c *Command, now int64, token uint64) Result {
 	d := c.Digest
 	rec, had := m.lookup(d, now)
 	if c.HasEntity {
-		if ev, ok := m.entities[c.Entity]; ok && ev.deadline > now && c.Version <= ev.version {
+		if ev, ok := m.entities.get(c.Entity); ok && ev.deadline > now && c.Version <= ev.version {
 			return m.view(OutcomeStale, d, rec, had, now)
 		}
 	}
-	if had && c.HasFingerprint && rec.has(flagFingerprint) && m.fingerprints[d] != c.Fingerprint {
+	if had && c.HasFingerprint && rec.has(flagFingerprint) && m.fingerprint(d) != c.Fingerprint {
 		return m.view(OutcomeMismatch, d, rec, had, now)
 	}
 	if !had {
@@ -57,16 +57,16 @@ func (m *Machine) grant(c *Command, now int64, token uint64, old Record, had boo
 		attempts = old.Attempts() + 1
 		flags = old.flags() &^ flagResult
 		if old.has(flagResult) {
-			delete(m.results, d)
+			m.dropResult(d)
 		}
 	}
 	r := Record{Token: token, Deadline: now + c.Lease, Meta: makeMeta(Processing, flags, attempts, uint64(c.MaxAttempts))}
 	if c.HasFingerprint && !r.has(flagFingerprint) {
-		m.fingerprints[d] = c.Fingerprint
+		m.fingerprints.set(d, c.Fingerprint)
 		r.setFlag(flagFingerprint, true)
 	}
 	if c.HasEntity {
-		m.pending[d] = entityRef{entity: c.Entity, version: c.Version}
+		m.pending.set(d, entityRef{entity: c.Entity, version: c.Version})
 		r.setFlag(flagEntity, true)
 	}
 	m.put(d, old, had, r)

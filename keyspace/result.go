@@ -52,4 +52,6 @@ type Result struct {
 	// Repeated is set when a Complete or Fail found its own settle already
 	// done and answered OK without changing anything.
 	Repeated bool
+	// Cold is set when the record was found in the cold tier.
+	Cold bool
 }

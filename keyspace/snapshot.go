@@ -8,19 +8,20 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
-	"maps"
 )
 
-// Snapshot is a point-in-time copy of a Machine that can be written out while
-// the machine keeps applying entries. Taking it is cheap: the hot table is
-// shared copy-on-write at segment granularity; the side maps, which hold only
-// records with fingerprints, results or entities, are cloned.
+// Snapshot is a point-in-time copy of a Machine's hot state that can be
+// written out while the machine keeps applying entries. Taking it costs
+// O(segments + side map parts), whatever the number of records: the hot
+// table is shared copy-on-write at segment granularity and the side maps at
+// part granularity. The cold tier is not part of it: its owner snapshots it.
 type Snapshot struct {
 	view         *TableView
-	fingerprints map[Digest]uint64
-	results      map[Digest][]byte // values are never mutated once stored
-	pending      map[Digest]entityRef
-	entities     map[Digest]entityVersion
+	fingerprints sideMap[uint64]
+	results      sideMap[[]byte] // values are never mutated once stored
+	pending      sideMap[entityRef]
+	entities     sideMap[entityVersion]
+	policy       TierPolicy
 	now          int64
 	cursor       uint64
 	ticks        uint64
@@ -30,10 +31,11 @@ type Snapshot struct {
 func (m *Machine) Snapshot() *Snapshot {
 	return &Snapshot{
 		view:         m.table.Snapshot(),
-		fingerprints: maps.Clone(m.fingerprints),
-		results:      maps.Clone(m.results),
-		pending:      maps.Clone(m.pending),
-		entities:     maps.Clone(m.entities),
+		fingerprints: m.fingerprints.share(),
+		results:      m.results.share(),
+		pending:      m.pending.share(),
+		entities:     m.entities.share(),
+		policy:       m.policy,
 		now:          m.now,
 		cursor:       m.cursor,
 		ticks:        m.ticks,
@@ -43,7 +45,10 @@ func (m *Machine) Snapshot() *Snapshot {
 // Release lets the machine stop copying table segments for this snapshot.
 func (s *Snapshot) Release() { s.view.Release() }
 
-var snapshotMagic = [8]byte{'L', '4', 'X', 'G', 'S', 'N', 'P', '1'}
+// SnapshotBufferSize is the read buffer ReadSnapshot wants (see there).
+const SnapshotBufferSize = 1 << 20
+
+var snapshotMagic = [8]byte{'L', '4', 'X', 'G', 'S', 'N', 'P', '2'}
 
 // ErrCorruptSnapshot is returned when snapshot bytes do not decode.
 var ErrCorruptSnapshot = errors.New("keyspace: corrupt snapshot")
@@ -55,6 +60,8 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	sw.u64(uint64(s.now))
 	sw.u64(s.cursor)
 	sw.u64(s.ticks)
+	sw.u64(uint64(s.policy.HotWindow))
+	sw.u64(uint64(s.policy.HotMaxBytes))
 	// Segment sizes first, so a restored table has the same layout and the
 	// sweep cursor points at the same slots as on every other replica.
 	sw.u64(uint64(s.view.Len()))
@@ -70,25 +77,25 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		sw.u64(r.Meta)
 		return sw.err == nil
 	})
-	sw.u64(uint64(len(s.fingerprints)))
-	for d, fp := range s.fingerprints {
+	sw.u64(uint64(s.fingerprints.len()))
+	for d, fp := range s.fingerprints.all() {
 		sw.digest(d)
 		sw.u64(fp)
 	}
-	sw.u64(uint64(len(s.results)))
-	for d, res := range s.results {
+	sw.u64(uint64(s.results.len()))
+	for d, res := range s.results.all() {
 		sw.digest(d)
 		sw.u64(uint64(len(res)))
 		sw.raw(res)
 	}
-	sw.u64(uint64(len(s.pending)))
-	for d, ref := range s.pending {
+	sw.u64(uint64(s.pending.len()))
+	for d, ref := range s.pending.all() {
 		sw.digest(d)
 		sw.digest(ref.entity)
 		sw.u64(ref.version)
 	}
-	sw.u64(uint64(len(s.entities)))
-	for e, ev := range s.entities {
+	sw.u64(uint64(s.entities.len()))
+	for e, ev := range s.entities.all() {
 		sw.digest(e)
 		sw.u64(ev.version)
 		sw.u64(uint64(ev.deadline))
@@ -132,9 +139,12 @@ func (sw *snapWriter) digest(d Digest) {
 }
 
 // ReadSnapshot builds a fresh Machine from a snapshot written by WriteTo. The
-// caller swaps it in only when this returns without error.
+// caller swaps it in only when this returns without error. Given a
+// *bufio.Reader of at least SnapshotBufferSize bytes, it reads exactly the
+// snapshot's bytes, so whatever follows them in the stream stays readable;
+// another reader may be read past the snapshot's end.
 func ReadSnapshot(r io.Reader) (*Machine, error) {
-	sr := &snapReader{r: bufio.NewReaderSize(r, 1<<20), crc: crc32.New(crc32.MakeTable(crc32.Castagnoli))}
+	sr := &snapReader{r: bufio.NewReaderSize(r, SnapshotBufferSize), crc: crc32.New(crc32.MakeTable(crc32.Castagnoli))}
 	var magic [8]byte
 	sr.raw(magic[:])
 	if sr.err == nil && magic != snapshotMagic {
@@ -144,6 +154,10 @@ func ReadSnapshot(r io.Reader) (*Machine, error) {
 	m.now = int64(sr.u64())
 	m.cursor = sr.u64()
 	m.ticks = sr.u64()
+	m.policy = TierPolicy{HotWindow: int64(sr.u64()), HotMaxBytes: int64(sr.u64())}
+	if err := m.policy.Validate(); sr.err == nil && err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorruptSnapshot, err)
+	}
 	records := sr.count(40)
 	levels := make([]uint32, sr.count(1<<30))
 	for i := range levels {
@@ -171,7 +185,7 @@ func ReadSnapshot(r io.Reader) (*Machine, error) {
 	}
 	for n := sr.count(24); n > 0 && sr.err == nil; n-- {
 		d := sr.digest()
-		m.fingerprints[d] = sr.u64()
+		m.fingerprints.set(d, sr.u64())
 	}
 	for n := sr.count(24); n > 0 && sr.err == nil; n-- {
 		d := sr.digest()
@@ -181,15 +195,18 @@ func ReadSnapshot(r io.Reader) (*Machine, error) {
 		}
 		res := make([]byte, size)
 		sr.raw(res)
-		m.results[d] = res
+		m.results.set(d, res)
+		m.resultBytes += int64(len(res))
 	}
 	for n := sr.count(40); n > 0 && sr.err == nil; n-- {
 		d := sr.digest()
-		m.pending[d] = entityRef{entity: sr.digest(), version: sr.u64()}
+		m.pending.set(d, entityRef{entity: sr.digest(), version: sr.u64()})
 	}
 	for n := sr.count(32); n > 0 && sr.err == nil; n-- {
 		e := sr.digest()
-		m.entities[e] = entityVersion{version: sr.u64(), deadline: int64(sr.u64())}
+		ev := entityVersion{version: sr.u64(), deadline: int64(sr.u64())}
+		m.entities.set(e, ev)
+		m.expiring.push(ev.deadline, e)
 	}
 	want := sr.crc.Sum32()
 	var tail [4]byte

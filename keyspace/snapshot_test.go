@@ -34,16 +34,16 @@ type ksState struct {
 func ksStateOf(m *Machine) ksState {
 	s := ksState{
 		Table:        tabCollect(m.table.Range),
-		Fingerprints: maps.Clone(m.fingerprints),
-		Results:      make(map[Digest]string, len(m.results)),
-		Pending:      maps.Clone(m.pending),
-		Entities:     maps.Clone(m.entities),
+		Fingerprints: maps.Collect(m.fingerprints.all()),
+		Results:      make(map[Digest]string, m.results.len()),
+		Pending:      maps.Collect(m.pending.all()),
+		Entities:     maps.Collect(m.entities.all()),
 		Now:          m.now,
 		Cursor:       m.cursor,
 		Ticks:        m.ticks,
 		Counts:       m.counts,
 	}
-	for d, r := range m.results {
+	for d, r := range m.results.all() {
 		s.Results[d] = string(r)
 	}
 	return s
@@ -274,7 +274,7 @@ func ksSmallSnapshot(t testing.TB) []byte {
 		{Op: OpFail, Digest: d("c"), Token: 1<<16 | 2, Retention: 5000},
 		{Op: OpFail, Digest: d("d"), Token: 1<<16 | 3, Retention: 5000},
 	}}, nil)
-	if len(m.fingerprints) == 0 || len(m.results) == 0 || len(m.pending) == 0 || len(m.entities) == 0 {
+	if m.fingerprints.len() == 0 || m.results.len() == 0 || m.pending.len() == 0 || m.entities.len() == 0 {
 		t.Fatalf("the small snapshot lacks a kind of side data")
 	}
 	var buf bytes.Buffer
@@ -306,9 +306,13 @@ func ksCheckCorrupt(t *testing.T, what string, b []byte) {
 }
 
 // ksRecordSection returns the byte range of a snapshot's table records.
+// ksHeaderLen is the length of a snapshot's magic, now, cursor, ticks and
+// tiering policy, before the record count.
+const ksHeaderLen = 8 + 5*8
+
 func ksRecordSection(b []byte) (start, end int) {
-	start = 8 + 3*8 + 8 + 8 + tabSegs*8
-	return start, start + 40*int(binary.BigEndian.Uint64(b[32:]))
+	start = ksHeaderLen + 8 + 8 + tabSegs*8
+	return start, start + 40*int(binary.BigEndian.Uint64(b[ksHeaderLen:]))
 }
 
 // TestSnapshotCorrupt: truncations and single-bit flips of a snapshot are
@@ -329,7 +333,7 @@ func TestSnapshotCorrupt(t *testing.T) {
 	// Every bit of every byte, except among the 256 segment levels (8 bytes
 	// each, nearly all zero) where only the lowest and highest bytes of the
 	// allocated segments' levels and of every 16th other level are flipped.
-	levels := 8 + 3*8 + 8 + 8
+	levels := ksHeaderLen + 8 + 8
 	stride := 1
 	if testing.Short() {
 		stride = 5
@@ -380,7 +384,7 @@ func TestSnapshotBadStateRefused(t *testing.T) {
 	good := ksSmallSnapshot(t)
 	// The first record's Meta starts after the header, the levels and its
 	// digest, token and deadline; its low byte holds the state.
-	off := 8 + 3*8 + 8 + 8 + tabSegs*8 + 16 + 8 + 8
+	off := ksHeaderLen + 8 + 8 + tabSegs*8 + 16 + 8 + 8
 	for _, state := range []byte{0, byte(Absent), 6, 15} {
 		b := bytes.Clone(good)
 		b[off+7] = b[off+7]&0xf0 | state
@@ -397,6 +401,8 @@ func ksSnapshotHeader(records uint64, levels map[int]uint64) []byte {
 	b = binary.BigEndian.AppendUint64(b, 0) // now
 	b = binary.BigEndian.AppendUint64(b, 0) // cursor
 	b = binary.BigEndian.AppendUint64(b, 0) // ticks
+	b = binary.BigEndian.AppendUint64(b, DefaultHotWindow)
+	b = binary.BigEndian.AppendUint64(b, 0) // hot budget
 	b = binary.BigEndian.AppendUint64(b, records)
 	b = binary.BigEndian.AppendUint64(b, tabSegs)
 	for i := range tabSegs {
