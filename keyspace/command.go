@@ -82,7 +82,7 @@ type Entry struct {
 const MaxEntryCommands = 1<<16 - 1
 
 const (
-	entryVersion = 1
+	entryVersion   = 1
 	kindCommands   = 1
 	kindTick       = 2
 	kindTickPolicy = 3 // a tick that sets the tiering policy

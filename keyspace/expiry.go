@@ -80,7 +80,7 @@ func (h *entityHeap) Less(i, j int) bool {
 		(a.entity.Hi < b.entity.Hi || a.entity.Hi == b.entity.Hi && a.entity.Lo < b.entity.Lo)
 }
 func (h *entityHeap) Swap(i, j int) { h.items[i], h.items[j] = h.items[j], h.items[i] }
-func (h *entityHeap) Push(x any)   { h.items = append(h.items, x.(entityDeadline)) }
+func (h *entityHeap) Push(x any)    { h.items = append(h.items, x.(entityDeadline)) }
 func (h *entityHeap) Pop() any {
 	x := h.items[len(h.items)-1]
 	h.items = h.items[:len(h.items)-1]
