@@ -1,0 +1,100 @@
+// Package tiering is the cold tier of the grid (DESIGN section 4): settled
+// records that have left a shard's hot table live here, in Pebble, until
+// their retention ends.
+//
+// # One database per node
+//
+// A Store is one Pebble instance in its own directory (the node puts it
+// under <data-dir>/cold), separate from the Raft log's database, whose
+// settings (a synced WAL, a large memtable) suit the opposite workload.
+// Store.Shard returns a Shard, the keyspace.ColdTier of one shard; every
+// key starts with the shard id, so all shards share one block cache, one
+// set of compactions and one disk budget. Within a shard a record is
+// stored once under its digest, and indexed twice with empty values: by
+// deadline, for Purge, and by namespace tag and completed-at time, for
+// Store.Audit (see keys.go for the layout). Index entries are written and
+// deleted in the same batch as their record.
+//
+// # Derived state: no WAL, no sync
+//
+// The cold tier holds nothing that Raft does not: a shard's records are a
+// function of its snapshot and of the log entries applied after it. The
+// database therefore runs with the WAL disabled and commits without sync;
+// a crash loses whatever was still in memtables, and the shard rebuilds
+// its cold tier at start (Shard.Wipe then log replay, or Shard.Restore
+// from the snapshot, which carries both tiers). Durability comes from Raft,
+// and a cold write costs a memtable insert. Counters (Shard.Stats) are
+// exact from that Wipe or Restore on.
+//
+// # Writes, reads and determinism
+//
+// The state machine calls Put, Delete and Purge from Apply, in log order,
+// and Flush at the end of each Apply under its lock. The writes of one
+// Apply go into one Pebble indexed batch, so Get sees them at once and the
+// database sees them all together at Flush. Purge walks the deadline
+// index in key order (deadline, then digest) and so removes the same
+// records on every replica. Readers outside the state machine (stale
+// reads, the CLI) call Lookup or Get at any time; they see the pending
+// batch when there is one.
+//
+// Bloom filters (10 bits per key, about 1% false positives) on every
+// level make a lookup of a digest the tier does not hold cost a few
+// in-memory filter probes and no data block read, as long as the block
+// cache holds the filter blocks (Options.CacheSize; about 1.25 bytes per
+// key).
+//
+// # Snapshots and restore
+//
+// Shard.Snapshot flushes the pending batch and takes a Pebble snapshot:
+// O(1), no copy, so the apply loop is held only for that. WriteTo then
+// streams the shard's records (digest and value; index entries are
+// rebuilt on load) with a trailing record count and CRC-32C while the
+// shard goes on applying. Shard.Restore loads a stream into the shard's
+// other generation (a byte of the key prefix) in batches of a few MB and
+// switches generations only once the stream has been read and verified,
+// so a corrupt or truncated snapshot (ErrCorruptSnapshot) leaves the
+// previous records in place, as the state machine's own restore does.
+//
+// # Failures
+//
+// With the WAL off, a commit only inserts into the memtable: Pebble
+// v2.1.7 does not return disk errors from Commit (an error there means
+// its commit pipeline is broken, and it calls Logger.Fatalf). Disk errors
+// happen in background flushes and compactions, and Pebble handles them
+// as follows:
+//
+//   - A failed flush is reported to EventListener.BackgroundError and
+//     retried at once, in a loop without backoff, until it succeeds; the
+//     memtables stay in memory meanwhile, so no write is lost. The Store
+//     records the error for Health, calls Options.OnError and logs at most
+//     one line a second.
+//   - Once the queued memtables reach MemTableStopWritesThreshold (4)
+//     times MemTableSize, commits block (a write stall) until a flush
+//     succeeds. A full disk therefore stalls the applying state machine
+//     rather than dropping cold writes or growing memory without bound;
+//     Health reports the cause, and applying resumes by itself once space
+//     is back. Close waits for a stalled commit.
+//   - A failed compaction is reported the same way and retried when next
+//     picked; it does not block writes until L0 reaches
+//     L0StopWritesThreshold files.
+//   - A failed MANIFEST write (after a flush or compaction wrote its
+//     tables) is fatal: Pebble calls Logger.Fatalf, which panics. The node
+//     restarts and rebuilds the cold tier from Raft. MANIFEST records are
+//     small, so on a filling disk the sstable writes fail first.
+//
+// Health returns the last error not followed by a success of its kind
+// (background errors clear on the next successful flush or compaction).
+// Reads that fail are retried with backoff by Get (the state machine
+// cannot proceed without the answer) and returned by Lookup. Commit
+// failures, should Pebble ever return one, are retried with a copy of the
+// batch, with backoff from 10 ms to 1 s, until they succeed or the Store
+// closes: a cold write is never dropped while the Store is open.
+//
+// # Concurrency
+//
+// A Store is safe for concurrent use. Each Shard has one writer (the
+// state machine); Get, Lookup and Stats may run beside it. Store.Close
+// waits for operations in flight; after it, the ColdTier methods panic
+// (the state machine must be stopped first) and the others return
+// ErrClosed.
+package tiering

@@ -1,0 +1,163 @@
+package tiering
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Snapshot stream format (integers big-endian):
+//
+//	magic "L4XGCLD1"
+//	per record, in digest order: valueLen u32 (>= 32), digest (16), value
+//	end marker: u32 0
+//	record count u64
+//	CRC-32C (Castagnoli) u32 of every byte before it
+//
+// The count trails the records so that writing needs no counting pass.
+var coldSnapshotMagic = [8]byte{'L', '4', 'X', 'G', 'C', 'L', 'D', '1'}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ShardSnapshot is a point-in-time view of one shard's cold tier, taken in
+// O(1) (a Pebble snapshot) and streamed by WriteTo while the shard keeps
+// applying. Close it when done: until then Pebble keeps the versions it
+// needs, so obsolete data is not reclaimed by compactions.
+type ShardSnapshot struct {
+	store *Store
+	shard uint32
+	gen   byte
+	err   error // why the snapshot could not be taken
+
+	mu   sync.Mutex
+	snap *pebble.Snapshot // nil once closed
+}
+
+// Snapshot flushes the pending writes and captures the shard's records.
+// It does no I/O beyond the flush (a memtable write).
+func (s *Shard) Snapshot() *ShardSnapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := &ShardSnapshot{store: s.store, shard: s.id, gen: s.gen}
+	if err := s.flushLocked(); err != nil {
+		ss.err = fmt.Errorf("snapshot: %w", err)
+		return ss
+	}
+	ss.err = s.store.with(func(db *pebble.DB) error {
+		ss.snap = db.NewSnapshot()
+		return nil
+	})
+	return ss
+}
+
+// Close releases the snapshot. It is safe to call more than once, and
+// after the Store has closed.
+func (ss *ShardSnapshot) Close() error {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	snap := ss.snap
+	if snap == nil {
+		return nil
+	}
+	ss.snap = nil
+	err := ss.store.with(func(*pebble.DB) error { return snap.Close() })
+	if errors.Is(err, ErrClosed) {
+		return nil // the snapshot went with the database
+	}
+	return err
+}
+
+// WriteTo streams every record of the snapshot to w in the format above. It
+// gives up with ErrClosed when the Store starts closing.
+func (ss *ShardSnapshot) WriteTo(w io.Writer) (int64, error) {
+	if ss.err != nil {
+		return 0, ss.err
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.snap == nil {
+		return 0, fmt.Errorf("tiering: snapshot closed")
+	}
+	sw := &snapWriter{w: bufio.NewWriterSize(w, 1<<20), crc: crc32.New(castagnoli)}
+	sw.raw(coldSnapshotMagic[:])
+	var count uint64
+	err := ss.store.with(func(*pebble.DB) error {
+		lo, hi := kindBounds(ss.shard, ss.gen, kindRecord)
+		it, err := ss.snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if err != nil {
+			return fmt.Errorf("%w: snapshot iterator: %w", ErrStorage, err)
+		}
+		for ok := it.First(); ok && sw.err == nil; ok = it.Next() {
+			if count%1024 == 0 && ss.store.isClosing() {
+				return errors.Join(ErrClosed, it.Close())
+			}
+			k := it.Key()
+			v, err := it.ValueAndErr()
+			if err != nil || len(k) != recordKeyLen || len(v) < valueHeaderLen {
+				return errors.Join(fmt.Errorf("%w: record %x (%d bytes): %w", ErrCorrupt, k, len(v), err), it.Close())
+			}
+			sw.u32(uint32(len(v)))
+			sw.raw(k[prefixLen:])
+			sw.raw(v)
+			count++
+		}
+		if err := errors.Join(it.Error(), it.Close()); err != nil {
+			return fmt.Errorf("%w: snapshot scan: %w", ErrStorage, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return sw.n, err
+	}
+	sw.u32(0)
+	sw.u64(count)
+	sw.u32(sw.crc.Sum32())
+	if sw.err == nil {
+		sw.err = sw.w.Flush()
+	}
+	return sw.n, sw.err
+}
+
+func (s *Store) isClosing() bool {
+	select {
+	case <-s.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+type snapWriter struct {
+	w   *bufio.Writer
+	crc hash.Hash32
+	n   int64
+	err error
+	buf [8]byte
+}
+
+func (sw *snapWriter) raw(b []byte) {
+	if sw.err != nil {
+		return
+	}
+	sw.crc.Write(b)
+	n, err := sw.w.Write(b)
+	sw.n += int64(n)
+	sw.err = err
+}
+
+func (sw *snapWriter) u32(v uint32) {
+	binary.BigEndian.PutUint32(sw.buf[:4], v)
+	sw.raw(sw.buf[:4])
+}
+
+func (sw *snapWriter) u64(v uint64) {
+	binary.BigEndian.PutUint64(sw.buf[:], v)
+	sw.raw(sw.buf[:])
+}

@@ -1,0 +1,239 @@
+package tiering
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+)
+
+// formatVersion pins Pebble's on-disk format, as raftlog does, so that a
+// Pebble upgrade does not silently ratchet it.
+const formatVersion = pebble.FormatTableFormatV6
+
+// bloomBitsPerKey sizes the bloom filter of every sstable: 10 bits per key
+// give a false-positive rate of about 1%.
+const bloomBitsPerKey = 10
+
+// Store is the cold tier of one node: one Pebble database holding the
+// records of all its shards, key-prefixed by shard. It is safe for
+// concurrent use; see Shard for the per-shard contract.
+type Store struct {
+	opts    Options
+	log     *slog.Logger
+	closing chan struct{} // closed when Close starts
+	once    sync.Once
+
+	// mu is held shared by every database operation and exclusively by
+	// Close, so Close waits for operations in flight and later ones get
+	// ErrClosed instead of a Pebble panic.
+	mu sync.RWMutex
+	db *pebble.DB // nil once closed
+
+	shardsMu sync.Mutex
+	shards   map[uint32]*Shard
+
+	health health
+}
+
+// Open opens or creates the cold tier in directory dir.
+func Open(dir string, opts Options) (*Store, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	o := opts.withDefaults()
+	s := &Store{
+		opts:    o,
+		log:     o.Logger.With("component", "tiering"),
+		closing: make(chan struct{}),
+		shards:  make(map[uint32]*Shard),
+	}
+	s.health.init(s.log, o.OnError)
+	po := &pebble.Options{
+		CacheSize:          o.CacheSize,
+		DisableWAL:         true,
+		FS:                 o.FS,
+		FormatMajorVersion: formatVersion,
+		Logger:             pebbleLogger{o.Logger},
+		MemTableSize:       o.MemTableSize,
+		EventListener:      s.eventListener(),
+	}
+	for i := range po.Levels {
+		po.Levels[i].FilterPolicy = bloom.FilterPolicy(bloomBitsPerKey)
+	}
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open %s: %w", ErrStorage, dir, err)
+	}
+	s.db = db
+	return s, nil
+}
+
+// eventListener routes Pebble's background failures (flushes and
+// compactions that could not write, typically on a full disk) to Health and
+// OnError, and clears them once a flush or compaction succeeds again.
+func (s *Store) eventListener() *pebble.EventListener {
+	return &pebble.EventListener{
+		BackgroundError: func(err error) {
+			s.health.fail(sourceBackground, fmt.Errorf("%w: background: %w", ErrStorage, err))
+		},
+		FlushEnd: func(info pebble.FlushInfo) {
+			if info.Err == nil {
+				s.health.recover(sourceBackground)
+			}
+		},
+		CompactionEnd: func(info pebble.CompactionInfo) {
+			if info.Err == nil {
+				s.health.recover(sourceBackground)
+			}
+		},
+		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
+			s.log.Warn("cold tier writes stalled", "reason", info.Reason)
+		},
+		WriteStallEnd: func() { s.log.Info("cold tier writes resumed") },
+	}
+}
+
+// Close closes the database. It waits for operations in progress (a commit
+// stalled on a full disk holds it until space returns); later operations
+// return ErrClosed, and retry loops give up. Writes still buffered in a
+// Shard are dropped: the cold tier is rebuilt from Raft at the next start.
+// Closing a closed Store returns nil.
+func (s *Store) Close() error {
+	s.once.Do(func() { close(s.closing) })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.db == nil {
+		return nil
+	}
+	err := s.db.Close()
+	s.db = nil
+	if err != nil {
+		return fmt.Errorf("%w: close: %w", ErrStorage, err)
+	}
+	return nil
+}
+
+// acquire returns the open database with s.mu held shared; the caller must
+// call s.mu.RUnlock. If the store is closed it returns ErrClosed and holds
+// nothing.
+func (s *Store) acquire() (*pebble.DB, error) {
+	s.mu.RLock()
+	if s.db == nil {
+		s.mu.RUnlock()
+		return nil, ErrClosed
+	}
+	return s.db, nil
+}
+
+// with runs fn with the open database.
+func (s *Store) with(fn func(db *pebble.DB) error) error {
+	db, err := s.acquire()
+	if err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	return fn(db)
+}
+
+// Health returns the last storage error not yet followed by a success of
+// the same kind (a failed flush is cleared by a successful flush or
+// compaction, a failed commit by a successful commit), or nil. It returns
+// ErrClosed after Close.
+func (s *Store) Health() error {
+	select {
+	case <-s.closing:
+		return ErrClosed
+	default:
+	}
+	return s.health.err()
+}
+
+// DiskUsage returns the bytes the database occupies on disk (sstables,
+// blob files, MANIFEST and temporary files).
+func (s *Store) DiskUsage() (uint64, error) {
+	var n uint64
+	err := s.with(func(db *pebble.DB) error {
+		n = db.Metrics().DiskSpaceUsage()
+		return nil
+	})
+	return n, err
+}
+
+// Metrics returns Pebble's metrics (levels, block cache, bloom filter
+// hits), for export and for tests.
+func (s *Store) Metrics() (*pebble.Metrics, error) {
+	var m *pebble.Metrics
+	err := s.with(func(db *pebble.DB) error {
+		m = db.Metrics()
+		return nil
+	})
+	return m, err
+}
+
+// Shard returns the cold tier of shard id. Every call for the same id
+// returns the same *Shard.
+func (s *Store) Shard(id uint32) *Shard {
+	s.shardsMu.Lock()
+	defer s.shardsMu.Unlock()
+	if sh, ok := s.shards[id]; ok {
+		return sh
+	}
+	sh := newShard(s, id, s.findGen(id))
+	s.shards[id] = sh
+	return sh
+}
+
+// findGen returns the generation of the first key stored for shard id, or
+// 0 when there is none. Shards are wiped or restored at start, which
+// settles the generation anyway.
+func (s *Store) findGen(id uint32) byte {
+	var gen byte
+	_ = s.with(func(db *pebble.DB) error {
+		lo, hi := shardBounds(id)
+		it, err := db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if err != nil {
+			return err
+		}
+		if it.First() {
+			gen = it.Key()[4]
+		}
+		return it.Close()
+	})
+	return gen
+}
+
+// retry runs op until it succeeds, backing off from 10 ms to 1 s between
+// attempts and reporting each failure to Health and OnError. It gives up
+// and returns the error when the store closes or op fails with ErrClosed or
+// ErrCorrupt, which no retry fixes.
+func (s *Store) retry(src errSource, op func() error) error {
+	backoff := 10 * time.Millisecond
+	failed := false
+	for {
+		err := op()
+		if err == nil {
+			if failed {
+				s.health.recover(src)
+			}
+			return nil
+		}
+		if errors.Is(err, ErrClosed) || errors.Is(err, ErrCorrupt) {
+			return err
+		}
+		failed = true
+		s.health.fail(src, err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-s.closing:
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
