@@ -1,0 +1,342 @@
+package cluster
+
+import (
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// NodeID names a node for its whole life: 1..64 bytes of [A-Za-z0-9._-].
+type NodeID string
+
+// Validate checks the id's length and alphabet.
+func (id NodeID) Validate() error {
+	if len(id) == 0 || len(id) > 64 {
+		return fmt.Errorf("node id %q: length %d out of range 1..64", string(id), len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+		if !ok {
+			return fmt.Errorf("node id %q: byte %q not in [A-Za-z0-9._-]", string(id), c)
+		}
+	}
+	return nil
+}
+
+// NodeState is a node's standing in the cluster map. Only the control group
+// changes it.
+type NodeState uint8
+
+const (
+	// NodeActive nodes hold and receive replicas.
+	NodeActive NodeState = iota + 1
+	// NodeDraining nodes keep serving their replicas until the planner has
+	// moved every one of them away; they receive none.
+	NodeDraining
+	// NodeRemoved nodes hold nothing; the entry stays as a tombstone.
+	NodeRemoved
+)
+
+var nodeStateNames = [...]string{"", "active", "draining", "removed"}
+
+func (s NodeState) String() string {
+	if s >= NodeActive && s <= NodeRemoved {
+		return nodeStateNames[s]
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// NodeInfo is what the map records about a node: its addresses and state.
+type NodeInfo struct {
+	ID       NodeID    `json:"id"`
+	GRPCAddr string    `json:"grpc_addr"`
+	RaftAddr string    `json:"raft_addr"`
+	HTTPAddr string    `json:"http_addr,omitempty"`
+	State    NodeState `json:"state"`
+}
+
+// Limits of a map, checked by Validate and by the decoder.
+const (
+	MaxSlots    = 1 << 20
+	MaxShards   = 1 << 16
+	MaxReplicas = 7
+	MaxNodes    = 1 << 12
+)
+
+// Map is the cluster map held by the control group: the nodes, the replica
+// set of every shard and an epoch bumped by every change.
+//
+// ShardReplicas[s] lists the nodes holding a replica of shard s; element 0
+// is the shard's preferred leader and the rest are sorted by id. A set may
+// briefly hold Replicas+1 nodes while a move adds before it removes.
+// Leaders, when not nil, holds one leader hint per shard ("" = unknown).
+//
+// A Map is a value: methods never retain or share its slices, and Clone
+// gives a deep copy. It is not safe for concurrent mutation.
+type Map struct {
+	Epoch         uint64              `json:"epoch"`
+	Slots         uint32              `json:"slots"`
+	Shards        int                 `json:"shards"`
+	Replicas      int                 `json:"replicas"`
+	Nodes         map[NodeID]NodeInfo `json:"nodes"`
+	ShardReplicas [][]NodeID          `json:"shard_replicas"`
+	Leaders       []NodeID            `json:"leaders,omitempty"`
+}
+
+// ShardOfSlot maps a slot to its shard: contiguous slot ranges per shard,
+// the same function as shard.Host.SlotShard.
+func (m *Map) ShardOfSlot(slot uint32) int {
+	return int(uint64(slot) * uint64(m.Shards) / uint64(m.Slots))
+}
+
+// Clone returns a deep copy of m.
+func (m *Map) Clone() *Map {
+	c := *m
+	c.Nodes = maps.Clone(m.Nodes)
+	if c.Nodes == nil {
+		c.Nodes = map[NodeID]NodeInfo{}
+	}
+	c.ShardReplicas = make([][]NodeID, len(m.ShardReplicas))
+	for i, rs := range m.ShardReplicas {
+		if len(rs) > 0 {
+			c.ShardReplicas[i] = slices.Clone(rs)
+		}
+	}
+	c.Leaders = slices.Clone(m.Leaders)
+	return &c
+}
+
+// Validate checks every invariant of a map; errors wrap ErrInvalidMap.
+func (m *Map) Validate() error {
+	if err := m.validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidMap, err)
+	}
+	return nil
+}
+
+func (m *Map) validate() error {
+	switch {
+	case m.Slots == 0 || m.Slots > MaxSlots:
+		return fmt.Errorf("slots %d out of range 1..%d", m.Slots, MaxSlots)
+	case m.Shards < 1 || m.Shards > MaxShards || uint32(m.Shards) > m.Slots:
+		return fmt.Errorf("shards %d out of range 1..min(%d, slots)", m.Shards, MaxShards)
+	case m.Replicas < 1 || m.Replicas > MaxReplicas:
+		return fmt.Errorf("replicas %d out of range 1..%d", m.Replicas, MaxReplicas)
+	case len(m.Nodes) > MaxNodes:
+		return fmt.Errorf("%d nodes, more than %d", len(m.Nodes), MaxNodes)
+	case len(m.ShardReplicas) != m.Shards:
+		return fmt.Errorf("%d replica sets for %d shards", len(m.ShardReplicas), m.Shards)
+	case m.Leaders != nil && len(m.Leaders) != m.Shards:
+		return fmt.Errorf("%d leader hints for %d shards", len(m.Leaders), m.Shards)
+	}
+	for id, n := range m.Nodes {
+		if err := validateNode(id, n); err != nil {
+			return err
+		}
+	}
+	for s, rs := range m.ShardReplicas {
+		if err := m.validateSet(s, rs); err != nil {
+			return err
+		}
+		if m.Leaders != nil && m.Leaders[s] != "" && !slices.Contains(rs, m.Leaders[s]) {
+			return fmt.Errorf("shard %d: leader hint %q holds no replica", s, m.Leaders[s])
+		}
+	}
+	return nil
+}
+
+func validateNode(id NodeID, n NodeInfo) error {
+	if err := id.Validate(); err != nil {
+		return err
+	}
+	if n.ID != id {
+		return fmt.Errorf("node %q filed under %q", n.ID, id)
+	}
+	if n.State < NodeActive || n.State > NodeRemoved {
+		return fmt.Errorf("node %q: unknown state %d", id, n.State)
+	}
+	for _, a := range [...]string{n.GRPCAddr, n.RaftAddr, n.HTTPAddr} {
+		if len(a) > maxString {
+			return fmt.Errorf("node %q: address longer than %d bytes", id, maxString)
+		}
+	}
+	if n.State != NodeRemoved && (n.GRPCAddr == "" || n.RaftAddr == "") {
+		return fmt.Errorf("node %q: gRPC and Raft addresses are required", id)
+	}
+	return nil
+}
+
+func (m *Map) validateSet(s int, rs []NodeID) error {
+	if len(rs) > m.Replicas+1 {
+		return fmt.Errorf("shard %d: %d replicas, more than %d+1", s, len(rs), m.Replicas)
+	}
+	for i, id := range rs {
+		n, ok := m.Nodes[id]
+		if !ok {
+			return fmt.Errorf("shard %d: replica on unknown node %q", s, id)
+		}
+		if n.State == NodeRemoved {
+			return fmt.Errorf("shard %d: replica on removed node %q", s, id)
+		}
+		if i >= 2 && rs[i-1] >= id {
+			return fmt.Errorf("shard %d: replicas after the preferred leader not sorted and distinct", s)
+		}
+		if i >= 1 && rs[0] == id {
+			return fmt.Errorf("shard %d: node %q listed twice", s, id)
+		}
+	}
+	return nil
+}
+
+// sortedNodeIDs returns the map's node ids in ascending order.
+func (m *Map) sortedNodeIDs() []NodeID {
+	return slices.Sorted(maps.Keys(m.Nodes))
+}
+
+const mapVersion = 1
+
+// MarshalBinary encodes a valid map canonically: equal maps give equal
+// bytes.
+func (m *Map) MarshalBinary() ([]byte, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return m.appendTo(nil), nil
+}
+
+// appendTo appends the encoding of the (valid) map to buf.
+func (m *Map) appendTo(buf []byte) []byte {
+	buf = append(buf, mapVersion)
+	buf = binary.AppendUvarint(buf, m.Epoch)
+	buf = binary.AppendUvarint(buf, uint64(m.Slots))
+	buf = binary.AppendUvarint(buf, uint64(m.Shards))
+	buf = binary.AppendUvarint(buf, uint64(m.Replicas))
+	ids := m.sortedNodeIDs()
+	index := make(map[NodeID]uint64, len(ids))
+	buf = binary.AppendUvarint(buf, uint64(len(ids)))
+	for i, id := range ids {
+		index[id] = uint64(i)
+		buf = appendNodeInfo(buf, m.Nodes[id])
+	}
+	for _, rs := range m.ShardReplicas {
+		buf = binary.AppendUvarint(buf, uint64(len(rs)))
+		for _, id := range rs {
+			buf = binary.AppendUvarint(buf, index[id])
+		}
+	}
+	if m.Leaders == nil {
+		return append(buf, 0)
+	}
+	buf = append(buf, 1)
+	for _, id := range m.Leaders {
+		v := uint64(0)
+		if id != "" {
+			v = index[id] + 1
+		}
+		buf = binary.AppendUvarint(buf, v)
+	}
+	return buf
+}
+
+func appendNodeInfo(buf []byte, n NodeInfo) []byte {
+	buf = appendString(buf, string(n.ID))
+	buf = appendString(buf, n.GRPCAddr)
+	buf = appendString(buf, n.RaftAddr)
+	buf = appendString(buf, n.HTTPAddr)
+	return append(buf, byte(n.State))
+}
+
+func readNodeInfo(r *reader) NodeInfo {
+	return NodeInfo{ID: NodeID(r.string()), GRPCAddr: r.string(), RaftAddr: r.string(), HTTPAddr: r.string(), State: NodeState(r.byte())}
+}
+
+// UnmarshalBinary decodes a map and validates it; the receiver is
+// overwritten only on success. Errors wrap ErrCorrupt or ErrInvalidMap.
+func (m *Map) UnmarshalBinary(b []byte) error {
+	r := &reader{b: b}
+	got, err := readMap(r)
+	if err == nil {
+		err = r.done()
+	}
+	if err != nil {
+		return err
+	}
+	*m = *got
+	return nil
+}
+
+// DecodeMap decodes and validates a map encoded by MarshalBinary.
+func DecodeMap(b []byte) (*Map, error) {
+	m := new(Map)
+	if err := m.UnmarshalBinary(b); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func readMap(r *reader) (*Map, error) {
+	if v := r.byte(); r.err == nil && v != mapVersion {
+		r.fail("map version %d, this binary reads %d", v, mapVersion)
+	}
+	m := &Map{Epoch: r.uvarint(^uint64(0))}
+	m.Slots = uint32(r.uvarint(MaxSlots))
+	m.Shards = int(r.uvarint(MaxShards))
+	m.Replicas = int(r.uvarint(MaxReplicas))
+	n := r.uvarint(min(MaxNodes, uint64(len(r.b))))
+	ids := make([]NodeID, n)
+	m.Nodes = make(map[NodeID]NodeInfo, n)
+	for i := range ids {
+		info := readNodeInfo(r)
+		if i > 0 && r.err == nil && info.ID <= ids[i-1] {
+			r.fail("node ids not sorted")
+		}
+		ids[i] = info.ID
+		m.Nodes[info.ID] = info
+	}
+	if r.err == nil && uint64(m.Shards) > uint64(len(r.b)) {
+		r.fail("truncated replica sets")
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	m.ShardReplicas = make([][]NodeID, m.Shards)
+	for s := range m.ShardReplicas {
+		k := r.uvarint(MaxReplicas + 1)
+		for j := uint64(0); j < k && r.err == nil; j++ {
+			if n == 0 {
+				r.fail("shard %d: replica but no nodes", s)
+				break
+			}
+			if i := r.uvarint(n - 1); r.err == nil {
+				m.ShardReplicas[s] = append(m.ShardReplicas[s], ids[i])
+			}
+		}
+	}
+	readLeaders(r, m, ids)
+	if r.err != nil {
+		return nil, r.err
+	}
+	return m, m.Validate()
+}
+
+func readLeaders(r *reader, m *Map, ids []NodeID) {
+	switch flag := r.byte(); {
+	case r.err != nil || flag == 0:
+		return
+	case flag != 1:
+		r.fail("leader hints flag %d", flag)
+		return
+	}
+	if uint64(m.Shards) > uint64(len(r.b)) {
+		r.fail("truncated leader hints")
+		return
+	}
+	m.Leaders = make([]NodeID, m.Shards)
+	for s := range m.Leaders {
+		if v := r.uvarint(uint64(len(ids))); v > 0 {
+			m.Leaders[s] = ids[v-1]
+		}
+	}
+}
