@@ -1,6 +1,7 @@
-// Package raftlog provides the storage that hashicorp/raft needs from the
-// outside world on a node that hosts many Raft groups (shards) at once: a
-// log store, a stable store and a snapshot store per group.
+// Package raftlog provides what hashicorp/raft needs from the outside world
+// on a node that hosts many Raft groups (shards) at once: a log store, a
+// stable store and a snapshot store per group, and one network transport
+// that all the groups share.
 //
 // # One Pebble instance per node
 //
@@ -74,10 +75,45 @@
 // Snapshots are not stored in Pebble: [NewSnapshotStore] gives each group a
 // raft.FileSnapshotStore in its own directory, dir/group-<id>.
 //
-// # Not here yet
+// # Multiplexed transport
 //
-// The multiplexed network transport that lets all groups on a node share
-// connections to their peers is a separate piece of work (a later issue);
-// until then callers use any raft.Transport per group, such as
-// raft.NewInmemTransport in tests.
+// A node hosts many groups (its shard replicas and possibly a member of the
+// control group) but listens on ONE TCP port for all of their Raft traffic,
+// the rqlite tcp/mux way. [Mux] owns the listener. Each group registers with
+// [Mux.Layer] and gets a raft.StreamLayer, on which hashicorp/raft's
+// NetworkTransport runs unchanged, so pooled connections and pipelined
+// AppendEntries are kept ([NewTransport] does both steps). Every group on a
+// node has the same address, the Mux's advertised address, and groups are
+// told apart by the connection header alone.
+//
+// A dialing layer opens a TCP connection to the peer's Mux and writes a
+// header before any Raft byte (see header.go): the magic "L4XM", a version,
+// the group id, and the dialer's own advertised address, so the accepting
+// side knows which peer it talks to. The accepting Mux reads each header in
+// its own goroutine under a deadline (MuxConfig.HeaderTimeout), so a slow or
+// garbage client delays no other connection, and reads exactly the header
+// and nothing more. It then hands the connection to the group's layer, or
+// closes it: a bad header (logged as a warning), or a group that has no
+// layer on this node (logged at debug level: the node may not host that
+// shard yet, and raft retries). Decoding validates every byte and never
+// panics (FuzzReadHeader); there is no reply, so a refused dialer sees its
+// connection closed and raft treats it as a failed RPC.
+//
+// A layer tracks every connection it dialed or accepted. Closing it (which
+// raft.NetworkTransport.Close does) unregisters the group, makes Accept and
+// Dial fail with [ErrLayerClosed], and closes those connections, which
+// NetworkTransport itself would leave open, so no connection handler
+// goroutine outlives the transport. A group may be registered again after
+// its layer is closed. [Mux.Close] closes the listener, every layer and
+// every connection, and waits for the Mux's goroutines to exit.
+//
+// # Fault injection
+//
+// [Faults], given to a Mux in MuxConfig, lets in-process cluster tests cut
+// a node off from chosen peers ([Faults.Block]) or from all of them
+// ([Faults.Isolate]) and undo it ([Faults.Unblock], [Faults.Heal]). A
+// blocked peer's live connections, in both directions, are closed at once;
+// dials to it fail with [ErrPeerBlocked]; connections from it are closed
+// right after their header. A nil Faults injects nothing, so production
+// code pays one nil check per connection.
 package raftlog
