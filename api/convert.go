@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"time"
@@ -135,8 +136,22 @@ func extendCommand(r *gridpb.ExtendRequest) (target, error) {
 
 func getTarget(r *gridpb.GetRequest) (t target, err error) {
 	t.read, t.staleOK = true, r.GetStaleOk()
+	if raw := r.GetDigest(); raw != nil {
+		if len(raw) != 16 || r.GetKey() != nil || r.GetEntity() != nil || r.GetNamespace() != "" {
+			return t, fmt.Errorf("%w: want 16 bytes and no namespace, key or entity beside it (got %d bytes)", errBadDigest, len(raw))
+		}
+		t.cmd.Digest = keyspace.Digest{Hi: binary.BigEndian.Uint64(raw), Lo: binary.BigEndian.Uint64(raw[8:])}
+		return t, nil
+	}
 	t.cmd.Digest, err = digest(r.GetNamespace(), r.GetKey(), r.GetEntity())
 	return t, err
+}
+
+// digestBytes renders a digest on the wire: Hi then Lo, big-endian, the
+// order of its hex form.
+func digestBytes(d keyspace.Digest) []byte {
+	b := binary.BigEndian.AppendUint64(make([]byte, 0, 16), d.Hi)
+	return binary.BigEndian.AppendUint64(b, d.Lo)
 }
 
 func forgetCommand(r *gridpb.ForgetRequest) (t target, err error) {
@@ -181,6 +196,13 @@ func toProto(r *keyspace.Result) *gridpb.OpResult {
 		Result:            r.Result,
 		NowUnixMs:         r.Now,
 		Existed:           r.Existed,
+	}
+	switch {
+	case r.State == keyspace.Absent:
+	case r.Cold:
+		out.Tier = gridpb.Tier_COLD
+	default:
+		out.Tier = gridpb.Tier_HOT
 	}
 	if r.HasFingerprint {
 		fp := r.Fingerprint

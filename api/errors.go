@@ -24,7 +24,7 @@ func code(err error) codes.Code {
 		errors.Is(err, keyspace.ErrLeaseOutOfRange), errors.Is(err, keyspace.ErrRetention),
 		errors.Is(err, keyspace.ErrRetryAfter), errors.Is(err, keyspace.ErrMaxAttempts),
 		errors.Is(err, keyspace.ErrInvalidToken), errors.Is(err, keyspace.ErrEmptyBatch),
-		errors.Is(err, errNoOperation):
+		errors.Is(err, errNoOperation), errors.Is(err, errBadDigest), errors.Is(err, errAuditRange):
 		return codes.InvalidArgument
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
@@ -46,4 +46,8 @@ func toStatus(err error) error {
 	return status.Error(code(err), err.Error())
 }
 
-var errNoOperation = errors.New("api: batch operation has no request set")
+var (
+	errNoOperation = errors.New("api: batch operation has no request set")
+	errBadDigest   = errors.New("api: invalid digest")
+	errAuditRange  = errors.New("api: invalid audit range")
+)

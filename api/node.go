@@ -130,6 +130,10 @@ func (n *Node) httpHandler(reg *prometheus.Registry) http.Handler {
 			http.Error(w, "not ready: not every shard has a serving leader", http.StatusServiceUnavailable)
 			return
 		}
+		if err := n.host.ColdHealth(); err != nil {
+			http.Error(w, "not ready: cold tier writes failing (applies wait for them): "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		fmt.Fprintln(w, "ready")
 	})
 	if n.cfg.Pprof {

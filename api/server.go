@@ -221,6 +221,8 @@ func (s *Server) Status(ctx context.Context, _ *gridpb.StatusRequest) (*gridpb.S
 			LastIndex:    st.LastIndex,
 			StampUnixMs:  st.Stamp,
 			Term:         st.Term,
+			ColdKeys:     uint64(st.Cold.Keys),
+			ColdBytes:    uint64(st.Cold.Bytes),
 		})
 	}
 	return resp, nil

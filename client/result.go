@@ -104,6 +104,28 @@ type Result struct {
 	Now time.Time
 	// Existed reports, for Forget, whether a record was removed.
 	Existed bool
+	// Tier is the tier that held the record: TierHot or TierCold (settled
+	// records older than the grid's hot window), TierNone when ABSENT.
+	Tier Tier
+}
+
+// Tier is where the grid held a record.
+type Tier uint8
+
+const (
+	TierNone Tier = iota
+	TierHot
+	TierCold
+)
+
+func (t Tier) String() string {
+	switch t {
+	case TierHot:
+		return "hot"
+	case TierCold:
+		return "cold"
+	}
+	return ""
 }
 
 // Err turns an outcome into an error: nil for OK, ACQUIRED and DUPLICATE (a
@@ -144,6 +166,12 @@ func fromPB(p *gridpb.OpResult) Result {
 		Now:         fromUnixMs(p.GetNowUnixMs()),
 		Existed:     p.GetExisted(),
 	}
+	switch p.GetTier() {
+	case gridpb.Tier_HOT:
+		r.Tier = TierHot
+	case gridpb.Tier_COLD:
+		r.Tier = TierCold
+	}
 	if p != nil && p.Fingerprint != nil {
 		r.Fingerprint, r.HasFingerprint = *p.Fingerprint, true
 	}
@@ -180,6 +208,9 @@ type ShardStatus struct {
 	Term         uint64
 	// Stamp is the last time stamped into the shard's log.
 	Stamp time.Time
+	// ColdKeys and ColdBytes describe the shard's cold tier.
+	ColdKeys  uint64
+	ColdBytes uint64
 }
 
 func statusFromPB(p *gridpb.StatusResponse) Status {
@@ -202,6 +233,8 @@ func statusFromPB(p *gridpb.StatusResponse) Status {
 			LastIndex:    sh.GetLastIndex(),
 			Term:         sh.GetTerm(),
 			Stamp:        fromUnixMs(sh.GetStampUnixMs()),
+			ColdKeys:     sh.GetColdKeys(),
+			ColdBytes:    sh.GetColdBytes(),
 		})
 	}
 	return s

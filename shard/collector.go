@@ -10,20 +10,42 @@ import (
 
 // hostCollector reports per-shard gauges at scrape time.
 type hostCollector struct {
-	h        *Host
-	keys     *prometheus.Desc
-	bytes    *prometheus.Desc
-	applied  *prometheus.Desc
-	isLeader *prometheus.Desc
+	h          *Host
+	keys       *prometheus.Desc
+	bytes      *prometheus.Desc
+	applied    *prometheus.Desc
+	isLeader   *prometheus.Desc
+	demotions  *prometheus.Desc
+	evictions  *prometheus.Desc
+	purges     *prometheus.Desc
+	lookups    *prometheus.Desc
+	hits       *prometheus.Desc
+	latency    *prometheus.Desc
+	coldDisk   *prometheus.Desc
+	coldHealth *prometheus.Desc
+	coldStalls *prometheus.Desc
+	coldErrors *prometheus.Desc
+	bloom      *prometheus.Desc
 }
 
 func newHostCollector(h *Host) *hostCollector {
 	return &hostCollector{
-		h:        h,
-		keys:     prometheus.NewDesc("l4xg_grid_keys", "Records held, by shard, tier and state.", []string{"shard", "tier", "state"}, nil),
-		bytes:    prometheus.NewDesc("l4xg_grid_tier_bytes", "Bytes held by the record slots of a tier, by shard.", []string{"shard", "tier"}, nil),
-		applied:  prometheus.NewDesc("l4xg_grid_raft_applied_index", "Last Raft index applied, by shard.", []string{"shard"}, nil),
-		isLeader: prometheus.NewDesc("l4xg_grid_shard_leader", "1 when the local replica leads the shard.", []string{"shard"}, nil),
+		h:          h,
+		keys:       prometheus.NewDesc("l4xg_grid_keys", "Records held, by shard, tier and state.", []string{"shard", "tier", "state"}, nil),
+		bytes:      prometheus.NewDesc("l4xg_grid_tier_bytes", "Bytes held by the record slots of a tier, by shard.", []string{"shard", "tier"}, nil),
+		applied:    prometheus.NewDesc("l4xg_grid_raft_applied_index", "Last Raft index applied, by shard.", []string{"shard"}, nil),
+		isLeader:   prometheus.NewDesc("l4xg_grid_shard_leader", "1 when the local replica leads the shard.", []string{"shard"}, nil),
+		demotions:  prometheus.NewDesc("l4xg_grid_demotions_total", "Records moved from the hot to the cold tier, by shard.", []string{"shard"}, nil),
+		evictions:  prometheus.NewDesc("l4xg_grid_budget_evictions_total", "Demotions made early because the hot tier was over its budget, by shard.", []string{"shard"}, nil),
+		purges:     prometheus.NewDesc("l4xg_grid_purges_total", "Cold records removed at their retention end, by shard.", []string{"shard"}, nil),
+		lookups:    prometheus.NewDesc("l4xg_grid_cold_lookups_total", "Lookups that reached the cold tier, by shard.", []string{"shard"}, nil),
+		hits:       prometheus.NewDesc("l4xg_grid_cold_hits_total", "Cold tier lookups that found a record, by shard.", []string{"shard"}, nil),
+		latency:    prometheus.NewDesc("l4xg_grid_cold_lookup_seconds", "Latency of cold tier lookups, by shard.", []string{"shard"}, nil),
+		coldDisk:   prometheus.NewDesc("l4xg_grid_cold_disk_bytes", "Bytes on disk of the node's cold tier.", nil, nil),
+		coldHealth: prometheus.NewDesc("l4xg_grid_cold_write_failing", "1 while a cold tier write keeps failing (applies wait for it).", nil, nil),
+		coldStalls: prometheus.NewDesc("l4xg_grid_cold_write_stalls_total", "Write stalls of the cold tier's Pebble.", nil, nil),
+		coldErrors: prometheus.NewDesc("l4xg_grid_cold_background_errors_total", "Failed flushes and compactions of the cold tier.", nil, nil),
+		bloom:      prometheus.NewDesc("l4xg_grid_cold_bloom_probes_total", "Bloom filter probes of cold lookups, by result.", []string{"result"}, nil),
 	}
 }
 
@@ -32,6 +54,17 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.bytes
 	ch <- c.applied
 	ch <- c.isLeader
+	ch <- c.demotions
+	ch <- c.evictions
+	ch <- c.purges
+	ch <- c.lookups
+	ch <- c.hits
+	ch <- c.latency
+	ch <- c.coldDisk
+	ch <- c.coldHealth
+	ch <- c.coldStalls
+	ch <- c.coldErrors
+	ch <- c.bloom
 }
 
 func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
@@ -48,7 +81,39 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 			leader = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.isLeader, prometheus.GaugeValue, leader, id)
+		c.collectCold(ch, id, st)
 	}
+	if st, err := c.h.cold.Stats(); err == nil {
+		ch <- prometheus.MustNewConstMetric(c.coldDisk, prometheus.GaugeValue, float64(st.DiskBytes))
+		ch <- prometheus.MustNewConstMetric(c.coldStalls, prometheus.CounterValue, float64(st.WriteStalls))
+		ch <- prometheus.MustNewConstMetric(c.coldErrors, prometheus.CounterValue, float64(st.BackgroundErrors))
+		ch <- prometheus.MustNewConstMetric(c.bloom, prometheus.CounterValue, float64(st.FilterHits), "spared_read")
+		ch <- prometheus.MustNewConstMetric(c.bloom, prometheus.CounterValue, float64(st.FilterMisses), "read")
+	}
+	failing := 0.0
+	if c.h.ColdHealth() != nil {
+		failing = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.coldHealth, prometheus.GaugeValue, failing)
+}
+
+func (c *hostCollector) collectCold(ch chan<- prometheus.Metric, id string, st Status) {
+	cs := st.Cold
+	ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(cs.Keys), id, "cold", "settled")
+	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(cs.Bytes), id, "cold")
+	ch <- prometheus.MustNewConstMetric(c.demotions, prometheus.CounterValue, float64(st.Stats.Demoted), id)
+	ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(st.Stats.Evicted), id)
+	ch <- prometheus.MustNewConstMetric(c.purges, prometheus.CounterValue, float64(st.Stats.Purged), id)
+	ch <- prometheus.MustNewConstMetric(c.lookups, prometheus.CounterValue, float64(cs.Lookups), id)
+	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(cs.Hits), id)
+	h := cs.LookupLatency
+	buckets := make(map[float64]uint64, len(h.Bounds))
+	var cumulative uint64
+	for i, b := range h.Bounds {
+		cumulative += h.Counts[i]
+		buckets[b.Seconds()] = cumulative
+	}
+	ch <- prometheus.MustNewConstHistogram(c.latency, h.Count, h.Sum.Seconds(), buckets, id)
 }
 
 func stateLabel(s keyspace.State) string {

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"sync"
@@ -8,16 +9,20 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/tiering"
 )
 
 // fsm is the thin Raft adapter: it decodes committed entries, hands them to
-// the keyspace Machine and returns the results. Nothing else happens here.
+// the keyspace Machine, flushes what the machine wrote to the cold tier and
+// returns the results. Nothing else happens here.
 //
-// mu guards m: Apply takes it for writing once per batch; stale reads and
-// status take it for reading.
+// mu guards m and the cold tier's pending writes: Apply takes it for writing
+// once per batch and flushes the cold tier before releasing it, so stale
+// reads and status, which take it for reading, never see a pending batch.
 type fsm struct {
-	mu sync.RWMutex
-	m  *keyspace.Machine
+	mu   sync.RWMutex
+	m    *keyspace.Machine
+	cold *tiering.Shard // nil: no cold tier
 }
 
 var (
@@ -25,8 +30,12 @@ var (
 	_ raft.FSMSnapshot = (*fsmSnapshot)(nil)
 )
 
-func newFSM() *fsm {
-	return &fsm{m: keyspace.NewMachine()}
+func newFSM(cold *tiering.Shard) *fsm {
+	f := &fsm{m: keyspace.NewMachine(), cold: cold}
+	if cold != nil {
+		f.m.UseCold(cold)
+	}
+	return f
 }
 
 // ApplyBatch applies committed entries in order. A committed command entry
@@ -46,35 +55,56 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 		entries[i] = e
 	}
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	for i, l := range logs {
 		if l.Type == raft.LogCommand {
 			out[i] = f.m.Apply(l.Index, &entries[i], make([]keyspace.Result, 0, len(entries[i].Commands)))
 		}
 	}
-	f.mu.Unlock()
+	if f.cold != nil {
+		// Flush retries a failed write until it succeeds (the tier reports
+		// the error meanwhile): the state must not move on without it. It
+		// fails only when the node is closing.
+		if err := f.cold.Flush(); err != nil {
+			panic(fmt.Sprintf("shard: cold tier write failed while closing: %v", err))
+		}
+	}
 	return out
 }
 
 func (f *fsm) Apply(l *raft.Log) interface{} { return f.ApplyBatch([]*raft.Log{l})[0] }
 
-// Snapshot captures the machine copy-on-write; writing happens in Persist,
+// Snapshot captures the machine copy-on-write and the cold tier as a Pebble
+// snapshot, both O(1) in the records held; writing happens in Persist,
 // concurrently with later applies.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return &fsmSnapshot{snap: f.m.Snapshot()}, nil
+	s := &fsmSnapshot{snap: f.m.Snapshot()}
+	if f.cold != nil {
+		s.cold = f.cold.Snapshot()
+	}
+	return s, nil
 }
 
-// Restore builds a fresh machine from the snapshot, then swaps it in.
+// Restore builds a fresh machine from the snapshot, loads the cold tier's
+// part of it, then swaps the machine in.
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	m, err := keyspace.ReadSnapshot(rc)
+	br := bufio.NewReaderSize(rc, keyspace.SnapshotBufferSize)
+	m, err := keyspace.ReadSnapshot(br)
 	if err != nil {
 		return fmt.Errorf("shard: restore: %w", err)
 	}
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cold != nil {
+		if err := f.cold.Restore(br); err != nil {
+			return fmt.Errorf("shard: restore cold tier: %w", err)
+		}
+		m.UseCold(f.cold)
+	}
 	f.m = m
-	f.mu.Unlock()
 	return nil
 }
 
@@ -85,14 +115,28 @@ func (f *fsm) view(fn func(m *keyspace.Machine)) {
 	fn(f.m)
 }
 
-type fsmSnapshot struct{ snap *keyspace.Snapshot }
+// fsmSnapshot is the hot machine's snapshot followed, when the shard has a
+// cold tier, by the cold tier's.
+type fsmSnapshot struct {
+	snap *keyspace.Snapshot
+	cold *tiering.ShardSnapshot
+}
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := s.snap.WriteTo(sink); err != nil {
+	_, err := s.snap.WriteTo(sink)
+	if err == nil && s.cold != nil {
+		_, err = s.cold.WriteTo(sink)
+	}
+	if err != nil {
 		_ = sink.Cancel()
 		return fmt.Errorf("shard: persist snapshot: %w", err)
 	}
 	return sink.Close()
 }
 
-func (s *fsmSnapshot) Release() { s.snap.Release() }
+func (s *fsmSnapshot) Release() {
+	s.snap.Release()
+	if s.cold != nil {
+		s.cold.Close()
+	}
+}

@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
+	"github.com/l4xg/grid/tiering"
 )
 
 // HostConfig describes the set of shards a node hosts.
@@ -29,7 +31,16 @@ type HostConfig struct {
 	TickInterval time.Duration
 	// NoSync skips fsync of the Raft log: tests and benchmarks only; an
 	// acknowledged operation can then be lost on a crash.
-	NoSync   bool
+	NoSync bool
+	// HotWindow is how long settled records stay in the hot tier before
+	// moving to the cold one; default 24 h.
+	HotWindow time.Duration
+	// HotMaxBytes is the node's hot tier budget, split evenly over its
+	// shards; 0 means none. Settled records beyond it move to the cold tier
+	// early; records in flight always stay hot.
+	HotMaxBytes int64
+	// ColdFS, if set, is the file system of the cold tier (fault tests).
+	ColdFS   vfs.FS
 	Logger   *slog.Logger
 	Registry prometheus.Registerer
 }
@@ -40,6 +51,7 @@ type Host struct {
 	cfg      HostConfig
 	settings HardSettings
 	logs     *raftlog.Store
+	cold     *tiering.Store
 	shards   []*Shard
 	metrics  *Metrics
 }
@@ -78,7 +90,12 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Host{cfg: cfg, settings: settings, logs: logs, metrics: NewMetrics(cfg.Registry)}
+	cold, err := tiering.Open(filepath.Join(cfg.DataDir, "cold"), tiering.Options{FS: cfg.ColdFS, Logger: cfg.Logger})
+	if err != nil {
+		_ = logs.Close()
+		return nil, err
+	}
+	h := &Host{cfg: cfg, settings: settings, logs: logs, cold: cold, metrics: NewMetrics(cfg.Registry)}
 	for i := 0; i < cfg.Shards; i++ {
 		s, err := Open(Config{
 			ID:           uint64(i),
@@ -86,6 +103,9 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 			SnapshotDir:  filepath.Join(cfg.DataDir, "snapshots"),
 			Logs:         logs,
 			Bootstrap:    true,
+			Cold:         cold.Shard(uint32(i)),
+			HotWindow:    cfg.HotWindow,
+			HotMaxBytes:  cfg.HotMaxBytes / int64(cfg.Shards),
 			Clock:        cfg.Clock,
 			TickInterval: cfg.TickInterval,
 			Logger:       cfg.Logger,
@@ -142,13 +162,24 @@ func (h *Host) Ready() bool {
 	return true
 }
 
-// Close stops every shard, then the log store.
+// ColdHealth is the cold tier's unrecovered write error, if any: while it
+// lasts, applies wait for the write to succeed.
+func (h *Host) ColdHealth() error { return h.cold.Health() }
+
+// Audit calls fn for the COMPLETED and POISONED records of namespace tag
+// settled in [since, until) that the local cold tiers hold, shard by shard,
+// oldest first within a shard, until fn returns false. It reads local state.
+func (h *Host) Audit(tag uint16, since, until int64, fn func(shard uint32, d keyspace.Digest, r keyspace.ColdRecord) bool) error {
+	return h.cold.Audit(tag, since, until, fn)
+}
+
+// Close stops every shard, then the cold tier and the log store.
 func (h *Host) Close() error {
 	var errs []error
 	for _, s := range h.shards {
 		errs = append(errs, s.Close())
 	}
-	errs = append(errs, h.logs.Close())
+	errs = append(errs, h.cold.Close(), h.logs.Close())
 	return errors.Join(errs...)
 }
 

@@ -24,6 +24,7 @@ type proposer struct {
 	clock       func() time.Time
 	floor       func() int64 // the latest applied stamp
 	maxCommands int
+	policy      keyspace.TierPolicy // carried by every tick entry
 	observe     func(commands int, took time.Duration, res []keyspace.Result, cmds []keyspace.Command)
 
 	in       chan *request
@@ -57,9 +58,10 @@ type batch struct {
 	cmds   []keyspace.Command
 }
 
-func newProposer(r *raft.Raft, clock func() time.Time, floor func() int64, maxCommands, maxInflight int) *proposer {
+func newProposer(r *raft.Raft, clock func() time.Time, floor func() int64, policy keyspace.TierPolicy, maxCommands, maxInflight int) *proposer {
 	p := &proposer{
 		raft:        r,
+		policy:      policy,
 		clock:       clock,
 		floor:       floor,
 		maxCommands: maxCommands,
@@ -128,7 +130,7 @@ func (p *proposer) run(pending chan<- batch) {
 		}
 		b, tick, next := p.gather(first)
 		first = next
-		entry := keyspace.Entry{Now: p.stamp(p.floor()), Tick: tick, Commands: b.cmds}
+		entry := keyspace.Entry{Now: p.stamp(p.floor()), Tick: tick, HasPolicy: tick, Policy: p.policy, Commands: b.cmds}
 		buf = keyspace.AppendEntry(buf[:0], &entry)
 		// raft keeps the slice until the entry is stored: hand it a copy.
 		b.future = p.raft.Apply(append([]byte(nil), buf...), 0)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
+	"github.com/l4xg/grid/tiering"
 )
 
 // Config describes one shard replica. Zero values take defaults where noted.
@@ -29,6 +30,13 @@ type Config struct {
 	Transport raft.Transport
 	// Bootstrap a new single-voter group when the logs hold no state.
 	Bootstrap bool
+	// Cold is the shard's cold tier; nil keeps every record hot. It is
+	// wiped at Open and rebuilt from the snapshot and the log.
+	Cold *tiering.Shard
+	// HotWindow is how long settled records stay hot; default 24 h.
+	HotWindow time.Duration
+	// HotMaxBytes is the shard's hot tier budget; 0 means none.
+	HotMaxBytes int64
 	// Clock is the leader's time source for stamps; default time.Now.
 	Clock func() time.Time
 	// TickInterval is how often the leader stamps an idle shard; default 1s.
@@ -63,6 +71,12 @@ func (c *Config) Validate() error {
 	}
 	if c.TickInterval <= 0 {
 		c.TickInterval = time.Second
+	}
+	if c.HotWindow <= 0 {
+		c.HotWindow = keyspace.DefaultHotWindow * time.Millisecond
+	}
+	if c.HotMaxBytes < 0 {
+		return errors.New("shard: config: HotMaxBytes must not be negative")
 	}
 	if c.MaxEntryCommands <= 0 || c.MaxEntryCommands > keyspace.MaxEntryCommands {
 		c.MaxEntryCommands = 4096
@@ -101,7 +115,14 @@ func Open(cfg Config) (*Shard, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Shard{cfg: cfg, fsm: newFSM(), store: cfg.Logs.Group(cfg.ID), quit: make(chan struct{})}
+	if cfg.Cold != nil {
+		// The cold tier is derived state: Raft restores the snapshot and
+		// replays the log into an empty one.
+		if err := cfg.Cold.Wipe(); err != nil {
+			return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
+		}
+	}
+	s := &Shard{cfg: cfg, fsm: newFSM(cfg.Cold), store: cfg.Logs.Group(cfg.ID), quit: make(chan struct{})}
 	snaps, err := raftlog.NewSnapshotStore(cfg.SnapshotDir, cfg.ID, 2, io.Discard)
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
@@ -141,7 +162,8 @@ func Open(cfg Config) (*Shard, error) {
 		return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
 	}
 	s.raft = r
-	s.prop = newProposer(r, cfg.Clock, s.appliedStamp, cfg.MaxEntryCommands, cfg.MaxInflight)
+	policy := keyspace.TierPolicy{HotWindow: cfg.HotWindow.Milliseconds(), HotMaxBytes: cfg.HotMaxBytes}
+	s.prop = newProposer(r, cfg.Clock, s.appliedStamp, policy, cfg.MaxEntryCommands, cfg.MaxInflight)
 	if cfg.Metrics != nil {
 		s.prop.observe = cfg.Metrics.observeEntry
 	}
@@ -239,11 +261,11 @@ func (s *Shard) lead() {
 	}
 }
 
-// empty reports whether the shard holds no record.
+// empty reports whether the shard holds no record in either tier.
 func (s *Shard) empty() bool {
 	n := 0
 	s.fsm.view(func(m *keyspace.Machine) { n = m.Len() })
-	return n == 0
+	return n == 0 && (s.cfg.Cold == nil || s.cfg.Cold.Stats().Keys == 0)
 }
 
 // WaitReady blocks until this replica leads and serves reads, or ctx ends.
@@ -276,6 +298,8 @@ type Status struct {
 	Term         uint64
 	Stamp        int64
 	Stats        keyspace.Stats
+	Policy       keyspace.TierPolicy
+	Cold         tiering.ShardStats // zero without a cold tier
 }
 
 // Status describes the replica.
@@ -292,11 +316,14 @@ func (s *Shard) Status() Status {
 	st.Term, _ = s.currentTerm()
 	st.AppliedIndex = s.raft.AppliedIndex()
 	s.fsm.view(func(m *keyspace.Machine) {
-		st.Keys, st.HotBytes, st.Stamp, st.Stats = m.Len(), m.HotBytes(), m.Now(), m.Stats()
+		st.Keys, st.HotBytes, st.Stamp, st.Stats, st.Policy = m.Len(), m.HotBytes(), m.Now(), m.Stats(), m.Policy()
 		for _, state := range []keyspace.State{keyspace.Processing, keyspace.Completed, keyspace.Failed, keyspace.Poisoned} {
 			st.Counts[state] = m.Count(state)
 		}
 	})
+	if s.cfg.Cold != nil {
+		st.Cold = s.cfg.Cold.Stats()
+	}
 	return st
 }
 

@@ -150,6 +150,55 @@ func (State) EnumDescriptor() ([]byte, []int) {
 	return file_grid_proto_rawDescGZIP(), []int{1}
 }
 
+type Tier int32
+
+const (
+	Tier_TIER_UNSPECIFIED Tier = 0
+	Tier_HOT              Tier = 1
+	Tier_COLD             Tier = 2
+)
+
+// Enum value maps for Tier.
+var (
+	Tier_name = map[int32]string{
+		0: "TIER_UNSPECIFIED",
+		1: "HOT",
+		2: "COLD",
+	}
+	Tier_value = map[string]int32{
+		"TIER_UNSPECIFIED": 0,
+		"HOT":              1,
+		"COLD":             2,
+	}
+)
+
+func (x Tier) Enum() *Tier {
+	p := new(Tier)
+	*p = x
+	return p
+}
+
+func (x Tier) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Tier) Descriptor() protoreflect.EnumDescriptor {
+	return file_grid_proto_enumTypes[2].Descriptor()
+}
+
+func (Tier) Type() protoreflect.EnumType {
+	return &file_grid_proto_enumTypes[2]
+}
+
+func (x Tier) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Tier.Descriptor instead.
+func (Tier) EnumDescriptor() ([]byte, []int) {
+	return file_grid_proto_rawDescGZIP(), []int{2}
+}
+
 type ReserveRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -593,7 +642,9 @@ type GetRequest struct {
 	// Allow a possibly stale local read instead of a linearizable one.
 	StaleOk bool `protobuf:"varint,3,opt,name=stale_ok,json=staleOk,proto3" json:"stale_ok,omitempty"`
 	// The entity the key was reserved with, if any: it selects the key's shard.
-	Entity        []byte `protobuf:"bytes,4,opt,name=entity,proto3" json:"entity,omitempty"`
+	Entity []byte `protobuf:"bytes,4,opt,name=entity,proto3" json:"entity,omitempty"`
+	// The record's 16-byte digest (as Audit lists it), instead of namespace and key.
+	Digest        []byte `protobuf:"bytes,5,opt,name=digest,proto3" json:"digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -652,6 +703,13 @@ func (x *GetRequest) GetStaleOk() bool {
 func (x *GetRequest) GetEntity() []byte {
 	if x != nil {
 		return x.Entity
+	}
+	return nil
+}
+
+func (x *GetRequest) GetDigest() []byte {
+	if x != nil {
+		return x.Digest
 	}
 	return nil
 }
@@ -789,7 +847,9 @@ type OpResult struct {
 	// For Forget: whether a record was removed.
 	Existed bool `protobuf:"varint,11,opt,name=existed,proto3" json:"existed,omitempty"`
 	// Set only inside a BatchResponse, when this one operation was refused.
-	Error         *OpError `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
+	Error *OpError `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
+	// Which tier held the record (unset when ABSENT).
+	Tier          Tier `protobuf:"varint,13,opt,name=tier,proto3,enum=l4xg.grid.v1.Tier" json:"tier,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -908,6 +968,194 @@ func (x *OpResult) GetError() *OpError {
 	return nil
 }
 
+func (x *OpResult) GetTier() Tier {
+	if x != nil {
+		return x.Tier
+	}
+	return Tier_TIER_UNSPECIFIED
+}
+
+type AuditRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Settled at or after since and before until (Unix ms); until 0 means now.
+	SinceUnixMs int64 `protobuf:"varint,2,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
+	UntilUnixMs int64 `protobuf:"varint,3,opt,name=until_unix_ms,json=untilUnixMs,proto3" json:"until_unix_ms,omitempty"`
+	// At most this many records; 0 means no limit.
+	Limit         uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditRequest) Reset() {
+	*x = AuditRequest{}
+	mi := &file_grid_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditRequest) ProtoMessage() {}
+
+func (x *AuditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_grid_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditRequest.ProtoReflect.Descriptor instead.
+func (*AuditRequest) Descriptor() ([]byte, []int) {
+	return file_grid_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *AuditRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *AuditRequest) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+func (x *AuditRequest) GetUntilUnixMs() int64 {
+	if x != nil {
+		return x.UntilUnixMs
+	}
+	return 0
+}
+
+func (x *AuditRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type AuditRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record's 16-byte digest: keys are kept only as digests. A record of
+	// another namespace sharing the 16-bit namespace tag can appear.
+	Digest            []byte `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	Shard             uint32 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	State             State  `protobuf:"varint,3,opt,name=state,proto3,enum=l4xg.grid.v1.State" json:"state,omitempty"`
+	Token             uint64 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
+	Attempts          uint32 `protobuf:"varint,5,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	CompletedAtUnixMs int64  `protobuf:"varint,6,opt,name=completed_at_unix_ms,json=completedAtUnixMs,proto3" json:"completed_at_unix_ms,omitempty"`
+	// Retention end.
+	DeadlineUnixMs int64   `protobuf:"varint,7,opt,name=deadline_unix_ms,json=deadlineUnixMs,proto3" json:"deadline_unix_ms,omitempty"`
+	Result         []byte  `protobuf:"bytes,8,opt,name=result,proto3" json:"result,omitempty"`
+	Fingerprint    *uint64 `protobuf:"fixed64,9,opt,name=fingerprint,proto3,oneof" json:"fingerprint,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AuditRecord) Reset() {
+	*x = AuditRecord{}
+	mi := &file_grid_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditRecord) ProtoMessage() {}
+
+func (x *AuditRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_grid_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
+func (*AuditRecord) Descriptor() ([]byte, []int) {
+	return file_grid_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AuditRecord) GetDigest() []byte {
+	if x != nil {
+		return x.Digest
+	}
+	return nil
+}
+
+func (x *AuditRecord) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetState() State {
+	if x != nil {
+		return x.State
+	}
+	return State_STATE_UNSPECIFIED
+}
+
+func (x *AuditRecord) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetCompletedAtUnixMs() int64 {
+	if x != nil {
+		return x.CompletedAtUnixMs
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetDeadlineUnixMs() int64 {
+	if x != nil {
+		return x.DeadlineUnixMs
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *AuditRecord) GetFingerprint() uint64 {
+	if x != nil && x.Fingerprint != nil {
+		return *x.Fingerprint
+	}
+	return 0
+}
+
 type Op struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Op:
@@ -926,7 +1174,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_grid_proto_msgTypes[9]
+	mi := &file_grid_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1186,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[9]
+	mi := &file_grid_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1199,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{9}
+	return file_grid_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Op) GetOp() isOp_Op {
@@ -1080,7 +1328,7 @@ type BatchRequest struct {
 
 func (x *BatchRequest) Reset() {
 	*x = BatchRequest{}
-	mi := &file_grid_proto_msgTypes[10]
+	mi := &file_grid_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1340,7 @@ func (x *BatchRequest) String() string {
 func (*BatchRequest) ProtoMessage() {}
 
 func (x *BatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[10]
+	mi := &file_grid_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1353,7 @@ func (x *BatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
 func (*BatchRequest) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{10}
+	return file_grid_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BatchRequest) GetOps() []*Op {
@@ -1124,7 +1372,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_grid_proto_msgTypes[11]
+	mi := &file_grid_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1384,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[11]
+	mi := &file_grid_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1397,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{11}
+	return file_grid_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BatchResponse) GetResults() []*OpResult {
@@ -1167,7 +1415,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_grid_proto_msgTypes[12]
+	mi := &file_grid_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1179,7 +1427,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[12]
+	mi := &file_grid_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1192,7 +1440,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{12}
+	return file_grid_proto_rawDescGZIP(), []int{14}
 }
 
 type ShardStatus struct {
@@ -1208,13 +1456,15 @@ type ShardStatus struct {
 	LastIndex     uint64 `protobuf:"varint,8,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
 	StampUnixMs   int64  `protobuf:"varint,9,opt,name=stamp_unix_ms,json=stampUnixMs,proto3" json:"stamp_unix_ms,omitempty"`
 	Term          uint64 `protobuf:"varint,10,opt,name=term,proto3" json:"term,omitempty"`
+	ColdKeys      uint64 `protobuf:"varint,11,opt,name=cold_keys,json=coldKeys,proto3" json:"cold_keys,omitempty"`
+	ColdBytes     uint64 `protobuf:"varint,12,opt,name=cold_bytes,json=coldBytes,proto3" json:"cold_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_grid_proto_msgTypes[13]
+	mi := &file_grid_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1476,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[13]
+	mi := &file_grid_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1489,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{13}
+	return file_grid_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ShardStatus) GetId() uint32 {
@@ -1312,6 +1562,20 @@ func (x *ShardStatus) GetTerm() uint64 {
 	return 0
 }
 
+func (x *ShardStatus) GetColdKeys() uint64 {
+	if x != nil {
+		return x.ColdKeys
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetColdBytes() uint64 {
+	if x != nil {
+		return x.ColdBytes
+	}
+	return 0
+}
+
 type StatusResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -1325,7 +1589,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_grid_proto_msgTypes[14]
+	mi := &file_grid_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1601,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[14]
+	mi := &file_grid_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1614,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{14}
+	return file_grid_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -1430,20 +1694,21 @@ const file_grid_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x19\n" +
 	"\blease_ms\x18\x04 \x01(\x03R\aleaseMs\x12\x16\n" +
-	"\x06entity\x18\x05 \x01(\fR\x06entity\"o\n" +
+	"\x06entity\x18\x05 \x01(\fR\x06entity\"\x87\x01\n" +
 	"\n" +
 	"GetRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x19\n" +
 	"\bstale_ok\x18\x03 \x01(\bR\astaleOk\x12\x16\n" +
-	"\x06entity\x18\x04 \x01(\fR\x06entity\"W\n" +
+	"\x06entity\x18\x04 \x01(\fR\x06entity\x12\x16\n" +
+	"\x06digest\x18\x05 \x01(\fR\x06digest\"W\n" +
 	"\rForgetRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x16\n" +
 	"\x06entity\x18\x03 \x01(\fR\x06entity\"7\n" +
 	"\aOpError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xcd\x03\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xf5\x03\n" +
 	"\bOpResult\x12/\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x15.l4xg.grid.v1.OutcomeR\aoutcome\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.l4xg.grid.v1.StateR\x05state\x12\x14\n" +
@@ -1457,7 +1722,24 @@ const file_grid_proto_rawDesc = "" +
 	"\vnow_unix_ms\x18\n" +
 	" \x01(\x03R\tnowUnixMs\x12\x18\n" +
 	"\aexisted\x18\v \x01(\bR\aexisted\x12+\n" +
-	"\x05error\x18\f \x01(\v2\x15.l4xg.grid.v1.OpErrorR\x05errorB\x0e\n" +
+	"\x05error\x18\f \x01(\v2\x15.l4xg.grid.v1.OpErrorR\x05error\x12&\n" +
+	"\x04tier\x18\r \x01(\x0e2\x12.l4xg.grid.v1.TierR\x04tierB\x0e\n" +
+	"\f_fingerprint\"\x8a\x01\n" +
+	"\fAuditRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\"\n" +
+	"\rsince_unix_ms\x18\x02 \x01(\x03R\vsinceUnixMs\x12\"\n" +
+	"\runtil_unix_ms\x18\x03 \x01(\x03R\vuntilUnixMs\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\"\xc2\x02\n" +
+	"\vAuditRecord\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\fR\x06digest\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12)\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x13.l4xg.grid.v1.StateR\x05state\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\x04R\x05token\x12\x1a\n" +
+	"\battempts\x18\x05 \x01(\rR\battempts\x12/\n" +
+	"\x14completed_at_unix_ms\x18\x06 \x01(\x03R\x11completedAtUnixMs\x12(\n" +
+	"\x10deadline_unix_ms\x18\a \x01(\x03R\x0edeadlineUnixMs\x12\x16\n" +
+	"\x06result\x18\b \x01(\fR\x06result\x12%\n" +
+	"\vfingerprint\x18\t \x01(\x06H\x00R\vfingerprint\x88\x01\x01B\x0e\n" +
 	"\f_fingerprint\"\x88\x03\n" +
 	"\x02Op\x128\n" +
 	"\areserve\x18\x01 \x01(\v2\x1c.l4xg.grid.v1.ReserveRequestH\x00R\areserve\x12;\n" +
@@ -1472,7 +1754,7 @@ const file_grid_proto_rawDesc = "" +
 	"\x03ops\x18\x01 \x03(\v2\x10.l4xg.grid.v1.OpR\x03ops\"A\n" +
 	"\rBatchResponse\x120\n" +
 	"\aresults\x18\x01 \x03(\v2\x16.l4xg.grid.v1.OpResultR\aresults\"\x0f\n" +
-	"\rStatusRequest\"\xa4\x02\n" +
+	"\rStatusRequest\"\xe0\x02\n" +
 	"\vShardStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1d\n" +
 	"\n" +
@@ -1486,7 +1768,10 @@ const file_grid_proto_rawDesc = "" +
 	"last_index\x18\b \x01(\x04R\tlastIndex\x12\"\n" +
 	"\rstamp_unix_ms\x18\t \x01(\x03R\vstampUnixMs\x12\x12\n" +
 	"\x04term\x18\n" +
-	" \x01(\x04R\x04term\"\xac\x01\n" +
+	" \x01(\x04R\x04term\x12\x1b\n" +
+	"\tcold_keys\x18\v \x01(\x04R\bcoldKeys\x12\x1d\n" +
+	"\n" +
+	"cold_bytes\x18\f \x01(\x04R\tcoldBytes\"\xac\x01\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x14\n" +
@@ -1513,7 +1798,11 @@ const file_grid_proto_rawDesc = "" +
 	"\tCOMPLETED\x10\x03\x12\n" +
 	"\n" +
 	"\x06FAILED\x10\x04\x12\x12\n" +
-	"\x0eSTATE_POISONED\x10\x052\xc4\x04\n" +
+	"\x0eSTATE_POISONED\x10\x05*/\n" +
+	"\x04Tier\x12\x14\n" +
+	"\x10TIER_UNSPECIFIED\x10\x00\x12\a\n" +
+	"\x03HOT\x10\x01\x12\b\n" +
+	"\x04COLD\x10\x022\x86\x05\n" +
 	"\x04Grid\x12?\n" +
 	"\aReserve\x12\x1c.l4xg.grid.v1.ReserveRequest\x1a\x16.l4xg.grid.v1.OpResult\x12A\n" +
 	"\bComplete\x12\x1d.l4xg.grid.v1.CompleteRequest\x1a\x16.l4xg.grid.v1.OpResult\x129\n" +
@@ -1523,7 +1812,8 @@ const file_grid_proto_rawDesc = "" +
 	"\x03Get\x12\x18.l4xg.grid.v1.GetRequest\x1a\x16.l4xg.grid.v1.OpResult\x12=\n" +
 	"\x06Forget\x12\x1b.l4xg.grid.v1.ForgetRequest\x1a\x16.l4xg.grid.v1.OpResult\x12@\n" +
 	"\x05Batch\x12\x1a.l4xg.grid.v1.BatchRequest\x1a\x1b.l4xg.grid.v1.BatchResponse\x12C\n" +
-	"\x06Status\x12\x1b.l4xg.grid.v1.StatusRequest\x1a\x1c.l4xg.grid.v1.StatusResponseB(Z&github.com/l4xg/grid/api/gridpb;gridpbb\x06proto3"
+	"\x06Status\x12\x1b.l4xg.grid.v1.StatusRequest\x1a\x1c.l4xg.grid.v1.StatusResponse\x12@\n" +
+	"\x05Audit\x12\x1a.l4xg.grid.v1.AuditRequest\x1a\x19.l4xg.grid.v1.AuditRecord0\x01B(Z&github.com/l4xg/grid/api/gridpb;gridpbb\x06proto3"
 
 var (
 	file_grid_proto_rawDescOnce sync.Once
@@ -1537,64 +1827,71 @@ func file_grid_proto_rawDescGZIP() []byte {
 	return file_grid_proto_rawDescData
 }
 
-var file_grid_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_grid_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_grid_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_grid_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_grid_proto_goTypes = []any{
 	(Outcome)(0),            // 0: l4xg.grid.v1.Outcome
 	(State)(0),              // 1: l4xg.grid.v1.State
-	(*ReserveRequest)(nil),  // 2: l4xg.grid.v1.ReserveRequest
-	(*CompleteRequest)(nil), // 3: l4xg.grid.v1.CompleteRequest
-	(*FailRequest)(nil),     // 4: l4xg.grid.v1.FailRequest
-	(*ReleaseRequest)(nil),  // 5: l4xg.grid.v1.ReleaseRequest
-	(*ExtendRequest)(nil),   // 6: l4xg.grid.v1.ExtendRequest
-	(*GetRequest)(nil),      // 7: l4xg.grid.v1.GetRequest
-	(*ForgetRequest)(nil),   // 8: l4xg.grid.v1.ForgetRequest
-	(*OpError)(nil),         // 9: l4xg.grid.v1.OpError
-	(*OpResult)(nil),        // 10: l4xg.grid.v1.OpResult
-	(*Op)(nil),              // 11: l4xg.grid.v1.Op
-	(*BatchRequest)(nil),    // 12: l4xg.grid.v1.BatchRequest
-	(*BatchResponse)(nil),   // 13: l4xg.grid.v1.BatchResponse
-	(*StatusRequest)(nil),   // 14: l4xg.grid.v1.StatusRequest
-	(*ShardStatus)(nil),     // 15: l4xg.grid.v1.ShardStatus
-	(*StatusResponse)(nil),  // 16: l4xg.grid.v1.StatusResponse
+	(Tier)(0),               // 2: l4xg.grid.v1.Tier
+	(*ReserveRequest)(nil),  // 3: l4xg.grid.v1.ReserveRequest
+	(*CompleteRequest)(nil), // 4: l4xg.grid.v1.CompleteRequest
+	(*FailRequest)(nil),     // 5: l4xg.grid.v1.FailRequest
+	(*ReleaseRequest)(nil),  // 6: l4xg.grid.v1.ReleaseRequest
+	(*ExtendRequest)(nil),   // 7: l4xg.grid.v1.ExtendRequest
+	(*GetRequest)(nil),      // 8: l4xg.grid.v1.GetRequest
+	(*ForgetRequest)(nil),   // 9: l4xg.grid.v1.ForgetRequest
+	(*OpError)(nil),         // 10: l4xg.grid.v1.OpError
+	(*OpResult)(nil),        // 11: l4xg.grid.v1.OpResult
+	(*AuditRequest)(nil),    // 12: l4xg.grid.v1.AuditRequest
+	(*AuditRecord)(nil),     // 13: l4xg.grid.v1.AuditRecord
+	(*Op)(nil),              // 14: l4xg.grid.v1.Op
+	(*BatchRequest)(nil),    // 15: l4xg.grid.v1.BatchRequest
+	(*BatchResponse)(nil),   // 16: l4xg.grid.v1.BatchResponse
+	(*StatusRequest)(nil),   // 17: l4xg.grid.v1.StatusRequest
+	(*ShardStatus)(nil),     // 18: l4xg.grid.v1.ShardStatus
+	(*StatusResponse)(nil),  // 19: l4xg.grid.v1.StatusResponse
 }
 var file_grid_proto_depIdxs = []int32{
 	0,  // 0: l4xg.grid.v1.OpResult.outcome:type_name -> l4xg.grid.v1.Outcome
 	1,  // 1: l4xg.grid.v1.OpResult.state:type_name -> l4xg.grid.v1.State
-	9,  // 2: l4xg.grid.v1.OpResult.error:type_name -> l4xg.grid.v1.OpError
-	2,  // 3: l4xg.grid.v1.Op.reserve:type_name -> l4xg.grid.v1.ReserveRequest
-	3,  // 4: l4xg.grid.v1.Op.complete:type_name -> l4xg.grid.v1.CompleteRequest
-	4,  // 5: l4xg.grid.v1.Op.fail:type_name -> l4xg.grid.v1.FailRequest
-	5,  // 6: l4xg.grid.v1.Op.release:type_name -> l4xg.grid.v1.ReleaseRequest
-	6,  // 7: l4xg.grid.v1.Op.extend:type_name -> l4xg.grid.v1.ExtendRequest
-	7,  // 8: l4xg.grid.v1.Op.get:type_name -> l4xg.grid.v1.GetRequest
-	8,  // 9: l4xg.grid.v1.Op.forget:type_name -> l4xg.grid.v1.ForgetRequest
-	11, // 10: l4xg.grid.v1.BatchRequest.ops:type_name -> l4xg.grid.v1.Op
-	10, // 11: l4xg.grid.v1.BatchResponse.results:type_name -> l4xg.grid.v1.OpResult
-	15, // 12: l4xg.grid.v1.StatusResponse.shards:type_name -> l4xg.grid.v1.ShardStatus
-	2,  // 13: l4xg.grid.v1.Grid.Reserve:input_type -> l4xg.grid.v1.ReserveRequest
-	3,  // 14: l4xg.grid.v1.Grid.Complete:input_type -> l4xg.grid.v1.CompleteRequest
-	4,  // 15: l4xg.grid.v1.Grid.Fail:input_type -> l4xg.grid.v1.FailRequest
-	5,  // 16: l4xg.grid.v1.Grid.Release:input_type -> l4xg.grid.v1.ReleaseRequest
-	6,  // 17: l4xg.grid.v1.Grid.Extend:input_type -> l4xg.grid.v1.ExtendRequest
-	7,  // 18: l4xg.grid.v1.Grid.Get:input_type -> l4xg.grid.v1.GetRequest
-	8,  // 19: l4xg.grid.v1.Grid.Forget:input_type -> l4xg.grid.v1.ForgetRequest
-	12, // 20: l4xg.grid.v1.Grid.Batch:input_type -> l4xg.grid.v1.BatchRequest
-	14, // 21: l4xg.grid.v1.Grid.Status:input_type -> l4xg.grid.v1.StatusRequest
-	10, // 22: l4xg.grid.v1.Grid.Reserve:output_type -> l4xg.grid.v1.OpResult
-	10, // 23: l4xg.grid.v1.Grid.Complete:output_type -> l4xg.grid.v1.OpResult
-	10, // 24: l4xg.grid.v1.Grid.Fail:output_type -> l4xg.grid.v1.OpResult
-	10, // 25: l4xg.grid.v1.Grid.Release:output_type -> l4xg.grid.v1.OpResult
-	10, // 26: l4xg.grid.v1.Grid.Extend:output_type -> l4xg.grid.v1.OpResult
-	10, // 27: l4xg.grid.v1.Grid.Get:output_type -> l4xg.grid.v1.OpResult
-	10, // 28: l4xg.grid.v1.Grid.Forget:output_type -> l4xg.grid.v1.OpResult
-	13, // 29: l4xg.grid.v1.Grid.Batch:output_type -> l4xg.grid.v1.BatchResponse
-	16, // 30: l4xg.grid.v1.Grid.Status:output_type -> l4xg.grid.v1.StatusResponse
-	22, // [22:31] is the sub-list for method output_type
-	13, // [13:22] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	10, // 2: l4xg.grid.v1.OpResult.error:type_name -> l4xg.grid.v1.OpError
+	2,  // 3: l4xg.grid.v1.OpResult.tier:type_name -> l4xg.grid.v1.Tier
+	1,  // 4: l4xg.grid.v1.AuditRecord.state:type_name -> l4xg.grid.v1.State
+	3,  // 5: l4xg.grid.v1.Op.reserve:type_name -> l4xg.grid.v1.ReserveRequest
+	4,  // 6: l4xg.grid.v1.Op.complete:type_name -> l4xg.grid.v1.CompleteRequest
+	5,  // 7: l4xg.grid.v1.Op.fail:type_name -> l4xg.grid.v1.FailRequest
+	6,  // 8: l4xg.grid.v1.Op.release:type_name -> l4xg.grid.v1.ReleaseRequest
+	7,  // 9: l4xg.grid.v1.Op.extend:type_name -> l4xg.grid.v1.ExtendRequest
+	8,  // 10: l4xg.grid.v1.Op.get:type_name -> l4xg.grid.v1.GetRequest
+	9,  // 11: l4xg.grid.v1.Op.forget:type_name -> l4xg.grid.v1.ForgetRequest
+	14, // 12: l4xg.grid.v1.BatchRequest.ops:type_name -> l4xg.grid.v1.Op
+	11, // 13: l4xg.grid.v1.BatchResponse.results:type_name -> l4xg.grid.v1.OpResult
+	18, // 14: l4xg.grid.v1.StatusResponse.shards:type_name -> l4xg.grid.v1.ShardStatus
+	3,  // 15: l4xg.grid.v1.Grid.Reserve:input_type -> l4xg.grid.v1.ReserveRequest
+	4,  // 16: l4xg.grid.v1.Grid.Complete:input_type -> l4xg.grid.v1.CompleteRequest
+	5,  // 17: l4xg.grid.v1.Grid.Fail:input_type -> l4xg.grid.v1.FailRequest
+	6,  // 18: l4xg.grid.v1.Grid.Release:input_type -> l4xg.grid.v1.ReleaseRequest
+	7,  // 19: l4xg.grid.v1.Grid.Extend:input_type -> l4xg.grid.v1.ExtendRequest
+	8,  // 20: l4xg.grid.v1.Grid.Get:input_type -> l4xg.grid.v1.GetRequest
+	9,  // 21: l4xg.grid.v1.Grid.Forget:input_type -> l4xg.grid.v1.ForgetRequest
+	15, // 22: l4xg.grid.v1.Grid.Batch:input_type -> l4xg.grid.v1.BatchRequest
+	17, // 23: l4xg.grid.v1.Grid.Status:input_type -> l4xg.grid.v1.StatusRequest
+	12, // 24: l4xg.grid.v1.Grid.Audit:input_type -> l4xg.grid.v1.AuditRequest
+	11, // 25: l4xg.grid.v1.Grid.Reserve:output_type -> l4xg.grid.v1.OpResult
+	11, // 26: l4xg.grid.v1.Grid.Complete:output_type -> l4xg.grid.v1.OpResult
+	11, // 27: l4xg.grid.v1.Grid.Fail:output_type -> l4xg.grid.v1.OpResult
+	11, // 28: l4xg.grid.v1.Grid.Release:output_type -> l4xg.grid.v1.OpResult
+	11, // 29: l4xg.grid.v1.Grid.Extend:output_type -> l4xg.grid.v1.OpResult
+	11, // 30: l4xg.grid.v1.Grid.Get:output_type -> l4xg.grid.v1.OpResult
+	11, // 31: l4xg.grid.v1.Grid.Forget:output_type -> l4xg.grid.v1.OpResult
+	16, // 32: l4xg.grid.v1.Grid.Batch:output_type -> l4xg.grid.v1.BatchResponse
+	19, // 33: l4xg.grid.v1.Grid.Status:output_type -> l4xg.grid.v1.StatusResponse
+	13, // 34: l4xg.grid.v1.Grid.Audit:output_type -> l4xg.grid.v1.AuditRecord
+	25, // [25:35] is the sub-list for method output_type
+	15, // [15:25] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_grid_proto_init() }
@@ -1605,7 +1902,8 @@ func file_grid_proto_init() {
 	file_grid_proto_msgTypes[0].OneofWrappers = []any{}
 	file_grid_proto_msgTypes[2].OneofWrappers = []any{}
 	file_grid_proto_msgTypes[8].OneofWrappers = []any{}
-	file_grid_proto_msgTypes[9].OneofWrappers = []any{
+	file_grid_proto_msgTypes[10].OneofWrappers = []any{}
+	file_grid_proto_msgTypes[11].OneofWrappers = []any{
 		(*Op_Reserve)(nil),
 		(*Op_Complete)(nil),
 		(*Op_Fail)(nil),
@@ -1619,8 +1917,8 @@ func file_grid_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_grid_proto_rawDesc), len(file_grid_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   15,
+			NumEnums:      3,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

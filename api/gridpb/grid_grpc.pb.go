@@ -32,6 +32,7 @@ const (
 	Grid_Forget_FullMethodName   = "/l4xg.grid.v1.Grid/Forget"
 	Grid_Batch_FullMethodName    = "/l4xg.grid.v1.Grid/Batch"
 	Grid_Status_FullMethodName   = "/l4xg.grid.v1.Grid/Status"
+	Grid_Audit_FullMethodName    = "/l4xg.grid.v1.Grid/Audit"
 )
 
 // GridClient is the client API for Grid service.
@@ -56,6 +57,10 @@ type GridClient interface {
 	Batch(ctx context.Context, in *BatchRequest, opts ...grpc.CallOption) (*BatchResponse, error)
 	// Status describes the node and its shards.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// Audit lists the COMPLETED and POISONED records of a namespace settled in a
+	// time range, from the cold tier of the shards this node holds, oldest first
+	// per shard. It reads the node's local state: not linearizable.
+	Audit(ctx context.Context, in *AuditRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AuditRecord], error)
 }
 
 type gridClient struct {
@@ -156,6 +161,25 @@ func (c *gridClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *gridClient) Audit(ctx context.Context, in *AuditRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AuditRecord], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Grid_ServiceDesc.Streams[0], Grid_Audit_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[AuditRequest, AuditRecord]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Grid_AuditClient = grpc.ServerStreamingClient[AuditRecord]
+
 // GridServer is the server API for Grid service.
 // All implementations must embed UnimplementedGridServer
 // for forward compatibility.
@@ -178,6 +202,10 @@ type GridServer interface {
 	Batch(context.Context, *BatchRequest) (*BatchResponse, error)
 	// Status describes the node and its shards.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// Audit lists the COMPLETED and POISONED records of a namespace settled in a
+	// time range, from the cold tier of the shards this node holds, oldest first
+	// per shard. It reads the node's local state: not linearizable.
+	Audit(*AuditRequest, grpc.ServerStreamingServer[AuditRecord]) error
 	mustEmbedUnimplementedGridServer()
 }
 
@@ -214,6 +242,9 @@ func (UnimplementedGridServer) Batch(context.Context, *BatchRequest) (*BatchResp
 }
 func (UnimplementedGridServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedGridServer) Audit(*AuditRequest, grpc.ServerStreamingServer[AuditRecord]) error {
+	return status.Error(codes.Unimplemented, "method Audit not implemented")
 }
 func (UnimplementedGridServer) mustEmbedUnimplementedGridServer() {}
 func (UnimplementedGridServer) testEmbeddedByValue()              {}
@@ -398,6 +429,17 @@ func _Grid_Status_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Grid_Audit_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(AuditRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(GridServer).Audit(m, &grpc.GenericServerStream[AuditRequest, AuditRecord]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Grid_AuditServer = grpc.ServerStreamingServer[AuditRecord]
+
 // Grid_ServiceDesc is the grpc.ServiceDesc for Grid service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -442,6 +484,12 @@ var Grid_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Grid_Status_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Audit",
+			Handler:       _Grid_Audit_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "grid.proto",
 }

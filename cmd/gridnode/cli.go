@@ -43,7 +43,12 @@ type cliVerb struct {
 	// bind registers the verb's own flags; after parsing, the returned func
 	// validates them and yields the operation to run.
 	bind func(fs *flag.FlagSet) func() (cliOp, error)
+	// custom, instead of bind, is for a verb with its own output (audit).
+	custom func(fs *flag.FlagSet) func() (cliCustom, error)
 }
+
+// cliCustom runs a verb with its own output and returns the exit code.
+type cliCustom func(ctx context.Context, c *client.Client, o cliOutput) int
 
 // cliOp runs one operation of a parsed invocation.
 type cliOp func(ctx context.Context, c *client.Client, a cliArgs) (client.Result, error)
@@ -52,6 +57,7 @@ type cliOp func(ctx context.Context, c *client.Client, a cliArgs) (client.Result
 type cliArgs struct {
 	ns, key string
 	token   uint64
+	digest  string // get: a record digest instead of --ns and --key
 }
 
 var cliTable = map[string]cliVerb{
@@ -88,8 +94,8 @@ var cliTable = map[string]cliVerb{
 		bind: bindExtend,
 	},
 	"get": {
-		usage:   "get --ns NS --key KEY [--stale-ok] [--entity E]",
-		summary: "Show the record of a key (ABSENT when there is none).",
+		usage:   "get (--ns NS --key KEY [--entity E] | --digest HEX) [--stale-ok]",
+		summary: "Show the record of a key (ABSENT when there is none), the tier that held it, when it was completed, its attempts and result.",
 		keyed:   true,
 		bind:    bindGet,
 	},
@@ -103,13 +109,18 @@ var cliTable = map[string]cliVerb{
 	},
 	"status": {
 		usage:   "status",
-		summary: "Show the node and its shards: Raft state, leader, keys, applied index, stamp.",
+		summary: "Show the node and its shards: Raft state, leader, keys per tier, applied index, stamp.",
+	},
+	"audit": {
+		usage:   "audit --ns NS [--since 72h|TIME] [--until TIME] [--limit N]",
+		summary: "List the COMPLETED and POISONED records of a namespace settled in a time range, from the node's cold tier (keys as hex digests; follow up with get --digest).",
+		custom:  bindAudit,
 	},
 }
 
 // cliVerbs lists the CLI verbs, in the order of a help text.
 func cliVerbs() []string {
-	return []string{"reserve", "complete", "fail", "release", "extend", "get", "forget", "status"}
+	return []string{"reserve", "complete", "fail", "release", "extend", "get", "forget", "status", "audit"}
 }
 
 // cliUsage is the usage line and summary of a verb ("" for an unknown one).
@@ -146,9 +157,16 @@ func runCLI(verb string, args []string, stdout, stderr io.Writer) int {
 	if v.token {
 		fs.Uint64Var(&a.token, "token", 0, "fencing token returned by reserve (required)")
 	}
+	if verb == "get" {
+		fs.StringVar(&a.digest, "digest", "", "the record's digest (32 hex digits, as audit prints it) instead of --ns and --key")
+	}
 	var bound func() (cliOp, error)
 	if v.bind != nil {
 		bound = v.bind(fs)
+	}
+	var custom func() (cliCustom, error)
+	if v.custom != nil {
+		custom = v.custom(fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -157,6 +175,10 @@ func runCLI(verb string, args []string, stdout, stderr io.Writer) int {
 		return exitInvalid // flag has printed the error and the usage
 	}
 	op, err := validateCLI(fs, v, a, *timeout, bound)
+	var run cliCustom
+	if err == nil && custom != nil {
+		run, err = custom()
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "gridnode %s: %v\nusage: %s\n", verb, err, cliUsage(verb))
 		return exitInvalid
@@ -171,6 +193,9 @@ func runCLI(verb string, args []string, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 
+	if run != nil {
+		return run(ctx, c, out)
+	}
 	if op == nil {
 		s, err := c.Status(ctx)
 		if err != nil {
@@ -192,9 +217,11 @@ func validateCLI(fs *flag.FlagSet, v cliVerb, a cliArgs, timeout time.Duration, 
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	case timeout <= 0:
 		return nil, fmt.Errorf("--timeout must be positive, got %v", timeout)
-	case v.keyed && a.ns == "":
+	case a.digest != "" && (a.ns != "" || a.key != ""):
+		return nil, errors.New("--digest replaces --ns and --key: give one or the other")
+	case v.keyed && a.ns == "" && a.digest == "":
 		return nil, errors.New("missing --ns")
-	case v.keyed && a.key == "":
+	case v.keyed && a.key == "" && a.digest == "":
 		return nil, errors.New("missing --key")
 	case v.token && a.token == 0:
 		return nil, errors.New("missing --token (the token reserve printed)")
@@ -311,6 +338,13 @@ func bindGet(fs *flag.FlagSet) func() (cliOp, error) {
 			opts = append(opts, client.WithStaleOK())
 		}
 		return func(ctx context.Context, c *client.Client, a cliArgs) (client.Result, error) {
+			if a.digest != "" {
+				d, err := parseDigest(a.digest)
+				if err != nil {
+					return client.Result{}, fmt.Errorf("%w: --digest: %w", client.ErrInvalidArgument, err)
+				}
+				return c.GetDigest(ctx, d, opts...)
+			}
 			return c.Get(ctx, a.ns, a.key, opts...)
 		}, nil
 	}
@@ -365,6 +399,7 @@ type cliOutput struct {
 type cliResultJSON struct {
 	Outcome      string  `json:"outcome"`
 	State        string  `json:"state"`
+	Tier         string  `json:"tier,omitempty"`
 	Token        uint64  `json:"token"`
 	Attempt      int     `json:"attempt"`
 	Deadline     string  `json:"deadline,omitempty"`
@@ -388,6 +423,8 @@ type cliShardJSON struct {
 	LastIndex    uint64 `json:"last_index"`
 	Term         uint64 `json:"term"`
 	Stamp        string `json:"stamp,omitempty"`
+	ColdKeys     uint64 `json:"cold_keys"`
+	ColdBytes    uint64 `json:"cold_bytes"`
 }
 
 type cliStatusJSON struct {
@@ -409,6 +446,7 @@ func resultJSON(r client.Result, forget bool) cliResultJSON {
 	j := cliResultJSON{
 		Outcome:     r.Outcome.String(),
 		State:       r.State.String(),
+		Tier:        r.Tier.String(),
 		Token:       r.Token,
 		Attempt:     r.Attempt,
 		Deadline:    cliTime(r.Deadline),
@@ -448,6 +486,7 @@ func (o cliOutput) result(r client.Result, forget bool) int {
 	}
 	row("OUTCOME", j.Outcome)
 	row("STATE", j.State)
+	row("TIER", j.Tier)
 	row("TOKEN", strconv.FormatUint(j.Token, 10))
 	row("ATTEMPT", strconv.Itoa(j.Attempt))
 	row("DEADLINE", withRelative(j.Deadline, r.Deadline, r.Now))
@@ -482,7 +521,7 @@ func (o cliOutput) status(s client.Status) int {
 		j.Shards = append(j.Shards, cliShardJSON{
 			ID: sh.ID, RaftState: sh.RaftState, Leader: sh.Leader, Keys: sh.Keys, HotBytes: sh.HotBytes,
 			AppliedIndex: sh.AppliedIndex, CommitIndex: sh.CommitIndex, LastIndex: sh.LastIndex, Term: sh.Term,
-			Stamp: cliTime(sh.Stamp),
+			Stamp: cliTime(sh.Stamp), ColdKeys: sh.ColdKeys, ColdBytes: sh.ColdBytes,
 		})
 	}
 	if o.json {
@@ -490,9 +529,9 @@ func (o cliOutput) status(s client.Status) int {
 	}
 	fmt.Fprintf(o.stdout, "node %s  version %s  slots %d  time %s\n\n", j.NodeID, orDash(j.Version), j.Slots, orDash(j.Now))
 	tw := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SHARD\tRAFT STATE\tLEADER\tKEYS\tAPPLIED INDEX\tSTAMP")
+	fmt.Fprintln(tw, "SHARD\tRAFT STATE\tLEADER\tHOT KEYS\tCOLD KEYS\tAPPLIED INDEX\tSTAMP")
 	for _, sh := range j.Shards {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\n", sh.ID, sh.RaftState, orDash(sh.Leader), sh.Keys, sh.AppliedIndex, orDash(sh.Stamp))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\n", sh.ID, sh.RaftState, orDash(sh.Leader), sh.Keys, sh.ColdKeys, sh.AppliedIndex, orDash(sh.Stamp))
 	}
 	return o.flush(tw)
 }

@@ -29,6 +29,8 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		pprof      = fs.Bool("pprof", false, "serve /debug/pprof/ on the HTTP address")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		drain      = fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight requests may take at shutdown")
+		hotWindow  = fs.Duration("hot-window", 24*time.Hour, "how long settled records stay in memory before moving to the cold tier")
+		hotMax     = fs.Int64("hot-max-bytes", 0, "hot tier budget in bytes; settled records beyond it move to the cold tier early (0: none)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 1
@@ -42,6 +44,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "serve: --log-level: %v\n", err)
 		return 1
 	}
+	if *hotWindow <= 0 || *hotMax < 0 {
+		fmt.Fprintf(stderr, "serve: --hot-window must be positive and --hot-max-bytes not negative\n")
+		return 1
+	}
 	if *shards < 0 || *shards > shard.DefaultSlots {
 		fmt.Fprintf(stderr, "serve: --shards %d out of range 1..%d\n", *shards, shard.DefaultSlots)
 		return 1
@@ -49,7 +55,8 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	node, err := api.StartNode(api.NodeConfig{
-		Host:       shard.HostConfig{NodeID: *nodeID, DataDir: *dataDir, Shards: *shards},
+		Host: shard.HostConfig{NodeID: *nodeID, DataDir: *dataDir, Shards: *shards,
+			HotWindow: *hotWindow, HotMaxBytes: *hotMax},
 		Listen:     *listen,
 		HTTPListen: *httpListen,
 		Pprof:      *pprof,
@@ -74,6 +81,9 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		start := time.Now()
 		if err := node.WaitReady(readyCtx); err == nil {
 			logger.Info("ready", "took", time.Since(start).Round(time.Millisecond))
+			if h := node.HTTPAddr(); h != "" {
+				fmt.Fprintf(stdout, "ready: http %s\n", h) // before grpc: tools wait for the grpc line
+			}
 			fmt.Fprintf(stdout, "ready: grpc %s\n", node.Addr())
 		}
 	}()

@@ -1,0 +1,56 @@
+package api
+
+import (
+	"fmt"
+
+	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/keyspace"
+)
+
+// Audit streams the COMPLETED and POISONED records of a namespace settled in
+// a time range from the cold tiers of the local shards (DESIGN section 4, the
+// forensic path). Records still in the hot tier are not listed: they settled
+// within the hot window, and Get finds them.
+func (s *Server) Audit(r *gridpb.AuditRequest, stream gridpb.Grid_AuditServer) error {
+	if err := keyspace.ValidateNamespace(r.GetNamespace()); err != nil {
+		return toStatus(err)
+	}
+	since, until := r.GetSinceUnixMs(), r.GetUntilUnixMs()
+	if until == 0 {
+		until = s.opts.Clock().UnixMilli()
+	}
+	if since < 0 || until < since {
+		return toStatus(fmt.Errorf("%w: since %d, until %d", errAuditRange, since, until))
+	}
+	ctx := stream.Context()
+	limit, sent := r.GetLimit(), uint32(0)
+	var sendErr error
+	err := s.host.Audit(keyspace.NamespaceTag(r.GetNamespace()), since, until, func(shard uint32, d keyspace.Digest, rec keyspace.ColdRecord) bool {
+		out := &gridpb.AuditRecord{
+			Digest:            digestBytes(d),
+			Shard:             shard,
+			State:             gridpb.State(rec.State()),
+			Token:             rec.Token,
+			Attempts:          uint32(rec.Attempts()),
+			CompletedAtUnixMs: rec.CompletedAt(),
+			DeadlineUnixMs:    rec.Deadline,
+			Result:            rec.Result,
+		}
+		if rec.HasFingerprint() {
+			fp := rec.Fingerprint
+			out.Fingerprint = &fp
+		}
+		if sendErr = stream.Send(out); sendErr != nil || ctx.Err() != nil {
+			return false
+		}
+		sent++
+		return limit == 0 || sent < limit
+	})
+	if sendErr != nil {
+		return sendErr
+	}
+	if err != nil {
+		return toStatus(err)
+	}
+	return ctx.Err()
+}
