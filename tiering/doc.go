@@ -64,10 +64,12 @@
 // as follows:
 //
 //   - A failed flush is reported to EventListener.BackgroundError and
-//     retried at once, in a loop without backoff, until it succeeds; the
-//     memtables stay in memory meanwhile, so no write is lost. The Store
-//     records the error for Health, calls Options.OnError and logs at most
-//     one line a second.
+//     rescheduled at once, in a loop without backoff (thousands of tries a
+//     second, measured), until it succeeds; the memtables stay in memory
+//     meanwhile, so no write is lost. The Store records the error for
+//     Health, calls Options.OnError, logs at most one line a second, and
+//     spaces the retries out (10 ms doubling to 1 s) by delaying table file
+//     creation while failures go on (backoff.go).
 //   - Once the queued memtables reach MemTableStopWritesThreshold (4)
 //     times MemTableSize, commits block (a write stall) until a flush
 //     succeeds. A full disk therefore stalls the applying state machine

@@ -3,6 +3,7 @@ package tiering
 import (
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,6 +22,13 @@ const (
 type health struct {
 	log     *slog.Logger
 	onError func(error)
+
+	// consecutive counts background failures since the last background
+	// success; backoffFS spaces retries by it.
+	consecutive atomic.Uint64
+	stalled     atomic.Bool
+	stalls      atomic.Uint64
+	background  atomic.Uint64
 
 	mu         sync.Mutex
 	errs       [numSources]error

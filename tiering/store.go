@@ -56,7 +56,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	po := &pebble.Options{
 		CacheSize:          o.CacheSize,
 		DisableWAL:         true,
-		FS:                 o.FS,
+		FS:                 &backoffFS{FS: o.FS, h: &s.health, closing: s.closing},
 		FormatMajorVersion: formatVersion,
 		Logger:             pebbleLogger{o.Logger},
 		MemTableSize:       o.MemTableSize,
@@ -79,22 +79,31 @@ func Open(dir string, opts Options) (*Store, error) {
 func (s *Store) eventListener() *pebble.EventListener {
 	return &pebble.EventListener{
 		BackgroundError: func(err error) {
+			s.health.background.Add(1)
+			s.health.consecutive.Add(1)
 			s.health.fail(sourceBackground, fmt.Errorf("%w: background: %w", ErrStorage, err))
 		},
 		FlushEnd: func(info pebble.FlushInfo) {
 			if info.Err == nil {
+				s.health.consecutive.Store(0)
 				s.health.recover(sourceBackground)
 			}
 		},
 		CompactionEnd: func(info pebble.CompactionInfo) {
 			if info.Err == nil {
+				s.health.consecutive.Store(0)
 				s.health.recover(sourceBackground)
 			}
 		},
 		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
+			s.health.stalls.Add(1)
+			s.health.stalled.Store(true)
 			s.log.Warn("cold tier writes stalled", "reason", info.Reason)
 		},
-		WriteStallEnd: func() { s.log.Info("cold tier writes resumed") },
+		WriteStallEnd: func() {
+			s.health.stalled.Store(false)
+			s.log.Info("cold tier writes resumed")
+		},
 	}
 }
 
@@ -153,15 +162,31 @@ func (s *Store) Health() error {
 	return s.health.err()
 }
 
-// DiskUsage returns the bytes the database occupies on disk (sstables,
-// blob files, MANIFEST and temporary files).
-func (s *Store) DiskUsage() (uint64, error) {
-	var n uint64
+// StoreStats describe the node's cold tier database as a whole.
+type StoreStats struct {
+	DiskBytes        uint64 // bytes on disk: sstables, MANIFEST, temporary files
+	Stalled          bool   // commits are blocked now (write stall)
+	WriteStalls      uint64 // write stalls begun since Open
+	BackgroundErrors uint64 // failed flushes and compactions since Open
+	// Bloom filter probes that spared a data block read, and those that
+	// did not (a false positive, or a key that is present).
+	FilterHits, FilterMisses int64
+}
+
+// Stats returns the database's counters, for export.
+func (s *Store) Stats() (StoreStats, error) {
+	st := StoreStats{
+		Stalled:          s.health.stalled.Load(),
+		WriteStalls:      s.health.stalls.Load(),
+		BackgroundErrors: s.health.background.Load(),
+	}
 	err := s.with(func(db *pebble.DB) error {
-		n = db.Metrics().DiskSpaceUsage()
+		m := db.Metrics()
+		st.DiskBytes = m.DiskSpaceUsage()
+		st.FilterHits, st.FilterMisses = m.Filter.Hits, m.Filter.Misses
 		return nil
 	})
-	return n, err
+	return st, err
 }
 
 // Metrics returns Pebble's metrics (levels, block cache, bloom filter

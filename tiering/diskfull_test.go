@@ -1,0 +1,121 @@
+package tiering
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+)
+
+// diskFull fails sstable writes with ENOSPC while it is on. MANIFEST writes
+// are spared: Pebble treats their failure as fatal (see doc.go).
+type diskFull struct{ on atomic.Bool }
+
+func (f *diskFull) String() string { return "disk full" }
+
+func (f *diskFull) MaybeError(op errorfs.Op) error {
+	if !f.on.Load() || !strings.HasSuffix(op.Path, ".sst") {
+		return nil
+	}
+	switch op.Kind {
+	case errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpFilePreallocate,
+		errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+		return fmt.Errorf("write %s: %w", op.Path, syscall.ENOSPC)
+	}
+	return nil
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A full disk (sstable writes fail with ENOSPC) stalls the writer instead
+// of losing records, is reported through OnError, Health and Stats, and
+// clears by itself once space is back.
+func TestDiskFullReportsStallsAndRecovers(t *testing.T) {
+	full := &diskFull{}
+	var reported atomic.Int64
+	opts := testOptions()
+	opts.FS = errorfs.Wrap(vfs.NewMem(), full)
+	opts.MemTableSize = 64 << 10
+	opts.OnError = func(err error) {
+		if errors.Is(err, syscall.ENOSPC) {
+			reported.Add(1)
+		}
+	}
+	s := openTest(t, opts)
+	sh := s.Shard(1)
+	const before, total = 200, 6000 // 6000 records are ~1.2 MB: past 4 memtables
+	want := fill(t, sh, 0, before)
+	if err := s.with(func(db *pebble.DB) error { return db.Flush() }); err != nil {
+		t.Fatal(err)
+	}
+
+	full.on.Store(true)
+	done := make(chan struct{})
+	go func() { // the state machine, applying on
+		defer close(done)
+		for i := before; i < total; i++ {
+			r := settled(i, int64(1000+i), int64(5000+i))
+			sh.Put(digest("ns", i), &r)
+			if i%10 == 9 {
+				if err := sh.Flush(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}
+		if err := sh.Flush(); err != nil {
+			t.Error(err)
+		}
+	}()
+	waitFor(t, "a write stall with ENOSPC reported", func() bool {
+		st, err := s.Stats()
+		return err == nil && st.Stalled && reported.Load() > 0 && errors.Is(s.Health(), syscall.ENOSPC)
+	})
+	select {
+	case <-done:
+		t.Fatal("the writer finished while the disk was full")
+	default:
+	}
+
+	full.on.Store(false)
+	<-done
+	waitFor(t, "Health to clear", func() bool { return s.Health() == nil })
+	for i := before; i < total; i++ {
+		want[digest("ns", i)] = settled(i, int64(1000+i), int64(5000+i))
+	}
+	checkHolds(t, sh, want)
+	if err := s.with(func(db *pebble.DB) error {
+		if err := db.Flush(); err != nil {
+			return err
+		}
+		return db.Compact(t.Context(), []byte{0}, []byte{0xff}, true)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	checkHolds(t, sh, want)
+	st, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Stalled || st.WriteStalls == 0 || st.BackgroundErrors == 0 {
+		t.Fatalf("store stats = %+v", st)
+	}
+	t.Logf("ENOSPC reports while full: %d; store stats %+v", reported.Load(), st)
+}
