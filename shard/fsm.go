@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -23,6 +25,9 @@ type fsm struct {
 	mu   sync.RWMutex
 	m    *keyspace.Machine
 	cold *tiering.Shard // nil: no cold tier
+
+	// snapshotPause is how long the last Snapshot held the apply loop (ns).
+	snapshotPause atomic.Int64
 }
 
 var (
@@ -78,8 +83,12 @@ func (f *fsm) Apply(l *raft.Log) interface{} { return f.ApplyBatch([]*raft.Log{l
 // snapshot, both O(1) in the records held; writing happens in Persist,
 // concurrently with later applies.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	start := time.Now()
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer func() {
+		f.mu.Unlock()
+		f.snapshotPause.Store(int64(time.Since(start)))
+	}()
 	s := &fsmSnapshot{snap: f.m.Snapshot()}
 	if f.cold != nil {
 		s.cold = f.cold.Snapshot()

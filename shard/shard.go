@@ -28,8 +28,10 @@ type Config struct {
 	// Transport and Address reach the shard's peers. Nil means a single-node
 	// group on an in-memory transport.
 	Transport raft.Transport
-	// Bootstrap a new single-voter group when the logs hold no state.
+	// Bootstrap a new group when the logs hold no state: with Peers as its
+	// voters, or this node alone when Peers is empty.
 	Bootstrap bool
+	Peers     []raft.Server
 	// Cold is the shard's cold tier; nil keeps every record hot. It is
 	// wiped at Open and rebuilt from the snapshot and the log.
 	Cold *tiering.Shard
@@ -151,7 +153,10 @@ func Open(cfg Config) (*Shard, error) {
 			return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
 		}
 		if !has {
-			boot := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: trans.LocalAddr()}}}
+			boot := raft.Configuration{Servers: cfg.Peers}
+			if len(boot.Servers) == 0 {
+				boot.Servers = []raft.Server{{ID: rc.LocalID, Address: trans.LocalAddr()}}
+			}
 			if err := raft.BootstrapCluster(rc, logs, s.store, snaps, trans, boot); err != nil {
 				return nil, fmt.Errorf("shard %d: bootstrap: %w", cfg.ID, err)
 			}
@@ -300,6 +305,8 @@ type Status struct {
 	Stats        keyspace.Stats
 	Policy       keyspace.TierPolicy
 	Cold         tiering.ShardStats // zero without a cold tier
+	// SnapshotPause is how long the last snapshot held the apply loop.
+	SnapshotPause time.Duration
 }
 
 // Status describes the replica.
@@ -324,6 +331,7 @@ func (s *Shard) Status() Status {
 	if s.cfg.Cold != nil {
 		st.Cold = s.cfg.Cold.Stats()
 	}
+	st.SnapshotPause = time.Duration(s.fsm.snapshotPause.Load())
 	return st
 }
 
