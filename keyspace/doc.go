@@ -39,4 +39,24 @@
 // PROCESSING and FAILED records past their deadline keep their attempt count
 // (a crashed holder counts as a failed attempt) until AbandonAfter. Memory is
 // reclaimed lazily on access and by a bounded sweep in each Tick entry.
+//
+// # Tiers
+//
+// A Machine may be given a ColdTier (tiering/ implements it on Pebble). The
+// Tick sweep then also moves settled records past the hot window of the
+// TierPolicy — or any settled record while the hot tier is over the policy's
+// budget — to the cold tier, with their fingerprint and result, and purges a
+// bounded number of cold records past their retention. Lookups that miss the
+// hot table fall through to the cold tier; a digest is never in both. The
+// leader writes its policy into every tick entry, so every replica demotes
+// the same records at the same index, and the cold tier's contents are a
+// function of the log like the rest of the state. The only cold record an
+// operation can change is one it removes (Forget, or a record found past its
+// retention): settled records are never written again.
+//
+// # Snapshots
+//
+// Snapshot is O(segments + side map parts): the table's segments and the
+// side maps' parts are shared copy-on-write, and the first write to a shared
+// one copies that one alone. The cold tier's owner snapshots it beside.
 package keyspace

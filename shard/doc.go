@@ -28,8 +28,21 @@
 // # Time
 //
 // The leader sends a tick entry every TickInterval; ticks carry time forward
-// on idle shards and let the Machine reclaim expired records. Replicas never
-// expire anything by their own clocks.
+// on idle shards, carry the leader's tiering policy (hot window, hot budget)
+// and let the Machine reclaim expired records, demote settled ones to the
+// cold tier and purge cold ones. Replicas never expire or demote anything by
+// their own clocks. A shard holding no record in either tier skips its ticks.
+//
+// # Cold tier
+//
+// Each shard's cold tier is a tiering.Shard in the node's cold Pebble. It is
+// derived state: Open wipes it, and Raft rebuilds it from the snapshot (which
+// carries both tiers: the machine's copy-on-write snapshot, then a Pebble
+// snapshot of the cold records, both taken in O(1) under the FSM lock and
+// written out by Persist while applies go on) and the log after it. The FSM
+// flushes the machine's cold writes at the end of every applied batch, under
+// its lock; a failing write is retried until it succeeds, so the state never
+// moves on without it, and the failure shows in ColdHealth (and /readyz).
 //
 // # Storage
 //
