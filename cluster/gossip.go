@@ -1,0 +1,119 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// delegate and events adapt Membership to memberlist's callbacks.
+// memberlist calls events while holding its node lock: they only record
+// and queue, never call back into memberlist and never block.
+type (
+	delegate struct{ m *Membership }
+	events   struct{ m *Membership }
+)
+
+var (
+	_ memberlist.Delegate      = delegate{}
+	_ memberlist.EventDelegate = events{}
+)
+
+func (d delegate) NodeMeta(limit int) []byte {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	if len(d.m.meta) > limit {
+		return nil // cannot happen: MarshalBinary enforces the limit
+	}
+	return bytes.Clone(d.m.meta)
+}
+
+func (delegate) NotifyMsg([]byte)                {}
+func (delegate) GetBroadcasts(int, int) [][]byte { return nil }
+func (delegate) LocalState(bool) []byte          { return nil }
+func (delegate) MergeRemoteState([]byte, bool)   {}
+func (e events) NotifyJoin(n *memberlist.Node)   { e.m.record(EventJoin, n) }
+func (e events) NotifyUpdate(n *memberlist.Node) { e.m.record(EventUpdate, n) }
+func (e events) NotifyLeave(n *memberlist.Node)  { e.m.record(EventLeave, n) }
+
+// record updates the member table from a memberlist callback and queues
+// the event for OnEvent.
+func (m *Membership) record(kind EventKind, n *memberlist.Node) {
+	mem := Member{ID: NodeID(n.Name), Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), State: MemberAlive}
+	var flags byte
+	mem.Meta, flags, mem.MetaErr = decodeMeta(n.Meta)
+	if kind == EventLeave {
+		// n.State is not maintained by memberlist v0.5.4 (its nodeState
+		// shadows the field): the leaving flag tells left from dead.
+		mem.State = MemberDead
+		if flags&metaLeaving != 0 {
+			mem.State = MemberLeft
+		}
+	}
+	if mem.MetaErr == nil && mem.Meta.ID != mem.ID {
+		mem.Meta, mem.MetaErr = NodeMeta{}, fmt.Errorf("%w: id %q gossiped under name %q", ErrMeta, mem.Meta.ID, n.Name)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old, known := m.members[mem.ID]
+	mem.Since = old.Since
+	if !known || old.State != mem.State {
+		mem.Since = m.cfg.Clock()
+	}
+	if mem.MetaErr != nil && (!known || old.MetaErr == nil) {
+		m.cfg.Logger.Warn("cluster: member gossips metadata this node cannot read", "member", n.Name, "addr", mem.Addr, "err", mem.MetaErr)
+	}
+	m.members[mem.ID] = mem
+	if m.cfg.OnEvent == nil || m.shutdown {
+		return
+	}
+	m.queue = append(m.queue, Event{Kind: kind, Member: mem})
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// dispatch hands queued events to OnEvent, one at a time, in order.
+func (m *Membership) dispatch() {
+	defer close(m.done)
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-m.wake:
+		}
+		for {
+			m.mu.Lock()
+			if len(m.queue) == 0 || m.shutdown {
+				m.mu.Unlock()
+				break
+			}
+			ev := m.queue[0]
+			m.queue = m.queue[1:]
+			m.mu.Unlock()
+			m.cfg.OnEvent(ev)
+		}
+	}
+}
+
+// logWriter routes memberlist's log lines ("[LEVEL] memberlist: ...") to
+// slog; routine lines go to debug.
+type logWriter struct{ l *slog.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	line := string(bytes.TrimSpace(p))
+	level := slog.LevelDebug
+	for prefix, l := range map[string]slog.Level{"[ERR]": slog.LevelError, "[WARN]": slog.LevelWarn, "[INFO]": slog.LevelInfo} {
+		if len(line) >= len(prefix) && line[:len(prefix)] == prefix {
+			level = l
+		}
+	}
+	w.l.Log(context.Background(), level, line)
+	return len(p), nil
+}

@@ -1,0 +1,84 @@
+package cluster
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// NodeMeta is what a node gossips about itself as memberlist node metadata:
+// its id and the addresses other nodes and clients reach it on. Gossip only
+// informs; a node enters the cluster map through the control group.
+type NodeMeta struct {
+	ID       NodeID
+	GRPCAddr string
+	RaftAddr string
+	HTTPAddr string
+}
+
+// metaVersion 1: version byte, flags byte, then ID, GRPCAddr, RaftAddr,
+// HTTPAddr as uvarint-length-prefixed strings. Flag metaLeaving marks a
+// node that is leaving on purpose: memberlist reports a departure without
+// saying whether the node left or died, so Leave gossips this flag first. A later version may only append fields:
+// a reader takes the fields it knows from any version >= 1 and ignores what
+// follows, so mixed-version clusters keep gossiping during an upgrade.
+const (
+	metaVersion = 1
+	metaLeaving = 1 << 0
+)
+
+// MarshalBinary encodes m; it fails if the encoding exceeds memberlist's
+// metadata limit (512 bytes).
+func (m NodeMeta) MarshalBinary() ([]byte, error) { return m.encode(0) }
+
+func (m NodeMeta) encode(flags byte) ([]byte, error) {
+	for _, s := range [...]string{string(m.ID), m.GRPCAddr, m.RaftAddr, m.HTTPAddr} {
+		if len(s) > maxString {
+			return nil, fmt.Errorf("%w: field longer than %d bytes", ErrMeta, maxString)
+		}
+	}
+	b := []byte{metaVersion, flags}
+	b = appendString(b, string(m.ID))
+	b = appendString(b, m.GRPCAddr)
+	b = appendString(b, m.RaftAddr)
+	b = appendString(b, m.HTTPAddr)
+	if len(b) > memberlist.MetaMaxSize {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrMeta, len(b), memberlist.MetaMaxSize)
+	}
+	return b, nil
+}
+
+// DecodeNodeMeta decodes gossiped metadata. The bytes come from the
+// network: any input returns an error wrapping ErrMeta rather than crash.
+func DecodeNodeMeta(b []byte) (NodeMeta, error) {
+	m, _, err := decodeMeta(b)
+	return m, err
+}
+
+func decodeMeta(b []byte) (NodeMeta, byte, error) {
+	if len(b) > memberlist.MetaMaxSize {
+		return NodeMeta{}, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrMeta, len(b), memberlist.MetaMaxSize)
+	}
+	r := &reader{b: b}
+	v := r.byte()
+	if r.err == nil && v < metaVersion {
+		r.fail("metadata version %d", v)
+	}
+	flags := r.byte()
+	if v == metaVersion && flags&^metaLeaving != 0 {
+		r.fail("unknown metadata flags %#x", flags)
+	}
+	m := NodeMeta{ID: NodeID(r.string()), GRPCAddr: r.string(), RaftAddr: r.string(), HTTPAddr: r.string()}
+	if v == metaVersion {
+		r.done()
+	}
+	if r.err == nil {
+		if err := m.ID.Validate(); err != nil {
+			r.err = err
+		}
+	}
+	if r.err != nil {
+		return NodeMeta{}, 0, fmt.Errorf("%w: %w", ErrMeta, r.err)
+	}
+	return m, flags, nil
+}
