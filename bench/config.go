@@ -1,0 +1,145 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/l4xg/grid/bench/internal/workload"
+)
+
+// ErrNoCluster is the answer to --grid-nodes > 1 until clustering lands.
+var ErrNoCluster = errors.New("bench: --grid-nodes > 1: clustering not available yet")
+
+// config is what the command line asks for.
+type config struct {
+	Targets    []string      `json:"targets"`
+	Workloads  []string      `json:"workloads"`
+	Addr       string        `json:"grid_addr,omitempty"`
+	GridHTTP   string        `json:"grid_http,omitempty"`
+	GridNodes  int           `json:"grid_nodes"`
+	GridShards int           `json:"grid_shards,omitempty"`
+	GridBin    string        `json:"gridnode_bin,omitempty"`
+	RedisAddr  string        `json:"redis_addr"`
+	EtcdEPs    []string      `json:"etcd_endpoints,omitempty"`
+	EtcdMembrs int           `json:"etcd_members"`
+	Conc       int           `json:"concurrency"`
+	Duration   time.Duration `json:"duration_ns"`
+	Rounds     int           `json:"rounds"`
+	DupRatio   float64       `json:"dup_ratio"`
+	Batch      int           `json:"batch"`
+	Keys       int           `json:"keys"`
+	KeyShape   string        `json:"key_shape"`
+	Lease      time.Duration `json:"lease_ns"`
+	Retention  time.Duration `json:"retention_ns"`
+	Out        string        `json:"-"`
+	CPUProfile bool          `json:"cpuprofile_grid"`
+	Readme     string        `json:"-"`
+	Seed       uint64        `json:"seed"`
+	NoProgress bool          `json:"-"`
+}
+
+var allTargets = []string{"grid", "redis", "etcd"}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: go run ./bench [flags] [WORKLOAD...]\nworkloads: %s (default: all)\n", strings.Join(workload.Names, " "))
+		fs.PrintDefaults()
+	}
+	targets := fs.String("targets", strings.Join(allTargets, ","), "targets, comma-separated: grid, redis, etcd")
+	fs.StringVar(&c.Addr, "addr", "", "gRPC address of a running grid node (default: build and start one)")
+	fs.StringVar(&c.GridHTTP, "grid-http", "", "HTTP address of the running node of --addr (/metrics for fill, pprof for --cpuprofile-grid)")
+	fs.IntVar(&c.GridNodes, "grid-nodes", 1, "grid nodes to start")
+	fs.IntVar(&c.GridShards, "grid-shards", 0, "--shards of the started node (0: gridnode's default)")
+	fs.StringVar(&c.GridBin, "gridnode-bin", "", "gridnode binary to start (default: go build ./cmd/gridnode)")
+	fs.StringVar(&c.RedisAddr, "redis-addr", "127.0.0.1:6379", "Redis address")
+	eps := fs.String("etcd-endpoints", "", "etcd endpoints, comma-separated (default: start a throwaway etcd if etcd is on PATH)")
+	fs.IntVar(&c.EtcdMembrs, "etcd-members", 1, "members of the throwaway etcd: 1 or 3")
+	fs.IntVar(&c.Conc, "concurrency", 50, "concurrent callers")
+	fs.DurationVar(&c.Duration, "duration", 10*time.Second, "duration of each run (fill runs until it has loaded --keys)")
+	fs.IntVar(&c.Rounds, "rounds", 2, "rounds; each runs every workload against every target in turn")
+	fs.Float64Var(&c.DupRatio, "dup-ratio", 0.5, "reserve-dup: share of reserves that repeat an already reserved key")
+	fs.IntVar(&c.Batch, "batch", 100, "batch: keys per call")
+	fs.IntVar(&c.Keys, "keys", 1_000_000, "fill: keys to load")
+	fs.StringVar(&c.KeyShape, "key-shape", workload.ShapeUUID, "key shape: uuid or composite")
+	fs.DurationVar(&c.Lease, "lease", 30*time.Second, "lease of reserves")
+	fs.DurationVar(&c.Retention, "retention", time.Hour, "retention of completed keys")
+	fs.StringVar(&c.Out, "out", "", "results directory (default bench/results/<date>-<host>)")
+	fs.BoolVar(&c.CPUProfile, "cpuprofile-grid", false, "fetch a CPU profile of the grid node during its first reserve-unique run")
+	fs.StringVar(&c.Readme, "readme", "", "README to update: the Markdown table goes between <!-- bench:begin --> and <!-- bench:end -->")
+	fs.Uint64Var(&c.Seed, "seed", 0, "seed of key generation (0: random)")
+	fs.BoolVar(&c.NoProgress, "no-progress", false, "no progress bar")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	c.Targets = splitList(*targets)
+	c.EtcdEPs = splitList(*eps)
+	c.Workloads = fs.Args()
+	if len(c.Workloads) == 0 {
+		c.Workloads = slices.Clone(workload.Names)
+	}
+	if c.Out == "" {
+		host, _ := os.Hostname()
+		c.Out = filepath.Join("bench", "results", time.Now().UTC().Format("2006-01-02")+"-"+host)
+	}
+	return c, c.validate()
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func (c *config) validate() error {
+	if c.GridNodes > 1 && slices.Contains(c.Targets, "grid") {
+		return ErrNoCluster
+	}
+	if len(c.Targets) == 0 {
+		return errors.New("bench: no targets")
+	}
+	for _, t := range c.Targets {
+		if !slices.Contains(allTargets, t) {
+			return fmt.Errorf("bench: unknown target %q (want %s)", t, strings.Join(allTargets, ", "))
+		}
+	}
+	for _, w := range c.Workloads {
+		if !slices.Contains(workload.Names, w) {
+			return fmt.Errorf("bench: unknown workload %q (want %s)", w, strings.Join(workload.Names, ", "))
+		}
+	}
+	switch {
+	case c.GridNodes < 1:
+		return errors.New("bench: --grid-nodes must be at least 1")
+	case c.EtcdMembrs != 1 && c.EtcdMembrs != 3:
+		return errors.New("bench: --etcd-members must be 1 or 3")
+	case c.Conc < 1 || c.Rounds < 1 || c.Batch < 1 || c.Keys < 1:
+		return errors.New("bench: --concurrency, --rounds, --batch and --keys must be at least 1")
+	case c.Duration <= 0:
+		return errors.New("bench: --duration must be positive")
+	case c.DupRatio < 0 || c.DupRatio > 1:
+		return errors.New("bench: --dup-ratio must be within 0..1")
+	case c.KeyShape != workload.ShapeUUID && c.KeyShape != workload.ShapeComposite:
+		return fmt.Errorf("bench: --key-shape %q: want uuid or composite", c.KeyShape)
+	case c.Lease < 100*time.Millisecond || c.Lease > time.Hour:
+		return errors.New("bench: --lease must be within 100ms..1h (the grid's limits)")
+	case c.Retention <= 0 || c.Retention > 400*24*time.Hour:
+		return errors.New("bench: --retention must be within 0..400 days")
+	case c.Batch > 1000:
+		return errors.New("bench: --batch at most 1000 (the grid's limit)")
+	}
+	return nil
+}

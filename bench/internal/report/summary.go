@@ -1,0 +1,109 @@
+package report
+
+import (
+	"github.com/l4xg/grid/bench/internal/stats"
+	"github.com/l4xg/grid/bench/internal/workload"
+)
+
+// GridTarget is the target every other one is compared with.
+const GridTarget = "grid"
+
+// Cell is one workload run against one target in one round.
+type Cell struct {
+	Round    int              `json:"round"`
+	Workload string           `json:"workload"`
+	Target   string           `json:"target"`
+	Result   *workload.Result `json:"result,omitempty"`
+	Error    string           `json:"error,omitempty"`
+}
+
+// Summary is one workload against one target over the rounds: medians of
+// the rounds' figures, totals of their counts. Latencies in microseconds.
+type Summary struct {
+	Workload      string  `json:"workload"`
+	Target        string  `json:"target"`
+	Rounds        int     `json:"rounds"`
+	OpsPerSec     float64 `json:"ops_per_s"`
+	P50           float64 `json:"p50_us"`
+	P90           float64 `json:"p90_us"`
+	P99           float64 `json:"p99_us"`
+	P999          float64 `json:"p999_us"`
+	Errors        int64   `json:"errors"`
+	DupSuppressed int64   `json:"dup_suppressed"`
+	// Ops is the operations of all rounds, the base of DupSuppressed's share.
+	Ops int64 `json:"ops"`
+	// BytesPerKey is fill's memory per key; HasBytes tells it was measured.
+	BytesPerKey  float64 `json:"bytes_per_key,omitempty"`
+	HasBytes     bool    `json:"has_bytes,omitempty"`
+	MemorySource string  `json:"memory_source,omitempty"`
+	// OpsRatio is ops/s of this target over the grid's, the median of the
+	// per-round ratios (0 without a grid figure). BytesRatio likewise.
+	OpsRatio   float64 `json:"ops_ratio_to_grid,omitempty"`
+	BytesRatio float64 `json:"bytes_ratio_to_grid,omitempty"`
+	// FailedRounds counts rounds whose run failed as a whole.
+	FailedRounds int `json:"failed_rounds,omitempty"`
+}
+
+// Summarize computes a Summary per workload and target, in the given
+// orders, from the cells.
+func Summarize(cells []Cell, workloads, targets []string) []Summary {
+	type key struct{ w, t string }
+	byKey := map[key][]Cell{}
+	for _, c := range cells {
+		k := key{c.Workload, c.Target}
+		byKey[k] = append(byKey[k], c)
+	}
+	gridOf := func(w string, round int) *workload.Result {
+		for _, c := range byKey[key{w, GridTarget}] {
+			if c.Round == round && c.Result != nil {
+				return c.Result
+			}
+		}
+		return nil
+	}
+	var out []Summary
+	for _, w := range workloads {
+		for _, t := range targets {
+			cs := byKey[key{w, t}]
+			if len(cs) == 0 {
+				continue
+			}
+			s := Summary{Workload: w, Target: t}
+			var ops, p50, p90, p99, p999, bpk, opsRatio, bytesRatio []float64
+			for _, c := range cs {
+				r := c.Result
+				if r == nil {
+					s.FailedRounds++
+					continue
+				}
+				s.Rounds++
+				ops = append(ops, r.OpsPerSec)
+				p50, p90 = append(p50, r.P50), append(p90, r.P90)
+				p99, p999 = append(p99, r.P99), append(p999, r.P999)
+				s.Errors += r.Errors
+				s.DupSuppressed += r.DupSuppressed
+				s.Ops += r.Ops
+				if r.Fill != nil {
+					bpk = append(bpk, r.Fill.BytesPerKey)
+					s.MemorySource = r.Fill.After.Source
+				}
+				if g := gridOf(w, c.Round); g != nil {
+					if g.OpsPerSec > 0 {
+						opsRatio = append(opsRatio, r.OpsPerSec/g.OpsPerSec)
+					}
+					if r.Fill != nil && g.Fill != nil && g.Fill.BytesPerKey > 0 {
+						bytesRatio = append(bytesRatio, r.Fill.BytesPerKey/g.Fill.BytesPerKey)
+					}
+				}
+			}
+			s.OpsPerSec = stats.Median(ops)
+			s.P50, s.P90, s.P99, s.P999 = stats.Median(p50), stats.Median(p90), stats.Median(p99), stats.Median(p999)
+			if len(bpk) > 0 {
+				s.BytesPerKey, s.HasBytes = stats.Median(bpk), true
+			}
+			s.OpsRatio, s.BytesRatio = stats.Median(opsRatio), stats.Median(bytesRatio)
+			out = append(out, s)
+		}
+	}
+	return out
+}

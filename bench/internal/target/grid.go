@@ -1,0 +1,203 @@
+package target
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/l4xg/grid/bench/internal/workload"
+	"github.com/l4xg/grid/client"
+)
+
+// Namespace is the grid namespace of the benchmark's keys.
+const Namespace = "bench"
+
+// ErrLeaseLost is a Complete that found its key no longer held by the caller.
+var ErrLeaseLost = errors.New("target: lease lost")
+
+// Grid drives a grid node through the Go client (automatic batching on,
+// the client's default and the normal path of a consumer).
+type Grid struct {
+	c *client.Client
+	// pid of the node when it is a child of this process (its VmRSS is the
+	// memory figure), else 0 (process_resident_memory_bytes from /metrics).
+	pid int
+	// httpAddr serves /metrics, "" when unknown.
+	httpAddr string
+	http     *http.Client
+}
+
+var _ workload.Target = (*Grid)(nil)
+
+// NewGrid connects to the node at addr. httpAddr and pid may be empty/zero.
+func NewGrid(ctx context.Context, addr, httpAddr string, pid int) (*Grid, error) {
+	c, err := client.Dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &Grid{c: c, pid: pid, httpAddr: httpAddr, http: &http.Client{Timeout: 10 * time.Second}}, nil
+}
+
+// Name implements workload.Target.
+func (g *Grid) Name() string { return "grid" }
+
+// Close closes the client.
+func (g *Grid) Close() error { return g.c.Close() }
+
+// Reserve is client.Reserve: ACQUIRED acquires, BUSY and DUPLICATE are
+// refusals (the duplicate suppressed), other outcomes are errors.
+func (g *Grid) Reserve(ctx context.Context, key string, lease time.Duration) (workload.Reservation, error) {
+	r, err := g.c.Reserve(ctx, Namespace, key, client.WithLease(lease))
+	if err != nil {
+		return workload.Reservation{}, err
+	}
+	return reservation(key, r)
+}
+
+func reservation(key string, r client.Result) (workload.Reservation, error) {
+	switch r.Outcome {
+	case client.OutcomeAcquired:
+		return workload.Reservation{Key: key, Acquired: true, Token: r.Token}, nil
+	case client.OutcomeBusy, client.OutcomeDuplicate:
+		return workload.Reservation{Key: key}, nil
+	default:
+		return workload.Reservation{}, fmt.Errorf("grid: reserve answered %v", r.Outcome)
+	}
+}
+
+// Complete is client.Complete with the reservation's token and the retention.
+func (g *Grid) Complete(ctx context.Context, r workload.Reservation, retention time.Duration) error {
+	res, err := g.c.Complete(ctx, Namespace, r.Key, r.Token, client.WithRetention(retention))
+	if errors.Is(err, client.ErrLeaseLost) {
+		return fmt.Errorf("%w: %w", ErrLeaseLost, err)
+	}
+	if err != nil {
+		return err
+	}
+	if res.Outcome != client.OutcomeOK {
+		return fmt.Errorf("grid: complete answered %v", res.Outcome)
+	}
+	return nil
+}
+
+// ReserveBatch is one client.Batch of Reserve operations.
+func (g *Grid) ReserveBatch(ctx context.Context, keys []string, lease time.Duration) ([]workload.Reservation, error) {
+	ops := make([]client.Op, len(keys))
+	for i, k := range keys {
+		ops[i] = client.ReserveOp(Namespace, k, client.WithLease(lease))
+	}
+	results, errs, err := g.c.Batch(ctx, ops)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]workload.Reservation, len(keys))
+	for i := range keys {
+		if errs[i] != nil {
+			return nil, fmt.Errorf("grid: batch operation %d: %w", i, errs[i])
+		}
+		if out[i], err = reservation(keys[i], results[i]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Memory is the node's resident set: VmRSS of the child process, or
+// process_resident_memory_bytes from /metrics. The Go heap in use is an
+// extra figure when /metrics is reachable.
+func (g *Grid) Memory(ctx context.Context) (workload.Memory, error) {
+	var m workload.Memory
+	var metrics map[string]float64
+	if g.httpAddr != "" {
+		var err error
+		if metrics, err = g.metrics(ctx, "process_resident_memory_bytes", "go_memstats_heap_inuse_bytes"); err != nil {
+			return m, err
+		}
+		m.Extra = map[string]int64{"go_heap_inuse_bytes": int64(metrics["go_memstats_heap_inuse_bytes"])}
+	}
+	switch {
+	case g.pid > 0:
+		rss, err := VmRSS(g.pid)
+		if err != nil {
+			return m, err
+		}
+		m.Bytes, m.Source = rss, fmt.Sprintf("/proc/%d/status VmRSS", g.pid)
+	case metrics != nil:
+		m.Bytes, m.Source = int64(metrics["process_resident_memory_bytes"]), "/metrics process_resident_memory_bytes"
+	default:
+		return m, errors.New("grid: no memory figure: neither a child process nor an HTTP address")
+	}
+	return m, nil
+}
+
+// metrics reads the named unlabelled samples from the node's /metrics.
+func (g *Grid) metrics(ctx context.Context, names ...string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+g.httpAddr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := g.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("grid: metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("grid: metrics: %s", resp.Status)
+	}
+	return ParseMetrics(bufio.NewScanner(resp.Body), names...)
+}
+
+// ParseMetrics reads unlabelled samples of the named metrics from the
+// Prometheus text format. Every name must be found.
+func ParseMetrics(sc *bufio.Scanner, names ...string) (map[string]float64, error) {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	out := map[string]float64{}
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok || !want[name] {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil {
+			return nil, fmt.Errorf("metrics: %s: %w", name, err)
+		}
+		out[name] = v
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		if _, ok := out[n]; !ok {
+			return nil, fmt.Errorf("metrics: %s not found", n)
+		}
+	}
+	return out, nil
+}
+
+// VmRSS is the resident set of process pid in bytes, from /proc.
+func VmRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest) // "12345 kB"
+			if len(f) != 2 || f[1] != "kB" {
+				return 0, fmt.Errorf("VmRSS: cannot read %q", line)
+			}
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("VmRSS: not in /proc/%d/status", pid)
+}

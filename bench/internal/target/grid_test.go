@@ -1,0 +1,77 @@
+package target
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/l4xg/grid/bench/internal/workload"
+	"github.com/l4xg/grid/client"
+	"github.com/l4xg/grid/internal/gridtest"
+)
+
+func res2(key string) workload.Reservation { return workload.Reservation{Key: key, Token: 12345} }
+
+func TestGridContract(t *testing.T) {
+	n := gridtest.Start(t, gridtest.Options{HTTP: true, Shards: 2})
+	ctx := context.Background()
+	g, err := NewGrid(ctx, n.Addr(), n.HTTPAddr(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	prefix := testPrefix()
+	contract(t, g, prefix)
+
+	// The records are what the operations claim: completed, and held.
+	c, err := client.Dial(ctx, n.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for key, want := range map[string]client.State{prefix + "k1": client.StateCompleted, prefix + "b1": client.StateProcessing} {
+		r, err := c.Get(ctx, Namespace, key)
+		if err != nil || r.State != want {
+			t.Fatalf("%s: %v, %v: want %v", key, r.State, err, want)
+		}
+	}
+	m, err := g.Memory(ctx)
+	if err != nil || !strings.Contains(m.Source, "process_resident_memory_bytes") || m.Extra["go_heap_inuse_bytes"] <= 0 {
+		t.Fatalf("memory from /metrics: %+v, %v", m, err)
+	}
+}
+
+func TestGridCompleteWithWrongTokenIsLeaseLost(t *testing.T) {
+	n := gridtest.Start(t, gridtest.Options{Shards: 1})
+	ctx := context.Background()
+	g, err := NewGrid(ctx, n.Addr(), "", os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	r, err := g.Reserve(ctx, "k", testLease)
+	if err != nil || !r.Acquired {
+		t.Fatal(r, err)
+	}
+	r.Token++
+	if err := g.Complete(ctx, r, testRetention); err == nil {
+		t.Fatal("complete with a superseded token succeeded")
+	}
+	m, err := g.Memory(ctx) // of this process, by pid
+	if err != nil || !strings.Contains(m.Source, "VmRSS") || m.Bytes < 1<<20 {
+		t.Fatalf("memory by pid: %+v, %v", m, err)
+	}
+}
+
+func TestParseMetrics(t *testing.T) {
+	text := "# HELP x\nprocess_resident_memory_bytes 1.2345e+07\ngo_memstats_heap_inuse_bytes 4096\nfoo{a=\"b\"} 1\n"
+	m, err := ParseMetrics(bufio.NewScanner(strings.NewReader(text)), "process_resident_memory_bytes", "go_memstats_heap_inuse_bytes")
+	if err != nil || m["process_resident_memory_bytes"] != 12345000 || m["go_memstats_heap_inuse_bytes"] != 4096 {
+		t.Fatalf("%v, %v", m, err)
+	}
+	if _, err := ParseMetrics(bufio.NewScanner(strings.NewReader(text)), "missing"); err == nil {
+		t.Fatal("missing metric not reported")
+	}
+}

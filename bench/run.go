@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/l4xg/grid/bench/internal/report"
+	"github.com/l4xg/grid/bench/internal/workload"
+)
+
+// results.json.
+type resultsFile struct {
+	Date      string            `json:"date"`
+	Host      string            `json:"host"`
+	CPUs      int               `json:"cpus"`
+	GoVersion string            `json:"go_version"`
+	Command   string            `json:"command"`
+	Config    config            `json:"config"`
+	Skipped   map[string]string `json:"skipped,omitempty"`
+	Cells     []report.Cell     `json:"cells"`
+	Summaries []report.Summary  `json:"summaries"`
+}
+
+func run(ctx context.Context, args []string) int {
+	cfg, err := parseFlags(args, os.Stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = rand.Uint64()
+	}
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	tmp, err := os.MkdirTemp("", "bench-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+
+	b := &bencher{cfg: cfg, tmp: tmp, log: os.Stderr, runID: fmt.Sprintf("%06x", cfg.Seed&0xffffff)}
+	skipped := b.prepare(ctx)
+	defer b.close()
+	var targets []string
+	for _, t := range cfg.Targets {
+		if _, ok := skipped[t]; !ok {
+			targets = append(targets, t)
+		}
+	}
+	if len(targets) == 0 {
+		fmt.Fprintln(os.Stderr, "bench: no target left to run")
+		return 2
+	}
+
+	cells := b.rounds(ctx, targets)
+	if ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "bench: interrupted; writing what was measured")
+	}
+	sums := report.Summarize(cells, cfg.Workloads, targets)
+	if err := report.WriteText(os.Stdout, sums, cfg.Workloads); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	host, _ := os.Hostname()
+	rf := resultsFile{
+		Date: time.Now().UTC().Format(time.RFC3339), Host: host, CPUs: runtime.NumCPU(),
+		GoVersion: runtime.Version(), Command: "go run ./bench " + strings.Join(args, " "),
+		Config: cfg, Skipped: skipped, Cells: cells, Summaries: sums,
+	}
+	if err := b.write(rf, sums, targets); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if ctx.Err() != nil {
+		return 2
+	}
+	return 0
+}
+
+// bencher holds the targets of one run.
+type bencher struct {
+	cfg   config
+	tmp   string
+	log   io.Writer
+	runID string
+	bin   string // gridnode binary, when the grid is started here
+	redis *redisShared
+	etcd  *etcdShared
+	grid  *gridShared
+	// profile is the path of the CPU profile once taken.
+	profile string
+}
+
+// prepare checks what each target needs and reports the targets skipped,
+// with why.
+func (b *bencher) prepare(ctx context.Context) map[string]string {
+	skipped := map[string]string{}
+	for _, t := range b.cfg.Targets {
+		var err error
+		switch t {
+		case "grid":
+			b.grid, err = newGridShared(ctx, b)
+		case "redis":
+			b.redis, err = newRedisShared(ctx, b)
+		case "etcd":
+			b.etcd, err = newEtcdShared(ctx, b)
+		}
+		if err != nil {
+			fmt.Fprintf(b.log, "bench: %s: skipped: %v\n", t, err)
+			skipped[t] = err.Error()
+		}
+	}
+	return skipped
+}
+
+func (b *bencher) close() {
+	if b.redis != nil {
+		b.redis.close()
+	}
+	if b.etcd != nil {
+		b.etcd.close()
+	}
+	if b.grid != nil {
+		b.grid.close()
+	}
+}
+
+// rounds runs, per round, every workload against every target in turn
+// (A B C A B C), so that drift of a shared machine hits all alike.
+func (b *bencher) rounds(ctx context.Context, targets []string) []report.Cell {
+	total := b.cfg.Rounds * len(b.cfg.Workloads) * len(targets)
+	bar := progressbar.NewOptions(total,
+		progressbar.OptionSetWriter(b.progressWriter()),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionThrottle(200*time.Millisecond),
+		progressbar.OptionOnCompletion(func() { fmt.Fprintln(b.progressWriter()) }),
+	)
+	var cells []report.Cell
+	for round := 1; round <= b.cfg.Rounds; round++ {
+		for wi, w := range b.cfg.Workloads {
+			for _, t := range targets {
+				if ctx.Err() != nil {
+					return cells
+				}
+				bar.Describe(fmt.Sprintf("round %d/%d %-14s %-5s", round, b.cfg.Rounds, w, t))
+				c := report.Cell{Round: round, Workload: w, Target: t}
+				res, err := b.cell(ctx, round, wi, w, t)
+				if err != nil {
+					c.Error = err.Error()
+					fmt.Fprintf(b.log, "\nbench: round %d %s %s: %v\n", round, w, t, err)
+				} else {
+					c.Result = &res
+				}
+				cells = append(cells, c)
+				_ = bar.Add(1)
+			}
+		}
+	}
+	return cells
+}
+
+func (b *bencher) progressWriter() io.Writer {
+	if b.cfg.NoProgress {
+		return io.Discard
+	}
+	return os.Stderr
+}
+
+// workloadConfig is the workload configuration of one cell. Its keys carry
+// a prefix of their own: the run, the round and the workload.
+func (b *bencher) workloadConfig(round, wi int) workload.Config {
+	return workload.Config{
+		Concurrency: b.cfg.Conc, Duration: b.cfg.Duration,
+		Lease: b.cfg.Lease, Retention: b.cfg.Retention,
+		DupRatio: b.cfg.DupRatio, BatchSize: b.cfg.Batch, Keys: b.cfg.Keys,
+		KeyShape: b.cfg.KeyShape, Seed: b.cfg.Seed + uint64(round),
+		Prefix: b.prefix(round, wi),
+	}
+}
+
+func (b *bencher) prefix(round, wi int) string {
+	return fmt.Sprintf("b%s-%d%c:", b.runID, round, "udlbf"[wi%5])
+}
+
+// cell runs one workload against one target, on a fresh server where the
+// run owns it.
+func (b *bencher) cell(ctx context.Context, round, wi int, w, t string) (workload.Result, error) {
+	wcfg := b.workloadConfig(round, wi)
+	switch t {
+	case "grid":
+		return b.grid.run(ctx, round, w, wcfg)
+	case "redis":
+		return b.redis.run(ctx, w, wcfg)
+	case "etcd":
+		return b.etcd.run(ctx, w, wcfg)
+	}
+	return workload.Result{}, fmt.Errorf("bench: unknown target %q", t)
+}
+
+// write saves results.json, table.md, the plots, and the README table.
+func (b *bencher) write(rf resultsFile, sums []report.Summary, targets []string) error {
+	js, err := json.MarshalIndent(rf, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(b.cfg.Out, "results.json"), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	md := readmeBlock(rf, sums)
+	if err := os.WriteFile(filepath.Join(b.cfg.Out, "table.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	var txt strings.Builder
+	_ = report.WriteText(&txt, sums, b.cfg.Workloads)
+	if err := os.WriteFile(filepath.Join(b.cfg.Out, "table.txt"), []byte(txt.String()), 0o644); err != nil {
+		return err
+	}
+	files, err := report.Plot(b.cfg.Out, sums, b.cfg.Workloads, targets)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(b.log, "bench: wrote %s, table.md, table.txt and %d plots to %s\n", "results.json", len(files), b.cfg.Out)
+	if b.cfg.Readme != "" {
+		doc, err := os.ReadFile(b.cfg.Readme)
+		if err != nil {
+			return err
+		}
+		out, err := report.ReplaceBetween(string(doc), md)
+		if err != nil {
+			return fmt.Errorf("%s: %w", b.cfg.Readme, err)
+		}
+		if err := os.WriteFile(b.cfg.Readme, []byte(out), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(b.log, "bench: updated the table in %s\n", b.cfg.Readme)
+	}
+	return nil
+}
+
+// readmeBlock is the Markdown table with the run's date, machine and command.
+func readmeBlock(rf resultsFile, sums []report.Summary) string {
+	var s strings.Builder
+	fmt.Fprintf(&s, "Run %s on %s (%d cores, shared with other work; figures are noisy, ratios within the run are what count), %s.\n\n",
+		rf.Date, rf.Host, rf.CPUs, rf.GoVersion)
+	fmt.Fprintf(&s, "```sh\n%s\n```\n\n", rf.Command)
+	s.WriteString(report.Markdown(sums))
+	s.WriteString("\nops/s and latencies: median of the rounds; \"vs grid\": the target's figure over the grid's in the same round (median of rounds); ")
+	s.WriteString("batch and fill count keys, lifecycle counts reserve+complete+refused duplicate; latency is per call (per batch for batch and fill). ")
+	if len(rf.Skipped) > 0 {
+		ks := make([]string, 0, len(rf.Skipped))
+		for k, v := range rf.Skipped {
+			ks = append(ks, k+" ("+v+")")
+		}
+		slices.Sort(ks)
+		fmt.Fprintf(&s, "Skipped: %s. ", strings.Join(ks, ", "))
+	}
+	s.WriteString("\n")
+	return s.String()
+}
