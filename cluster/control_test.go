@@ -1,0 +1,260 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+func bootstrapMap() *Map {
+	w := newWorld(4, 3, "a", "b", "c")
+	for _, mv := range Plan(w.m, w.alive, w.deadFor) {
+		if err := w.m.applyMove(mv); err != nil {
+			panic(err)
+		}
+	}
+	return w.m
+}
+
+// step is one command and what must come of it.
+type step struct {
+	cmd       Command
+	rejected  bool
+	wantEpoch uint64
+}
+
+func controlScript() []step {
+	d := testNode("d")
+	d2 := d
+	d2.GRPCAddr = "d:9999"
+	return []step{
+		{cmd: Command{Type: CmdNodeJoin, Node: d}, rejected: true}, // before bootstrap
+		{cmd: Command{Type: CmdBootstrap, Map: bootstrapMap()}, wantEpoch: 1},
+		{cmd: Command{Type: CmdBootstrap, Map: bootstrapMap()}, rejected: true, wantEpoch: 1},
+		{cmd: Command{Type: CmdNodeJoin, Node: d}, wantEpoch: 2},
+		{cmd: Command{Type: CmdNodeJoin, Node: d}, wantEpoch: 2}, // no-op
+		{cmd: Command{Type: CmdNodeJoin, Node: d2}, wantEpoch: 3},
+		{cmd: Command{Type: CmdNodeJoin, Node: NodeInfo{ID: "bad id", GRPCAddr: "x", RaftAddr: "y"}}, rejected: true, wantEpoch: 3},
+		{cmd: Command{Type: CmdApplyMove, Move: Move{Shard: 0, Add: "d"}}, wantEpoch: 4},
+		{cmd: Command{Type: CmdApplyMove, Move: Move{Shard: 0, Add: "d"}}, rejected: true, wantEpoch: 4},
+		{cmd: Command{Type: CmdApplyMove, Move: Move{Shard: 0, Remove: "a", Leader: "d"}}, wantEpoch: 5},
+		{cmd: Command{Type: CmdSetLeaderHint, Shard: 0, ID: "d"}, wantEpoch: 6},
+		{cmd: Command{Type: CmdSetLeaderHint, Shard: 0, ID: "a"}, rejected: true, wantEpoch: 6},
+		{cmd: Command{Type: CmdNodeDrain, ID: "c"}, wantEpoch: 7},
+		{cmd: Command{Type: CmdNodeRemove, ID: "c"}, rejected: true, wantEpoch: 7}, // still holds replicas
+		{cmd: Command{Type: CmdNodeDrain, ID: "zz"}, rejected: true, wantEpoch: 7},
+	}
+}
+
+func runScript(t *testing.T, apply func(Command) ApplyResult) {
+	t.Helper()
+	for i, s := range controlScript() {
+		res := apply(s.cmd)
+		if s.rejected != errors.Is(res.Err, ErrRejected) || !s.rejected && res.Err != nil {
+			t.Fatalf("step %d %v: err %v, want rejected=%v", i, s.cmd.Type, res.Err, s.rejected)
+		}
+		if res.Epoch != s.wantEpoch {
+			t.Fatalf("step %d %v: epoch %d, want %d", i, s.cmd.Type, res.Epoch, s.wantEpoch)
+		}
+	}
+}
+
+func TestControlApply(t *testing.T) {
+	c := NewControl()
+	changed := c.Changed()
+	runScript(t, func(cmd Command) ApplyResult {
+		b, err := cmd.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: b}).(ApplyResult)
+	})
+	select {
+	case <-changed:
+	default:
+		t.Fatal("Changed not signalled")
+	}
+	m := c.Map()
+	if rs := m.ShardReplicas[0]; rs[0] != "d" || len(rs) != 3 || m.Leaders[0] != "d" {
+		t.Fatalf("shard 0: %v, hint %v", rs, m.Leaders)
+	}
+	if m.Nodes["c"].State != NodeDraining || m.Nodes["d"].GRPCAddr != "d:9999" {
+		t.Fatalf("nodes %+v", m.Nodes)
+	}
+	m.Nodes["a"] = NodeInfo{}
+	if c.Map().Nodes["a"].ID != "a" {
+		t.Fatal("Map returned shared state")
+	}
+}
+
+func TestControlPanicsOnUnknownCommand(t *testing.T) {
+	for name, data := range map[string][]byte{
+		"unknown type": {commandVersion, 200},
+		"newer format": {commandVersion + 1, byte(CmdNodeDrain), 1, 'a'},
+		"truncated":    {commandVersion, byte(CmdApplyMove)},
+	} {
+		func() {
+			defer func() {
+				msg := fmt.Sprint(recover())
+				if !strings.Contains(msg, "control entry 7") || !strings.Contains(msg, "newer binary") {
+					t.Errorf("%s: panic %q, want a clear message", name, msg)
+				}
+			}()
+			NewControl().Apply(&raft.Log{Index: 7, Type: raft.LogCommand, Data: data})
+		}()
+	}
+}
+
+func FuzzDecodeCommand(f *testing.F) {
+	for _, s := range controlScript() {
+		if b, err := s.cmd.MarshalBinary(); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		cmd, err := DecodeCommand(b)
+		if err != nil {
+			return
+		}
+		again, err := cmd.MarshalBinary()
+		if err != nil || string(again) != string(b) {
+			t.Fatalf("decoded command does not re-encode to its input: %v", err)
+		}
+	})
+}
+
+// raftNode is a single-voter control group on in-memory stores.
+type raftNode struct {
+	r     *raft.Raft
+	fsm   *Control
+	store *raft.InmemStore
+	snaps *raft.InmemSnapshotStore
+}
+
+func startRaft(t *testing.T, store *raft.InmemStore, snaps *raft.InmemSnapshotStore, bootstrap bool) *raftNode {
+	t.Helper()
+	conf := raft.DefaultConfig()
+	conf.LocalID = "ctl-1"
+	conf.HeartbeatTimeout, conf.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
+	conf.LeaderLeaseTimeout, conf.CommitTimeout = 50*time.Millisecond, 5*time.Millisecond
+	conf.SnapshotThreshold = 1 << 20 // snapshots only when asked
+	conf.Logger = hclog.New(&hclog.LoggerOptions{Output: io.Discard, Level: hclog.Off})
+	addr, trans := raft.NewInmemTransport("ctl-1")
+	if bootstrap {
+		cfg := raft.Configuration{Servers: []raft.Server{{ID: conf.LocalID, Address: addr}}}
+		if err := raft.BootstrapCluster(conf, store, store, snaps, trans, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := &raftNode{fsm: NewControl(), store: store, snaps: snaps}
+	r, err := raft.NewRaft(conf, n.fsm, store, store, snaps, trans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.r = r
+	deadline := time.Now().Add(5 * time.Second)
+	for r.State() != raft.Leader {
+		if time.Now().After(deadline) {
+			t.Fatal("no leader within 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return n
+}
+
+func (n *raftNode) propose(t *testing.T, cmd Command) ApplyResult {
+	t.Helper()
+	b, err := cmd.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := n.r.Apply(b, 5*time.Second)
+	if err := f.Error(); err != nil {
+		t.Fatal(err)
+	}
+	return f.Response().(ApplyResult)
+}
+
+func (n *raftNode) stop(t *testing.T) {
+	t.Helper()
+	if err := n.r.Shutdown().Error(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestControlThroughRaft(t *testing.T) {
+	store, snaps := raft.NewInmemStore(), raft.NewInmemSnapshotStore()
+	n := startRaft(t, store, snaps, true)
+	script := controlScript()
+	half := 8
+	runScript(t, func(cmd Command) ApplyResult {
+		half--
+		if half == 0 {
+			// Snapshot midway: the restart below restores it, then
+			// replays the rest of the log on top.
+			if err := n.r.Snapshot().Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return n.propose(t, cmd)
+	})
+	want := n.fsm.Map()
+	if want.Epoch != script[len(script)-1].wantEpoch {
+		t.Fatalf("epoch %d", want.Epoch)
+	}
+
+	// The snapshot alone restores into a fresh FSM.
+	if err := n.r.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	metas, err := snaps.List()
+	if err != nil || len(metas) == 0 {
+		t.Fatalf("snapshots: %v, %v", metas, err)
+	}
+	_, rc, err := snaps.Open(metas[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := NewControl()
+	if err := fresh.Restore(rc); err != nil {
+		t.Fatal(err)
+	}
+	if got := fresh.Map(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("restored map:\n got %+v\nwant %+v", got, want)
+	}
+	n.stop(t)
+
+	// A restart on the same stores comes back to the same map.
+	n = startRaft(t, store, snaps, false)
+	defer n.stop(t)
+	if got := n.fsm.Map(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after restart:\n got %+v\nwant %+v", got, want)
+	}
+	if res := n.propose(t, Command{Type: CmdNodeRemove, ID: "zz"}); !errors.Is(res.Err, ErrRejected) {
+		t.Fatalf("after restart: %v", res.Err)
+	}
+}
+
+func TestControlRestoreKeepsStateOnBadSnapshot(t *testing.T) {
+	c := NewControl()
+	b, _ := Command{Type: CmdBootstrap, Map: bootstrapMap()}.MarshalBinary()
+	c.Apply(&raft.Log{Type: raft.LogCommand, Data: b})
+	before := c.Map()
+	good := encodeSnapshot(before)
+	if err := c.Restore(io.NopCloser(strings.NewReader(string(good[:len(good)-3])))); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("truncated snapshot: %v", err)
+	}
+	if !reflect.DeepEqual(c.Map(), before) {
+		t.Fatal("a failed restore changed the state")
+	}
+	if err := c.Restore(io.NopCloser(strings.NewReader(string(encodeSnapshot(nil))))); err != nil || c.Map() != nil {
+		t.Fatalf("empty snapshot: %v, %v", err, c.Map())
+	}
+}
