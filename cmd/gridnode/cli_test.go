@@ -2,14 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/internal/gridtest"
 )
 
@@ -221,5 +224,104 @@ func TestCLIAgainstAGrid(t *testing.T) {
 	m = oneJSON(t, stdout)
 	if shards, ok := m["shards"].([]any); code != 0 || !ok || len(shards) == 0 || m["slots"] == nil {
 		t.Fatalf("status json: exit %d %v", code, m)
+	}
+}
+
+// TestCLIAudit: records moved to the cold tier past the hot window are
+// listed by audit (by namespace and time range, digests in hex), and get
+// finds them by key or by the listed digest, saying which tier answered.
+func TestCLIAudit(t *testing.T) {
+	var nowMs atomic.Int64
+	start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	nowMs.Store(start.UnixMilli())
+	n := gridtest.Start(t, gridtest.Options{Shards: 2, TickInterval: 20 * time.Millisecond,
+		Clock: func() time.Time { return time.UnixMilli(nowMs.Load()) }})
+	ctx := context.Background()
+	c, err := client.Dial(ctx, n.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	settle := func(ns, key string) {
+		r, err := c.Reserve(ctx, ns, key)
+		if err != nil || r.Outcome != client.OutcomeAcquired {
+			t.Fatalf("reserve %s/%s: %v %v", ns, key, r.Outcome, err)
+		}
+		if _, err := c.Complete(ctx, ns, key, r.Token, client.WithResult([]byte("receipt "+key))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range []string{"k1", "k2", "k3"} {
+		settle("audit", k)
+	}
+	settle("other", "k1")
+
+	code, stdout, _ := cli(t, "get", "--addr", n.Addr(), "--ns", "audit", "--key", "k1", "--json")
+	if m := oneJSON(t, stdout); code != 0 || m["tier"] != "hot" {
+		t.Fatalf("get inside the hot window: exit %d %v", code, m)
+	}
+	nowMs.Add((25 * time.Hour).Milliseconds())
+	waitCold(t, c, 4)
+
+	code, stdout, stderr := cli(t, "audit", "--addr", n.Addr(), "--ns", "audit", "--json",
+		"--since", start.Add(-time.Hour).Format(time.RFC3339), "--until", start.Add(time.Hour).Format(time.RFC3339))
+	if code != 0 {
+		t.Fatalf("audit: exit %d: %s", code, stderr)
+	}
+	var digests []string
+	for line := range strings.Lines(stdout) {
+		m := oneJSON(t, line)
+		if m["state"] != "COMPLETED" || !strings.HasPrefix(m["result"].(string), "receipt k") {
+			t.Fatalf("audit line %v", m)
+		}
+		digests = append(digests, m["digest"].(string))
+	}
+	if len(digests) != 3 {
+		t.Fatalf("audit listed %d records of namespace audit, want 3:\n%s", len(digests), stdout)
+	}
+	code, stdout, _ = cli(t, "audit", "--addr", n.Addr(), "--ns", "audit", "--json", "--since", start.Add(time.Hour).Format(time.RFC3339))
+	if code != 0 || stdout != "" {
+		t.Fatalf("audit of a range after the records: exit %d\n%s", code, stdout)
+	}
+
+	code, stdout, _ = cli(t, "get", "--addr", n.Addr(), "--digest", digests[0], "--json")
+	if m := oneJSON(t, stdout); code != 0 || m["tier"] != "cold" || m["state"] != "COMPLETED" ||
+		!strings.HasPrefix(m["result"].(string), "receipt k") || m["attempt"] != float64(1) || m["completed_at"] == nil {
+		t.Fatalf("get --digest: exit %d %v", code, m)
+	}
+	code, stdout, _ = cli(t, "get", "--addr", n.Addr(), "--ns", "audit", "--key", "k2")
+	if code != 0 || !strings.Contains(stdout, "TIER") || !strings.Contains(stdout, "cold") {
+		t.Fatalf("get by key after demotion: exit %d\n%s", code, stdout)
+	}
+	code, _, stderr = cli(t, "get", "--addr", n.Addr(), "--digest", "xyz")
+	if code != 1 || !strings.Contains(stderr, "32 hex digits") {
+		t.Fatalf("get with a bad digest: exit %d: %s", code, stderr)
+	}
+	code, _, stderr = cli(t, "get", "--addr", n.Addr(), "--digest", digests[0], "--ns", "audit")
+	if code != 1 || !strings.Contains(stderr, "--digest replaces") {
+		t.Fatalf("get with --digest and --ns: exit %d: %s", code, stderr)
+	}
+}
+
+// waitCold waits until the node's cold tiers hold n records.
+func waitCold(t *testing.T, c *client.Client, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s, err := c.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cold uint64
+		for _, sh := range s.Shards {
+			cold += sh.ColdKeys
+		}
+		if cold == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cold tier holds %d records, want %d", cold, n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
