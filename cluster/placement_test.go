@@ -130,12 +130,7 @@ func (w *world) converge(t fataler) {
 // checkSteady checks the placement invariants once the plan is empty.
 func (w *world) checkSteady(t fataler) {
 	t.Helper()
-	inGrace := false
-	for id, info := range w.m.Nodes {
-		if info.State == NodeActive && !w.alive[id] && !w.dead[id] {
-			inGrace = true
-		}
-	}
+	inGrace := w.anyInGrace()
 	el := w.eligible()
 	load, leads := map[NodeID]int{}, map[NodeID]int{}
 	for s, rs := range w.m.ShardReplicas {
@@ -252,7 +247,9 @@ func TestPlanProperties(t *testing.T) {
 		w.checkSteady(rt)
 		next := n
 		for i, steps := 0, rapid.IntRange(0, 8).Draw(rt, "events"); i < steps; i++ {
-			event(rt, w, &next)
+			steady := !w.anyInGrace()
+			kind, id := event(rt, w, &next)
+			checkMinimal(rt, w, steady, kind, id)
 			w.converge(rt)
 			w.checkSteady(rt)
 		}
@@ -282,33 +279,70 @@ func scramble(rt *rapid.T, w *world) {
 	}
 }
 
-func event(rt *rapid.T, w *world, next *int) {
+// checkMinimal checks that a plan moves only replicas that must move: from
+// a steady state, a node joining only receives, and a node falling silent
+// within the grace period moves nothing (only preferred leaders change).
+func checkMinimal(rt *rapid.T, w *world, steady bool, kind int, id NodeID) {
+	if !steady || kind != eventJoin && kind != eventSilent {
+		return
+	}
+	for _, mv := range Plan(w.m, w.alive, w.deadFor) {
+		if kind == eventSilent && (mv.Add != "" || mv.Remove != "") {
+			rt.Fatalf("%q fell silent within grace, yet the plan moves a replica: %v", id, mv)
+		}
+		if kind == eventJoin && mv.Add != "" && mv.Add != id {
+			rt.Fatalf("%q joined, yet the plan adds elsewhere: %v", id, mv)
+		}
+	}
+}
+
+func (w *world) anyInGrace() bool {
+	for id, info := range w.m.Nodes {
+		if info.State == NodeActive && !w.alive[id] && !w.dead[id] {
+			return true
+		}
+	}
+	return false
+}
+
+const (
+	eventJoin = iota
+	eventSilent
+	eventDead
+	eventBack
+	eventDrain
+	eventRemove
+)
+
+func event(rt *rapid.T, w *world, next *int) (int, NodeID) {
 	ids := w.m.sortedNodeIDs()
 	id := rapid.SampledFrom(ids).Draw(rt, "node")
 	info := w.m.Nodes[id]
-	switch rapid.IntRange(0, 5).Draw(rt, "event") {
-	case 0: // a new node joins
-		nid := NodeID(fmt.Sprintf("n%02d", *next))
+	kind := rapid.IntRange(eventJoin, eventRemove).Draw(rt, "event")
+	switch kind {
+	case eventJoin:
+		id = NodeID(fmt.Sprintf("n%02d", *next))
 		*next++
-		w.m.Nodes[nid] = testNode(nid)
-		w.alive[nid] = true
-	case 1: // stops answering, within grace
+		w.m.Nodes[id] = testNode(id)
+		w.alive[id] = true
+	case eventSilent: // stops answering, within grace
 		w.alive[id] = false
-	case 2: // dead past the grace period
+	case eventDead: // dead past the grace period
 		w.alive[id], w.dead[id] = false, true
-	case 3: // comes back
+	case eventBack:
 		w.alive[id], w.dead[id] = true, false
-	case 4: // drain requested
+	case eventDrain:
 		if info.State == NodeActive {
 			info.State = NodeDraining
 			w.m.Nodes[id] = info
 		}
-	case 5: // a node holding nothing is removed
+	case eventRemove: // a node holding nothing is removed
 		if info.State != NodeActive && !holdsReplica(w.m, id) {
 			info.State = NodeRemoved
 			w.m.Nodes[id] = info
 		}
 	}
+	return kind, id
 }
 
 func holdsReplica(m *Map, id NodeID) bool {
@@ -318,4 +352,26 @@ func holdsReplica(m *Map, id NodeID) bool {
 		}
 	}
 	return false
+}
+
+// BenchmarkPlanJoin plans a tenth node into 256 shards of 3 replicas.
+func BenchmarkPlanJoin(b *testing.B) {
+	ids := make([]NodeID, 9)
+	for i := range ids {
+		ids[i] = NodeID(fmt.Sprintf("n%02d", i))
+	}
+	w := newWorld(256, 3, ids...)
+	for _, mv := range Plan(w.m, w.alive, w.deadFor) {
+		if err := w.m.applyMove(mv); err != nil {
+			b.Fatal(err)
+		}
+	}
+	w.m.Nodes["n09"] = testNode("n09")
+	w.alive["n09"] = true
+	b.ResetTimer()
+	for b.Loop() {
+		if len(Plan(w.m, w.alive, w.deadFor)) == 0 {
+			b.Fatal("empty plan")
+		}
+	}
 }

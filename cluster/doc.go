@@ -1,0 +1,76 @@
+// Package cluster turns a set of gridnode processes into one grid: it
+// knows who is out there (gossip), decides where every shard replica lives
+// (the control group and its planner), and publishes that decision as the
+// cluster map that nodes and clients route by.
+//
+// # Membership: gossip informs, it never decides
+//
+// Membership wraps hashicorp/memberlist. Each node gossips a small,
+// versioned NodeMeta (its id and its gRPC, Raft and HTTP addresses) and
+// learns who is alive, who left and who is dead. Gossip is only an input:
+// a partitioned minority sees the majority "dead", and if that view could
+// move shards, both sides would. So no replica moves, no node is drained
+// and no node is removed on gossip alone. Those decisions are commands in
+// the control group's Raft log, proposed by its leader, and a leader needs
+// a majority of the control voters; a minority side cannot commit anything.
+//
+// memberlist v0.5.4 is used because v0.7.0 pulls in a go-metrics that does
+// not build beside hashicorp/raft v1.7.2. It reports no suspicion events
+// and does not tell a departure from a death, so Leave first gossips a
+// leaving flag in the metadata; members are alive, left or dead.
+//
+// # The control group and the map
+//
+// A small Raft group (3 voters, 5 for larger clusters, fewer while the
+// cluster is smaller) holds the Map: the nodes with their addresses and
+// state (active, draining, removed), the replica set of every shard with
+// its preferred leader first, leader hints for routing, and an epoch bumped
+// by every change. Slot and shard counts are hard settings fixed at
+// bootstrap; a slot maps to shard slot*shards/slots, the same contiguous
+// ranges as a single node (shard.Host.SlotShard).
+//
+// Control is the group's FSM. It applies versioned commands (bootstrap,
+// node join or update, drain, remove, apply move, set leader hint) to a
+// copy of the map, validates the result and swaps it in: a command either
+// produces a valid map with a new epoch or is rejected and changes
+// nothing. It is deterministic and reads no clock; a committed entry it
+// cannot decode halts it rather than let voters diverge. Snapshots carry
+// the map in its canonical encoding, and Restore decodes into fresh state
+// before swapping.
+//
+// # Placement
+//
+// Plan is a pure function of the map, the gossip view (alive) and
+// deadFor, which says whether a node has been dead longer than the grace
+// period (default 30 s; the control leader tracks when gossip first
+// reported each node dead, and a new control leader starts its timers
+// afresh, which only delays a replacement). Nothing moves while a node is
+// merely unresponsive: within the grace period its replicas stay and it
+// just receives none. Past it, its replicas are replaced. A draining node
+// loses all its replicas, a joining node takes its share until replica
+// counts per node differ by at most one, and preferred leaderships are
+// spread the same way. Only replicas that must move do, and ties are
+// broken by node id, so every voter that became leader would make the
+// same plan.
+//
+// # Executing a move
+//
+// The control leader executes one move at a time, add before remove, so a
+// shard never serves from fewer replicas than it did or than its target:
+//
+//  1. commit {Shard, Add} to the map: the new node sees the map and starts
+//     an empty replica of the shard;
+//  2. AddVoter on the shard's Raft group, then wait until the new replica
+//     has caught up with the leader's log;
+//  3. if Remove leads the shard, transfer leadership to the move's Leader;
+//     RemoveServer(Remove);
+//  4. commit {Shard, Remove, Leader}: the old node stops its replica and
+//     deletes its data.
+//
+// Leader-only moves commit the new preferred leader, then transfer
+// leadership to it. After each move the leader plans again from the new
+// map; a move interrupted between its halves leaves a replica set one too
+// large, which the next plan shrinks. The shard group's own Raft
+// configuration is what serves; the map follows it, one committed step at
+// a time.
+package cluster
