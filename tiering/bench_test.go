@@ -107,4 +107,3 @@ func p99(before, after Histogram) time.Duration {
 	}
 	return time.Duration(1<<63 - 1)
 }
-
