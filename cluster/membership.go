@@ -22,10 +22,10 @@ const DefaultGossipAddr = "127.0.0.1:7422"
 // every field but NodeID is a working default.
 type MembershipConfig struct {
 	NodeID NodeID // required; the memberlist node name
-	// BindAddr is host:port to listen on (TCP and UDP); port 0 picks a free
+	// BindAddr is ip:port to listen on (TCP and UDP); port 0 picks a free
 	// port, which is then advertised. Default DefaultGossipAddr.
 	BindAddr string
-	// AdvertiseAddr is the host:port other nodes reach this one on.
+	// AdvertiseAddr is the ip:port other nodes reach this one on.
 	// Default: the bound address (for 0.0.0.0, a private address of the
 	// host, chosen by memberlist).
 	AdvertiseAddr string
@@ -52,7 +52,16 @@ type GossipTiming struct {
 	PushPullInterval time.Duration
 	SuspicionMult    int
 	TCPTimeout       time.Duration
+	// DeadNodeReclaim is how long a dead node's id stays bound to its old
+	// address: after that, a node restarted on another address (a new
+	// port, a new IP) may rejoin under the same id. memberlist's default is
+	// never; ours is DefaultDeadNodeReclaim. A node that left can always
+	// come back.
+	DeadNodeReclaim time.Duration
 }
+
+// DefaultDeadNodeReclaim is GossipTiming.DeadNodeReclaim's default.
+const DefaultDeadNodeReclaim = 10 * time.Second
 
 // FastGossipTiming suits tests on loopback: failures are declared within
 // about a second.
@@ -64,6 +73,7 @@ func FastGossipTiming() GossipTiming {
 		PushPullInterval: time.Second,
 		SuspicionMult:    2,
 		TCPTimeout:       250 * time.Millisecond,
+		DeadNodeReclaim:  200 * time.Millisecond,
 	}
 }
 
@@ -80,11 +90,11 @@ func (c MembershipConfig) validate() error {
 	if err := c.NodeID.Validate(); err != nil {
 		return err
 	}
-	if _, _, err := splitHostPort(c.BindAddr); err != nil {
+	if _, _, err := splitIPPort(c.BindAddr); err != nil {
 		return fmt.Errorf("bind address: %w", err)
 	}
 	if c.AdvertiseAddr != "" {
-		if _, _, err := splitHostPort(c.AdvertiseAddr); err != nil {
+		if _, _, err := splitIPPort(c.AdvertiseAddr); err != nil {
 			return fmt.Errorf("advertise address: %w", err)
 		}
 	}
@@ -95,7 +105,8 @@ func (c MembershipConfig) validate() error {
 		return err
 	}
 	t := c.Timing
-	if t.ProbeInterval < 0 || t.ProbeTimeout < 0 || t.GossipInterval < 0 || t.PushPullInterval < 0 || t.SuspicionMult < 0 || t.TCPTimeout < 0 {
+	if t.ProbeInterval < 0 || t.ProbeTimeout < 0 || t.GossipInterval < 0 || t.PushPullInterval < 0 ||
+		t.SuspicionMult < 0 || t.TCPTimeout < 0 || t.DeadNodeReclaim < 0 {
 		return fmt.Errorf("negative gossip timing %+v", t)
 	}
 	return nil
@@ -117,10 +128,15 @@ func (c MembershipConfig) withDefaults() MembershipConfig {
 	return c
 }
 
-func splitHostPort(addr string) (string, int, error) {
+// splitIPPort splits an ip:port address. memberlist takes IP literals
+// only (it would read a host name, or an empty host, as every interface).
+func splitIPPort(addr string) (string, int, error) {
 	host, p, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", 0, err
+	}
+	if net.ParseIP(host) == nil {
+		return "", 0, fmt.Errorf("%q is not an IP address", host)
 	}
 	port, err := strconv.ParseUint(p, 10, 16)
 	if err != nil {
@@ -257,12 +273,12 @@ func (m *Membership) isShutdown() bool {
 func (m *Membership) memberlistConfig() *memberlist.Config {
 	c := memberlist.DefaultLANConfig()
 	c.Name = string(m.cfg.NodeID)
-	host, port, _ := splitHostPort(m.cfg.BindAddr)
+	host, port, _ := splitIPPort(m.cfg.BindAddr)
 	c.BindAddr, c.BindPort = host, port
 	c.AdvertiseAddr, c.AdvertisePort = "", port
 	if m.cfg.AdvertiseAddr != "" {
-		c.AdvertiseAddr, c.AdvertisePort, _ = splitHostPort(m.cfg.AdvertiseAddr)
-	} else if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
+		c.AdvertiseAddr, c.AdvertisePort, _ = splitIPPort(m.cfg.AdvertiseAddr)
+	} else if !net.ParseIP(host).IsUnspecified() {
 		c.AdvertiseAddr = host
 	}
 	t := m.cfg.Timing
@@ -271,6 +287,8 @@ func (m *Membership) memberlistConfig() *memberlist.Config {
 	setDuration(&c.GossipInterval, t.GossipInterval)
 	setDuration(&c.PushPullInterval, t.PushPullInterval)
 	setDuration(&c.TCPTimeout, t.TCPTimeout)
+	c.DeadNodeReclaimTime = DefaultDeadNodeReclaim
+	setDuration(&c.DeadNodeReclaimTime, t.DeadNodeReclaim)
 	if t.SuspicionMult > 0 {
 		c.SuspicionMult = t.SuspicionMult
 	}

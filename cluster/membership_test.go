@@ -141,6 +141,15 @@ func TestMembership(t *testing.T) {
 		return ok && mem.State == MemberDead
 	})
 	waitFor(t, 5*time.Second, "leave event", func() bool { return logs["a"].has(EventLeave, "b", MemberDead) })
+
+	// b restarts on another port under the same id: once the dead entry
+	// may be reclaimed, a accepts the new address.
+	b2 := startMember(t, "b", &eventLog{})
+	waitFor(t, 10*time.Second, "b back at its new address", func() bool {
+		b2.Join([]string{a.Addr()})
+		mem, _ := state(a, "b")
+		return mem.State == MemberAlive && mem.Addr == b2.Addr()
+	})
 }
 
 func TestMembershipConfigValidate(t *testing.T) {
@@ -152,6 +161,8 @@ func TestMembershipConfigValidate(t *testing.T) {
 		{},
 		{NodeID: "bad id"},
 		{NodeID: "n1", BindAddr: "nohost"},
+		{NodeID: "n1", BindAddr: "localhost:7422"},
+		{NodeID: "n1", BindAddr: ":7422"},
 		{NodeID: "n1", BindAddr: "127.0.0.1:70000"},
 		{NodeID: "n1", AdvertiseAddr: "x"},
 		{NodeID: "n1", Meta: NodeMeta{ID: "n2"}},
