@@ -83,6 +83,8 @@ func (m *Map) checkMove(mv Move) error {
 		return fmt.Errorf("node %q already holds a replica", mv.Add)
 	case mv.Remove != "" && !slices.Contains(set, mv.Remove):
 		return fmt.Errorf("node %q holds no replica", mv.Remove)
+	case mv.Remove != "" && mv.Add == "" && len(set) == 1:
+		return fmt.Errorf("would remove the last replica")
 	case mv.Leader != "" && (mv.Leader == mv.Remove || mv.Leader != mv.Add && !slices.Contains(set, mv.Leader)):
 		return fmt.Errorf("leader %q would hold no replica", mv.Leader)
 	}

@@ -35,6 +35,10 @@ import (
 //
 // A node that is active and not alive but still within the grace period
 // keeps its replicas and receives none: nothing moves on a suspicion alone.
+// A shard's last replica never goes (its data would go with it), and a
+// shard whose serving replicas are not a majority of its set is left alone
+// (its group has no leader to change its configuration; that takes an
+// operator).
 func Plan(m *Map, alive map[NodeID]bool, deadFor func(NodeID) bool) []Move {
 	p := newPlanner(m, alive, deadFor)
 	p.shrink()
@@ -98,6 +102,14 @@ func (p *planner) liveCount(s int) int {
 		}
 	}
 	return n
+}
+
+// canChange reports whether shard s can change its replica set: its Raft
+// group needs a leader, so a majority of its replicas must serve. An empty
+// set (before bootstrap) is created from scratch.
+func (p *planner) canChange(s int) bool {
+	n := len(p.w.ShardReplicas[s])
+	return n == 0 || 2*p.liveCount(s) > n
 }
 
 // apply records mv and applies it to the working map.
@@ -179,14 +191,14 @@ func (p *planner) move(s int, add, remove NodeID) Move {
 func (p *planner) repair() {
 	for s := range p.w.ShardReplicas {
 		for _, id := range slices.Clone(p.w.ShardReplicas[s]) {
-			if p.keep[id] {
+			if p.keep[id] || !p.canChange(s) {
 				continue
 			}
 			if t := p.leastLoaded(s); t != "" {
 				p.apply(p.move(s, t, id))
 				continue
 			}
-			if !p.live(id) || p.liveCount(s)-1 >= p.target {
+			if len(p.w.ShardReplicas[s]) > 1 && (!p.live(id) || p.liveCount(s)-1 >= p.target) {
 				p.apply(p.move(s, "", id))
 			}
 		}
@@ -195,7 +207,7 @@ func (p *planner) repair() {
 
 func (p *planner) shrink() {
 	for s := range p.w.ShardReplicas {
-		for len(p.w.ShardReplicas[s]) > p.target {
+		for len(p.w.ShardReplicas[s]) > max(p.target, 1) && p.canChange(s) {
 			victim := NodeID("")
 			for _, id := range p.w.ShardReplicas[s] {
 				if victim == "" || p.worse(id, victim) {
@@ -225,7 +237,7 @@ func (p *planner) worse(a, b NodeID) bool {
 
 func (p *planner) fill() {
 	for s := range p.w.ShardReplicas {
-		for len(p.w.ShardReplicas[s]) < p.target {
+		for len(p.w.ShardReplicas[s]) < p.target && p.canChange(s) {
 			t := p.leastLoaded(s)
 			if t == "" {
 				break
@@ -266,7 +278,7 @@ func (p *planner) balance() {
 func (p *planner) shardToShed(hi, lo NodeID) int {
 	pick := -1
 	for s, rs := range p.w.ShardReplicas {
-		if !slices.Contains(rs, hi) || slices.Contains(rs, lo) {
+		if !slices.Contains(rs, hi) || slices.Contains(rs, lo) || !p.canChange(s) {
 			continue
 		}
 		if rs[0] != hi {

@@ -130,7 +130,16 @@ func (w *world) converge(t fataler) {
 // checkSteady checks the placement invariants once the plan is empty.
 func (w *world) checkSteady(t fataler) {
 	t.Helper()
-	inGrace := w.anyInGrace()
+	// Shards whose group has lost its majority are stuck until nodes come
+	// back, and a shard keeps its last replica even when nothing may hold
+	// it: the strict checks apply when neither happens and no node is
+	// within the grace period.
+	relaxed := w.anyInGrace() || w.target() == 0
+	for s, rs := range w.m.ShardReplicas {
+		if len(rs) > 0 && 2*w.liveReplicas(s) <= len(rs) {
+			relaxed = true
+		}
+	}
 	el := w.eligible()
 	load, leads := map[NodeID]int{}, map[NodeID]int{}
 	for s, rs := range w.m.ShardReplicas {
@@ -140,7 +149,7 @@ func (w *world) checkSteady(t fataler) {
 				leads[id]++
 			}
 		}
-		if inGrace {
+		if relaxed {
 			continue // nodes within the grace period keep what they hold
 		}
 		if len(rs) != w.target() {
@@ -152,7 +161,7 @@ func (w *world) checkSteady(t fataler) {
 			}
 		}
 	}
-	if inGrace || len(el) == 0 {
+	if relaxed || len(el) == 0 {
 		return
 	}
 	if spread(el, load) > 1 {
