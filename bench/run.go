@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -267,6 +268,20 @@ func readmeBlock(rf resultsFile, sums []report.Summary) string {
 	s.WriteString(report.Markdown(sums))
 	s.WriteString("\nops/s and latencies: median of the rounds; \"vs grid\": the target's figure over the grid's in the same round (median of rounds); ")
 	s.WriteString("batch and fill count keys, lifecycle counts reserve+complete+refused duplicate; latency is per call (per batch for batch and fill). ")
+	var mem []string
+	for _, sm := range sums {
+		if !sm.HasBytes {
+			continue
+		}
+		m := fmt.Sprintf("%s from %s", sm.Target, sm.MemorySource)
+		for _, k := range slices.Sorted(maps.Keys(sm.ExtraPerKey)) {
+			m += fmt.Sprintf(" (%s: %.1f B/key)", k, sm.ExtraPerKey[k])
+		}
+		mem = append(mem, m)
+	}
+	if len(mem) > 0 {
+		fmt.Fprintf(&s, "bytes/key: the server's figure after fill minus before, over the keys: %s. ", strings.Join(mem, "; "))
+	}
 	if len(rf.Skipped) > 0 {
 		ks := make([]string, 0, len(rf.Skipped))
 		for k, v := range rf.Skipped {

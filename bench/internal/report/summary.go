@@ -36,6 +36,8 @@ type Summary struct {
 	BytesPerKey  float64 `json:"bytes_per_key,omitempty"`
 	HasBytes     bool    `json:"has_bytes,omitempty"`
 	MemorySource string  `json:"memory_source,omitempty"`
+	// ExtraPerKey is the median per key of the target's extra memory figures.
+	ExtraPerKey map[string]float64 `json:"extra_per_key,omitempty"`
 	// OpsRatio is ops/s of this target over the grid's, the median of the
 	// per-round ratios (0 without a grid figure). BytesRatio likewise.
 	OpsRatio   float64 `json:"ops_ratio_to_grid,omitempty"`
@@ -69,6 +71,7 @@ func Summarize(cells []Cell, workloads, targets []string) []Summary {
 				continue
 			}
 			s := Summary{Workload: w, Target: t}
+			extra := map[string][]float64{}
 			var ops, p50, p90, p99, p999, bpk, opsRatio, bytesRatio []float64
 			for _, c := range cs {
 				r := c.Result
@@ -86,6 +89,9 @@ func Summarize(cells []Cell, workloads, targets []string) []Summary {
 				if r.Fill != nil {
 					bpk = append(bpk, r.Fill.BytesPerKey)
 					s.MemorySource = r.Fill.After.Source
+					for k, v := range r.Fill.ExtraPerKey {
+						extra[k] = append(extra[k], v)
+					}
 				}
 				if g := gridOf(w, c.Round); g != nil {
 					if g.OpsPerSec > 0 {
@@ -100,6 +106,12 @@ func Summarize(cells []Cell, workloads, targets []string) []Summary {
 			s.P50, s.P90, s.P99, s.P999 = stats.Median(p50), stats.Median(p90), stats.Median(p99), stats.Median(p999)
 			if len(bpk) > 0 {
 				s.BytesPerKey, s.HasBytes = stats.Median(bpk), true
+			}
+			for k, vs := range extra {
+				if s.ExtraPerKey == nil {
+					s.ExtraPerKey = map[string]float64{}
+				}
+				s.ExtraPerKey[k] = stats.Median(vs)
 			}
 			s.OpsRatio, s.BytesRatio = stats.Median(opsRatio), stats.Median(bytesRatio)
 			out = append(out, s)

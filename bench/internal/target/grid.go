@@ -127,7 +127,7 @@ func (g *Grid) Memory(ctx context.Context) (workload.Memory, error) {
 		if err != nil {
 			return m, err
 		}
-		m.Bytes, m.Source = rss, fmt.Sprintf("/proc/%d/status VmRSS", g.pid)
+		m.Bytes, m.Source = rss, "/proc/PID/status VmRSS of the child"
 	case metrics != nil:
 		m.Bytes, m.Source = int64(metrics["process_resident_memory_bytes"]), "/metrics process_resident_memory_bytes"
 	default:

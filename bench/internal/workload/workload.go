@@ -78,6 +78,9 @@ type FillResult struct {
 	Before      Memory  `json:"before"`
 	After       Memory  `json:"after"`
 	BytesPerKey float64 `json:"bytes_per_key"`
+	// ExtraPerKey is the change per key of each extra figure the target
+	// reports before and after (the grid's Go heap in use, etcd's db in use).
+	ExtraPerKey map[string]float64 `json:"extra_per_key,omitempty"`
 }
 
 // step is one unit of a workload: it reports the operations it carried and
@@ -276,6 +279,14 @@ func runFill(ctx context.Context, t Target, cfg Config) (Result, error) {
 	f := &FillResult{Keys: res.Ops, Before: before, After: after}
 	if res.Ops > 0 {
 		f.BytesPerKey = float64(after.Bytes-before.Bytes) / float64(res.Ops)
+		for k, a := range after.Extra {
+			if b, ok := before.Extra[k]; ok {
+				if f.ExtraPerKey == nil {
+					f.ExtraPerKey = map[string]float64{}
+				}
+				f.ExtraPerKey[k] = float64(a-b) / float64(res.Ops)
+			}
+		}
 	}
 	return Result{Result: res, Fill: f}, nil
 }

@@ -92,7 +92,8 @@ func (f *fake) Memory(context.Context) (Memory, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	_ = f.record(call{method: "Memory"})
-	return Memory{Bytes: 1e6 + 100*int64(len(f.state)), Source: "fake"}, nil
+	n := int64(len(f.state))
+	return Memory{Bytes: 1e6 + 100*n, Source: "fake", Extra: map[string]int64{"heap": 40 * n}}, nil
 }
 
 func (f *fake) methods() map[string]int {
@@ -224,7 +225,7 @@ func TestFillLoadsKeysAndMeasuresMemory(t *testing.T) {
 	if total != 4500 || len(f.state) != 4500 {
 		t.Fatalf("sent %d keys, stored %d: want 4500", total, len(f.state))
 	}
-	if res.Fill == nil || res.Fill.Keys != 4500 || res.Fill.BytesPerKey != 100 {
+	if res.Fill == nil || res.Fill.Keys != 4500 || res.Fill.BytesPerKey != 100 || res.Fill.ExtraPerKey["heap"] != 40 {
 		t.Fatalf("fill %+v, want 4500 keys at 100 bytes", res.Fill)
 	}
 }
