@@ -40,11 +40,11 @@
 //
 // # Placement
 //
-// Plan is a pure function of the map, the gossip view (alive) and
-// deadFor, which says whether a node has been dead longer than the grace
-// period (default 30 s; the control leader tracks when gossip first
-// reported each node dead, and a new control leader starts its timers
-// afresh, which only delays a replacement). Nothing moves while a node is
+// Plan is a pure function of the map, the gossip view (alive, see
+// AliveSet) and deadFor, which says whether a node has been missing longer
+// than the grace period (default 30 s). The control leader answers deadFor
+// with a Grace fed by gossip and its own clock; a new control leader
+// starts with a fresh Grace, which can only delay a replacement. Nothing moves while a node is
 // merely unresponsive: within the grace period its replicas stay and it
 // just receives none. Past it, its replicas are replaced. A draining node
 // loses all its replicas, a joining node takes its share until replica
@@ -60,8 +60,10 @@
 //
 //  1. commit {Shard, Add} to the map: the new node sees the map and starts
 //     an empty replica of the shard;
-//  2. AddVoter on the shard's Raft group, then wait until the new replica
-//     has caught up with the leader's log;
+//  2. add the new replica to the shard's Raft group and wait until it has
+//     caught up with the leader's log (AddNonvoter, then AddVoter once
+//     caught up, so commits never wait on a replica still copying a
+//     snapshot);
 //  3. if Remove leads the shard, transfer leadership to the move's Leader;
 //     RemoveServer(Remove);
 //  4. commit {Shard, Remove, Leader}: the old node stops its replica and
@@ -70,7 +72,10 @@
 // Leader-only moves commit the new preferred leader, then transfer
 // leadership to it. After each move the leader plans again from the new
 // map; a move interrupted between its halves leaves a replica set one too
-// large, which the next plan shrinks. The shard group's own Raft
+// large, which the next plan shrinks. The planner never removes a shard's
+// last replica and leaves alone a shard whose serving replicas are not a
+// majority of its set: its group has no leader to change its
+// configuration, and bringing it back is an operator's decision. The shard group's own Raft
 // configuration is what serves; the map follows it, one committed step at
 // a time.
 package cluster

@@ -7,8 +7,8 @@ import (
 
 // Move is one step of a placement plan for one shard. The control leader
 // executes a move with Add in two halves, add before remove: it commits
-// {Shard, Add} to the map (the new node starts an empty replica), calls
-// AddVoter on the shard's group, waits until the new replica has caught up,
+// {Shard, Add} to the map (the new node starts an empty replica), adds it
+// to the shard's group (AddNonvoter, then AddVoter once it has caught up),
 // transfers leadership away from Remove if it leads, calls RemoveServer, and
 // commits {Shard, Remove, Leader}. Leader-only moves (Add and Remove empty)
 // change the shard's preferred leader; the executor then transfers
