@@ -48,6 +48,25 @@ func (s NodeState) String() string {
 	return fmt.Sprintf("state(%d)", uint8(s))
 }
 
+// MarshalText gives JSON and logs the state's name.
+func (s NodeState) MarshalText() ([]byte, error) {
+	if s < NodeActive || s > NodeRemoved {
+		return nil, fmt.Errorf("%w: node state %d", ErrInvalidMap, uint8(s))
+	}
+	return []byte(nodeStateNames[s]), nil
+}
+
+// UnmarshalText reads a state's name.
+func (s *NodeState) UnmarshalText(b []byte) error {
+	for i := NodeActive; i <= NodeRemoved; i++ {
+		if string(b) == nodeStateNames[i] {
+			*s = i
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: node state %q", ErrInvalidMap, b)
+}
+
 // NodeInfo is what the map records about a node: its addresses and state.
 type NodeInfo struct {
 	ID       NodeID    `json:"id"`

@@ -60,6 +60,9 @@ func TestMapRoundTrip(t *testing.T) {
 	if err := json.Unmarshal(j, &fromJSON); err != nil || !reflect.DeepEqual(&fromJSON, m) {
 		t.Fatalf("json round trip: %v\n%s", err, j)
 	}
+	if !bytes.Contains(j, []byte(`"state":"draining"`)) {
+		t.Fatalf("json shows states by name: %s", j)
+	}
 }
 
 func TestMapValidate(t *testing.T) {

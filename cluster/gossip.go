@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -109,10 +110,13 @@ type logWriter struct{ l *slog.Logger }
 func (w logWriter) Write(p []byte) (int, error) {
 	line := string(bytes.TrimSpace(p))
 	level := slog.LevelDebug
-	for prefix, l := range map[string]slog.Level{"[ERR]": slog.LevelError, "[WARN]": slog.LevelWarn, "[INFO]": slog.LevelInfo} {
-		if len(line) >= len(prefix) && line[:len(prefix)] == prefix {
-			level = l
-		}
+	switch {
+	case strings.HasPrefix(line, "[ERR]"):
+		level = slog.LevelError
+	case strings.HasPrefix(line, "[WARN]"):
+		level = slog.LevelWarn
+	case strings.HasPrefix(line, "[INFO]"):
+		level = slog.LevelInfo
 	}
 	w.l.Log(context.Background(), level, line)
 	return len(p), nil

@@ -126,6 +126,9 @@ func TestMembership(t *testing.T) {
 	if err := c.Leave(time.Second); !errors.Is(err, ErrShutdown) {
 		t.Fatalf("leave after shutdown: %v", err)
 	}
+	if err := c.Start(); !errors.Is(err, ErrShutdown) {
+		t.Fatalf("start after shutdown: %v", err)
+	}
 	for _, m := range []*Membership{a, b} {
 		waitFor(t, 5*time.Second, "c seen as left", func() bool {
 			mem, ok := state(m, "c")
