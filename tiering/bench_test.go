@@ -1,6 +1,7 @@
 package tiering
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -106,4 +107,33 @@ func p99(before, after Histogram) time.Duration {
 		}
 	}
 	return time.Duration(1<<63 - 1)
+}
+
+// BenchmarkRestore measures Restore of a shard of benchRecords records,
+// which shard start runs on the cold part of a Raft snapshot.
+func BenchmarkRestore(b *testing.B) {
+	n := benchRecords(b)
+	s, err := Open(b.TempDir(), Options{Logger: testOptions().Logger})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	src := s.Shard(1)
+	for i := range n {
+		r := settled(i, int64(1000+i), int64(1<<40+i))
+		src.Put(digest("ns", i), &r)
+		if i%1000 == 999 {
+			mustFlush(b, src)
+		}
+	}
+	stream := dump(b, src)
+	b.SetBytes(int64(len(stream)))
+	dst := s.Shard(2)
+	b.ResetTimer()
+	for range b.N {
+		if err := dst.Restore(bytes.NewReader(stream)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
 }

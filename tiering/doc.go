@@ -52,13 +52,17 @@
 //
 // Shard.Snapshot flushes the pending batch and takes a Pebble snapshot:
 // O(1), no copy, so the apply loop is held only for that. WriteTo then
-// streams the shard's records (digest and value; index entries are
-// rebuilt on load) with a trailing record count and CRC-32C while the
-// shard goes on applying. Shard.Restore loads a stream into the shard's
-// other generation (a byte of the key prefix) in batches of a few MB and
-// switches generations only once the stream has been read and verified,
-// so a corrupt or truncated snapshot (ErrCorruptSnapshot) leaves the
-// previous records in place, as the state machine's own restore does.
+// streams the shard's keys of all three kinds in key order (records with
+// their values, and the index entries) with a trailing record count and
+// CRC-32C while the shard goes on applying. Shard.Restore writes the
+// stream, already sorted, straight into sstables and ingests them (about
+// three times the rate of batches through the memtable, which also cost
+// flushes and compactions), after checking that the index entries are
+// exactly those the records imply. It writes into the shard's other
+// generation (a byte of the key prefix) and switches generations only once
+// the stream has been read and verified, so a corrupt or truncated
+// snapshot (ErrCorruptSnapshot) leaves the previous records in place, as
+// the state machine's own restore does.
 //
 // # Failures
 //

@@ -7,24 +7,22 @@ import (
 	"fmt"
 	"hash"
 	"hash/crc32"
+	"hash/maphash"
 	"io"
 	"math"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/l4xg/grid/keyspace"
 )
 
-// restoreBatchBytes is the size at which Restore commits a batch.
-const restoreBatchBytes = 4 << 20
-
 // Restore replaces the shard's records with those of a stream written by
-// ShardSnapshot.WriteTo. The records are loaded into the shard's other
-// generation and the shard switches to it only once the whole stream has
-// been read and verified; on any error (wrapping ErrCorruptSnapshot for bad
-// input) the shard keeps its previous records, including the writes that
-// were pending, which Restore flushes first. r is read through a bufio.Reader (r itself when it is one of at
-// least 64 KiB), which may read past the end of the stream: frame the
-// stream when more data follows it.
+// ShardSnapshot.WriteTo. The stream is written into sstables of the
+// shard's other generation, which are ingested, and the shard switches to
+// that generation, only once the whole stream has been read and verified;
+// on any error (wrapping ErrCorruptSnapshot for bad input) the shard keeps
+// its previous records, including the writes that were pending, which
+// Restore flushes first. r is read through a bufio.Reader (r itself when it
+// is one of at least 64 KiB), which may read past the end of the stream:
+// frame the stream when more data follows it.
 func (s *Shard) Restore(r io.Reader) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -55,8 +53,9 @@ func (s *Shard) Restore(r io.Reader) error {
 	return nil
 }
 
-// load writes the records of the stream into generation gen, in batches,
-// and returns their count and logical size.
+// load verifies the stream while writing its entries into sstables for
+// generation gen, ingests them, and returns the record count and logical
+// size.
 func (s *Shard) load(r io.Reader, gen byte) (keys, size int64, err error) {
 	sr := &snapReader{r: bufio.NewReaderSize(r, 64<<10), crc: crc32.New(castagnoli)}
 	var magic [8]byte
@@ -64,29 +63,43 @@ func (s *Shard) load(r io.Reader, gen byte) (keys, size int64, err error) {
 	if sr.err == nil && magic != coldSnapshotMagic {
 		return 0, 0, fmt.Errorf("%w: bad magic %q", ErrCorruptSnapshot, magic[:])
 	}
-	l := loader{s: s, gen: gen}
-	defer l.close()
-	var prev, digest [16]byte
+	iw := s.store.newIngester(s.id, gen)
+	defer iw.abort()
+	c := newIndexCheck()
+	key := make([]byte, auditKeyLen)
+	putPrefix(key, s.id, gen, 0)
+	var prev []byte
 	value := make([]byte, 0, valueHeaderLen+keyspace.MaxResultLen)
-	for n := 0; sr.err == nil; n++ {
-		vlen := sr.u32()
-		if sr.err != nil || vlen == 0 {
+	for n := 0; ; n++ {
+		var kind [1]byte
+		if sr.raw(kind[:]); sr.err != nil || kind[0] == 0 {
 			break
 		}
-		if vlen < valueHeaderLen || vlen > valueHeaderLen+keyspace.MaxResultLen {
-			return 0, 0, fmt.Errorf("%w: record %d: value of %d bytes", ErrCorruptSnapshot, n, vlen)
+		rest := entryLen(kind[0])
+		if rest < 0 {
+			return 0, 0, fmt.Errorf("%w: entry %d: kind %#x", ErrCorruptSnapshot, n, kind[0])
 		}
-		sr.raw(digest[:])
-		value = value[:vlen]
-		sr.raw(value)
+		key = key[:prefixLen+rest]
+		key[prefixLen-1] = kind[0]
+		sr.raw(key[prefixLen:])
+		value = value[:0]
+		if kind[0] == kindRecord {
+			value = sr.value(value)
+		}
 		if sr.err != nil {
 			break
 		}
-		if n > 0 && bytes.Compare(digest[:], prev[:]) <= 0 {
-			return 0, 0, fmt.Errorf("%w: record %d: digests out of order", ErrCorruptSnapshot, n)
+		if prev != nil && bytes.Compare(key[prefixLen-1:], prev) <= 0 {
+			return 0, 0, fmt.Errorf("%w: entry %d: keys out of order", ErrCorruptSnapshot, n)
 		}
-		prev = digest
-		if err := l.add(getDigest(digest[:]), value); err != nil {
+		prev = append(prev[:0], key[prefixLen-1:]...)
+		if err := c.add(kind[0], key[prefixLen:], value); err != nil {
+			return 0, 0, fmt.Errorf("%w: entry %d: %w", ErrCorruptSnapshot, n, err)
+		}
+		if kind[0] == kindRecord {
+			size += recordBytes(len(value))
+		}
+		if err := iw.add(key, value); err != nil {
 			return 0, 0, err
 		}
 	}
@@ -99,69 +112,69 @@ func (s *Shard) load(r io.Reader, gen byte) (keys, size int64, err error) {
 	if got != want {
 		return 0, 0, fmt.Errorf("%w: checksum %08x, want %08x", ErrCorruptSnapshot, got, want)
 	}
-	if count != uint64(l.keys) {
-		return 0, 0, fmt.Errorf("%w: %d records, trailer says %d", ErrCorruptSnapshot, l.keys, count)
+	if err := c.check(count); err != nil {
+		return 0, 0, fmt.Errorf("%w: %w", ErrCorruptSnapshot, err)
 	}
-	if err := l.commit(); err != nil {
+	if err := iw.finish(); err != nil {
 		return 0, 0, err
 	}
-	return l.keys, l.size, nil
+	return int64(count), size, nil
 }
 
-// loader writes restored records in batches of restoreBatchBytes.
-type loader struct {
-	s    *Shard
-	gen  byte
-	b    *pebble.Batch
-	keys int64
-	size int64
+// indexCheck verifies that the index entries of a stream are exactly those
+// its records imply, without holding them: it compares the sums of a
+// keyed hash over the entries received and over the entries derived from
+// the records. The seed is random, so no input can be crafted to collide;
+// accidental damage is caught by the CRC first anyway.
+type indexCheck struct {
+	seed                   maphash.Seed
+	records, audit, expiry uint64
+	got, derived           uint64
+	buf                    [1 + auditKeyLen]byte
 }
 
-func (l *loader) add(d keyspace.Digest, value []byte) error {
-	r, err := decodeValue(value[:valueHeaderLen])
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrCorruptSnapshot, err)
-	}
-	if st := r.State(); st < keyspace.Processing || st > keyspace.Poisoned {
-		return fmt.Errorf("%w: record %v has state %d", ErrCorruptSnapshot, d, st)
-	}
-	if l.b == nil {
-		if err := l.s.store.with(func(db *pebble.DB) error {
-			l.b = db.NewBatchWithSize(restoreBatchBytes + restoreBatchBytes/4)
-			return nil
-		}); err != nil {
+func newIndexCheck() *indexCheck { return &indexCheck{seed: maphash.MakeSeed()} }
+
+func (c *indexCheck) sum(kind byte, rest []byte) uint64 {
+	c.buf[0] = kind
+	n := copy(c.buf[1:], rest)
+	return maphash.Bytes(c.seed, c.buf[:1+n])
+}
+
+func (c *indexCheck) add(kind byte, rest, value []byte) error {
+	switch kind {
+	case kindAudit:
+		c.audit++
+		c.got += c.sum(kind, rest)
+	case kindExpiry:
+		c.expiry++
+		c.got += c.sum(kind, rest)
+	case kindRecord:
+		c.records++
+		r, err := decodeValue(value[:valueHeaderLen])
+		if err != nil {
 			return err
 		}
-	}
-	var rk [recordKeyLen]byte
-	var xk [expiryKeyLen]byte
-	var ak [auditKeyLen]byte
-	id := l.s.id
-	must(l.b.Set(recordKey(&rk, id, l.gen, d), value, nil))
-	must(l.b.Set(expiryKey(&xk, id, l.gen, r.Deadline, d), nil, nil))
-	must(l.b.Set(auditKey(&ak, id, l.gen, d.NamespaceTag(), r.CompletedAt(), d), nil, nil))
-	l.keys++
-	l.size += recordBytes(len(value))
-	if l.b.Len() >= restoreBatchBytes {
-		return l.commit()
+		if st := r.State(); st < keyspace.Processing || st > keyspace.Poisoned {
+			return fmt.Errorf("record has state %d", st)
+		}
+		d := getDigest(rest)
+		var xk [expiryKeyLen]byte
+		var ak [auditKeyLen]byte
+		c.derived += c.sum(kindExpiry, expiryKey(&xk, 0, 0, r.Deadline, d)[prefixLen:])
+		c.derived += c.sum(kindAudit, auditKey(&ak, 0, 0, d.NamespaceTag(), r.CompletedAt(), d)[prefixLen:])
 	}
 	return nil
 }
 
-func (l *loader) commit() error {
-	if l.b == nil {
-		return nil
+func (c *indexCheck) check(count uint64) error {
+	if c.records != count {
+		return fmt.Errorf("%d records, trailer says %d", c.records, count)
 	}
-	err := l.s.store.commit(l.b)
-	l.close()
-	return err
-}
-
-func (l *loader) close() {
-	if l.b != nil {
-		_ = l.b.Close()
-		l.b = nil
+	if c.audit != count || c.expiry != count || c.got != c.derived {
+		return fmt.Errorf("index entries (%d audit, %d purge) do not match the %d records", c.audit, c.expiry, count)
 	}
+	return nil
 }
 
 type snapReader struct {
@@ -180,6 +193,21 @@ func (sr *snapReader) raw(b []byte) {
 		return
 	}
 	sr.crc.Write(b)
+}
+
+// value reads a length-prefixed record value into buf.
+func (sr *snapReader) value(buf []byte) []byte {
+	n := sr.u32()
+	if sr.err != nil {
+		return buf
+	}
+	if n < valueHeaderLen || n > valueHeaderLen+keyspace.MaxResultLen {
+		sr.err = fmt.Errorf("%w: value of %d bytes", ErrCorruptSnapshot, n)
+		return buf
+	}
+	buf = buf[:n]
+	sr.raw(buf)
+	return buf
 }
 
 func (sr *snapReader) u32() uint32 {

@@ -2,7 +2,9 @@ package tiering
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"sync"
 	"testing"
 
@@ -190,4 +192,52 @@ func TestConcurrentLookups(t *testing.T) {
 	}
 	close(done)
 	wg.Wait()
+}
+
+// withCRC replaces the trailing CRC-32C of a stream with the right one.
+func withCRC(b []byte) []byte {
+	b = bytes.Clone(b)
+	binary.BigEndian.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], castagnoli))
+	return b
+}
+
+// Streams with a valid checksum but inconsistent content: the index
+// entries must be those the records imply, in order, as many as counted.
+func TestRestoreRefusesInconsistentStreams(t *testing.T) {
+	s := openTest(t, testOptions())
+	src := s.Shard(1)
+	fill(t, src, 0, 4)
+	stream := dump(t, src)
+	// Entry offsets: 4 'a' entries of 1+26 bytes follow the magic.
+	const firstA, aLen = 8, 1 + auditKeyLen - prefixLen
+	rec := firstA + 4*aLen // first 'r' entry
+	dst := s.Shard(2)
+	kept := fill(t, dst, 100, 3)
+	cases := map[string][]byte{}
+	b := bytes.Clone(stream)
+	b[firstA+4*aLen-1] ^= 1 // digest of the last audit entry
+	cases["audit entry changed"] = withCRC(b)
+	b = bytes.Clone(stream)
+	copy(b[firstA+aLen:], b[firstA:firstA+aLen]) // duplicate entry
+	cases["entries out of order"] = withCRC(b)
+	b = bytes.Clone(stream)
+	b[rec+1+16+4+8+7] ^= 1 // deadline of a record: its purge entry no longer matches
+	cases["record deadline changed"] = withCRC(b)
+	b = bytes.Clone(stream)
+	b[len(b)-5] ^= 1 // record count
+	cases["count changed"] = withCRC(b)
+	b = bytes.Clone(stream)
+	b[firstA] = 'q'
+	cases["unknown kind"] = withCRC(b)
+	b = append(bytes.Clone(stream[:firstA]), stream[firstA+aLen:]...)
+	cases["audit entry missing"] = withCRC(b)
+	for name, in := range cases {
+		if err := dst.Restore(bytes.NewReader(in)); !errors.Is(err, ErrCorruptSnapshot) {
+			t.Errorf("%s: Restore = %v, want ErrCorruptSnapshot", name, err)
+		}
+		checkHolds(t, dst, kept)
+	}
+	if err := dst.Restore(bytes.NewReader(withCRC(stream))); err != nil {
+		t.Fatalf("the untouched stream: %v", err)
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/sstable"
 )
 
 // formatVersion pins Pebble's on-disk format, as raftlog does, so that a
@@ -23,10 +24,14 @@ const bloomBitsPerKey = 10
 // records of all its shards, key-prefixed by shard. It is safe for
 // concurrent use; see Shard for the per-shard contract.
 type Store struct {
-	opts    Options
-	log     *slog.Logger
-	closing chan struct{} // closed when Close starts
-	once    sync.Once
+	opts Options
+	dir  string
+	// writerOpts are the options of the sstables Restore writes, the
+	// database's own for its bottom level (bloom filters included).
+	writerOpts sstable.WriterOptions
+	log        *slog.Logger
+	closing    chan struct{} // closed when Close starts
+	once       sync.Once
 
 	// mu is held shared by every database operation and exclusively by
 	// Close, so Close waits for operations in flight and later ones get
@@ -69,7 +74,14 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: open %s: %w", ErrStorage, dir, err)
 	}
-	s.db = db
+	s.db, s.dir = db, dir
+	wo := po.Clone()
+	wo.EnsureDefaults()
+	s.writerOpts = wo.MakeWriterOptions(len(wo.Levels)-1, db.TableFormat())
+	// Restore files a crash left behind.
+	if err := o.FS.RemoveAll(o.FS.PathJoin(dir, ingestDir)); err != nil {
+		return nil, errors.Join(fmt.Errorf("%w: clean %s: %w", ErrStorage, ingestDir, err), db.Close())
+	}
 	return s, nil
 }
 
