@@ -152,6 +152,18 @@ func (p *planner) leastLoaded(s int) NodeID {
 	return best
 }
 
+// leastLeading returns the eligible node leading the fewest shards, then
+// holding the fewest replicas, or "".
+func (p *planner) leastLeading() NodeID {
+	best := NodeID("")
+	for _, id := range p.eligible {
+		if best == "" || p.leads[id] < p.leads[best] || p.leads[id] == p.leads[best] && p.load[id] < p.load[best] {
+			best = id
+		}
+	}
+	return best
+}
+
 // successor picks the preferred leader to take over when leader leaves
 // shard s (with add joining): the eligible replica leading fewest shards.
 func (p *planner) successor(s int, leaving, add NodeID) NodeID {
@@ -239,6 +251,9 @@ func (p *planner) fill() {
 	for s := range p.w.ShardReplicas {
 		for len(p.w.ShardReplicas[s]) < p.target && p.canChange(s) {
 			t := p.leastLoaded(s)
+			if len(p.w.ShardReplicas[s]) == 0 {
+				t = p.leastLeading() // the first replica leads
+			}
 			if t == "" {
 				break
 			}
