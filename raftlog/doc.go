@@ -107,6 +107,10 @@
 // its layer is closed. [Mux.Close] closes the listener, every layer and
 // every connection, and waits for the Mux's goroutines to exit.
 //
+// There is no TLS and no authentication yet: the advertised address in a
+// header is taken on trust, and anyone who can reach the port can speak
+// Raft to any group. Keep the Raft listener on a trusted network.
+//
 // # Fault injection
 //
 // [Faults], given to a Mux in MuxConfig, lets in-process cluster tests cut

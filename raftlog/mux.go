@@ -158,7 +158,9 @@ func (m *Mux) Layer(group uint64) (raft.StreamLayer, error) {
 
 // Close closes the listener, every layer and every connection, and waits
 // for the Mux's goroutines to exit. It is idempotent and returns the
-// listener's close error.
+// listener's close error. Close the transports running on the layers
+// first: a raft.NetworkTransport whose layer is closed under it keeps
+// retrying Accept, with backoff, until it is closed itself.
 func (m *Mux) Close() error {
 	m.closeOnce.Do(func() {
 		m.mu.Lock()
