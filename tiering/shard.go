@@ -74,72 +74,68 @@ func (s *Shard) Get(d keyspace.Digest) (keyspace.ColdRecord, bool) {
 func (s *Shard) Lookup(d keyspace.Digest) (keyspace.ColdRecord, bool, error) {
 	s.stats.lookups.Add(1)
 	var k [recordKeyLen]byte
+	var rec keyspace.ColdRecord
+	decode := func(v []byte) error {
+		var err error
+		rec, err = decodeValue(v)
+		return err
+	}
+	var ok bool
+	lookup := func(r pebble.Reader, key []byte) error {
+		start := time.Now()
+		var err error
+		ok, err = s.probe(r, key, decode)
+		s.stats.observe(time.Since(start))
+		return err
+	}
 	s.mu.Lock()
 	key := recordKey(&k, s.id, s.gen, d)
-	var v []byte
-	var ok bool
 	var err error
 	if b := s.batch; b != nil {
-		err = s.store.with(func(*pebble.DB) error {
-			var err error
-			v, ok, err = s.read(b, key)
-			return err
-		})
+		err = s.store.with(func(*pebble.DB) error { return lookup(b, key) })
 		s.mu.Unlock()
 	} else {
 		s.mu.Unlock()
-		err = s.store.with(func(db *pebble.DB) error {
-			var err error
-			v, ok, err = s.read(db, key)
-			return err
-		})
+		err = s.store.with(func(db *pebble.DB) error { return lookup(db, key) })
 	}
 	if err != nil || !ok {
 		return keyspace.ColdRecord{}, false, err
-	}
-	rec, err := decodeValue(v)
-	if err != nil {
-		return keyspace.ColdRecord{}, false, fmt.Errorf("shard %d digest %v: %w", s.id, d, err)
 	}
 	s.stats.hits.Add(1)
 	return rec, true, nil
 }
 
-// read returns a copy of the value of key in r, timing the read. The
-// caller holds the store (a batch reads through into the database).
+// probe looks key up in r and, when found, calls fn with its value, which
+// is valid only during the call. The caller holds the store (a batch reads
+// through into the database).
 //
 // It seeks a prefix iterator with UseL6Filters rather than calling Get:
 // Pebble's Get never consults the bloom filters of the bottom level (L6),
 // where most records live once compacted, so a miss would read an L6 data
 // block; with the filters it costs filter probes of cached filter blocks.
-func (s *Shard) read(r pebble.Reader, key []byte) ([]byte, bool, error) {
-	start := time.Now()
-	v, ok, err := probe(r, key)
-	s.stats.observe(time.Since(start))
-	if err != nil {
-		return nil, false, fmt.Errorf("%w: shard %d: get: %w", ErrStorage, s.id, err)
-	}
-	return v, ok, nil
-}
-
-func probe(r pebble.Reader, key []byte) ([]byte, bool, error) {
+func (s *Shard) probe(r pebble.Reader, key []byte, fn func(v []byte) error) (bool, error) {
 	it, err := r.NewIter(&pebble.IterOptions{UseL6Filters: true})
 	if err != nil {
-		return nil, false, err
+		return false, fmt.Errorf("%w: shard %d: get: %w", ErrStorage, s.id, err)
 	}
-	var v []byte
 	ok := it.SeekPrefixGE(key) && bytes.Equal(it.Key(), key)
 	if ok {
-		val, err := it.ValueAndErr()
-		if err != nil {
-			return nil, false, errors.Join(err, it.Close())
+		v, err := it.ValueAndErr()
+		if err == nil {
+			err = fn(v)
 		}
-		v = append([]byte(nil), val...)
+		if err != nil {
+			it.Close()
+			if !errors.Is(err, ErrCorrupt) {
+				err = fmt.Errorf("%w: shard %d: get: %w", ErrStorage, s.id, err)
+			}
+			return false, err
+		}
 	}
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
-		return nil, false, err
+		return false, fmt.Errorf("%w: shard %d: get: %w", ErrStorage, s.id, err)
 	}
-	return v, ok, nil
+	return ok, nil
 }
 
 // batchLocked returns the pending batch, starting one if needed. It panics
@@ -208,24 +204,27 @@ func (s *Shard) removeLocked(d keyspace.Digest) bool {
 	b := s.batchLocked()
 	var rk [recordKeyLen]byte
 	key := recordKey(&rk, s.id, s.gen, d)
-	var v []byte
+	var deadline, completedAt int64
+	var size int
+	meta := func(v []byte) error {
+		var err error
+		deadline, completedAt, err = valueMeta(v)
+		size = len(v)
+		return err
+	}
 	var ok bool
 	err := s.store.retry(sourceForeground, func() error {
 		return s.store.with(func(*pebble.DB) error {
 			var err error
-			v, ok, err = s.read(b, key)
+			ok, err = s.probe(b, key, meta)
 			return err
 		})
 	})
 	if err != nil {
-		panic(err)
+		panic(fmt.Errorf("shard %d digest %v: %w", s.id, d, err))
 	}
 	if !ok {
 		return false
-	}
-	deadline, completedAt, err := valueMeta(v)
-	if err != nil {
-		panic(fmt.Errorf("shard %d digest %v: %w", s.id, d, err))
 	}
 	var xk [expiryKeyLen]byte
 	var ak [auditKeyLen]byte
@@ -233,7 +232,7 @@ func (s *Shard) removeLocked(d keyspace.Digest) bool {
 	must(b.Delete(expiryKey(&xk, s.id, s.gen, deadline, d), nil))
 	must(b.Delete(auditKey(&ak, s.id, s.gen, d.NamespaceTag(), completedAt, d), nil))
 	s.stats.keys.Add(-1)
-	s.stats.bytes.Add(-recordBytes(len(v)))
+	s.stats.bytes.Add(-recordBytes(size))
 	return true
 }
 
