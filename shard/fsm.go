@@ -63,7 +63,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	defer f.mu.Unlock()
 	for i, l := range logs {
 		if l.Type == raft.LogCommand {
-			out[i] = f.m.Apply(l.Index, &entries[i], make([]keyspace.Result, 0, len(entries[i].Commands)))
+			out[i] = &applied{results: f.m.Apply(l.Index, &entries[i], make([]keyspace.Result, 0, len(entries[i].Commands)))}
 		}
 	}
 	if f.cold != nil {
@@ -78,6 +78,18 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 }
 
 func (f *fsm) Apply(l *raft.Log) interface{} { return f.ApplyBatch([]*raft.Log{l})[0] }
+
+// applied carries an entry's results to its proposer, who takes them. Raft's
+// log cache keeps recent apply futures alive (it points into them), and with
+// them their responses: taking the results out lets them go as soon as the
+// callers are done, instead of a cache's worth of result arrays per shard.
+type applied struct{ results []keyspace.Result }
+
+func (a *applied) take() []keyspace.Result {
+	r := a.results
+	a.results = nil
+	return r
+}
 
 // Snapshot captures the machine copy-on-write and the cold tier as a Pebble
 // snapshot, both O(1) in the records held; writing happens in Persist,

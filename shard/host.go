@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -96,26 +97,35 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{cfg: cfg, settings: settings, logs: logs, cold: cold, metrics: NewMetrics(cfg.Registry)}
-	for i := 0; i < cfg.Shards; i++ {
-		s, err := Open(Config{
-			ID:           uint64(i),
-			NodeID:       cfg.NodeID,
-			SnapshotDir:  filepath.Join(cfg.DataDir, "snapshots"),
-			Logs:         logs,
-			Bootstrap:    true,
-			Cold:         cold.Shard(uint32(i)),
-			HotWindow:    cfg.HotWindow,
-			HotMaxBytes:  cfg.HotMaxBytes / int64(cfg.Shards),
-			Clock:        cfg.Clock,
-			TickInterval: cfg.TickInterval,
-			Logger:       cfg.Logger,
-			Metrics:      h.metrics,
-		})
-		if err != nil {
-			h.Close()
-			return nil, err
-		}
-		h.shards = append(h.shards, s)
+	// Shards restore their snapshots in parallel: a restart is as long as
+	// the largest shard's restore, not the sum of all.
+	h.shards = make([]*Shard, cfg.Shards)
+	errs := make([]error, cfg.Shards)
+	var wg sync.WaitGroup
+	for i := range h.shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.shards[i], errs[i] = Open(Config{
+				ID:           uint64(i),
+				NodeID:       cfg.NodeID,
+				SnapshotDir:  filepath.Join(cfg.DataDir, "snapshots"),
+				Logs:         logs,
+				Bootstrap:    true,
+				Cold:         cold.Shard(uint32(i)),
+				HotWindow:    cfg.HotWindow,
+				HotMaxBytes:  cfg.HotMaxBytes / int64(cfg.Shards),
+				Clock:        cfg.Clock,
+				TickInterval: cfg.TickInterval,
+				Logger:       cfg.Logger,
+				Metrics:      h.metrics,
+			})
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		h.Close()
+		return nil, err
 	}
 	if cfg.Registry != nil {
 		cfg.Registry.MustRegister(newHostCollector(h))
@@ -177,7 +187,9 @@ func (h *Host) Audit(tag uint16, since, until int64, fn func(shard uint32, d key
 func (h *Host) Close() error {
 	var errs []error
 	for _, s := range h.shards {
-		errs = append(errs, s.Close())
+		if s != nil {
+			errs = append(errs, s.Close())
+		}
 	}
 	errs = append(errs, h.cold.Close(), h.logs.Close())
 	return errors.Join(errs...)

@@ -170,7 +170,9 @@ func (p *proposer) complete(pending <-chan batch) {
 		<-p.inflight
 		var res []keyspace.Result
 		if err == nil {
-			res, _ = b.future.Response().([]keyspace.Result)
+			if a, ok := b.future.Response().(*applied); ok {
+				res = a.take()
+			}
 			if len(res) != len(b.cmds) {
 				err = fmt.Errorf("shard: entry returned %d results for %d commands", len(res), len(b.cmds))
 			}

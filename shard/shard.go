@@ -139,7 +139,10 @@ func Open(cfg Config) (*Shard, error) {
 	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: fmt.Sprintf("raft-shard-%d", cfg.ID), Level: hclog.Warn, Output: io.Discard})
 	rc.NoSnapshotRestoreOnStart = false
 
-	logs, err := raft.NewLogCache(1024, s.store)
+	// The cache serves recent entries to followers without a Pebble read;
+	// it holds whole entries (up to MaxEntryCommands commands each), so it
+	// is kept small.
+	logs, err := raft.NewLogCache(256, s.store)
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
 	}
@@ -162,10 +165,13 @@ func Open(cfg Config) (*Shard, error) {
 			}
 		}
 	}
+	start := time.Now()
 	r, err := raft.NewRaft(rc, s.fsm, logs, s.store, snaps, trans)
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
 	}
+	cfg.Logger.Info("shard started", "shard", cfg.ID, "applied_index", r.AppliedIndex(),
+		"last_index", r.LastIndex(), "took", time.Since(start))
 	s.raft = r
 	policy := keyspace.TierPolicy{HotWindow: cfg.HotWindow.Milliseconds(), HotMaxBytes: cfg.HotMaxBytes}
 	s.prop = newProposer(r, cfg.Clock, s.appliedStamp, policy, cfg.MaxEntryCommands, cfg.MaxInflight)
