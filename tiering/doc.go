@@ -35,7 +35,8 @@
 // index in key order (deadline, then digest) and so removes the same
 // records on every replica. Readers outside the state machine (stale
 // reads, the CLI) call Lookup or Get at any time; they see the pending
-// batch when there is one.
+// batch when there is one, and wait while the writer holds the shard
+// (for one call, or for as long as a write stall lasts).
 //
 // Bloom filters (10 bits per key, about 1% false positives) on every
 // level make a lookup of a digest the tier does not hold cost a few
@@ -44,9 +45,8 @@
 // key, three keys per record). Lookups seek a prefix iterator with
 // IterOptions.UseL6Filters instead of calling DB.Get, because Pebble's Get
 // skips the filters of the bottom level, where most records live: with Get
-// a miss read an L6 data block (0.47 block cache misses and 18 µs per miss
-// at 1M records, against 0.005 and 4 µs with the filters; see
-// BenchmarkColdGet).
+// a miss read an L6 data block (at 1M records, 0.47 block cache misses per
+// miss, against 0.005 with the filters; see BenchmarkColdGet).
 //
 // # Snapshots and restore
 //
@@ -85,13 +85,17 @@
 //     rather than dropping cold writes or growing memory without bound;
 //     Health reports the cause, and applying resumes by itself once space
 //     is back. Close waits for a stalled commit.
-//   - A failed compaction is reported the same way and retried when next
-//     picked; it does not block writes until L0 reaches
+//   - A failed compaction is reported the same way and picked again, its
+//     retries spaced out alike; it blocks writes only once L0 reaches
 //     L0StopWritesThreshold files.
 //   - A failed MANIFEST write (after a flush or compaction wrote its
 //     tables) is fatal: Pebble calls Logger.Fatalf, which panics. The node
 //     restarts and rebuilds the cold tier from Raft. MANIFEST records are
-//     small, so on a filling disk the sstable writes fail first.
+//     small, so on a filling disk the sstable writes usually fail first,
+//     but nothing guarantees it.
+//   - Restore's own sstable writes and ingestion fail with an ErrStorage
+//     error, not retried: the restore fails and the shard keeps its
+//     previous records.
 //
 // Health returns the last error not followed by a success of its kind
 // (background errors clear on the next successful flush or compaction).
