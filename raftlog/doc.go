@@ -118,6 +118,8 @@
 // ([Faults.Isolate]) and undo it ([Faults.Unblock], [Faults.Heal]). A
 // blocked peer's live connections, in both directions, are closed at once;
 // dials to it fail with [ErrPeerBlocked]; connections from it are closed
-// right after their header. A nil Faults injects nothing, so production
-// code pays one nil check per connection.
+// right after their header. [Faults.Pause] stalls all of a Mux's traffic
+// without closing anything, until [Faults.Resume]: peers see silence and
+// timeouts, as from a stopped process. A nil Faults injects nothing, so
+// production code pays one nil check per connection, read and write.
 package raftlog

@@ -3,6 +3,7 @@ package raftlog
 import (
 	"io"
 	"sync"
+	"sync/atomic"
 )
 
 // Faults injects network faults into one Mux, for in-process cluster tests.
@@ -17,9 +18,17 @@ import (
 // Mux refuses both directions, blocking B on A's Faults alone cuts A from B;
 // a test harness may block on both sides for symmetry.
 //
+// Pause stalls the Mux's traffic instead, closing nothing: until Resume,
+// data read from its connections is held back from the node's Raft, and
+// writes wait. Peers see what a stopped process or a black-holed network
+// shows them: silence and timeouts, no resets. The paused node's own Raft
+// keeps running (a stalled leader steps down when its lease expires).
+//
 // The zero value is ready to use and injects nothing. All methods are safe
 // for concurrent use; a nil *Faults injects nothing.
 type Faults struct {
+	paused atomic.Pointer[chan struct{}] // closed by Resume; nil when not paused
+
 	mu       sync.Mutex
 	isolated bool
 	blocked  map[string]bool
@@ -60,6 +69,37 @@ func (f *Faults) Heal() {
 	defer f.mu.Unlock()
 	f.isolated = false
 	clear(f.blocked)
+}
+
+// Pause stalls all traffic of the Mux until Resume.
+func (f *Faults) Pause() {
+	ch := make(chan struct{})
+	f.paused.CompareAndSwap(nil, &ch)
+}
+
+// Resume ends a Pause; held data flows again.
+func (f *Faults) Resume() {
+	if ch := f.paused.Swap(nil); ch != nil {
+		close(*ch)
+	}
+}
+
+// wait returns at once unless the Mux is paused; then it waits for Resume
+// (true) or for abort to close (false).
+func (f *Faults) wait(abort <-chan struct{}) bool {
+	if f == nil {
+		return true
+	}
+	ch := f.paused.Load()
+	if ch == nil {
+		return true
+	}
+	select {
+	case <-*ch:
+		return true
+	case <-abort:
+		return false
+	}
 }
 
 // Blocked reports whether connections to and from peer are refused now.

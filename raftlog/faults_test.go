@@ -2,8 +2,10 @@ package raftlog
 
 import (
 	"errors"
+	"io"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -86,4 +88,59 @@ func TestFaultsNil(t *testing.T) {
 		t.Fatal("nil Faults refuses")
 	}
 	f.untrack("x:1", nil)
+}
+
+// TestFaultsPause: while a Mux is paused, data sent to it is held back and
+// its writes wait, but no connection is closed; Resume lets both through,
+// and Close releases a paused reader.
+func TestFaultsPause(t *testing.T) {
+	f := &Faults{}
+	a, b := newMux(t, MuxConfig{Faults: f}), newMux(t, MuxConfig{})
+	la, lb := layerOf(t, a, 1), layerOf(t, b, 1)
+	k := connect(t, la, a, lb, b)
+
+	f.Pause()
+	f.Pause() // idempotent
+	got := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 5)
+		n, _ := io.ReadFull(k.inAcc, buf) // a reads from b
+		got <- string(buf[:n])
+	}()
+	wrote := make(chan error, 1)
+	go func() { _, err := k.outDial.Write([]byte("ab")); wrote <- err }() // a writes to b
+	if _, err := k.inDial.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	// Absence can only be observed for a while: nothing may arrive in
+	// 100 ms. (A broken Pause lets it through at once.)
+	select {
+	case s := <-got:
+		t.Fatalf("paused mux read %q", s)
+	case err := <-wrote:
+		t.Fatalf("paused mux wrote (%v)", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	f.Resume()
+	f.Resume() // idempotent
+	if s := <-got; s != "hello" {
+		t.Fatalf("after Resume read %q, want hello", s)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatalf("write after Resume: %v", err)
+	}
+	buf := make([]byte, 2)
+	if _, err := io.ReadFull(k.outAcc, buf); err != nil || string(buf) != "ab" {
+		t.Fatalf("b read %q, %v; want what a wrote while paused", buf, err)
+	}
+	pipe(t, k.inDial, k.inAcc, "still up")
+
+	f.Pause()
+	defer f.Resume()
+	released := make(chan error, 1)
+	go func() { _, err := k.outDial.Write([]byte("x")); released <- err }()
+	_ = k.outDial.Close()
+	if err := <-released; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("paused write after Close = %v, want net.ErrClosed", err)
+	}
 }

@@ -102,7 +102,7 @@ func (l *layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 // adopt tracks raw as a live connection of the group with peer. If the peer
 // is blocked or the layer is closed it closes raw and returns an error.
 func (l *layer) adopt(raw net.Conn, peer string) (*trackedConn, error) {
-	c := &trackedConn{Conn: raw, peer: peer, layer: l}
+	c := &trackedConn{Conn: raw, peer: peer, layer: l, closed: make(chan struct{})}
 	if !l.mux.faults.track(peer, c) {
 		_ = raw.Close()
 		return nil, fmt.Errorf("%w: %s (group %d)", ErrPeerBlocked, peer, l.group)
@@ -147,17 +147,37 @@ func (l *layer) closedErr() error {
 }
 
 // trackedConn is a live connection of a layer. Closing it, by whoever,
-// removes it from the layer's and the Faults' tables.
+// removes it from the layer's and the Faults' tables. Its Read and Write
+// honour Faults.Pause.
 type trackedConn struct {
 	net.Conn
-	peer  string
-	layer *layer
-	once  sync.Once
-	err   error
+	peer   string
+	layer  *layer
+	closed chan struct{}
+	once   sync.Once
+	err    error
+}
+
+// Read holds back what it read while the Mux is paused.
+func (c *trackedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if !c.layer.mux.faults.wait(c.closed) {
+		return 0, net.ErrClosed
+	}
+	return n, err
+}
+
+// Write waits while the Mux is paused.
+func (c *trackedConn) Write(b []byte) (int, error) {
+	if !c.layer.mux.faults.wait(c.closed) {
+		return 0, net.ErrClosed
+	}
+	return c.Conn.Write(b)
 }
 
 func (c *trackedConn) Close() error {
 	c.once.Do(func() {
+		close(c.closed)
 		c.err = c.Conn.Close()
 		c.layer.mux.faults.untrack(c.peer, c)
 		c.layer.untrack(c)

@@ -166,3 +166,21 @@ func serveAppends(t *testing.T, tr, other *raft.NetworkTransport, done <-chan st
 		}
 	}
 }
+
+// TestTransportPause: a paused follower falls behind while the other two
+// commit, its connections stay open, and after Resume it catches up.
+func TestTransportPause(t *testing.T) {
+	c := startMuxCluster(t, 3, []uint64{1})
+	leader := c.waitLeader(1, -1)
+	paused := (leader + 1) % 3
+	c.nodes[paused].faults.Pause()
+	defer c.nodes[paused].faults.Resume()
+	want := c.applyAll("p", 20, paused)
+	others := []int{leader, 3 - leader - paused}
+	c.waitReplicated(want, others...)
+	if got := c.nodes[paused].replicas[1].fsm.commands(); len(got) != 0 {
+		t.Fatalf("paused node applied %d commands", len(got))
+	}
+	c.nodes[paused].faults.Resume()
+	c.waitReplicated(want, 0, 1, 2)
+}
