@@ -43,6 +43,7 @@ type config struct {
 	Readme     string        `json:"-"`
 	Seed       uint64        `json:"seed"`
 	NoProgress bool          `json:"-"`
+	From       string        `json:"-"`
 }
 
 var allTargets = []string{"grid", "redis", "etcd"}
@@ -78,6 +79,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.Readme, "readme", "", "README to update: the Markdown table goes between <!-- bench:begin --> and <!-- bench:end -->")
 	fs.Uint64Var(&c.Seed, "seed", 0, "seed of key generation (0: random)")
 	fs.BoolVar(&c.NoProgress, "no-progress", false, "no progress bar")
+	fs.StringVar(&c.From, "from", "", "run nothing: rewrite the tables, plots (and --readme) from this results.json, into --out or its directory")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -86,6 +88,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	c.Workloads = fs.Args()
 	if len(c.Workloads) == 0 {
 		c.Workloads = slices.Clone(workload.Names)
+	}
+	if c.Out == "" && c.From != "" {
+		c.Out = filepath.Dir(c.From)
 	}
 	if c.Out == "" {
 		host, _ := os.Hostname()

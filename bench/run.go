@@ -44,6 +44,9 @@ func run(ctx context.Context, args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if cfg.From != "" {
+		return rewrite(cfg)
+	}
 	if cfg.Seed == 0 {
 		cfg.Seed = rand.Uint64()
 	}
@@ -292,4 +295,35 @@ func readmeBlock(rf resultsFile, sums []report.Summary) string {
 	}
 	s.WriteString("\n")
 	return s.String()
+}
+
+// rewrite writes the outputs again from a results.json, running nothing.
+func rewrite(cfg config) int {
+	js, err := os.ReadFile(cfg.From)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	var rf resultsFile
+	if err := json.Unmarshal(js, &rf); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", cfg.From, err)
+		return 1
+	}
+	var targets []string
+	for _, t := range rf.Config.Targets {
+		if _, ok := rf.Skipped[t]; !ok {
+			targets = append(targets, t)
+		}
+	}
+	rf.Summaries = report.Summarize(rf.Cells, rf.Config.Workloads, targets)
+	if err := report.WriteText(os.Stdout, rf.Summaries, rf.Config.Workloads); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	b := &bencher{cfg: rf.Config, log: os.Stderr}
+	b.cfg.Out, b.cfg.Readme = cfg.Out, cfg.Readme
+	if err := b.write(rf, rf.Summaries, targets); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	return 0
 }

@@ -61,7 +61,8 @@ func bars(dir, name, title, ylabel string, x, legend []string, groups []plotter.
 	p := plot.New()
 	p.Title.Text = title
 	p.Y.Label.Text = ylabel
-	p.Legend.Top = true
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.XOffs = vg.Points(8)
 	w := vg.Points(18)
 	if n := len(groups); n > 3 {
 		w = vg.Points(54 / float64(n))
@@ -78,6 +79,9 @@ func bars(dir, name, title, ylabel string, x, legend []string, groups []plotter.
 		p.Legend.Add(legend[i], b)
 	}
 	p.NominalX(x...)
+	// Room at the sides for the outer bars, above for the legend.
+	p.X.Min, p.X.Max = -0.6, float64(len(x))-0.4
+	p.Y.Min, p.Y.Max = 0, p.Y.Max*1.3
 	var files []string
 	for _, ext := range []string{"png", "svg"} {
 		f := filepath.Join(dir, name+"."+ext)
