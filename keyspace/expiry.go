@@ -7,7 +7,9 @@ import "container/heap"
 // so reclaiming its memory is bookkeeping that may lag. Each Tick entry:
 //   - sweeps a bounded window of the hot table from a cursor, reclaiming gone
 //     records and demoting settled ones past the hot window to the cold tier
-//     (a wider window, and any settled record, while over the hot budget);
+//     (a wider window, and any settled record, while over the hot budget),
+//     at most demotionsPerTick of them so one tick never holds the apply
+//     loop for long;
 //   - purges a bounded number of cold records past their retention;
 //   - drops a bounded number of entity versions past their deadline.
 //
@@ -15,6 +17,7 @@ import "container/heap"
 const (
 	sweepSlotsPerTick     = 4096
 	overBudgetSweepFactor = 16 // window multiplier while over the hot budget
+	demotionsPerTick      = 2048
 	purgePerTick          = 4096
 	entityDropsPerTick    = 4096
 )
@@ -26,15 +29,17 @@ func (m *Machine) sweep(now int64) {
 	if over {
 		window *= overBudgetSweepFactor
 	}
+	demotions := 0
 	m.cursor = m.table.Sweep(m.cursor, window, func(d Digest, r Record) bool {
 		if r.gone(now) {
 			m.dropSide(d, r)
 			m.stats.Reclaimed++
 			return true
 		}
-		if !m.demotable(r, now, over) {
+		if demotions == demotionsPerTick || !m.demotable(r, now, over) {
 			return false
 		}
+		demotions++
 		if r.CompletedAt()+m.policy.HotWindow > now {
 			m.stats.Evicted++
 		}

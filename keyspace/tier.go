@@ -51,6 +51,10 @@ func (m *Machine) demote(d Digest, r Record) {
 	m.stats.Demoted++
 }
 
+// OverBudget reports whether the hot tier holds more than the policy allows:
+// the leader then ticks more often, so demotion catches up.
+func (m *Machine) OverBudget() bool { return m.cold != nil && m.overBudget() }
+
 // overBudget reports whether the hot tier holds more than the policy allows.
 func (m *Machine) overBudget() bool {
 	return m.policy.HotMaxBytes > 0 && m.HotLiveBytes() > m.policy.HotMaxBytes

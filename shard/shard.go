@@ -268,8 +268,21 @@ func (s *Shard) lead() {
 			if err != nil && !errors.Is(err, ErrClosed) {
 				s.cfg.Logger.Debug("tick failed", "shard", s.cfg.ID, "err", err)
 			}
+			// Each tick demotes a bounded number of records: over the hot
+			// budget, tick ten times as often until demotion catches up.
+			if s.overBudget() {
+				ticker.Reset(s.cfg.TickInterval / 10)
+			} else {
+				ticker.Reset(s.cfg.TickInterval)
+			}
 		}
 	}
+}
+
+func (s *Shard) overBudget() bool {
+	over := false
+	s.fsm.view(func(m *keyspace.Machine) { over = m.OverBudget() })
+	return over
 }
 
 // empty reports whether the shard holds no record in either tier.
