@@ -42,6 +42,7 @@ type config struct {
 	CPUProfile bool          `json:"cpuprofile_grid"`
 	Readme     string        `json:"-"`
 	Seed       uint64        `json:"seed"`
+	Rate       float64       `json:"rate,omitempty"`
 	NoProgress bool          `json:"-"`
 	From       string        `json:"-"`
 }
@@ -77,6 +78,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.Out, "out", "", "results directory (default bench/results/<date>-<host>)")
 	fs.BoolVar(&c.CPUProfile, "cpuprofile-grid", false, "fetch a CPU profile of the grid node during its first reserve-unique run")
 	fs.StringVar(&c.Readme, "readme", "", "README to update: the Markdown table goes between <!-- bench:begin --> and <!-- bench:end -->")
+	fs.Float64Var(&c.Rate, "rate", 0, "open loop: calls per second in all, latency from each call's scheduled start (0: closed loop); not for fill")
 	fs.Uint64Var(&c.Seed, "seed", 0, "seed of key generation (0: random)")
 	fs.BoolVar(&c.NoProgress, "no-progress", false, "no progress bar")
 	fs.StringVar(&c.From, "from", "", "run nothing: rewrite the tables, plots (and --readme) from this results.json, into --out or its directory")
@@ -135,6 +137,8 @@ func (c *config) validate() error {
 		return errors.New("bench: --concurrency, --rounds, --batch and --keys must be at least 1")
 	case c.Duration <= 0:
 		return errors.New("bench: --duration must be positive")
+	case c.Rate < 0:
+		return errors.New("bench: --rate must not be negative")
 	case c.DupRatio < 0 || c.DupRatio > 1:
 		return errors.New("bench: --dup-ratio must be within 0..1")
 	case c.KeyShape != workload.ShapeUUID && c.KeyShape != workload.ShapeComposite:

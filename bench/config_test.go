@@ -26,7 +26,7 @@ func TestFlagDefaults(t *testing.T) {
 func TestFlagErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"--targets", "grid,mysql"}, {"nope"}, {"--dup-ratio", "2"}, {"--key-shape", "x"},
-		{"--lease", "10ms"}, {"--batch", "1001"}, {"--etcd-members", "2"}, {"--concurrency", "0"},
+		{"--lease", "10ms"}, {"--batch", "1001"}, {"--etcd-members", "2"}, {"--concurrency", "0"}, {"--rate", "-1"},
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("%v accepted", args)

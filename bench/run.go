@@ -199,7 +199,7 @@ func (b *bencher) workloadConfig(round, wi int) workload.Config {
 		Lease: b.cfg.Lease, Retention: b.cfg.Retention,
 		DupRatio: b.cfg.DupRatio, BatchSize: b.cfg.Batch, Keys: b.cfg.Keys,
 		KeyShape: b.cfg.KeyShape, Seed: b.cfg.Seed + uint64(round),
-		Prefix: b.prefix(round, wi),
+		Prefix: b.prefix(round, wi), Rate: b.cfg.Rate,
 	}
 }
 

@@ -64,6 +64,13 @@ type Config struct {
 	// Prefix starts every key, so that a run's keys are its own.
 	Prefix string
 	Seed   uint64
+	// Rate, when > 0, paces the timed workloads open loop at Rate calls per
+	// second in all (each worker Rate/Concurrency, staggered), and measures
+	// each call's latency from its scheduled start, so a target that falls
+	// behind shows its queueing (no coordinated omission). At most
+	// Concurrency calls are in flight. 0: closed loop, as fast as the
+	// target answers.
+	Rate float64
 }
 
 // Result of one run: the summary of its samples and, for fill, the memory.
@@ -124,6 +131,10 @@ func Run(ctx context.Context, name string, t Target, cfg Config) (Result, error)
 // is reached or a worker's fill counter runs out, and summarizes.
 func drive(ctx context.Context, t Target, cfg *Config, st step, fill *atomic.Int64) stats.Result {
 	var calls atomic.Int64
+	var interval time.Duration // per worker, open loop
+	if cfg.Rate > 0 && fill == nil {
+		interval = time.Duration(float64(time.Second) * float64(cfg.Concurrency) / cfg.Rate)
+	}
 	recs := make([]*stats.Recorder, cfg.Concurrency)
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -136,11 +147,18 @@ func drive(ctx context.Context, t Target, cfg *Config, st step, fill *atomic.Int
 			rng:  rand.New(rand.NewPCG(cfg.Seed^0x9e3779b97f4a7c15, uint64(i))),
 		}
 		wg.Go(func() {
+			next := start.Add(interval * time.Duration(i) / time.Duration(cfg.Concurrency))
 			for ctx.Err() == nil {
 				if cfg.MaxCalls > 0 && calls.Add(1) > cfg.MaxCalls {
 					return
 				}
 				t0 := time.Now()
+				if interval > 0 {
+					if !waitUntil(ctx, next) {
+						return
+					}
+					t0, next = next, next.Add(interval)
+				}
 				ops, dups, err := st(ctx, w)
 				end := time.Now()
 				if errors.Is(err, errFillDone) {
@@ -155,6 +173,22 @@ func drive(ctx context.Context, t Target, cfg *Config, st step, fill *atomic.Int
 	}
 	wg.Wait()
 	return stats.Summarize(recs, time.Since(start))
+}
+
+// waitUntil waits for t or the end of ctx, and reports whether t came.
+func waitUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 func reserveUnique(ctx context.Context, w *worker) (int, int, error) {

@@ -281,3 +281,13 @@ func TestUnknownWorkload(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// Open loop issues the same calls as closed loop, paced.
+func TestRateModeIssuesTheSameCalls(t *testing.T) {
+	f, cfg := newFake(), testConfig()
+	cfg.Rate = 1e6
+	res := run(t, ReserveUnique, f, cfg)
+	if m := f.methods(); m["Reserve"] != 200 || res.Ops != 200 || res.Errors != 0 {
+		t.Fatalf("calls %v result %+v", m, res.Result)
+	}
+}
