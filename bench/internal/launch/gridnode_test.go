@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 // The test binary doubles as a fake gridnode: with BENCH_FAKE_GRIDNODE set
@@ -16,7 +18,8 @@ import (
 func TestMain(m *testing.M) {
 	switch os.Getenv("BENCH_FAKE_GRIDNODE") {
 	case "":
-		os.Exit(m.Run())
+		goleak.VerifyTestMain(m) // the reader and waiter of a stopped node are gone
+		return
 	case "exit":
 		fmt.Fprintln(os.Stderr, "cannot start")
 		os.Exit(2)
