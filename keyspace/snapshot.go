@@ -163,22 +163,48 @@ func ReadSnapshot(r io.Reader) (*Machine, error) {
 	for i := range levels {
 		levels[i] = uint32(sr.u64())
 	}
-	// Records grow the table as they come (allocation follows the input
-	// actually read); the recorded layout is applied afterwards.
+	// Records come segment by segment. Each segment is gathered, then
+	// built at its recorded level in one pass (allocation follows the input
+	// actually read); segments without records get their level afterwards.
+	var seg []tabSlot
+	cur := -1
+	load := func() error {
+		if cur < 0 {
+			return nil
+		}
+		if levels[cur] == 0 {
+			return fmt.Errorf("segment %d holds %d records but has no array", cur, len(seg))
+		}
+		return m.table.load(cur, levels[cur]-1, seg)
+	}
+	var raw [40]byte
 	for n := records; n > 0 && sr.err == nil; n-- {
-		d := sr.digest()
-		rec := Record{Token: sr.u64(), Deadline: int64(sr.u64()), Meta: sr.u64()}
-		if sr.err != nil {
+		if sr.raw(raw[:]); sr.err != nil {
 			break
 		}
+		be := binary.BigEndian
+		d := Digest{Hi: be.Uint64(raw[0:]), Lo: be.Uint64(raw[8:])}
+		rec := Record{Token: be.Uint64(raw[16:]), Deadline: int64(be.Uint64(raw[24:])), Meta: be.Uint64(raw[32:])}
 		if s := rec.State(); s < Processing || s > Poisoned {
 			return nil, fmt.Errorf("%w: record %v has state %d", ErrCorruptSnapshot, d, s)
 		}
-		m.table.Put(d, rec)
+		if si := tabSegOf(d); si != cur {
+			if si < cur {
+				return nil, fmt.Errorf("%w: record %v of segment %d after segment %d", ErrCorruptSnapshot, d, si, cur)
+			}
+			if err := load(); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrCorruptSnapshot, err)
+			}
+			cur, seg = si, seg[:0]
+		}
+		seg = append(seg, tabSlot{d, rec})
 		m.counts[rec.State()]++
 	}
 	if sr.err != nil {
 		return nil, sr.err
+	}
+	if err := load(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorruptSnapshot, err)
 	}
 	if err := m.table.relevel(levels); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorruptSnapshot, err)

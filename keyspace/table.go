@@ -3,6 +3,7 @@ package keyspace
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 )
@@ -472,6 +473,47 @@ func (v *TableView) capLevels() []uint32 {
 // restore. Levels that cannot hold the segment's records, or that are far
 // larger than any table holding them would have, are refused, so corrupt
 // input cannot make it allocate without bound.
+// load fills segment si, still empty, with recs (the segment's records, as a
+// snapshot lists them) in a slot array at the given level, in one pass: recs
+// are sorted by (Lo, Hi) and placed in order, as resize does, instead of
+// probing one insert at a time (which a snapshot's slot order turns into long
+// probe runs). recs is reordered. The layout is the one inserts would give:
+// a segment's layout is a function of its contents and capacity.
+func (t *Table) load(si int, level uint32, recs []tabSlot) error {
+	s := &t.segs[si]
+	if s.count != 0 || len(s.slots) != 0 {
+		return fmt.Errorf("segment %d listed twice", si)
+	}
+	if level >= 160 { // far beyond any real table; keeps tabCap from overflowing
+		return fmt.Errorf("segment %d level %d out of range", si, level+1)
+	}
+	c := tabCap(si, level)
+	if !tabFits(len(recs), c) || c > 4*len(recs)+1024 {
+		return fmt.Errorf("segment %d: capacity %d does not fit %d records", si, c, len(recs))
+	}
+	slices.SortFunc(recs, func(a, b tabSlot) int {
+		switch {
+		case tabLess(a.d, b.d):
+			return -1
+		case tabLess(b.d, a.d):
+			return 1
+		}
+		return 0
+	})
+	for i := 1; i < len(recs); i++ {
+		if recs[i].d == recs[i-1].d {
+			return fmt.Errorf("segment %d lists digest %v twice", si, recs[i].d)
+		}
+	}
+	s.slots = make([]tabSlot, c)
+	s.level = level
+	s.gen = t.gen
+	s.place(recs, -1)
+	s.count = uint32(len(recs))
+	t.n += len(recs)
+	return nil
+}
+
 func (t *Table) relevel(levels []uint32) error {
 	if len(levels) != tabSegs {
 		return fmt.Errorf("%d segment levels, want %d", len(levels), tabSegs)

@@ -1,7 +1,9 @@
 package keyspace
 
 import (
+	"bytes"
 	"runtime"
+	"strconv"
 	"testing"
 )
 
@@ -84,5 +86,26 @@ func BenchmarkTableGetMiss(b *testing.B) {
 			b.Fatal("hit")
 		}
 		i++
+	}
+}
+
+// BenchmarkReadSnapshot restores a machine of 1 M records: the restart path.
+func BenchmarkReadSnapshot(b *testing.B) {
+	m := NewMachine()
+	for i := range 1_000_000 {
+		m.table.Put(KeyDigest("b", []byte(strconv.Itoa(i))), Record{Token: uint64(i) + 1, Deadline: 1, Meta: makeMeta(Completed, 0, 1, 0)})
+	}
+	var buf bytes.Buffer
+	s := m.Snapshot()
+	if _, err := s.WriteTo(&buf); err != nil {
+		b.Fatal(err)
+	}
+	s.Release()
+	b.SetBytes(int64(buf.Len()))
+	b.ResetTimer()
+	for range b.N {
+		if _, err := ReadSnapshot(bytes.NewReader(buf.Bytes())); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
