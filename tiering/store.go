@@ -27,7 +27,7 @@ type Store struct {
 	opts Options
 	dir  string
 	// writerOpts are the options of the sstables Restore writes, the
-	// database's own for its bottom level (bloom filters included).
+	// database's own (bloom filters included).
 	writerOpts sstable.WriterOptions
 	log        *slog.Logger
 	closing    chan struct{} // closed when Close starts
@@ -77,7 +77,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	s.db, s.dir = db, dir
 	wo := po.Clone()
 	wo.EnsureDefaults()
-	s.writerOpts = wo.MakeWriterOptions(len(wo.Levels)-1, db.TableFormat())
+	// Level 0's options: ingestion decides the level, and tables written
+	// for the bottom level may mark keys obsolete on that assumption.
+	s.writerOpts = wo.MakeWriterOptions(0, db.TableFormat())
 	// Restore files a crash left behind.
 	if err := o.FS.RemoveAll(o.FS.PathJoin(dir, ingestDir)); err != nil {
 		return nil, errors.Join(fmt.Errorf("%w: clean %s: %w", ErrStorage, ingestDir, err), db.Close())
