@@ -1,6 +1,7 @@
 package tiering
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -118,4 +119,34 @@ func TestDiskFullReportsStallsAndRecovers(t *testing.T) {
 		t.Fatalf("store stats = %+v", st)
 	}
 	t.Logf("ENOSPC reports while full: %d; store stats %+v", reported.Load(), st)
+}
+
+// A restore that cannot write its sstables fails with ErrStorage and
+// leaves the shard as it was; it succeeds once space is back.
+func TestRestoreOnFullDiskKeepsRecords(t *testing.T) {
+	full := &diskFull{}
+	opts := testOptions()
+	opts.FS = errorfs.Wrap(vfs.NewMem(), full)
+	s := openTest(t, opts)
+	src := s.Shard(1)
+	want := fill(t, src, 0, 500)
+	stream := dump(t, src)
+	dst := s.Shard(2)
+	kept := fill(t, dst, 1000, 5)
+
+	full.on.Store(true)
+	err := dst.Restore(bytes.NewReader(stream))
+	if !errors.Is(err, ErrStorage) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Restore on a full disk = %v, want ErrStorage wrapping ENOSPC", err)
+	}
+	checkHolds(t, dst, kept)
+	full.on.Store(false)
+	if err := dst.Restore(bytes.NewReader(stream)); err != nil {
+		t.Fatal(err)
+	}
+	checkHolds(t, dst, want)
+	left, err := opts.FS.List(opts.FS.PathJoin("cold", ingestDir))
+	if err != nil || len(left) != 0 {
+		t.Fatalf("restore files left: %v (%v)", left, err)
+	}
 }
