@@ -88,6 +88,9 @@ func (s *Store) auditShard(snap *pebble.Snapshot, shard uint32, gen byte, tag ui
 		if err != nil {
 			return false, errors.Join(err, it.Close())
 		}
+		if r.CompletedAt() != unsortable(binary.BigEndian.Uint64(k[prefixLen+2:])) {
+			continue // a stale entry (see Purge); the record has its own
+		}
 		if !fn(shard, d, r) {
 			return false, it.Close()
 		}

@@ -35,11 +35,13 @@ func (s *Shard) Purge(now int64, limit int) int {
 	}
 	n := 0
 	for _, e := range due {
-		if s.removeLocked(e.d) {
+		if s.removeLocked(e.d, func(deadline int64) bool { return deadline != e.deadline }) {
 			n++
 			continue
 		}
-		// An index entry without its record: drop it, or it stays due.
+		// An index entry without its record (or with a record of another
+		// deadline, which only a Put over a held digest, outside the
+		// ColdTier contract, leaves behind): drop it, or it stays due.
 		var xk [expiryKeyLen]byte
 		must(b.Delete(expiryKey(&xk, s.id, s.gen, e.deadline, e.d), nil))
 	}

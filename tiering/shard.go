@@ -193,14 +193,17 @@ func (s *Shard) Put(d keyspace.Digest, r *keyspace.ColdRecord) {
 func (s *Shard) Delete(d keyspace.Digest) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.removeLocked(d) {
+	if s.removeLocked(d, nil) {
 		s.stats.deletes.Add(1)
 	}
 }
 
 // removeLocked deletes the record of d and its index entries, reading the
-// record for the index keys. It reports whether there was a record.
-func (s *Shard) removeLocked(d keyspace.Digest) bool {
+// record for the index keys. It reports whether there was a record. When
+// keep is set and returns true for the record's deadline, it deletes
+// nothing (Purge uses it to skip a record whose deadline is not the one
+// of the index entry that led to it).
+func (s *Shard) removeLocked(d keyspace.Digest, keep func(deadline int64) bool) bool {
 	b := s.batchLocked()
 	var rk [recordKeyLen]byte
 	key := recordKey(&rk, s.id, s.gen, d)
@@ -223,7 +226,7 @@ func (s *Shard) removeLocked(d keyspace.Digest) bool {
 	if err != nil {
 		panic(fmt.Errorf("shard %d digest %v: %w", s.id, d, err))
 	}
-	if !ok {
+	if !ok || keep != nil && keep(deadline) {
 		return false
 	}
 	var xk [expiryKeyLen]byte

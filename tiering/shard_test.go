@@ -226,3 +226,31 @@ func TestColdRecordFields(t *testing.T) {
 		t.Fatalf("got %+v", got)
 	}
 }
+
+// A Put over a held digest breaks the ColdTier contract; the shard still
+// neither purges the new record at the old deadline nor audits it at the
+// old completed-at time.
+func TestPutOverHeldDigestLeavesNoWrongIndex(t *testing.T) {
+	s := openTest(t, testOptions())
+	sh := s.Shard(1)
+	d := digest("ns", 1)
+	old, cur := settled(1, 100, 1000), settled(1, 200, 5000)
+	sh.Put(d, &old)
+	sh.Put(d, &cur)
+	mustFlush(t, sh)
+	if n := sh.Purge(1000, 10); n != 0 {
+		t.Fatalf("Purge at the old deadline removed %d", n)
+	}
+	mustGet(t, sh, d, cur)
+	var times []int64
+	err := s.Audit(d.NamespaceTag(), 0, 1<<40, func(_ uint32, _ keyspace.Digest, r keyspace.ColdRecord) bool {
+		times = append(times, r.CompletedAt())
+		return true
+	})
+	if err != nil || len(times) != 1 || times[0] != 200 {
+		t.Fatalf("audit = %v, %v; want the record once, at 200", times, err)
+	}
+	if n := sh.Purge(5000, 10); n != 1 {
+		t.Fatalf("Purge at the new deadline = %d, want 1", n)
+	}
+}
