@@ -16,12 +16,20 @@ import (
 )
 
 // diskFull fails sstable writes with ENOSPC while it is on. MANIFEST writes
-// are spared: Pebble treats their failure as fatal (see doc.go).
-type diskFull struct{ on atomic.Bool }
+// are spared: Pebble treats their failure as fatal (see doc.go). With
+// ballastFrees, removing the ballast turns it off, as the space it frees
+// would.
+type diskFull struct {
+	on           atomic.Bool
+	ballastFrees bool
+}
 
 func (f *diskFull) String() string { return "disk full" }
 
 func (f *diskFull) MaybeError(op errorfs.Op) error {
+	if f.ballastFrees && op.Kind == errorfs.OpRemove && strings.HasSuffix(op.Path, ballastName) {
+		f.on.Store(false)
+	}
 	if !f.on.Load() || !strings.HasSuffix(op.Path, ".sst") {
 		return nil
 	}
@@ -149,4 +157,38 @@ func TestRestoreOnFullDiskKeepsRecords(t *testing.T) {
 	if err != nil || len(left) != 0 {
 		t.Fatalf("restore files left: %v (%v)", left, err)
 	}
+}
+
+// The first ENOSPC releases the ballast; the write that met it is retried
+// in the room it left and succeeds: no failed flush, no stall, no record
+// lost, and the release is reported.
+func TestBallastAbsorbsDiskFull(t *testing.T) {
+	full := &diskFull{ballastFrees: true}
+	var diskFullReports atomic.Int64
+	opts := testOptions()
+	opts.FS = errorfs.Wrap(vfs.NewMem(), full)
+	opts.MemTableSize = 64 << 10
+	opts.OnError = func(err error) {
+		if errors.Is(err, ErrDiskFull) {
+			diskFullReports.Add(1)
+		}
+	}
+	s := openTest(t, opts)
+	sh := s.Shard(1)
+	full.on.Store(true)
+	want := fill(t, sh, 0, 3000) // several memtables' worth: flushes run
+	if err := s.with(func(db *pebble.DB) error { return db.Flush() }); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.BallastReleased || diskFullReports.Load() != 1 || st.BackgroundErrors != 0 || s.Health() != nil {
+		t.Fatalf("stats %+v, %d ErrDiskFull reports, health %v", st, diskFullReports.Load(), s.Health())
+	}
+	if full.on.Load() {
+		t.Fatal("the ballast was not removed")
+	}
+	checkHolds(t, sh, want)
 }

@@ -90,9 +90,12 @@
 //     L0StopWritesThreshold files.
 //   - A failed MANIFEST write (after a flush or compaction wrote its
 //     tables) is fatal: Pebble calls Logger.Fatalf, which panics. The node
-//     restarts and rebuilds the cold tier from Raft. MANIFEST records are
-//     small, so on a filling disk the sstable writes usually fail first,
-//     but nothing guarantees it.
+//     would restart and rebuild the cold tier from Raft. To keep a filling
+//     disk from getting there, the Store reserves a ballast
+//     (Options.BallastSize, 64 MiB by default; ballast.go) and releases it
+//     at the first ENOSPC: the write that met it is retried in the freed
+//     room, and ErrDiskFull goes to OnError, the log and StoreStats. Only
+//     once that room is used up too do the failures above begin.
 //   - Restore's own sstable writes and ingestion fail with an ErrStorage
 //     error, not retried: the restore fails and the shard keeps its
 //     previous records.

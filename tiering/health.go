@@ -25,10 +25,11 @@ type health struct {
 
 	// consecutive counts background failures since the last background
 	// success; backoffFS spaces retries by it.
-	consecutive atomic.Uint64
-	stalled     atomic.Bool
-	stalls      atomic.Uint64
-	background  atomic.Uint64
+	consecutive     atomic.Uint64
+	stalled         atomic.Bool
+	ballastReleased atomic.Bool
+	stalls          atomic.Uint64
+	background      atomic.Uint64
 
 	mu         sync.Mutex
 	errs       [numSources]error

@@ -50,6 +50,12 @@ type Options struct {
 	// slog.Default().
 	Logger *slog.Logger
 
+	// BallastSize is the disk space reserved in the database directory and
+	// released when the disk fills up, so that Pebble can complete the
+	// writes it has started (see ballast.go). Zero means
+	// DefaultBallastSize; negative means none.
+	BallastSize int64
+
 	// OnError, when set, is called (from a Pebble background goroutine or
 	// from the caller of Flush) with every storage error: failed flushes and
 	// compactions (disk full) and failed commits. It must not block and
@@ -80,6 +86,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.BallastSize == 0 {
+		o.BallastSize = DefaultBallastSize
 	}
 	return o
 }

@@ -2,8 +2,11 @@ package tiering
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -252,5 +255,39 @@ func TestPutOverHeldDigestLeavesNoWrongIndex(t *testing.T) {
 	}
 	if n := sh.Purge(5000, 10); n != 1 {
 		t.Fatalf("Purge at the new deadline = %d, want 1", n)
+	}
+}
+
+// On a real filesystem: the ballast is reserved, and records flushed to
+// sstables survive a reopen (a crash would lose the memtable, which the
+// shard rebuilds from Raft).
+func TestOnDisk(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Logger: testOptions().Logger}
+	s, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fill(t, s.Shard(1), 0, 100)
+	if err := s.with(func(db *pebble.DB) error { return db.Flush() }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ballastName)); err != nil {
+		t.Errorf("no ballast: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(dir, opts); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s2, err := Open(dir, opts)
+	if err == nil {
+		s2.Close()
+		t.Fatal("a second Open of a locked directory succeeded")
+	}
+	for d, r := range want {
+		mustGet(t, s.Shard(1), d, r)
 	}
 }

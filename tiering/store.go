@@ -58,10 +58,14 @@ func Open(dir string, opts Options) (*Store, error) {
 		shards:  make(map[uint32]*Shard),
 	}
 	s.health.init(s.log, o.OnError)
+	fs, err := s.withBallast(&backoffFS{FS: o.FS, h: &s.health, closing: s.closing}, dir, o.BallastSize)
+	if err != nil {
+		return nil, err
+	}
 	po := &pebble.Options{
 		CacheSize:          o.CacheSize,
 		DisableWAL:         true,
-		FS:                 &backoffFS{FS: o.FS, h: &s.health, closing: s.closing},
+		FS:                 fs,
 		FormatMajorVersion: formatVersion,
 		Logger:             pebbleLogger{o.Logger},
 		MemTableSize:       o.MemTableSize,
@@ -180,6 +184,7 @@ func (s *Store) Health() error {
 type StoreStats struct {
 	DiskBytes        uint64 // bytes on disk: sstables, MANIFEST, temporary files
 	Stalled          bool   // commits are blocked now (write stall)
+	BallastReleased  bool   // the disk filled up since Open (ErrDiskFull)
 	WriteStalls      uint64 // write stalls begun since Open
 	BackgroundErrors uint64 // failed flushes and compactions since Open
 	// Bloom filter probes that spared a data block read, and those that
@@ -191,6 +196,7 @@ type StoreStats struct {
 func (s *Store) Stats() (StoreStats, error) {
 	st := StoreStats{
 		Stalled:          s.health.stalled.Load(),
+		BallastReleased:  s.health.ballastReleased.Load(),
 		WriteStalls:      s.health.stalls.Load(),
 		BackgroundErrors: s.health.background.Load(),
 	}
