@@ -26,9 +26,9 @@ import (
 //
 //   - heap-B/key and rss-B/key with every record hot;
 //   - load-keys/s: reserve+complete pairs per second while the hot tier has
-//     no budget, and budget-keys/s once a budget of half the hot bytes makes
-//     the ticks demote settled records as fast as new ones arrive (every new
-//     reserve then also misses the cold tier);
+//     no budget, and budget-keys/s with a budget of half the hot bytes, once
+//     the ticks have demoted down to it: every new settled key must then be
+//     demoted in turn, and every new reserve also misses the cold tier;
 //   - snapshot-pause-ms: the longest apply-loop pause of a snapshot taken
 //     under load;
 //   - restart-s: close and reopen (restore from the snapshot) until every
@@ -123,9 +123,23 @@ func BenchmarkTieredNode(b *testing.B) {
 	h, _ = open(hot / 2)
 	defer h.Close()
 
-	// Over budget: ticks demote while new keys arrive.
+	// The hot tier full: once the ticks have demoted down to the budget,
+	// new keys arrive while each settled key must be demoted in turn (and
+	// every new reserve also misses the cold tier).
+	waitDemoted(b, h, hot/2)
 	more := max(keys/10, 10_000)
+	if path := os.Getenv("GRID_BENCH_FULL_PROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+	}
 	b.ReportMetric(loadKeys(b, h, keys, more, nil), "budget-keys/s")
+	pprof.StopCPUProfile()
 	waitDemoted(b, h, hot/2)
 	p50, p99 := coldReads(b, h, keys)
 	b.ReportMetric(float64(p50.Nanoseconds())/1000, "cold-p50-us")
