@@ -2,6 +2,7 @@ package tiering
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -85,6 +86,25 @@ func BenchmarkColdGet(b *testing.B) {
 	}
 	run("Miss", misses, false)
 	run("Hit", hits, true)
+	// For comparison: Pebble's Get, which skips the L6 bloom filters.
+	b.Run("MissWithDBGet", func(b *testing.B) {
+		before, _ := s.Metrics()
+		var k [recordKeyLen]byte
+		err := s.with(func(db *pebble.DB) error {
+			for i := range b.N {
+				_, _, err := db.Get(recordKey(&k, 1, sh.gen, misses[i&(len(misses)-1)]))
+				if !errors.Is(err, pebble.ErrNotFound) {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		after, _ := s.Metrics()
+		b.ReportMetric(float64(after.BlockCache.Misses-before.BlockCache.Misses)/float64(b.N), "cachemiss/op")
+	})
 }
 
 // p99 returns the upper bound of the bucket holding the 99th percentile of
