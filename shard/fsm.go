@@ -25,6 +25,11 @@ type fsm struct {
 	mu   sync.RWMutex
 	m    *keyspace.Machine
 	cold *tiering.Shard // nil: no cold tier
+	// coldFiles is the directory of the cold tier's local snapshot files
+	// (one folder per snapshot id), and retained lists the ids of the
+	// snapshots Raft keeps, whose files stay.
+	coldFiles string
+	retained  func() ([]string, error)
 
 	// snapshotPause is how long the last Snapshot held the apply loop (ns).
 	snapshotPause atomic.Int64
@@ -35,8 +40,8 @@ var (
 	_ raft.FSMSnapshot = (*fsmSnapshot)(nil)
 )
 
-func newFSM(cold *tiering.Shard) *fsm {
-	f := &fsm{m: keyspace.NewMachine(), cold: cold}
+func newFSM(cold *tiering.Shard, coldFiles string, retained func() ([]string, error)) *fsm {
+	f := &fsm{m: keyspace.NewMachine(), cold: cold, coldFiles: coldFiles, retained: retained}
 	if cold != nil {
 		f.m.UseCold(cold)
 	}
@@ -101,15 +106,18 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 		f.mu.Unlock()
 		f.snapshotPause.Store(int64(time.Since(start)))
 	}()
-	s := &fsmSnapshot{snap: f.m.Snapshot()}
+	s := &fsmSnapshot{snap: f.m.Snapshot(), files: f.coldFiles, retained: f.retained}
 	if f.cold != nil {
-		s.cold = f.cold.Snapshot()
+		s.cold, s.tier = f.cold.Snapshot(), f.cold
 	}
 	return s, nil
 }
 
 // Restore builds a fresh machine from the snapshot, loads the cold tier's
-// part of it, then swaps the machine in.
+// part of it (from the local files of the snapshot when this node wrote
+// them and they are intact, leaving the rest of rc unread: Raft's file
+// snapshot store verifies the whole file when it opens it, and Close only
+// closes it), then swaps the machine in.
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	br := bufio.NewReaderSize(rc, keyspace.SnapshotBufferSize)
@@ -120,7 +128,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.cold != nil {
-		if err := f.cold.Restore(br); err != nil {
+		if err := f.cold.RestoreWithFiles(br, f.coldFiles); err != nil {
 			return fmt.Errorf("shard: restore cold tier: %w", err)
 		}
 		m.UseCold(f.cold)
@@ -137,22 +145,35 @@ func (f *fsm) view(fn func(m *keyspace.Machine)) {
 }
 
 // fsmSnapshot is the hot machine's snapshot followed, when the shard has a
-// cold tier, by the cold tier's.
+// cold tier, by the cold tier's, whose records Persist also keeps as local
+// sstables (files/<snapshot id>) for a fast restart.
 type fsmSnapshot struct {
-	snap *keyspace.Snapshot
-	cold *tiering.ShardSnapshot
+	snap     *keyspace.Snapshot
+	cold     *tiering.ShardSnapshot
+	tier     *tiering.Shard
+	files    string
+	retained func() ([]string, error)
 }
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	_, err := s.snap.WriteTo(sink)
 	if err == nil && s.cold != nil {
-		_, err = s.cold.WriteTo(sink)
+		_, err = s.cold.WriteWithFiles(sink, s.files, sink.ID())
 	}
 	if err != nil {
 		_ = sink.Cancel()
 		return fmt.Errorf("shard: persist snapshot: %w", err)
 	}
-	return sink.Close()
+	if err := sink.Close(); err != nil {
+		return err
+	}
+	if s.cold != nil {
+		// Best effort: files left over are removed after the next snapshot.
+		if ids, err := s.retained(); err == nil {
+			_ = s.tier.PruneSnapshotFiles(s.files, ids)
+		}
+	}
+	return nil
 }
 
 func (s *fsmSnapshot) Release() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -124,11 +125,23 @@ func Open(cfg Config) (*Shard, error) {
 			return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
 		}
 	}
-	s := &Shard{cfg: cfg, fsm: newFSM(cfg.Cold), store: cfg.Logs.Group(cfg.ID), quit: make(chan struct{})}
 	snaps, err := raftlog.NewSnapshotStore(cfg.SnapshotDir, cfg.ID, 2, io.Discard)
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
 	}
+	// The cold tier keeps its records of each retained snapshot as
+	// sstables there, so that a restart links them in instead of
+	// rewriting them from the snapshot stream.
+	coldFiles := filepath.Join(cfg.SnapshotDir, "cold", fmt.Sprintf("group-%d", cfg.ID))
+	retained := func() ([]string, error) {
+		metas, err := snaps.List()
+		ids := make([]string, len(metas))
+		for i, m := range metas {
+			ids[i] = m.ID
+		}
+		return ids, err
+	}
+	s := &Shard{cfg: cfg, fsm: newFSM(cfg.Cold, coldFiles, retained), store: cfg.Logs.Group(cfg.ID), quit: make(chan struct{})}
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
 	rc.HeartbeatTimeout = cfg.HeartbeatTimeout

@@ -121,7 +121,7 @@ func BenchmarkTieredNode(b *testing.B) {
 		b.Fatal(err)
 	}
 	h, _ = open(hot / 2)
-	defer h.Close()
+	defer func() { h.Close() }()
 
 	// The hot tier full: once the ticks have demoted down to the budget,
 	// new keys arrive while each settled key must be demoted in turn (and
@@ -149,6 +149,22 @@ func BenchmarkTieredNode(b *testing.B) {
 		cold += s.Status().Cold.Keys
 	}
 	b.ReportMetric(float64(cold), "cold-keys")
+
+	// Restart again, most records now cold, from fresh snapshots.
+	for _, s := range h.Shards() {
+		if err := s.Snapshot(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := h.Close(); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("restarting with %d keys, %d cold", keys+more, cold)
+	h, took = open(hot / 2)
+	b.ReportMetric(took.Seconds(), "restart-cold-s")
+	if n := heldKeys(h); n != keys+more {
+		b.Fatalf("after the second restart the node holds %d keys, want %d", n, keys+more)
+	}
 }
 
 // benchLogger logs at info to stderr with GRID_BENCH_LOG set, else nowhere.

@@ -3,38 +3,71 @@ package tiering
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash"
 	"hash/crc32"
 	"hash/maphash"
 	"io"
+	"log/slog"
 	"math"
 
 	"github.com/l4xg/grid/keyspace"
 )
 
 // Restore replaces the shard's records with those of a stream written by
-// ShardSnapshot.WriteTo. The stream is written into sstables of the
-// shard's other generation, which are ingested, and the shard switches to
-// that generation, only once the whole stream has been read and verified;
-// on any error (wrapping ErrCorruptSnapshot for bad input) the shard keeps
-// its previous records, including the writes that were pending, which
-// Restore flushes first. r is read through a bufio.Reader (r itself when it
-// is one of at least 64 KiB), which may read past the end of the stream:
-// frame the stream when more data follows it.
-func (s *Shard) Restore(r io.Reader) error {
+// ShardSnapshot.WriteTo or WriteWithFiles. The stream is written into
+// sstables of the shard's other generation, which are ingested, and the
+// shard switches to that generation, only once the whole stream has been
+// read and verified; on any error (wrapping ErrCorruptSnapshot for bad
+// input) the shard keeps its previous records, including the writes that
+// were pending, which Restore flushes first. r is read through a
+// bufio.Reader (r itself when it is one of at least 64 KiB), which may read
+// past the end of the stream: frame the stream when more data follows it.
+func (s *Shard) Restore(r io.Reader) error { return s.RestoreWithFiles(r, "") }
+
+// RestoreWithFiles is Restore, except that when the stream refers to
+// snapshot files (WriteWithFiles) that dir holds, intact, it ingests those
+// instead of reading the records: links to them, so that they stay for the
+// next restart, and in O(files). It then reads no further than the
+// stream's reference, so the rest of r is left unread and unverified: the
+// caller must trust r as far as the reference goes (Raft's snapshot store
+// checks the whole file when it opens it). Files that are missing, of
+// another snapshot or damaged (the stream's nonce, each file's size and
+// CRC-32C are checked first), or that cannot be ingested, make it read the
+// stream as Restore does. Stats counts which way each restore went.
+func (s *Shard) RestoreWithFiles(r io.Reader, dir string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.flushLocked(); err != nil {
 		return fmt.Errorf("shard %d: restore: %w", s.id, err)
+	}
+	sr := &snapReader{r: bufio.NewReaderSize(r, 64<<10), crc: crc32.New(castagnoli)}
+	ref, err := sr.header()
+	if err != nil {
+		return fmt.Errorf("shard %d: restore: %w", s.id, err)
+	}
+	if ref != nil && dir != "" {
+		err := s.restoreFilesLocked(dir, ref)
+		if err == nil {
+			s.stats.fileRestores.Add(1)
+			return nil
+		}
+		level := slog.LevelWarn
+		if errors.Is(err, ErrNoSnapshotFiles) {
+			level = slog.LevelInfo
+		}
+		s.store.log.Log(context.Background(), level, "restoring the cold tier from the stream, not the local files",
+			"shard", s.id, "snapshot", ref.id, "reason", err)
 	}
 	next := s.gen ^ 1
 	lo, hi := genBounds(s.id, next)
 	if err := s.store.deleteRange(lo, hi); err != nil {
 		return fmt.Errorf("shard %d: restore: %w", s.id, err)
 	}
-	keys, size, err := s.load(r, next)
+	keys, size, err := s.load(sr, next)
 	if err != nil {
 		// Best effort: a leftover generation is deleted by the next
 		// Restore or Wipe, and is never read.
@@ -46,6 +79,7 @@ func (s *Shard) Restore(r io.Reader) error {
 	s.purgeFloor = math.MinInt64
 	s.stats.keys.Store(keys)
 	s.stats.bytes.Store(size)
+	s.stats.streamRestores.Add(1)
 	lo, hi = genBounds(s.id, old)
 	if err := s.store.deleteRange(lo, hi); err != nil {
 		return fmt.Errorf("shard %d: restore: drop old records: %w", s.id, err)
@@ -53,16 +87,10 @@ func (s *Shard) Restore(r io.Reader) error {
 	return nil
 }
 
-// load verifies the stream while writing its entries into sstables for
-// generation gen, ingests them, and returns the record count and logical
-// size.
-func (s *Shard) load(r io.Reader, gen byte) (keys, size int64, err error) {
-	sr := &snapReader{r: bufio.NewReaderSize(r, 64<<10), crc: crc32.New(castagnoli)}
-	var magic [8]byte
-	sr.raw(magic[:])
-	if sr.err == nil && magic != coldSnapshotMagic {
-		return 0, 0, fmt.Errorf("%w: bad magic %q", ErrCorruptSnapshot, magic[:])
-	}
+// load verifies the rest of the stream, after its header, while writing
+// its entries into sstables for generation gen, ingests them, and returns
+// the record count and logical size.
+func (s *Shard) load(sr *snapReader, gen byte) (keys, size int64, err error) {
 	iw := s.store.newIngester(s.id, gen)
 	defer iw.abort()
 	c := newIndexCheck()

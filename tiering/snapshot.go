@@ -29,7 +29,24 @@ import (
 // The count trails the entries so that writing needs no counting pass.
 // Carrying the index entries costs 52 bytes a record and saves Restore a
 // sort: it checks them against the records instead (see restore.go).
-var coldSnapshotMagic = [8]byte{'L', '4', 'X', 'G', 'C', 'L', 'D', '2'}
+//
+// WriteWithFiles writes the same stream with magic "L4XGCLD3" followed by
+// a reference to the local sstable copies of the snapshot (files.go):
+//
+//	id length u8 (1..255), id (the snapshot's id, a directory name)
+//	nonce [16]byte (random; the files' manifest holds the same)
+//
+// and then entries and trailer as above, the CRC covering the reference.
+var (
+	coldSnapshotMagic     = [8]byte{'L', '4', 'X', 'G', 'C', 'L', 'D', '2'}
+	coldSnapshotMagicRefs = [8]byte{'L', '4', 'X', 'G', 'C', 'L', 'D', '3'}
+)
+
+// filesRef is the reference a stream carries to its local sstable copies.
+type filesRef struct {
+	id    string
+	nonce [16]byte
+}
 
 // entryLen is the length of an entry's key after its kind byte.
 func entryLen(kind byte) int {
@@ -97,6 +114,13 @@ func (ss *ShardSnapshot) Close() error {
 // WriteTo streams every record of the snapshot to w in the format above. It
 // gives up with ErrClosed when the Store starts closing.
 func (ss *ShardSnapshot) WriteTo(w io.Writer) (int64, error) {
+	return ss.write(w, nil, nil)
+}
+
+// write streams the snapshot to w; with ref, in the format that carries
+// it, and with fw, writing every entry into fw's sstables as well, in the
+// same scan. A failure of fw does not stop the stream (see WriteWithFiles).
+func (ss *ShardSnapshot) write(w io.Writer, ref *filesRef, fw *filesWriter) (int64, error) {
 	if ss.err != nil {
 		return 0, ss.err
 	}
@@ -106,7 +130,14 @@ func (ss *ShardSnapshot) WriteTo(w io.Writer) (int64, error) {
 		return 0, fmt.Errorf("tiering: snapshot closed")
 	}
 	sw := &snapWriter{w: bufio.NewWriterSize(w, 1<<20), crc: crc32.New(castagnoli)}
-	sw.raw(coldSnapshotMagic[:])
+	if ref == nil {
+		sw.raw(coldSnapshotMagic[:])
+	} else {
+		sw.raw(coldSnapshotMagicRefs[:])
+		sw.raw([]byte{byte(len(ref.id))})
+		sw.raw([]byte(ref.id))
+		sw.raw(ref.nonce[:])
+	}
 	var count uint64
 	err := ss.store.with(func(*pebble.DB) error {
 		lo, hi := genBounds(ss.shard, ss.gen)
@@ -124,6 +155,7 @@ func (ss *ShardSnapshot) WriteTo(w io.Writer) (int64, error) {
 			}
 			sw.raw(k[prefixLen-1:])
 			if k[prefixLen-1] != kindRecord {
+				fw.add(k, nil)
 				continue
 			}
 			v, err := it.ValueAndErr()
@@ -132,6 +164,7 @@ func (ss *ShardSnapshot) WriteTo(w io.Writer) (int64, error) {
 			}
 			sw.u32(uint32(len(v)))
 			sw.raw(v)
+			fw.add(k, v)
 			count++
 		}
 		if err := errors.Join(it.Error(), it.Close()); err != nil {

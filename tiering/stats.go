@@ -28,6 +28,9 @@ type ShardStats struct {
 	Purged  uint64 // records removed by Purge at their retention end
 	Lookups uint64 // Get and Lookup calls
 	Hits    uint64 // lookups that found a record
+	// Restores that ingested local snapshot files, and those that read
+	// the records from the stream (RestoreWithFiles).
+	FileRestores, StreamRestores uint64
 
 	// LookupLatency is the time spent in Pebble reads of lookups.
 	LookupLatency Histogram
@@ -47,6 +50,7 @@ type Histogram struct {
 type counters struct {
 	keys, bytes                          atomic.Int64
 	puts, deletes, purged, lookups, hits atomic.Uint64
+	fileRestores, streamRestores         atomic.Uint64
 	latency                              [len(latencyBounds) + 1]atomic.Uint64
 	latencySum                           atomic.Int64
 }
@@ -69,6 +73,9 @@ func (c *counters) snapshot() ShardStats {
 		Purged:  c.purged.Load(),
 		Lookups: c.lookups.Load(),
 		Hits:    c.hits.Load(),
+
+		FileRestores:   c.fileRestores.Load(),
+		StreamRestores: c.streamRestores.Load(),
 		LookupLatency: Histogram{
 			Bounds: append([]time.Duration(nil), latencyBounds[:]...),
 			Counts: make([]uint64, len(latencyBounds)+1),
