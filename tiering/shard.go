@@ -73,6 +73,12 @@ func (s *Shard) Get(d keyspace.Digest) (keyspace.ColdRecord, bool) {
 // Lookup is Get with an error instead of a retry or a panic.
 func (s *Shard) Lookup(d keyspace.Digest) (keyspace.ColdRecord, bool, error) {
 	s.stats.lookups.Add(1)
+	if s.stats.keys.Load() == 0 {
+		// Nothing demoted (or all purged): the common case of a young or
+		// small grid costs no Pebble probe. The count covers pending
+		// writes too.
+		return keyspace.ColdRecord{}, false, nil
+	}
 	var k [recordKeyLen]byte
 	var rec keyspace.ColdRecord
 	decode := func(v []byte) error {
