@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -40,6 +41,11 @@ type Shard struct {
 	scratch    []byte // value encoding buffer
 
 	stats counters
+	// countExact is set once Wipe has emptied the shard: from then on
+	// stats.keys counts its records exactly (Put, Delete, Purge and Restore
+	// keep it), so a count of 0 answers lookups without a probe. A shard
+	// reopened with records on disk and not wiped has no exact count.
+	countExact atomic.Bool
 }
 
 var _ keyspace.ColdTier = (*Shard)(nil)
@@ -73,7 +79,7 @@ func (s *Shard) Get(d keyspace.Digest) (keyspace.ColdRecord, bool) {
 // Lookup is Get with an error instead of a retry or a panic.
 func (s *Shard) Lookup(d keyspace.Digest) (keyspace.ColdRecord, bool, error) {
 	s.stats.lookups.Add(1)
-	if s.stats.keys.Load() == 0 {
+	if s.countExact.Load() && s.stats.keys.Load() == 0 {
 		// Nothing demoted (or all purged): the common case of a young or
 		// small grid costs no Pebble probe. The count covers pending
 		// writes too.
@@ -280,6 +286,7 @@ func (s *Shard) Wipe() error {
 	s.gen = 0
 	s.purgeFloor = math.MinInt64
 	s.stats.keys.Store(0)
+	s.countExact.Store(true)
 	s.stats.bytes.Store(0)
 	return nil
 }
