@@ -56,6 +56,10 @@ type Config struct {
 	HeartbeatTimeout time.Duration
 	Logger           *slog.Logger
 	Metrics          *Metrics
+
+	// tuneRaft, if set, adjusts Raft's configuration last (tests: few
+	// trailing logs, so that a lagging follower needs a snapshot).
+	tuneRaft func(*raft.Config)
 }
 
 // Validate checks the config and fills defaults.
@@ -151,6 +155,9 @@ func Open(cfg Config) (*Shard, error) {
 	rc.MaxAppendEntries = 256
 	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: fmt.Sprintf("raft-shard-%d", cfg.ID), Level: hclog.Warn, Output: io.Discard})
 	rc.NoSnapshotRestoreOnStart = false
+	if cfg.tuneRaft != nil {
+		cfg.tuneRaft(rc)
+	}
 
 	// The cache serves recent entries to followers without a Pebble read;
 	// it holds whole entries (up to MaxEntryCommands commands each), so it
