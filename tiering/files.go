@@ -367,7 +367,8 @@ func (s *Shard) restoreFilesLocked(dir string, ref *filesRef) error {
 		return fmt.Errorf("%w: the files in %s are of shard %d", ErrNoSnapshotFiles, sdir, m.shard)
 	}
 	t := m.gen
-	if t > 1 || t == s.gen && s.stats.keys.Load() != 0 {
+	empty := s.countExact.Load() && s.stats.keys.Load() == 0
+	if t > 1 || t == s.gen && !empty {
 		// Ingesting into the live generation would lose its records if
 		// the ingestion failed.
 		return fmt.Errorf("%w: the files are of generation %d, live", ErrNoSnapshotFiles, t)
