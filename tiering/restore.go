@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"time"
 
 	"github.com/l4xg/grid/keyspace"
 )
@@ -50,9 +51,12 @@ func (s *Shard) RestoreWithFiles(r io.Reader, dir string) error {
 		return fmt.Errorf("shard %d: restore: %w", s.id, err)
 	}
 	if ref != nil && dir != "" {
+		start := time.Now()
 		err := s.restoreFilesLocked(dir, ref)
 		if err == nil {
 			s.stats.fileRestores.Add(1)
+			s.store.log.Info("cold tier restored from local snapshot files", "shard", s.id, "snapshot", ref.id,
+				"records", s.stats.keys.Load(), "took", time.Since(start))
 			return nil
 		}
 		level := slog.LevelWarn
