@@ -1,0 +1,447 @@
+package chaos_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"google.golang.org/grpc"
+
+	"github.com/l4xg/grid/chaos"
+	"github.com/l4xg/grid/client"
+	"github.com/l4xg/grid/internal/gridtest"
+)
+
+var (
+	long   = flag.Bool("long", false, "chaos: longer runs with more keys, clients, faults and seeds")
+	vizDir = flag.String("chaos.viz", "", "chaos: directory for the visualizations of failed checks (default: the test's temp dir, removed after the test)")
+	seed0  = flag.Uint64("chaos.seed", 0, "chaos: first seed (default: from the time; the seed is logged)")
+)
+
+// workload is one randomized run.
+type workload struct {
+	seed    uint64
+	workers int // concurrent callers
+	clients int // client.Client instances they share (concurrent calls on one client are batched)
+	keys    int
+	ops     int // operations in all
+	faults  int // faults spread over the run (Kill then Restart, or Restart)
+	// clock, when set, is the grid's clock: workers push it forward and
+	// leases, retry delays and retentions are short, so that they expire
+	// during the run. Without it they are hours long and never expire.
+	clock *fakeClock
+	// wrap, when set, wraps the executor (deliberately broken grids).
+	wrap func(chaos.Executor) chaos.Executor
+}
+
+// singleNode is the Cluster of one in-process node (internal/gridtest).
+type singleNode struct {
+	n *gridtest.Node
+}
+
+var _ chaos.Cluster = (*singleNode)(nil)
+
+func (s *singleNode) Addrs() []string { return []string{s.n.Addr()} }
+
+// Kill stops the node without draining: gRPC connections are cut at once,
+// so calls in flight lose their answers. (The shards still close cleanly: an
+// in-process node cannot lose its unsynced writes as kill -9 does; see
+// cmd/gridnode's crash test for that.)
+func (s *singleNode) Kill(int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = s.n.Stop(ctx) // gridtest's Close reports a failure at Restart or cleanup
+}
+
+// Restart starts the node again on its data directory and address (after
+// stopping it cleanly when it runs: a stopped node's Stop is a no-op).
+func (s *singleNode) Restart(int) { s.n.Restart() }
+
+// fakeClock is a grid clock that workers move forward.
+type fakeClock struct{ ms atomic.Int64 }
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{}
+	c.ms.Store(time.Now().UnixMilli())
+	return c
+}
+
+func (c *fakeClock) Now() time.Time          { return time.UnixMilli(c.ms.Load()) }
+func (c *fakeClock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
+
+// gate holds workers back while a fault is being injected: a worker whose
+// call had an unknown outcome waits for the grid to be back before it
+// carries on, so that a fault leaves at most one open-ended operation per
+// worker (each multiplies the states the checker explores).
+type gate struct {
+	mu sync.Mutex
+	up chan struct{} // closed while the grid is up
+}
+
+func newGate() *gate {
+	g := &gate{up: make(chan struct{})}
+	close(g.up)
+	return g
+}
+
+func (g *gate) down() {
+	g.mu.Lock()
+	g.up = make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *gate) raise() {
+	g.mu.Lock()
+	close(g.up)
+	g.mu.Unlock()
+}
+
+func (g *gate) wait(ctx context.Context) {
+	g.mu.Lock()
+	up := g.up
+	g.mu.Unlock()
+	select {
+	case <-up:
+	case <-ctx.Done():
+	}
+}
+
+// run runs w against cl and returns the history.
+func run(t *testing.T, cl chaos.Cluster, w workload) []porcupine.Operation {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	addrs := cl.Addrs()
+	clients := make([]*client.Client, w.clients)
+	for i := range clients {
+		// Spread over the nodes; a cluster client routes by itself.
+		c, err := client.Dial(ctx, addrs[i%len(addrs)],
+			// Each recorded operation is sent at most once (see
+			// chaos.ClientExecutor).
+			client.WithRetryPolicy(client.RetryPolicy{Attempts: 1}),
+			// Calls wait for the connection instead of failing while a
+			// node restarts: they were not sent, and need no open end.
+			client.WithDialOptions(grpc.WithDefaultCallOptions(grpc.WaitForReady(true))),
+		)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients[i] = c
+		defer c.Close()
+	}
+
+	rec := chaos.NewRecorder()
+	g := newGate()
+	var done atomic.Int64
+	faultAt := make(chan struct{}, w.faults)
+	every := w.ops / (w.faults + 1)
+
+	injectorCtx, stopInjector := context.WithCancel(ctx)
+	injected := make(chan struct{})
+	go func() { // the fault injector
+		defer close(injected)
+		rng := rand.New(rand.NewPCG(w.seed, 0xfa))
+		partitioned := false
+		for range w.faults {
+			select {
+			case <-faultAt:
+			case <-injectorCtx.Done():
+				return
+			}
+			inject(t, cl, rng, g, &partitioned, done.Load())
+		}
+		if partitioned {
+			cl.(chaos.Partitioner).Heal()
+		}
+	}()
+	var wg sync.WaitGroup
+	for i := range w.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var exec chaos.Executor = chaos.ClientExecutor{C: clients[i%len(clients)], NS: "chaos"}
+			if w.wrap != nil {
+				exec = w.wrap(exec)
+			}
+			wk := &worker{id: i, w: w, rng: rand.New(rand.NewPCG(w.seed, uint64(i))), held: map[string]uint64{}}
+			for {
+				n := done.Add(1)
+				if n > int64(w.ops) {
+					return
+				}
+				if w.faults > 0 && n%int64(every) == 0 {
+					select {
+					case faultAt <- struct{}{}:
+					default:
+					}
+				}
+				if !wk.step(ctx, t, exec, rec, g) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	stopInjector()
+	<-injected
+	return rec.Operations()
+}
+
+// inject makes one fault on a random node: kill then restart, restart, or
+// (when the Cluster is a Partitioner) isolate it; a partition is healed at
+// the next fault. Workers hold back while a node is down (see gate).
+func inject(t *testing.T, cl chaos.Cluster, rng *rand.Rand, g *gate, partitioned *bool, at int64) {
+	p, canPartition := cl.(chaos.Partitioner)
+	if *partitioned {
+		t.Logf("fault at op %d: heal", at)
+		p.Heal()
+		*partitioned = false
+		return
+	}
+	n := len(cl.Addrs())
+	i := rng.IntN(n)
+	kinds := 2
+	if canPartition && n > 1 {
+		kinds = 3
+	}
+	switch rng.IntN(kinds) {
+	case 0:
+		t.Logf("fault at op %d: kill and restart node %d", at, i)
+		g.down()
+		cl.Kill(i)
+		cl.Restart(i)
+		g.raise()
+	case 1:
+		t.Logf("fault at op %d: restart node %d", at, i)
+		g.down()
+		cl.Restart(i)
+		g.raise()
+	default:
+		t.Logf("fault at op %d: isolate node %d", at, i)
+		var rest []int
+		for j := range n {
+			if j != i {
+				rest = append(rest, j)
+			}
+		}
+		p.Partition(rest)
+		*partitioned = true
+	}
+}
+
+// worker is one caller: it remembers the leases it holds and the tokens it
+// held, and picks operations that make sense for a consumer, plus some that
+// do not (settles with a superseded token).
+type worker struct {
+	id    int
+	w     workload
+	rng   *rand.Rand
+	held  map[string]uint64 // key -> token of a lease this worker holds
+	stale []uint64          // tokens it held before
+}
+
+// durations of the run: long enough never to expire, or short with a fake clock.
+func (wk *worker) lease() int64 {
+	if wk.w.clock != nil {
+		return 100 + wk.rng.Int64N(900)
+	}
+	return hour/2 + wk.rng.Int64N(hour/2)
+}
+
+func (wk *worker) retention() int64 {
+	if wk.w.clock != nil {
+		return 500 + wk.rng.Int64N(1500)
+	}
+	return day
+}
+
+func (wk *worker) retryAfter() int64 {
+	if wk.w.clock != nil {
+		return 100 + wk.rng.Int64N(500)
+	}
+	return hour
+}
+
+func (wk *worker) next() chaos.Input {
+	key := fmt.Sprintf("k%d", wk.rng.IntN(wk.w.keys))
+	in := chaos.Input{Key: key}
+	p := wk.rng.IntN(100)
+	if tok, ok := wk.held[key]; ok {
+		in.Token = tok
+		switch {
+		case p < 35:
+			in.Kind, in.Retention = chaos.OpComplete, wk.retention()
+			in.Result = fmt.Sprintf("w%d-%d", wk.id, wk.rng.IntN(1000))
+		case p < 50:
+			in.Kind, in.RetryAfter, in.Retention = chaos.OpFail, wk.retryAfter(), wk.retention()
+			in.Poison = wk.rng.IntN(4) == 0
+		case p < 75:
+			in.Kind, in.Lease = chaos.OpExtend, wk.lease()
+		case p < 88:
+			in.Kind = chaos.OpRelease
+		default:
+			in.Kind = chaos.OpGet
+		}
+		return in
+	}
+	switch {
+	case p < 45:
+		in.Kind, in.Lease, in.Retention = chaos.OpReserve, wk.lease(), wk.retention()
+		in.MaxAttempts = 1 + wk.rng.IntN(3)
+	case p < 70:
+		in.Kind = chaos.OpGet
+	case p < 80:
+		in.Kind = chaos.OpForget
+	default: // a settle with a token this worker no longer holds
+		in.Token = 1 + wk.rng.Uint64N(1<<20)
+		if len(wk.stale) > 0 {
+			in.Token = wk.stale[wk.rng.IntN(len(wk.stale))]
+		}
+		switch wk.rng.IntN(4) {
+		case 0:
+			in.Kind, in.Retention, in.Result = chaos.OpComplete, wk.retention(), "stale"
+		case 1:
+			in.Kind, in.RetryAfter, in.Retention = chaos.OpFail, wk.retryAfter(), wk.retention()
+		case 2:
+			in.Kind, in.Lease = chaos.OpExtend, wk.lease()
+		default:
+			in.Kind = chaos.OpRelease
+		}
+	}
+	return in
+}
+
+// step runs one operation and records it; false stops the worker.
+func (wk *worker) step(ctx context.Context, t *testing.T, exec chaos.Executor, rec *chaos.Recorder, g *gate) bool {
+	if c := wk.w.clock; c != nil {
+		c.Advance(time.Duration(wk.rng.IntN(150)) * time.Millisecond)
+	}
+	in := wk.next()
+	call := rec.Begin(wk.id, in)
+	opCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	out, err := exec.Do(opCtx, in)
+	cancel()
+	if err != nil {
+		call.Unknown()
+		t.Errorf("worker %d: %v: %v", wk.id, in.Kind, err)
+		return false
+	}
+	if out.Unknown {
+		call.Unknown()
+		if tok, ok := wk.held[in.Key]; ok && in.Kind != chaos.OpGet && in.Kind != chaos.OpExtend {
+			delete(wk.held, in.Key)
+			wk.stale = append(wk.stale, tok)
+		}
+		g.wait(ctx)
+		return ctx.Err() == nil
+	}
+	call.End(out)
+	switch {
+	case in.Kind == chaos.OpReserve && out.Outcome == client.OutcomeAcquired:
+		wk.held[in.Key] = out.Token
+	case in.Kind == chaos.OpGet, in.Kind == chaos.OpForget:
+	case in.Kind == chaos.OpExtend && out.Outcome == client.OutcomeOK:
+	case in.Kind != chaos.OpReserve:
+		if tok, ok := wk.held[in.Key]; ok && tok == in.Token {
+			delete(wk.held, in.Key)
+			wk.stale = append(wk.stale, tok)
+		}
+	}
+	return true
+}
+
+// checkHistory checks ops and fails the test unless the verdict is want.
+func checkHistory(t *testing.T, name string, ops []porcupine.Operation, want porcupine.CheckResult) {
+	t.Helper()
+	dir := *vizDir
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	st := chaos.Count(ops)
+	v, err := chaos.Check(ops, 60*time.Second, dir, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %d operations on %d keys, %d with unknown outcome; check %v in %v",
+		name, st.Ops, st.Keys, st.Unknown, v.Result, v.Elapsed.Round(time.Millisecond))
+	t.Logf("%s: outcomes %v", name, st.ByOutcome)
+	if v.Visualization != "" {
+		t.Logf("%s: visualization: %s", name, v.Visualization)
+	}
+	switch {
+	case v.Result == want:
+	case v.Result == porcupine.Unknown:
+		t.Fatalf("%s: the checker timed out: neither a pass nor a failure; investigate (smaller history, fewer open-ended operations)", name)
+	default:
+		t.Fatalf("%s: %v, want %v", name, v.Result, want)
+	}
+}
+
+func firstSeed(t *testing.T) uint64 {
+	s := *seed0
+	if s == 0 {
+		s = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (rerun with -chaos.seed %d)", s, s)
+	return s
+}
+
+// TestLinearizableUnderRestarts: concurrent random operations on a few keys
+// against a real node that is killed and restarted during the run; every
+// history is linearizable, fencing tokens increase per key (the model
+// checks it), and acknowledged writes survive the restarts.
+func TestLinearizableUnderRestarts(t *testing.T) {
+	seeds, w := 1, workload{workers: 8, clients: 2, keys: 5, ops: 1500, faults: 3}
+	if *long {
+		seeds, w = 5, workload{workers: 16, clients: 4, keys: 20, ops: 20000, faults: 12}
+	}
+	s := firstSeed(t)
+	for i := range seeds {
+		w.seed = s + uint64(i)
+		t.Run(fmt.Sprintf("seed=%d", w.seed), func(t *testing.T) {
+			cl := &singleNode{n: gridtest.Start(t, gridtest.Options{Shards: 2})}
+			ops := run(t, cl, w)
+			checkHistory(t, "restarts", ops, porcupine.Ok)
+		})
+	}
+}
+
+// TestLinearizableWithExpiry: the same with a grid clock that the workers
+// push forward, short leases, retry delays and retentions, so that leases
+// expire and are taken over, failed keys are retried and poisoned, and
+// settled keys come back ABSENT: the model's time rules checked against the
+// grid's.
+func TestLinearizableWithExpiry(t *testing.T) {
+	seeds, w := 1, workload{workers: 6, clients: 2, keys: 3, ops: 1000}
+	if *long {
+		seeds, w = 5, workload{workers: 12, clients: 3, keys: 10, ops: 10000, faults: 6}
+	}
+	s := firstSeed(t)
+	for i := range seeds {
+		w.seed = s + uint64(i)
+		t.Run(fmt.Sprintf("seed=%d", w.seed), func(t *testing.T) {
+			w.clock = newFakeClock()
+			cl := &singleNode{n: gridtest.Start(t, gridtest.Options{Shards: 2, Clock: w.clock.Now})}
+			ops := run(t, cl, w)
+			st := chaos.Count(ops)
+			takeovers := 0
+			for _, op := range ops {
+				in, out := op.Input.(chaos.Input), op.Output.(chaos.Output)
+				if in.Kind == chaos.OpReserve && out.Outcome == client.OutcomeAcquired && out.Attempt > 1 {
+					takeovers++
+				}
+			}
+			t.Logf("expiry: %d takeovers (ACQUIRED with attempt > 1)", takeovers)
+			if takeovers == 0 || st.ByOutcome["reserve BUSY"] == 0 {
+				t.Errorf("workload too thin to mean anything: %d takeovers, %v", takeovers, st.ByOutcome)
+			}
+			checkHistory(t, "expiry", ops, porcupine.Ok)
+		})
+	}
+}

@@ -1,0 +1,216 @@
+package chaos_test
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/l4xg/grid/chaos"
+	"github.com/l4xg/grid/client"
+)
+
+const (
+	hour  = int64(time.Hour / time.Millisecond)
+	day   = 24 * hour
+	t0    = int64(1_800_000_000_000) // a grid stamp, Unix ms
+	keyA  = "a"
+	lease = hour
+)
+
+// hist builds a history by hand. Times are abstract ticks.
+type hist struct {
+	ops []porcupine.Operation
+	t   int64
+}
+
+// seq appends an operation that runs alone, after everything so far.
+func (h *hist) seq(client int, in chaos.Input, out chaos.Output) *hist {
+	h.t += 10
+	return h.at(client, h.t, h.t+5, in, out)
+}
+
+// at appends an operation over [call, ret] (ret math.MaxInt64: open end).
+func (h *hist) at(client int, call, ret int64, in chaos.Input, out chaos.Output) *hist {
+	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
+	h.t = max(h.t, min(ret, call+5))
+	return h
+}
+
+// unknown appends an operation with an open end, called after everything so far.
+func (h *hist) unknown(client int, in chaos.Input) *hist {
+	h.t += 10
+	return h.at(client, h.t, math.MaxInt64, in, chaos.Output{Unknown: true})
+}
+
+func reserve(key string) chaos.Input {
+	return chaos.Input{Key: key, Kind: chaos.OpReserve, Lease: lease, MaxAttempts: 3, Retention: day}
+}
+func complete(key string, tok uint64, res string) chaos.Input {
+	return chaos.Input{Key: key, Kind: chaos.OpComplete, Token: tok, Result: res, Retention: day}
+}
+func fail(key string, tok uint64) chaos.Input {
+	return chaos.Input{Key: key, Kind: chaos.OpFail, Token: tok, RetryAfter: hour, Retention: day}
+}
+func extend(key string, tok uint64, l int64) chaos.Input {
+	return chaos.Input{Key: key, Kind: chaos.OpExtend, Token: tok, Lease: l}
+}
+func release(key string, tok uint64) chaos.Input {
+	return chaos.Input{Key: key, Kind: chaos.OpRelease, Token: tok}
+}
+func get(key string) chaos.Input    { return chaos.Input{Key: key, Kind: chaos.OpGet} }
+func forget(key string) chaos.Input { return chaos.Input{Key: key, Kind: chaos.OpForget} }
+
+func acquired(tok uint64, att int, now, l int64) chaos.Output {
+	return chaos.Output{Outcome: client.OutcomeAcquired, State: client.StateProcessing, Token: tok, Attempt: att, Deadline: now + l, Now: now}
+}
+func busy(att int, dl, now int64) chaos.Output {
+	return chaos.Output{Outcome: client.OutcomeBusy, State: client.StateProcessing, Attempt: att, Deadline: dl, Now: now}
+}
+func completed(o client.Outcome, tok uint64, res string, dl, now int64) chaos.Output {
+	return chaos.Output{Outcome: o, State: client.StateCompleted, Token: tok, Attempt: 1, Deadline: dl, Now: now, Result: res}
+}
+func processing(tok uint64, att int, dl, now int64) chaos.Output {
+	return chaos.Output{Outcome: client.OutcomeOK, State: client.StateProcessing, Token: tok, Attempt: att, Deadline: dl, Now: now}
+}
+func absentOut(o client.Outcome, now int64) chaos.Output {
+	return chaos.Output{Outcome: o, State: client.StateAbsent, Now: now}
+}
+
+func check(t *testing.T, name string, h *hist, want porcupine.CheckResult) {
+	t.Helper()
+	got := porcupine.CheckOperationsTimeout(chaos.Model(), h.ops, 10*time.Second)
+	if got != want {
+		t.Errorf("%s: %v, want %v", name, got, want)
+	}
+}
+
+// TestModelAccepts: histories the grid may produce are linearizable.
+func TestModelAccepts(t *testing.T) {
+	cases := map[string]*hist{
+		"lifecycle": new(hist).
+			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
+			seq(1, reserve(keyA), busy(1, t0+lease, t0+1)).
+			seq(0, extend(keyA, 10, 2*lease), processing(10, 1, t0+2+2*lease, t0+2)).
+			seq(1, get(keyA), processing(10, 1, t0+2+2*lease, t0+3)).
+			seq(0, complete(keyA, 10, "r"), completed(client.OutcomeOK, 10, "r", t0+4+day, t0+4)).
+			seq(0, complete(keyA, 10, "r"), completed(client.OutcomeOK, 10, "r", t0+4+day, t0+5)).
+			seq(1, reserve(keyA), completed(client.OutcomeDuplicate, 10, "r", t0+4+day, t0+6)).
+			seq(1, complete(keyA, 9, "x"), chaos.Output{Outcome: client.OutcomeLeaseLost, State: client.StateCompleted, Attempt: 1, Deadline: t0 + 4 + day, Now: t0 + 7, Result: "r"}).
+			seq(1, forget(keyA), chaos.Output{Outcome: client.OutcomeOK, State: client.StateAbsent, Now: t0 + 8, Existed: true}).
+			seq(1, reserve(keyA), acquired(20, 1, t0+9, lease)).
+			seq(1, release(keyA, 20), absentOut(client.OutcomeOK, t0+10)).
+			seq(0, release(keyA, 20), absentOut(client.OutcomeOK, t0+11)),
+		// Two concurrent reserves: either may win.
+		"concurrent reserves": new(hist).
+			at(0, 0, 100, reserve(keyA), busy(1, t0+1+lease, t0+2)).
+			at(1, 10, 50, reserve(keyA), acquired(10, 1, t0+1, lease)),
+		// A reserve whose answer was lost granted a token that a later Get
+		// reveals; the token is pinned from then on.
+		"unknown grant revealed": new(hist).
+			unknown(0, reserve(keyA)).
+			seq(1, get(keyA), processing(15, 1, t0+10+lease, t0+20)).
+			seq(1, reserve(keyA), busy(1, t0+10+lease, t0+21)).
+			seq(2, complete(keyA, 15, "r"), completed(client.OutcomeOK, 15, "r", t0+22+day, t0+22)),
+		// A complete with an open end may land late: after a BUSY, before
+		// the DUPLICATE.
+		"unknown settle lands late": new(hist).
+			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
+			unknown(0, complete(keyA, 10, "r")).
+			seq(1, reserve(keyA), busy(1, t0+lease, t0+5)).
+			seq(1, reserve(keyA), completed(client.OutcomeDuplicate, 10, "r", t0+7+day, t0+9)),
+		// Or never: the open end allows no effect at all.
+		"unknown settle never lands": new(hist).
+			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
+			unknown(0, fail(keyA, 10)).
+			seq(1, get(keyA), processing(10, 1, t0+lease, t0+5)),
+		// An expired lease is taken over by the next attempt with a larger
+		// token, and the old holder's settle is refused.
+		"expiry takeover": new(hist).
+			seq(0, chaos.Input{Key: keyA, Kind: chaos.OpReserve, Lease: 1000, MaxAttempts: 3}, acquired(10, 1, t0, 1000)).
+			seq(1, reserve(keyA), acquired(20, 2, t0+1000, lease)).
+			seq(0, complete(keyA, 10, "late"), chaos.Output{Outcome: client.OutcomeLeaseLost, State: client.StateProcessing, Attempt: 2, Deadline: t0 + 1000 + lease, Now: t0 + 1001}),
+		// A completed key past its retention is absent again.
+		"retention ends": new(hist).
+			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
+			seq(0, chaos.Input{Key: keyA, Kind: chaos.OpComplete, Token: 10, Retention: 500}, completed(client.OutcomeOK, 10, "", t0+1+500, t0+1)).
+			seq(1, get(keyA), absentOut(client.OutcomeOK, t0+501)).
+			seq(1, reserve(keyA), acquired(30, 1, t0+502, lease)),
+		// Fail poisons the key once attempts reach max_attempts.
+		"fail poisons at max attempts": new(hist).
+			seq(0, chaos.Input{Key: keyA, Kind: chaos.OpReserve, Lease: lease, MaxAttempts: 1}, acquired(10, 1, t0, lease)).
+			seq(0, fail(keyA, 10), chaos.Output{Outcome: client.OutcomeOK, State: client.StatePoisoned, Token: 10, Attempt: 1, Deadline: t0 + 1 + day, Now: t0 + 1}).
+			seq(1, reserve(keyA), chaos.Output{Outcome: client.OutcomePoisoned, State: client.StatePoisoned, Token: 10, Attempt: 1, Deadline: t0 + 1 + day, Now: t0 + 2}),
+	}
+	for name, h := range cases {
+		check(t, name, h, porcupine.Ok)
+	}
+}
+
+// TestModelRejects: histories no correct grid produces are caught.
+func TestModelRejects(t *testing.T) {
+	cases := map[string]*hist{
+		"two holders, sequential": new(hist).
+			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
+			seq(1, reserve(keyA), acquired(11, 1, t0+1, lease)),
+		"two holders, concurrent": new(hist).
+			at(0, 0, 100, reserve(keyA), acquired(10, 1, t0, lease)).
+			at(1, 0, 100, reserve(keyA), acquired(11, 1, t0, lease)),
+		"two holders around an unknown op that cannot settle": new(hist).
+			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
+			unknown(2, complete(keyA, 99, "not the holder")).
+			seq(1, reserve(keyA), acquired(11, 1, t0+1, lease)),
+		"duplicate before any complete": new(hist).
+			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
+			seq(1, reserve(keyA), completed(client.OutcomeDuplicate, 10, "r", t0+4+day, t0+3)).
+			seq(0, complete(keyA, 10, "r"), completed(client.OutcomeOK, 10, "r", t0+4+day, t0+4)),
+		"token goes backwards": new(hist).
+			seq(0, reserve(keyA), acquired(20, 1, t0, lease)).
+			seq(0, release(keyA, 20), absentOut(client.OutcomeOK, t0+1)).
+			seq(1, reserve(keyA), acquired(10, 1, t0+2, lease)),
+		"token goes backwards after an unknown grant": new(hist).
+			seq(0, reserve(keyA), acquired(20, 1, t0, lease)).
+			seq(0, release(keyA, 20), absentOut(client.OutcomeOK, t0+1)).
+			unknown(1, reserve(keyA)).
+			seq(2, get(keyA), processing(15, 1, t0+2+lease, t0+3)),
+		"absent after an acknowledged complete": new(hist).
+			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
+			seq(0, complete(keyA, 10, "r"), completed(client.OutcomeOK, 10, "r", t0+1+day, t0+1)).
+			seq(1, get(keyA), absentOut(client.OutcomeOK, t0+2)),
+		"acknowledged extend lost": new(hist).
+			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
+			seq(0, extend(keyA, 10, 2*lease), processing(10, 1, t0+1+2*lease, t0+1)).
+			seq(1, get(keyA), processing(10, 1, t0+lease, t0+2)),
+		"settle with a superseded token": new(hist).
+			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
+			seq(0, release(keyA, 10), absentOut(client.OutcomeOK, t0+1)).
+			seq(1, reserve(keyA), acquired(20, 1, t0+2, lease)).
+			seq(0, complete(keyA, 10, "r"), completed(client.OutcomeOK, 10, "r", t0+3+day, t0+3)),
+		"holder's token shown to a busy caller": new(hist).
+			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
+			seq(1, reserve(keyA), chaos.Output{Outcome: client.OutcomeBusy, State: client.StateProcessing, Token: 10, Attempt: 1, Deadline: t0 + lease, Now: t0 + 1}),
+		"write stamps go backwards": new(hist).
+			seq(0, reserve(keyA), acquired(10, 1, t0+100, lease)).
+			seq(0, extend(keyA, 10, lease), processing(10, 1, t0+50+lease, t0+50)),
+		"expired lease not taken over": new(hist).
+			seq(0, chaos.Input{Key: keyA, Kind: chaos.OpReserve, Lease: 1000, MaxAttempts: 3}, acquired(10, 1, t0, 1000)).
+			seq(1, reserve(keyA), busy(1, t0+1000, t0+1000)),
+	}
+	for name, h := range cases {
+		check(t, name, h, porcupine.Illegal)
+	}
+}
+
+// TestModelPartitionsByKey: keys are independent registers; a violation on
+// one key is found among many linearizable ones.
+func TestModelPartitionsByKey(t *testing.T) {
+	h := new(hist)
+	for i := range 20 {
+		k := string(rune('a' + i))
+		h.seq(i, reserve(k), acquired(uint64(10+i), 1, t0+int64(i), lease))
+	}
+	check(t, "20 keys held once each", h, porcupine.Ok)
+	h.seq(0, reserve("c"), acquired(100, 1, t0+50, lease))
+	check(t, "key c held twice", h, porcupine.Illegal)
+}
