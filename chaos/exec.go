@@ -86,6 +86,6 @@ func Classify(r client.Result, err error) (Output, error) {
 	case errors.Is(err, client.ErrInvalidArgument), errors.Is(err, client.ErrLimitExceeded):
 		return Output{}, err
 	default:
-		return Output{Unknown: true}, nil
+		return Output{Unknown: true, Cause: err.Error()}, nil
 	}
 }

@@ -333,6 +333,7 @@ func (wk *worker) step(ctx context.Context, t *testing.T, exec chaos.Executor, r
 		return false
 	}
 	if out.Unknown {
+		call.Note("%s", out.Cause)
 		call.Unknown()
 		if tok, ok := wk.held[in.Key]; ok && in.Kind != chaos.OpGet && in.Kind != chaos.OpExtend {
 			delete(wk.held, in.Key)

@@ -34,7 +34,9 @@ func (k Kind) String() string {
 }
 
 // Input is one operation on one key, as a client sent it. Durations are
-// what the grid receives: whole milliseconds (see Millis).
+// what the grid receives: whole milliseconds (see Millis). A zero Lease,
+// Retention, MaxAttempts or RetryAfter means the grid's default, as on the
+// wire.
 type Input struct {
 	Key  string
 	Kind Kind
@@ -45,8 +47,7 @@ type Input struct {
 	// MaxAttempts of Reserve (the record keeps it from its grant).
 	MaxAttempts int
 	// Retention, ms: of the COMPLETED record (Complete), of the POISONED one
-	// (Fail, and Reserve when a takeover poisons the key). 0: the grid's
-	// default, which the model does not know (the deadline stays unknown).
+	// (Fail, and Reserve when a takeover poisons the key).
 	Retention int64
 	// RetryAfter of Fail, ms; Poison asks Fail to poison the key.
 	RetryAfter int64
@@ -58,6 +59,40 @@ type Input struct {
 	// applied at a later stamp is observed by nobody, so the model evaluates
 	// unknown operations at stamps up to Horizon only.
 	Horizon int64
+}
+
+// The grid's defaults for a zero field (api/convert.go, keyspace/limits.go).
+const (
+	defaultLease       = int64(30 * time.Second / time.Millisecond)
+	defaultRetention   = int64(7 * 24 * time.Hour / time.Millisecond) // Complete; Fail's and Reserve's poison retention too
+	defaultMaxAttempts = 5
+	backoffBase        = int64(time.Second / time.Millisecond)
+	backoffMax         = int64(5 * time.Minute / time.Millisecond)
+)
+
+// withDefaults is in as the grid applies it: zero fields take the grid's
+// defaults (a zero RetryAfter of Fail means the backoff by attempt, which
+// depends on the record and is left to the transition).
+func (in Input) withDefaults() Input {
+	if in.Lease == 0 {
+		in.Lease = defaultLease
+	}
+	if in.Retention == 0 {
+		in.Retention = defaultRetention
+	}
+	if in.MaxAttempts == 0 {
+		in.MaxAttempts = defaultMaxAttempts
+	}
+	return in
+}
+
+// backoff mirrors keyspace.Backoff: the retry delay after a failed attempt.
+func backoff(attempt int) int64 {
+	delay := backoffBase
+	for i := 1; i < attempt && delay < backoffMax; i++ {
+		delay *= 2
+	}
+	return min(delay, backoffMax)
 }
 
 // Output is the grid's answer, or Unknown when the client cannot tell
@@ -73,6 +108,9 @@ type Output struct {
 	Now      int64
 	Result   string
 	Existed  bool
+	// Cause is why the outcome is unknown (the client's error), for people;
+	// the model ignores it.
+	Cause string
 }
 
 // OutputOf converts a client Result.
@@ -295,6 +333,7 @@ func (s Register) view(o client.Outcome, hidden bool) answer {
 // and the answer the grid gives. It implements the tables of DESIGN.md
 // section 2 (keyspace/*.go); it must stay in step with them.
 func transitions(s Register, in Input, t at) []transition {
+	in = in.withDefaults()
 	var out []transition
 	add := func(next Register, a answer) { out = append(out, transition{next, a}) }
 	for _, rec := range s.lookup(t) {
@@ -308,9 +347,6 @@ func transitions(s Register, in Input, t at) []transition {
 				case h.yes && r.State == client.StateProcessing:
 					n := r.withDeadline(t, in.Retention)
 					n.State, n.Result = client.StateCompleted, in.Result
-					if in.Retention == 0 {
-						n.Deadline, n.DeadlineExact = 0, false
-					}
 					add(n, n.view(client.OutcomeOK, false))
 				case h.yes && r.State == client.StateCompleted:
 					add(r, r.view(client.OutcomeOK, false))
@@ -329,11 +365,12 @@ func transitions(s Register, in Input, t at) []transition {
 					if in.Poison || r.Attempts >= r.MaxAttempts {
 						n = r.withDeadline(t, in.Retention)
 						n.State = client.StatePoisoned
-						if in.Retention == 0 {
-							n.Deadline, n.DeadlineExact = 0, false
-						}
 					} else {
-						n = r.withDeadline(t, in.RetryAfter)
+						delay := in.RetryAfter
+						if delay == 0 {
+							delay = backoff(r.Attempts)
+						}
+						n = r.withDeadline(t, delay)
 						n.State = client.StateFailed
 					}
 					add(n, n.view(client.OutcomeOK, false))
@@ -366,7 +403,14 @@ func transitions(s Register, in Input, t at) []transition {
 				}
 			}
 		case OpGet:
-			add(rec, rec.view(client.OutcomeOK, false))
+			// A read changes nothing, not even by reclaiming an expired
+			// record: a later write may be stamped below the read (a
+			// ReadIndex read is stamped by the leader's clock).
+			if rec.State == s.State {
+				add(rec, rec.view(client.OutcomeOK, false))
+			} else {
+				add(s, rec.view(client.OutcomeOK, false))
+			}
 		case OpForget:
 			n := rec.cleared()
 			a := n.view(client.OutcomeOK, false)
@@ -407,9 +451,6 @@ func reserve(r Register, in Input, t at, add func(Register, answer)) {
 			// The takeover poisons the key under this command's new token.
 			n := r.withDeadline(t, in.Retention)
 			n.State, n.Token = client.StatePoisoned, 0
-			if in.Retention == 0 {
-				n.Deadline, n.DeadlineExact = 0, false
-			}
 			a := n.view(client.OutcomePoisoned, false)
 			a.tok = tokFresh
 			add(n, a)

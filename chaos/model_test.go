@@ -2,6 +2,8 @@ package chaos_test
 
 import (
 	"math"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,6 +144,20 @@ func TestModelAccepts(t *testing.T) {
 			seq(0, chaos.Input{Key: keyA, Kind: chaos.OpReserve, Lease: lease, MaxAttempts: 1}, acquired(10, 1, t0, lease)).
 			seq(0, fail(keyA, 10), chaos.Output{Outcome: client.OutcomeOK, State: client.StatePoisoned, Token: 10, Attempt: 1, Deadline: t0 + 1 + day, Now: t0 + 1}).
 			seq(1, reserve(keyA), chaos.Output{Outcome: client.OutcomePoisoned, State: client.StatePoisoned, Token: 10, Attempt: 1, Deadline: t0 + 1 + day, Now: t0 + 2}),
+		// Zero fields take the grid's defaults: a 30 s lease, 5 attempts, a
+		// 7-day retention, a backoff of 1 s after the first failed attempt.
+		"grid defaults": new(hist).
+			seq(0, chaos.Input{Key: keyA, Kind: chaos.OpReserve}, acquired(10, 1, t0, 30_000)).
+			seq(0, chaos.Input{Key: keyA, Kind: chaos.OpFail, Token: 10}, chaos.Output{Outcome: client.OutcomeOK, State: client.StateFailed, Token: 10, Attempt: 1, Deadline: t0 + 1 + 1000, Now: t0 + 1}).
+			seq(0, chaos.Input{Key: keyA, Kind: chaos.OpReserve}, acquired(20, 2, t0+1001, 30_000)).
+			seq(0, chaos.Input{Key: keyA, Kind: chaos.OpComplete, Token: 20}, chaos.Output{Outcome: client.OutcomeOK, State: client.StateCompleted, Token: 20, Attempt: 2, Deadline: t0 + 1002 + 7*day, Now: t0 + 1002}),
+		// A read stamped ahead of a later write (a ReadIndex read by the
+		// leader's clock) may see a record expired that the write still sees.
+		"read stamped ahead of a write": new(hist).
+			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
+			seq(0, chaos.Input{Key: keyA, Kind: chaos.OpComplete, Token: 10, Retention: 500}, completed(client.OutcomeOK, 10, "", t0+1+500, t0+1)).
+			seq(1, get(keyA), absentOut(client.OutcomeOK, t0+600)).
+			seq(1, reserve(keyA), completed(client.OutcomeDuplicate, 10, "", t0+1+500, t0+400)),
 	}
 	for name, h := range cases {
 		check(t, name, h, porcupine.Ok)
@@ -213,4 +229,26 @@ func TestModelPartitionsByKey(t *testing.T) {
 	check(t, "20 keys held once each", h, porcupine.Ok)
 	h.seq(0, reserve("c"), acquired(100, 1, t0+50, lease))
 	check(t, "key c held twice", h, porcupine.Illegal)
+}
+
+// TestCheckWritesVisualization: an illegal history, open-ended operations
+// included, gets a visualization file.
+func TestCheckWritesVisualization(t *testing.T) {
+	h := new(hist).
+		seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
+		unknown(1, reserve("b")).
+		seq(0, complete(keyA, 10, "r"), completed(client.OutcomeOK, 10, "r", t0+1+day, t0+1)).
+		seq(1, get(keyA), absentOut(client.OutcomeOK, t0+2))
+	dir := t.TempDir()
+	v, err := chaos.Check(h.ops, 10*time.Second, dir, "viz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Result != porcupine.Illegal || v.Visualization == "" {
+		t.Fatalf("verdict %+v, want Illegal with a visualization", v)
+	}
+	b, err := os.ReadFile(v.Visualization)
+	if err != nil || !strings.Contains(string(b), "complete(a, tok=10") {
+		t.Fatalf("visualization %s: %d bytes, err %v", v.Visualization, len(b), err)
+	}
 }
