@@ -22,7 +22,10 @@
 // key had before (fencing tokens strictly increase, across restarts and,
 // later, leader changes). The Register keeps that floor; a grant below it is
 // illegal. porcupine.NondeterministicModel's power-set construction turns it
-// into a porcupine.Model.
+// into a porcupine.Model. CheckTokens checks the same rule apart from the
+// model, over grants ordered in real time, and names the two operations when
+// it breaks. Zero durations and max_attempts mean the grid's defaults, as on
+// the wire (a Fail without retry_after backs off by attempt).
 //
 // Time: the grid evaluates each write at the stamp its leader put in the log
 // entry, which every answer carries (client.Result.Now). The model uses that
@@ -85,9 +88,15 @@
 // # Running
 //
 //	go test -race ./chaos/                        # CI: one seed, 8 workers, 5 keys, 1,500 operations, 3 faults (about 10 s)
-//	go test ./chaos -long -run Lin -v             # 5 seeds, 16 workers, 20 keys, 20,000 operations, 12 faults each
+//	go test ./chaos -long -run Lin -v             # 5 seeds, 16 workers, 20 keys, 20,000 operations, 12 faults each, and the kill -9 test (about 2.5 min)
+//	go test ./chaos -run Kill9 -chaos.proc -v     # the kill -9 test alone: builds gridnode, 3 seeds of 10,000 operations and 10 faults (about 40 s)
 //	go test ./chaos -run Lin -chaos.seed N -v     # replay the workload choices of a logged seed
 //	go test ./chaos -run Broken -chaos.viz /tmp/v # keep the visualizations of the broken runs
+//
+// TestLinearizableUnderKill9 runs gridnode serve processes (fsync'd Raft
+// log) and kills them with SIGKILL; every other seed runs them with a hot
+// window of 200 ms, so that duplicates and Gets are answered from the cold
+// tier across the kills too (the test fails if none is).
 //
 // A seed fixes the workers' choices, not the interleaving: a failure is
 // reproduced by the history it printed, not by rerunning the seed.
@@ -97,8 +106,8 @@
 // The test drives a Cluster: the client addresses of its nodes, Kill (cut
 // every connection at once) and Restart (same data, same address). A
 // single in-process node over internal/gridtest implements it now (its Kill
-// cuts connections but still closes the shards cleanly; real kill -9 is
-// cmd/gridnode's crash test). The in-process cluster harness of issue 3
+// cuts connections but still closes the shards cleanly), and so does a
+// gridnode process whose Kill is SIGKILL (proc_test.go). The in-process cluster harness of issue 3
 // implements Cluster, and Partitioner (Partition, Heal), which the test is
 // to use when present; the workload then picks a node per fault (the leader
 // of a key's shard, or any) and clients dial every node through the cluster

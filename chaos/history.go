@@ -108,7 +108,9 @@ func withHorizon(ops []porcupine.Operation) []porcupine.Operation {
 // Stats counts the operations of a history.
 type Stats struct {
 	Ops, Unknown, Keys int
-	ByOutcome          map[string]int
+	// Cold counts the answers the cold tier gave.
+	Cold      int
+	ByOutcome map[string]int
 }
 
 // Count describes a history.
@@ -124,6 +126,9 @@ func Count(ops []porcupine.Operation) Stats {
 			continue
 		}
 		st.ByOutcome[in.Kind.String()+" "+out.Outcome.String()]++
+		if out.Cold {
+			st.Cold++
+		}
 	}
 	st.Keys = len(keys)
 	return st

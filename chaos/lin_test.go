@@ -19,9 +19,10 @@ import (
 )
 
 var (
-	long   = flag.Bool("long", false, "chaos: longer runs with more keys, clients, faults and seeds")
-	vizDir = flag.String("chaos.viz", "", "chaos: directory for the visualizations of failed checks (default: the test's temp dir, removed after the test)")
-	seed0  = flag.Uint64("chaos.seed", 0, "chaos: first seed (default: from the time; the seed is logged)")
+	long     = flag.Bool("long", false, "chaos: longer runs with more keys, clients, faults and seeds")
+	vizDir   = flag.String("chaos.viz", "", "chaos: directory for the visualizations of failed checks (default: the test's temp dir, removed after the test)")
+	procTest = flag.Bool("chaos.proc", false, "chaos: also run the kill -9 test against gridnode processes (on with -long)")
+	seed0    = flag.Uint64("chaos.seed", 0, "chaos: first seed (default: from the time; the seed is logged)")
 )
 
 // workload is one randomized run.
@@ -32,6 +33,9 @@ type workload struct {
 	keys    int
 	ops     int // operations in all
 	faults  int // faults spread over the run (Kill then Restart, or Restart)
+	// forgets is the share (percent) of Forget among the operations on keys
+	// a worker does not hold: it brings settled keys back (default 10).
+	forgets int
 	// clock, when set, is the grid's clock: workers push it forward and
 	// leases, retry delays and retentions are short, so that they expire
 	// during the run. Without it they are hours long and never expire.
@@ -290,11 +294,15 @@ func (wk *worker) next() chaos.Input {
 		}
 		return in
 	}
+	forgets := wk.w.forgets
+	if forgets == 0 {
+		forgets = 10
+	}
 	switch {
 	case p < 45:
 		in.Kind, in.Lease, in.Retention = chaos.OpReserve, wk.lease(), wk.retention()
 		in.MaxAttempts = 1 + wk.rng.IntN(3)
-	case p < 70:
+	case p < 80-forgets:
 		in.Kind = chaos.OpGet
 	case p < 80:
 		in.Kind = chaos.OpForget
@@ -365,12 +373,15 @@ func checkHistory(t *testing.T, name string, ops []porcupine.Operation, want por
 		dir = t.TempDir()
 	}
 	st := chaos.Count(ops)
+	if err := chaos.CheckTokens(ops); err != nil && want == porcupine.Ok {
+		t.Errorf("%s: %v", name, err)
+	}
 	v, err := chaos.Check(ops, 60*time.Second, dir, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s: %d operations on %d keys, %d with unknown outcome; check %v in %v",
-		name, st.Ops, st.Keys, st.Unknown, v.Result, v.Elapsed.Round(time.Millisecond))
+	t.Logf("%s: %d operations on %d keys, %d with unknown outcome, %d answered from the cold tier; check %v in %v",
+		name, st.Ops, st.Keys, st.Unknown, st.Cold, v.Result, v.Elapsed.Round(time.Millisecond))
 	t.Logf("%s: outcomes %v", name, st.ByOutcome)
 	if v.Visualization != "" {
 		t.Logf("%s: visualization: %s", name, v.Visualization)

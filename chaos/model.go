@@ -108,8 +108,10 @@ type Output struct {
 	Now      int64
 	Result   string
 	Existed  bool
-	// Cause is why the outcome is unknown (the client's error), for people;
-	// the model ignores it.
+	// Cold tells that the cold tier held the record (client.TierCold), and
+	// Cause why the outcome is unknown (the client's error): for people and
+	// statistics; the model ignores both.
+	Cold  bool
 	Cause string
 }
 
@@ -124,6 +126,7 @@ func OutputOf(r client.Result) Output {
 		Now:      unixMs(r.Now),
 		Result:   string(r.Result),
 		Existed:  r.Existed,
+		Cold:     r.Tier == client.TierCold,
 	}
 }
 

@@ -252,3 +252,32 @@ func TestCheckWritesVisualization(t *testing.T) {
 		t.Fatalf("visualization %s: %d bytes, err %v", v.Visualization, len(b), err)
 	}
 }
+
+// TestCheckTokens: the separate pass over grants in real-time order.
+func TestCheckTokens(t *testing.T) {
+	ok := new(hist).
+		seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
+		seq(0, release(keyA, 10), absentOut(client.OutcomeOK, t0+1)).
+		at(1, 100, 200, reserve(keyA), acquired(30, 1, t0+2, lease)).
+		at(2, 150, 250, reserve("b"), acquired(20, 1, t0+3, lease)). // another key
+		unknown(3, reserve(keyA)).
+		seq(4, reserve(keyA), acquired(31, 1, t0+4, lease))
+	if err := chaos.CheckTokens(ok.ops); err != nil {
+		t.Fatal(err)
+	}
+	// Concurrent grants may come in any order of tokens.
+	concurrent := new(hist).
+		at(0, 0, 100, reserve(keyA), acquired(20, 1, t0, lease)).
+		at(1, 50, 60, reserve(keyA), acquired(10, 1, t0, lease))
+	if err := chaos.CheckTokens(concurrent.ops); err != nil {
+		t.Fatal(err)
+	}
+	backwards := new(hist).
+		seq(0, reserve(keyA), acquired(20, 1, t0, lease)).
+		seq(1, reserve("b"), acquired(5, 1, t0, lease)).
+		seq(0, release(keyA, 20), absentOut(client.OutcomeOK, t0+1)).
+		seq(1, reserve(keyA), acquired(20, 1, t0+2, lease))
+	if err := chaos.CheckTokens(backwards.ops); err == nil {
+		t.Fatal("a token granted twice on one key passed")
+	}
+}
