@@ -97,8 +97,11 @@ func (ss *ShardSnapshot) WriteWithFiles(w io.Writer, dir, id string) (int64, err
 }
 
 // filesWriter writes a snapshot's keys, rewritten to generation filesGen,
-// into checksummed sstables of one directory. Its first failure is kept and
-// turns later calls into no-ops; a nil *filesWriter does nothing.
+// into checksummed sstables of one directory. Building sstables (blocks,
+// compression, bloom filters) costs about twice the scan and the stream, so
+// it runs on a goroutine of its own, fed batches of entries by add. Its
+// first failure is kept and turns later entries into no-ops; a nil
+// *filesWriter does nothing.
 type filesWriter struct {
 	s     *Store
 	fs    vfs.FS
@@ -106,14 +109,32 @@ type filesWriter struct {
 	shard uint32
 	nonce [16]byte
 
+	// The scanning goroutine's side.
+	cur   *kvBatch
+	queue chan *kvBatch // nil once closed
+	free  chan *kvBatch
+	done  chan struct{} // closed when build returns
+
+	// The builder's side, read by the scanning goroutine after done.
 	w     *sstable.Writer
 	f     *summingFile
 	files []fileSum
-	key   []byte
 	keys  uint64 // records
 	size  int64  // their logical bytes
 	err   error
 }
+
+// kvBatch is a run of entries: keys and values back to back in buf, their
+// lengths in lens (key, value, key, value...).
+type kvBatch struct {
+	buf  []byte
+	lens []uint32
+}
+
+const (
+	filesBatchBytes = 256 << 10
+	filesBatches    = 6 // in flight: one filling, one building, the rest queued
+)
 
 type fileSum struct {
 	size int64
@@ -121,19 +142,75 @@ type fileSum struct {
 }
 
 func newFilesWriter(s *Store, shard uint32, dir string, nonce [16]byte) *filesWriter {
-	fw := &filesWriter{s: s, fs: s.opts.FS, dir: dir, shard: shard, nonce: nonce}
+	fw := &filesWriter{s: s, fs: s.opts.FS, dir: dir, shard: shard, nonce: nonce,
+		queue: make(chan *kvBatch, filesBatches-2), free: make(chan *kvBatch, filesBatches), done: make(chan struct{})}
 	if err := fw.fs.RemoveAll(dir); err != nil {
 		fw.err = err
 	} else if err := fw.fs.MkdirAll(dir, 0o755); err != nil {
 		fw.err = err
 	}
+	for range filesBatches {
+		fw.free <- &kvBatch{buf: make([]byte, 0, filesBatchBytes+64<<10)}
+	}
+	go fw.build(fw.queue)
 	return fw
 }
 
 func tableName(i int) string { return fmt.Sprintf("%06d.sst", i) }
 
+// add queues an entry; key is the stored key, whose generation it rewrites.
 func (fw *filesWriter) add(key, value []byte) {
-	if fw == nil || fw.err != nil {
+	if fw == nil {
+		return
+	}
+	if fw.cur == nil {
+		fw.cur = <-fw.free
+	}
+	b := fw.cur
+	at := len(b.buf)
+	b.buf = append(append(b.buf, key...), value...)
+	b.buf[at+4] = filesGen
+	b.lens = append(b.lens, uint32(len(key)), uint32(len(value)))
+	if len(b.buf) >= filesBatchBytes {
+		fw.queue <- b
+		fw.cur = nil
+	}
+}
+
+// wait hands over the last batch and waits for the builder to finish. It
+// may be called more than once.
+func (fw *filesWriter) wait() {
+	if fw.queue == nil {
+		return
+	}
+	if fw.cur != nil && len(fw.cur.lens) > 0 {
+		fw.queue <- fw.cur
+	}
+	fw.cur = nil
+	close(fw.queue)
+	fw.queue = nil
+	<-fw.done
+}
+
+// build writes the entries of queue into sstables.
+func (fw *filesWriter) build(queue <-chan *kvBatch) {
+	defer close(fw.done)
+	for b := range queue {
+		off := 0
+		for i := 0; i < len(b.lens); i += 2 {
+			k := b.buf[off : off+int(b.lens[i])]
+			off += len(k)
+			v := b.buf[off : off+int(b.lens[i+1])]
+			off += len(v)
+			fw.set(k, v)
+		}
+		b.buf, b.lens = b.buf[:0], b.lens[:0]
+		fw.free <- b
+	}
+}
+
+func (fw *filesWriter) set(key, value []byte) {
+	if fw.err != nil {
 		return
 	}
 	if fw.w == nil {
@@ -145,9 +222,7 @@ func (fw *filesWriter) add(key, value []byte) {
 		fw.f = &summingFile{File: f}
 		fw.w = sstable.NewWriter(objstorageprovider.NewFileWritable(fw.f), fw.s.writerOpts)
 	}
-	fw.key = append(fw.key[:0], key...)
-	fw.key[4] = filesGen
-	if err := fw.w.Set(fw.key, value); err != nil {
+	if err := fw.w.Set(key, value); err != nil {
 		fw.err = err
 		return
 	}
@@ -173,6 +248,7 @@ func (fw *filesWriter) closeFile() {
 
 // finish writes the manifest; on failure it removes the directory.
 func (fw *filesWriter) finish() error {
+	fw.wait()
 	if fw.err == nil && fw.w != nil {
 		fw.closeFile()
 	}
@@ -187,6 +263,7 @@ func (fw *filesWriter) finish() error {
 }
 
 func (fw *filesWriter) abort() {
+	fw.wait()
 	if fw.w != nil {
 		_ = fw.w.Close()
 		fw.w = nil
