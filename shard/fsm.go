@@ -146,7 +146,8 @@ func (f *fsm) view(fn func(m *keyspace.Machine)) {
 
 // fsmSnapshot is the hot machine's snapshot followed, when the shard has a
 // cold tier, by the cold tier's, whose records Persist also keeps as local
-// sstables (files/<snapshot id>) for a fast restart.
+// sstables (in files/<snapshot id>, files being <SnapshotDir>/cold/group-N)
+// for a fast restart.
 type fsmSnapshot struct {
 	snap     *keyspace.Snapshot
 	cold     *tiering.ShardSnapshot
