@@ -3,6 +3,7 @@ package tiering
 import (
 	"bytes"
 	"io"
+	"os"
 	"path/filepath"
 	"testing"
 )
@@ -53,8 +54,27 @@ func BenchmarkSnapshotWrite(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+			if files {
+				b.ReportMetric(float64(dirSize(b, filepath.Join(dir, "1-1-1")))/float64(n), "files-B/record")
+			}
 		})
 	}
+}
+
+func dirSize(b *testing.B, dir string) int64 {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int64
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil {
+			b.Fatal(err)
+		}
+		n += info.Size()
+	}
+	return n
 }
 
 // BenchmarkRestoreWithFiles measures a restore from local snapshot files
