@@ -26,6 +26,7 @@ type hostCollector struct {
 	coldStalls *prometheus.Desc
 	coldErrors *prometheus.Desc
 	bloom      *prometheus.Desc
+	restores   *prometheus.Desc
 }
 
 func newHostCollector(h *Host) *hostCollector {
@@ -46,6 +47,7 @@ func newHostCollector(h *Host) *hostCollector {
 		coldStalls: prometheus.NewDesc("l4xg_grid_cold_write_stalls_total", "Write stalls of the cold tier's Pebble.", nil, nil),
 		coldErrors: prometheus.NewDesc("l4xg_grid_cold_background_errors_total", "Failed flushes and compactions of the cold tier.", nil, nil),
 		bloom:      prometheus.NewDesc("l4xg_grid_cold_bloom_probes_total", "Bloom filter probes of cold lookups, by result.", []string{"result"}, nil),
+		restores:   prometheus.NewDesc("l4xg_grid_cold_restores_total", "Cold tier restores from a snapshot, by shard and source: local sstable files, or the snapshot stream.", []string{"shard", "source"}, nil),
 	}
 }
 
@@ -65,6 +67,7 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.coldStalls
 	ch <- c.coldErrors
 	ch <- c.bloom
+	ch <- c.restores
 }
 
 func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
@@ -106,6 +109,8 @@ func (c *hostCollector) collectCold(ch chan<- prometheus.Metric, id string, st S
 	ch <- prometheus.MustNewConstMetric(c.purges, prometheus.CounterValue, float64(st.Stats.Purged), id)
 	ch <- prometheus.MustNewConstMetric(c.lookups, prometheus.CounterValue, float64(cs.Lookups), id)
 	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(cs.Hits), id)
+	ch <- prometheus.MustNewConstMetric(c.restores, prometheus.CounterValue, float64(cs.FileRestores), id, "files")
+	ch <- prometheus.MustNewConstMetric(c.restores, prometheus.CounterValue, float64(cs.StreamRestores), id, "stream")
 	h := cs.LookupLatency
 	buckets := make(map[float64]uint64, len(h.Bounds))
 	var cumulative uint64

@@ -39,7 +39,12 @@
 // derived state: Open wipes it, and Raft rebuilds it from the snapshot (which
 // carries both tiers: the machine's copy-on-write snapshot, then a Pebble
 // snapshot of the cold records, both taken in O(1) under the FSM lock and
-// written out by Persist while applies go on) and the log after it. The FSM
+// written out by Persist while applies go on) and the log after it. Persist
+// also leaves the snapshot's cold records beside it as sstables (with a
+// manifest tied to the snapshot by a nonce), so a restart ingests those files
+// instead of rewriting every cold record from the stream; a replica that got
+// the snapshot from its leader, or whose files are missing or damaged, reads
+// the stream. The FSM
 // flushes the machine's cold writes at the end of every applied batch, under
 // its lock; a failing write is retried until it succeeds, so the state never
 // moves on without it, and the failure shows in ColdHealth (and /readyz).
