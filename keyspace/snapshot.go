@@ -1,13 +1,12 @@
 package keyspace
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
-	"hash/crc32"
 	"io"
+
+	"github.com/l4xg/grid/internal/snapio"
 )
 
 // Snapshot is a point-in-time copy of a Machine's hot state that can be
@@ -46,7 +45,7 @@ func (m *Machine) Snapshot() *Snapshot {
 func (s *Snapshot) Release() { s.view.Release() }
 
 // SnapshotBufferSize is the read buffer ReadSnapshot wants (see there).
-const SnapshotBufferSize = 1 << 20
+const SnapshotBufferSize = snapio.BufferSize
 
 var snapshotMagic = [8]byte{'L', '4', 'X', 'G', 'S', 'N', 'P', '2'}
 
@@ -55,87 +54,60 @@ var ErrCorruptSnapshot = errors.New("keyspace: corrupt snapshot")
 
 // WriteTo streams the snapshot to w, ending with a CRC-32C of all bytes.
 func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
-	sw := &snapWriter{w: bufio.NewWriterSize(w, 1<<20), crc: crc32.New(crc32.MakeTable(crc32.Castagnoli))}
-	sw.raw(snapshotMagic[:])
-	sw.u64(uint64(s.now))
-	sw.u64(s.cursor)
-	sw.u64(s.ticks)
-	sw.u64(uint64(s.policy.HotWindow))
-	sw.u64(uint64(s.policy.HotMaxBytes))
+	sw := &snapWriter{snapio.NewWriter(w)}
+	sw.Raw(snapshotMagic[:])
+	sw.U64(uint64(s.now))
+	sw.U64(s.cursor)
+	sw.U64(s.ticks)
+	sw.U64(uint64(s.policy.HotWindow))
+	sw.U64(uint64(s.policy.HotMaxBytes))
 	// Segment sizes first, so a restored table has the same layout and the
 	// sweep cursor points at the same slots as on every other replica.
-	sw.u64(uint64(s.view.Len()))
+	sw.U64(uint64(s.view.Len()))
 	levels := s.view.capLevels()
-	sw.u64(uint64(len(levels)))
+	sw.U64(uint64(len(levels)))
 	for _, l := range levels {
-		sw.u64(uint64(l))
+		sw.U64(uint64(l))
 	}
 	s.view.Range(func(d Digest, r Record) bool {
 		sw.digest(d)
-		sw.u64(r.Token)
-		sw.u64(uint64(r.Deadline))
-		sw.u64(r.Meta)
-		return sw.err == nil
+		sw.U64(r.Token)
+		sw.U64(uint64(r.Deadline))
+		sw.U64(r.Meta)
+		return sw.Err == nil
 	})
-	sw.u64(uint64(s.fingerprints.len()))
+	sw.U64(uint64(s.fingerprints.len()))
 	for d, fp := range s.fingerprints.all() {
 		sw.digest(d)
-		sw.u64(fp)
+		sw.U64(fp)
 	}
-	sw.u64(uint64(s.results.len()))
+	sw.U64(uint64(s.results.len()))
 	for d, res := range s.results.all() {
 		sw.digest(d)
-		sw.u64(uint64(len(res)))
-		sw.raw(res)
+		sw.U64(uint64(len(res)))
+		sw.Raw(res)
 	}
-	sw.u64(uint64(s.pending.len()))
+	sw.U64(uint64(s.pending.len()))
 	for d, ref := range s.pending.all() {
 		sw.digest(d)
 		sw.digest(ref.entity)
-		sw.u64(ref.version)
+		sw.U64(ref.version)
 	}
-	sw.u64(uint64(s.entities.len()))
+	sw.U64(uint64(s.entities.len()))
 	for e, ev := range s.entities.all() {
 		sw.digest(e)
-		sw.u64(ev.version)
-		sw.u64(uint64(ev.deadline))
+		sw.U64(ev.version)
+		sw.U64(uint64(ev.deadline))
 	}
-	sum := sw.crc.Sum32()
-	var tail [4]byte
-	binary.BigEndian.PutUint32(tail[:], sum)
-	sw.raw(tail[:])
-	if sw.err == nil {
-		sw.err = sw.w.Flush()
-	}
-	return sw.n, sw.err
+	return sw.Finish()
 }
 
-type snapWriter struct {
-	w   *bufio.Writer
-	crc hash.Hash32
-	n   int64
-	err error
-	buf [8]byte
-}
-
-func (sw *snapWriter) raw(b []byte) {
-	if sw.err != nil {
-		return
-	}
-	sw.crc.Write(b)
-	n, err := sw.w.Write(b)
-	sw.n += int64(n)
-	sw.err = err
-}
-
-func (sw *snapWriter) u64(v uint64) {
-	binary.BigEndian.PutUint64(sw.buf[:], v)
-	sw.raw(sw.buf[:])
-}
+// snapWriter writes the machine's snapshot fields onto a checksummed stream.
+type snapWriter struct{ *snapio.Writer }
 
 func (sw *snapWriter) digest(d Digest) {
-	sw.u64(d.Hi)
-	sw.u64(d.Lo)
+	sw.U64(d.Hi)
+	sw.U64(d.Lo)
 }
 
 // ReadSnapshot builds a fresh Machine from a snapshot written by WriteTo. The
@@ -144,24 +116,24 @@ func (sw *snapWriter) digest(d Digest) {
 // snapshot's bytes, so whatever follows them in the stream stays readable;
 // another reader may be read past the snapshot's end.
 func ReadSnapshot(r io.Reader) (*Machine, error) {
-	sr := &snapReader{r: bufio.NewReaderSize(r, SnapshotBufferSize), crc: crc32.New(crc32.MakeTable(crc32.Castagnoli))}
+	sr := &snapReader{snapio.NewReader(r, SnapshotBufferSize, ErrCorruptSnapshot)}
 	var magic [8]byte
-	sr.raw(magic[:])
-	if sr.err == nil && magic != snapshotMagic {
+	sr.Raw(magic[:])
+	if sr.Err == nil && magic != snapshotMagic {
 		return nil, fmt.Errorf("%w: bad magic %q", ErrCorruptSnapshot, magic[:])
 	}
 	m := NewMachine()
-	m.now = int64(sr.u64())
-	m.cursor = sr.u64()
-	m.ticks = sr.u64()
-	m.policy = TierPolicy{HotWindow: int64(sr.u64()), HotMaxBytes: int64(sr.u64())}
-	if err := m.policy.Validate(); sr.err == nil && err != nil {
+	m.now = int64(sr.U64())
+	m.cursor = sr.U64()
+	m.ticks = sr.U64()
+	m.policy = TierPolicy{HotWindow: int64(sr.U64()), HotMaxBytes: int64(sr.U64())}
+	if err := m.policy.Validate(); sr.Err == nil && err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorruptSnapshot, err)
 	}
 	records := sr.count(40)
 	levels := make([]uint32, sr.count(1<<30))
 	for i := range levels {
-		levels[i] = uint32(sr.u64())
+		levels[i] = uint32(sr.U64())
 	}
 	// Records come segment by segment. Each segment is gathered, then
 	// built at its recorded level in one pass (allocation follows the input
@@ -178,8 +150,8 @@ func ReadSnapshot(r io.Reader) (*Machine, error) {
 		return m.table.load(cur, levels[cur]-1, seg)
 	}
 	var raw [40]byte
-	for n := records; n > 0 && sr.err == nil; n-- {
-		if sr.raw(raw[:]); sr.err != nil {
+	for n := records; n > 0 && sr.Err == nil; n-- {
+		if sr.Raw(raw[:]); sr.Err != nil {
 			break
 		}
 		be := binary.BigEndian
@@ -200,8 +172,8 @@ func ReadSnapshot(r io.Reader) (*Machine, error) {
 		seg = append(seg, tabSlot{d, rec})
 		m.counts[rec.State()]++
 	}
-	if sr.err != nil {
-		return nil, sr.err
+	if sr.Err != nil {
+		return nil, sr.Err
 	}
 	if err := load(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorruptSnapshot, err)
@@ -209,81 +181,50 @@ func ReadSnapshot(r io.Reader) (*Machine, error) {
 	if err := m.table.relevel(levels); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorruptSnapshot, err)
 	}
-	for n := sr.count(24); n > 0 && sr.err == nil; n-- {
+	for n := sr.count(24); n > 0 && sr.Err == nil; n-- {
 		d := sr.digest()
-		m.fingerprints.set(d, sr.u64())
+		m.fingerprints.set(d, sr.U64())
 	}
-	for n := sr.count(24); n > 0 && sr.err == nil; n-- {
+	for n := sr.count(24); n > 0 && sr.Err == nil; n-- {
 		d := sr.digest()
-		size := sr.u64()
+		size := sr.U64()
 		if size > MaxResultLen {
 			return nil, fmt.Errorf("%w: result of %d bytes", ErrCorruptSnapshot, size)
 		}
 		res := make([]byte, size)
-		sr.raw(res)
+		sr.Raw(res)
 		m.results.set(d, res)
 		m.resultBytes += int64(len(res))
 	}
-	for n := sr.count(40); n > 0 && sr.err == nil; n-- {
+	for n := sr.count(40); n > 0 && sr.Err == nil; n-- {
 		d := sr.digest()
-		m.pending.set(d, entityRef{entity: sr.digest(), version: sr.u64()})
+		m.pending.set(d, entityRef{entity: sr.digest(), version: sr.U64()})
 	}
-	for n := sr.count(32); n > 0 && sr.err == nil; n-- {
+	for n := sr.count(32); n > 0 && sr.Err == nil; n-- {
 		e := sr.digest()
-		ev := entityVersion{version: sr.u64(), deadline: int64(sr.u64())}
+		ev := entityVersion{version: sr.U64(), deadline: int64(sr.U64())}
 		m.entities.set(e, ev)
 		m.expiring.push(ev.deadline, e)
 	}
-	want := sr.crc.Sum32()
-	var tail [4]byte
-	if _, err := io.ReadFull(sr.r, tail[:]); sr.err == nil && err != nil {
-		sr.err = fmt.Errorf("%w: missing checksum: %w", ErrCorruptSnapshot, err)
-	}
-	if sr.err != nil {
-		return nil, sr.err
-	}
-	if got := binary.BigEndian.Uint32(tail[:]); got != want {
-		return nil, fmt.Errorf("%w: checksum %08x, want %08x", ErrCorruptSnapshot, got, want)
+	if err := sr.Verify(); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
 
-type snapReader struct {
-	r   *bufio.Reader
-	crc hash.Hash32
-	err error
-	buf [8]byte
-}
-
-func (sr *snapReader) raw(b []byte) {
-	if sr.err != nil {
-		return
-	}
-	if _, err := io.ReadFull(sr.r, b); err != nil {
-		sr.err = fmt.Errorf("%w: truncated: %w", ErrCorruptSnapshot, err)
-		return
-	}
-	sr.crc.Write(b)
-}
-
-func (sr *snapReader) u64() uint64 {
-	sr.raw(sr.buf[:])
-	if sr.err != nil {
-		return 0
-	}
-	return binary.BigEndian.Uint64(sr.buf[:])
-}
+// snapReader reads the machine's snapshot fields from a checksummed stream.
+type snapReader struct{ *snapio.Reader }
 
 func (sr *snapReader) digest() Digest {
-	hi := sr.u64()
-	return Digest{Hi: hi, Lo: sr.u64()}
+	hi := sr.U64()
+	return Digest{Hi: hi, Lo: sr.U64()}
 }
 
 // count reads an element count, refusing absurd values before allocating.
 func (sr *snapReader) count(elemSize uint64) uint64 {
-	n := sr.u64()
-	if sr.err == nil && n > 1<<40/elemSize {
-		sr.err = fmt.Errorf("%w: count %d", ErrCorruptSnapshot, n)
+	n := sr.U64()
+	if sr.Err == nil && n > 1<<40/elemSize {
+		sr.Err = fmt.Errorf("%w: count %d", ErrCorruptSnapshot, n)
 		return 0
 	}
 	return n

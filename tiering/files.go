@@ -550,9 +550,9 @@ func (s *Shard) PruneSnapshotFiles(dir string, keep []string) error {
 // reference to local files (nil when none).
 func (sr *snapReader) header() (*filesRef, error) {
 	var magic [8]byte
-	sr.raw(magic[:])
-	if sr.err != nil {
-		return nil, sr.err
+	sr.Raw(magic[:])
+	if sr.Err != nil {
+		return nil, sr.Err
 	}
 	switch magic {
 	case coldSnapshotMagic:
@@ -562,13 +562,13 @@ func (sr *snapReader) header() (*filesRef, error) {
 		return nil, fmt.Errorf("%w: bad magic %q", ErrCorruptSnapshot, magic[:])
 	}
 	var n [1]byte
-	sr.raw(n[:])
+	sr.Raw(n[:])
 	id := make([]byte, n[0])
-	sr.raw(id)
+	sr.Raw(id)
 	ref := &filesRef{id: string(id)}
-	sr.raw(ref.nonce[:])
-	if sr.err != nil {
-		return nil, sr.err
+	sr.Raw(ref.nonce[:])
+	if sr.Err != nil {
+		return nil, sr.Err
 	}
 	if !validFilesID(ref.id) {
 		return nil, fmt.Errorf("%w: snapshot files id %q", ErrCorruptSnapshot, ref.id)

@@ -1,20 +1,17 @@
 package tiering
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
-	"hash/crc32"
 	"hash/maphash"
 	"io"
 	"log/slog"
 	"math"
 	"time"
 
+	"github.com/l4xg/grid/internal/snapio"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -45,7 +42,7 @@ func (s *Shard) RestoreWithFiles(r io.Reader, dir string) error {
 	if err := s.flushLocked(); err != nil {
 		return fmt.Errorf("shard %d: restore: %w", s.id, err)
 	}
-	sr := &snapReader{r: bufio.NewReaderSize(r, 64<<10), crc: crc32.New(castagnoli)}
+	sr := &snapReader{snapio.NewReader(r, 64<<10, ErrCorruptSnapshot)}
 	ref, err := sr.header()
 	if err != nil {
 		return fmt.Errorf("shard %d: restore: %w", s.id, err)
@@ -104,7 +101,7 @@ func (s *Shard) load(sr *snapReader, gen byte) (keys, size int64, err error) {
 	value := make([]byte, 0, valueHeaderLen+keyspace.MaxResultLen)
 	for n := 0; ; n++ {
 		var kind [1]byte
-		if sr.raw(kind[:]); sr.err != nil || kind[0] == 0 {
+		if sr.Raw(kind[:]); sr.Err != nil || kind[0] == 0 {
 			break
 		}
 		rest := entryLen(kind[0])
@@ -113,12 +110,12 @@ func (s *Shard) load(sr *snapReader, gen byte) (keys, size int64, err error) {
 		}
 		key = key[:prefixLen+rest]
 		key[prefixLen-1] = kind[0]
-		sr.raw(key[prefixLen:])
+		sr.Raw(key[prefixLen:])
 		value = value[:0]
 		if kind[0] == kindRecord {
 			value = sr.value(value)
 		}
-		if sr.err != nil {
+		if sr.Err != nil {
 			break
 		}
 		if prev != nil && bytes.Compare(key[prefixLen-1:], prev) <= 0 {
@@ -135,14 +132,9 @@ func (s *Shard) load(sr *snapReader, gen byte) (keys, size int64, err error) {
 			return 0, 0, err
 		}
 	}
-	count := sr.u64()
-	want := sr.crc.Sum32()
-	got := sr.u32()
-	if sr.err != nil {
-		return 0, 0, sr.err
-	}
-	if got != want {
-		return 0, 0, fmt.Errorf("%w: checksum %08x, want %08x", ErrCorruptSnapshot, got, want)
+	count := sr.U64()
+	if err := sr.Verify(); err != nil {
+		return 0, 0, err
 	}
 	if err := c.check(count); err != nil {
 		return 0, 0, fmt.Errorf("%w: %w", ErrCorruptSnapshot, err)
@@ -209,51 +201,20 @@ func (c *indexCheck) check(count uint64) error {
 	return nil
 }
 
-type snapReader struct {
-	r   *bufio.Reader
-	crc hash.Hash32
-	err error
-	buf [8]byte
-}
-
-func (sr *snapReader) raw(b []byte) {
-	if sr.err != nil {
-		return
-	}
-	if _, err := io.ReadFull(sr.r, b); err != nil {
-		sr.err = fmt.Errorf("%w: truncated: %w", ErrCorruptSnapshot, err)
-		return
-	}
-	sr.crc.Write(b)
-}
+// snapReader reads the cold snapshot stream (see snapshot.go).
+type snapReader struct{ *snapio.Reader }
 
 // value reads a length-prefixed record value into buf.
 func (sr *snapReader) value(buf []byte) []byte {
-	n := sr.u32()
-	if sr.err != nil {
+	n := sr.U32()
+	if sr.Err != nil {
 		return buf
 	}
 	if n < valueHeaderLen || n > valueHeaderLen+keyspace.MaxResultLen {
-		sr.err = fmt.Errorf("%w: value of %d bytes", ErrCorruptSnapshot, n)
+		sr.Fail(fmt.Errorf("%w: value of %d bytes", ErrCorruptSnapshot, n))
 		return buf
 	}
 	buf = buf[:n]
-	sr.raw(buf)
+	sr.Raw(buf)
 	return buf
-}
-
-func (sr *snapReader) u32() uint32 {
-	sr.raw(sr.buf[:4])
-	if sr.err != nil {
-		return 0
-	}
-	return binary.BigEndian.Uint32(sr.buf[:4])
-}
-
-func (sr *snapReader) u64() uint64 {
-	sr.raw(sr.buf[:])
-	if sr.err != nil {
-		return 0
-	}
-	return binary.BigEndian.Uint64(sr.buf[:])
 }

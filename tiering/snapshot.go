@@ -1,16 +1,15 @@
 package tiering
 
 import (
-	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
 	"hash/crc32"
 	"io"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/l4xg/grid/internal/snapio"
 )
 
 // Snapshot stream format (integers big-endian): the shard's keys of all
@@ -129,14 +128,14 @@ func (ss *ShardSnapshot) write(w io.Writer, ref *filesRef, fw *filesWriter) (int
 	if ss.snap == nil {
 		return 0, fmt.Errorf("tiering: snapshot closed")
 	}
-	sw := &snapWriter{w: bufio.NewWriterSize(w, 1<<20), crc: crc32.New(castagnoli)}
+	sw := snapio.NewWriter(w)
 	if ref == nil {
-		sw.raw(coldSnapshotMagic[:])
+		sw.Raw(coldSnapshotMagic[:])
 	} else {
-		sw.raw(coldSnapshotMagicRefs[:])
-		sw.raw([]byte{byte(len(ref.id))})
-		sw.raw([]byte(ref.id))
-		sw.raw(ref.nonce[:])
+		sw.Raw(coldSnapshotMagicRefs[:])
+		sw.Raw([]byte{byte(len(ref.id))})
+		sw.Raw([]byte(ref.id))
+		sw.Raw(ref.nonce[:])
 	}
 	var count uint64
 	err := ss.store.with(func(*pebble.DB) error {
@@ -145,7 +144,7 @@ func (ss *ShardSnapshot) write(w io.Writer, ref *filesRef, fw *filesWriter) (int
 		if err != nil {
 			return fmt.Errorf("%w: snapshot iterator: %w", ErrStorage, err)
 		}
-		for ok := it.First(); ok && sw.err == nil; ok = it.Next() {
+		for ok := it.First(); ok && sw.Err == nil; ok = it.Next() {
 			if count%1024 == 0 && ss.store.isClosing() {
 				return errors.Join(ErrClosed, it.Close())
 			}
@@ -153,7 +152,7 @@ func (ss *ShardSnapshot) write(w io.Writer, ref *filesRef, fw *filesWriter) (int
 			if len(k) < prefixLen || len(k)-prefixLen != entryLen(k[prefixLen-1]) {
 				return errors.Join(fmt.Errorf("%w: key %x", ErrCorrupt, k), it.Close())
 			}
-			sw.raw(k[prefixLen-1:])
+			sw.Raw(k[prefixLen-1:])
 			if k[prefixLen-1] != kindRecord {
 				fw.add(k, nil)
 				continue
@@ -162,8 +161,8 @@ func (ss *ShardSnapshot) write(w io.Writer, ref *filesRef, fw *filesWriter) (int
 			if err != nil || len(v) < valueHeaderLen {
 				return errors.Join(fmt.Errorf("%w: record %x (%d bytes): %w", ErrCorrupt, k, len(v), err), it.Close())
 			}
-			sw.u32(uint32(len(v)))
-			sw.raw(v)
+			sw.U32(uint32(len(v)))
+			sw.Raw(v)
 			fw.add(k, v)
 			count++
 		}
@@ -173,15 +172,11 @@ func (ss *ShardSnapshot) write(w io.Writer, ref *filesRef, fw *filesWriter) (int
 		return nil
 	})
 	if err != nil {
-		return sw.n, err
+		return sw.Written(), err
 	}
-	sw.raw([]byte{0})
-	sw.u64(count)
-	sw.u32(sw.crc.Sum32())
-	if sw.err == nil {
-		sw.err = sw.w.Flush()
-	}
-	return sw.n, sw.err
+	sw.Raw([]byte{0})
+	sw.U64(count)
+	return sw.Finish()
 }
 
 func (s *Store) isClosing() bool {
@@ -191,32 +186,4 @@ func (s *Store) isClosing() bool {
 	default:
 		return false
 	}
-}
-
-type snapWriter struct {
-	w   *bufio.Writer
-	crc hash.Hash32
-	n   int64
-	err error
-	buf [8]byte
-}
-
-func (sw *snapWriter) raw(b []byte) {
-	if sw.err != nil {
-		return
-	}
-	sw.crc.Write(b)
-	n, err := sw.w.Write(b)
-	sw.n += int64(n)
-	sw.err = err
-}
-
-func (sw *snapWriter) u32(v uint32) {
-	binary.BigEndian.PutUint32(sw.buf[:4], v)
-	sw.raw(sw.buf[:4])
-}
-
-func (sw *snapWriter) u64(v uint64) {
-	binary.BigEndian.PutUint64(sw.buf[:], v)
-	sw.raw(sw.buf[:])
 }
