@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/l4xg/grid/keyspace"
@@ -41,7 +42,15 @@ type HostConfig struct {
 	// early; records in flight always stay hot.
 	HotMaxBytes int64
 	// ColdFS, if set, is the file system of the cold tier (fault tests).
-	ColdFS   vfs.FS
+	ColdFS vfs.FS
+	// Mux, if set, carries every shard's Raft traffic over the network, one
+	// group per shard (group id = shard id); nil keeps each shard on an
+	// in-memory transport, a one-voter group.
+	Mux *raftlog.Mux
+	// Peers are the initial voters of every shard group that has no state
+	// yet, each with its Mux address; empty means this node alone. Every
+	// node bootstraps with the same list.
+	Peers    []raft.Server
 	Logger   *slog.Logger
 	Registry prometheus.Registerer
 }
@@ -106,20 +115,7 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h.shards[i], errs[i] = Open(Config{
-				ID:           uint64(i),
-				NodeID:       cfg.NodeID,
-				SnapshotDir:  filepath.Join(cfg.DataDir, "snapshots"),
-				Logs:         logs,
-				Bootstrap:    true,
-				Cold:         cold.Shard(uint32(i)),
-				HotWindow:    cfg.HotWindow,
-				HotMaxBytes:  cfg.HotMaxBytes / int64(cfg.Shards),
-				Clock:        cfg.Clock,
-				TickInterval: cfg.TickInterval,
-				Logger:       cfg.Logger,
-				Metrics:      h.metrics,
-			})
+			h.shards[i], errs[i] = h.openShard(i)
 		}()
 	}
 	wg.Wait()
@@ -131,6 +127,43 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 		cfg.Registry.MustRegister(newHostCollector(h))
 	}
 	return h, nil
+}
+
+// openShard starts the local replica of shard i, on the Mux when there is
+// one.
+func (h *Host) openShard(i int) (*Shard, error) {
+	cfg := h.cfg
+	var trans *raft.NetworkTransport
+	if cfg.Mux != nil {
+		t, err := raftlog.NewTransport(cfg.Mux, uint64(i), raftlog.TransportConfig{})
+		if err != nil {
+			return nil, fmt.Errorf("shard %d: %w", i, err)
+		}
+		trans = t
+	}
+	scfg := Config{
+		ID:           uint64(i),
+		NodeID:       cfg.NodeID,
+		SnapshotDir:  filepath.Join(cfg.DataDir, "snapshots"),
+		Logs:         h.logs,
+		Bootstrap:    true,
+		Peers:        cfg.Peers,
+		Cold:         h.cold.Shard(uint32(i)),
+		HotWindow:    cfg.HotWindow,
+		HotMaxBytes:  cfg.HotMaxBytes / int64(cfg.Shards),
+		Clock:        cfg.Clock,
+		TickInterval: cfg.TickInterval,
+		Logger:       cfg.Logger,
+		Metrics:      h.metrics,
+	}
+	if trans != nil {
+		scfg.Transport = trans
+	}
+	s, err := Open(scfg)
+	if err != nil && trans != nil {
+		_ = trans.Close()
+	}
+	return s, err
 }
 
 // Settings returns the hard settings in force.
@@ -153,6 +186,7 @@ func (h *Host) For(d keyspace.Digest) *Shard {
 }
 
 // WaitReady blocks until every shard leads and serves reads, or ctx ends.
+// It is for a node alone (no Mux): with peers, the leaders are spread.
 func (h *Host) WaitReady(ctx context.Context) error {
 	for _, s := range h.shards {
 		if err := s.WaitReady(ctx); err != nil {

@@ -1,0 +1,148 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/raftlog"
+)
+
+// netHosts are hosts on real sockets: each has its own data directory and a
+// raftlog.Mux on loopback, and every shard is one Raft group over all of
+// them (static membership: the groundwork of the cluster issue).
+type netHosts struct {
+	t     *testing.T
+	dirs  []string
+	addrs []string
+	peers []raft.Server
+	hosts []*Host
+	muxes []*raftlog.Mux
+}
+
+func openNetHosts(t *testing.T, n int) *netHosts {
+	t.Helper()
+	nh := &netHosts{t: t, hosts: make([]*Host, n), muxes: make([]*raftlog.Mux, n)}
+	for i := range n {
+		m, err := raftlog.ListenMux("127.0.0.1:0", raftlog.MuxConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nh.muxes[i] = m
+		nh.dirs = append(nh.dirs, t.TempDir())
+		nh.addrs = append(nh.addrs, m.Addr().String())
+		nh.peers = append(nh.peers, raft.Server{ID: raft.ServerID(fmt.Sprint("n", i)), Address: raft.ServerAddress(m.Addr().String())})
+	}
+	for i := range n {
+		nh.open(i, nh.muxes[i])
+	}
+	t.Cleanup(func() {
+		for i := range nh.hosts {
+			nh.stop(i)
+		}
+	})
+	return nh
+}
+
+func (nh *netHosts) open(i int, m *raftlog.Mux) {
+	nh.t.Helper()
+	h, err := OpenHost(HostConfig{NodeID: string(nh.peers[i].ID), DataDir: nh.dirs[i], Shards: 2, Mux: m, Peers: nh.peers,
+		TickInterval: time.Hour, NoSync: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		nh.t.Fatal(err)
+	}
+	nh.hosts[i], nh.muxes[i] = h, m
+}
+
+// stop closes host i (shards first: their transports close their layers),
+// then its mux.
+func (nh *netHosts) stop(i int) {
+	if nh.hosts[i] != nil {
+		_ = nh.hosts[i].Close()
+		nh.hosts[i] = nil
+	}
+	if nh.muxes[i] != nil {
+		_ = nh.muxes[i].Close()
+		nh.muxes[i] = nil
+	}
+}
+
+// restart reopens host i on its old address and data.
+func (nh *netHosts) restart(i int) {
+	nh.t.Helper()
+	m, err := raftlog.ListenMux(nh.addrs[i], raftlog.MuxConfig{})
+	if err != nil {
+		nh.t.Fatal(err)
+	}
+	nh.open(i, m)
+}
+
+// leader waits for the serving leader replica of shard id and returns its
+// host index.
+func (nh *netHosts) leader(id int) (int, *Shard) {
+	nh.t.Helper()
+	var at int
+	var s *Shard
+	waitFor(nh.t, fmt.Sprintf("a leader of shard %d", id), func() bool {
+		for i, h := range nh.hosts {
+			if h != nil && h.shards[id].ready() {
+				at, s = i, h.shards[id]
+				return true
+			}
+		}
+		return false
+	})
+	return at, s
+}
+
+// TestReplicatedShardsOverTheMux: three hosts replicate every shard over
+// their muxes; a write acknowledged by a leader survives that leader's host
+// stopping, the others elect a new leader that knows the lease, a follower
+// refuses proposals, and the stopped host catches up when restarted.
+func TestReplicatedShardsOverTheMux(t *testing.T) {
+	nh := openNetHosts(t, 3)
+	d := keyspace.KeyDigest("t", []byte("order-1"))
+	id := nh.hosts[0].SlotShard(d.Slot(nh.hosts[0].Settings().Slots))
+	at, l := nh.leader(id)
+	first := propose(t, l, keyspace.Command{Op: keyspace.OpReserve, Digest: d, Lease: time.Hour.Milliseconds(),
+		Retention: time.Hour.Milliseconds(), MaxAttempts: 3})[0]
+	if first.Outcome != keyspace.OutcomeAcquired {
+		t.Fatalf("reserve: %v", first.Outcome)
+	}
+	follower := nh.hosts[(at+1)%3].shards[id]
+	if _, err := follower.Propose(context.Background(), []keyspace.Command{{Op: keyspace.OpGet, Digest: d}}); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("proposal to a follower: %v, want ErrNotLeader", err)
+	}
+
+	nh.stop(at)
+	next, l2 := nh.leader(id)
+	if next == at {
+		t.Fatalf("host %d stopped but still leads", at)
+	}
+	again := propose(t, l2, keyspace.Command{Op: keyspace.OpReserve, Digest: d, Lease: time.Hour.Milliseconds(),
+		Retention: time.Hour.Milliseconds(), MaxAttempts: 3})[0]
+	if again.Outcome != keyspace.OutcomeBusy {
+		t.Fatalf("reserve after failover: %v, want BUSY (the acknowledged lease)", again.Outcome)
+	}
+	done := propose(t, l2, keyspace.Command{Op: keyspace.OpComplete, Digest: d, Token: first.Token,
+		Retention: time.Hour.Milliseconds(), Result: []byte("shipped")})[0]
+	if done.Outcome != keyspace.OutcomeOK {
+		t.Fatalf("complete with the first leader's token on the new leader: %v", done.Outcome)
+	}
+
+	nh.restart(at)
+	index := l2.raft.LastIndex()
+	back := nh.hosts[at].shards[id]
+	waitFor(t, "the restarted replica to catch up", func() bool { return back.raft.AppliedIndex() >= index })
+	got, err := back.Get(context.Background(), d, true)
+	if err != nil || got.State != keyspace.Completed || string(got.Result) != "shipped" {
+		t.Fatalf("restarted replica's local read: %+v, %v", got, err)
+	}
+}
