@@ -118,7 +118,7 @@ func (rs *replicaSet) everyReplica(what string, cond func(st Status) bool) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
