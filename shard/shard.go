@@ -384,7 +384,41 @@ func (s *Shard) Close() error {
 		close(s.quit)
 		s.wg.Wait()
 		s.prop.close()
+		s.handOver()
 		err = s.raft.Shutdown().Error()
 	})
 	return err
+}
+
+// handOver transfers leadership to another voter, if this replica leads one
+// that has others, so that stopping a node (a rolling restart) costs its
+// shards a hand-over instead of an election timeout. It is best effort: a
+// transfer that fails or takes long leaves the others to elect.
+func (s *Shard) handOver() {
+	if s.raft.State() != raft.Leader {
+		return
+	}
+	cf := s.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return
+	}
+	voters := 0
+	for _, srv := range cf.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	if voters < 2 {
+		return
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.raft.LeadershipTransfer().Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			s.cfg.Logger.Info("leadership transfer at close failed", "shard", s.cfg.ID, "err", err)
+		}
+	case <-time.After(2 * s.cfg.HeartbeatTimeout):
+		s.cfg.Logger.Info("leadership transfer at close timed out", "shard", s.cfg.ID)
+	}
 }
