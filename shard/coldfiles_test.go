@@ -244,6 +244,12 @@ func openLagSet(t *testing.T) *lagSet {
 		ls.start(i)
 	}
 	t.Cleanup(func() {
+		// Cut the links first: a leader stopping hands over leadership,
+		// and over an in-memory transport a message to a stopped peer
+		// waits out its timeout instead of failing.
+		for i := range ls.replicas {
+			ls.disconnect(i)
+		}
 		for i := range ls.replicas {
 			ls.stop(i)
 		}

@@ -68,6 +68,14 @@ func openReplicaSet(t *testing.T, n int) *replicaSet {
 			_ = logs.Close()
 		})
 	}
+	// Runs before the closes above: cut the links first, since a leader
+	// that stops hands over leadership, and over an in-memory transport a
+	// message to a stopped peer waits out its timeout instead of failing.
+	t.Cleanup(func() {
+		for _, tr := range trans {
+			tr.DisconnectAll()
+		}
+	})
 	return rs
 }
 
