@@ -41,7 +41,7 @@ func (g *GroupStore) edgeIndex(first bool) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer g.s.mu.RUnlock()
+	defer g.s.db.Release()
 	lo, hi := groupBounds(kindLog, g.id)
 	it, err := db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
@@ -76,7 +76,7 @@ func (g *GroupStore) GetLog(index uint64, log *raft.Log) error {
 	if err != nil {
 		return err
 	}
-	defer g.s.mu.RUnlock()
+	defer g.s.db.Release()
 	var kb [logKeyLen]byte
 	v, closer, err := db.Get(appendLogKey(kb[:0], g.id, index))
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -113,7 +113,7 @@ func (g *GroupStore) StoreLogs(logs []*raft.Log) error {
 	if err != nil {
 		return err
 	}
-	defer g.s.mu.RUnlock()
+	defer g.s.db.Release()
 	b := db.NewBatch()
 	defer b.Close()
 	var key [logKeyLen]byte
@@ -144,7 +144,7 @@ func (g *GroupStore) DeleteRange(min, max uint64) error {
 	if err != nil {
 		return err
 	}
-	defer g.s.mu.RUnlock()
+	defer g.s.db.Release()
 	lo := appendLogKey(nil, g.id, min)
 	var hi []byte
 	if max == math.MaxUint64 {
@@ -164,7 +164,7 @@ func (g *GroupStore) Set(key, val []byte) error {
 	if err != nil {
 		return err
 	}
-	defer g.s.mu.RUnlock()
+	defer g.s.db.Release()
 	if err := db.Set(stableKey(g.id, key), val, g.s.wo); err != nil {
 		return fmt.Errorf("%w: group %d: set %q: %w", ErrStorage, g.id, key, err)
 	}
@@ -179,7 +179,7 @@ func (g *GroupStore) Get(key []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer g.s.mu.RUnlock()
+	defer g.s.db.Release()
 	v, closer, err := db.Get(stableKey(g.id, key))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, ErrKeyNotFound

@@ -252,12 +252,17 @@ func TestGetLogDetectsCorruption(t *testing.T) {
 	s := openStore(t, t.TempDir(), Options{})
 	g := s.Group(1)
 	// Write raw values behind the GroupStore's back.
-	if err := s.db.Set(appendLogKey(nil, 1, 5), []byte{9, 9, 9}, nil); err != nil {
+	db, err := s.acquire()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.db.Set(appendLogKey(nil, 1, 6), appendLog(nil, &raft.Log{Index: 60}), nil); err != nil {
+	if err := db.Set(appendLogKey(nil, 1, 5), []byte{9, 9, 9}, nil); err != nil {
 		t.Fatal(err)
 	}
+	if err := db.Set(appendLogKey(nil, 1, 6), appendLog(nil, &raft.Log{Index: 60}), nil); err != nil {
+		t.Fatal(err)
+	}
+	s.db.Release()
 	for _, idx := range []uint64{5, 6} {
 		var l raft.Log
 		if err := g.GetLog(idx, &l); !errors.Is(err, ErrCorrupt) {

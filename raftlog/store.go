@@ -3,10 +3,10 @@ package raftlog
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/l4xg/grid/internal/pebbleguard"
 )
 
 // Sentinel errors. Returned errors wrap one of these (test with errors.Is),
@@ -93,11 +93,10 @@ const memTableSize = 64 << 20
 type Store struct {
 	wo *pebble.WriteOptions
 
-	// mu is held shared by every database operation and exclusively by
-	// Close, so Close waits for in-flight operations and later ones get
-	// ErrClosed instead of a Pebble panic.
-	mu sync.RWMutex
-	db *pebble.DB // nil once closed
+	// db is held for every database operation, so Close waits for
+	// in-flight operations and later ones get ErrClosed instead of a Pebble
+	// panic.
+	db *pebbleguard.DB
 }
 
 // Open opens or creates the store in directory dir.
@@ -126,11 +125,11 @@ func open(dir string, opts Options, fs vfs.FS) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: open %s: %w", ErrStorage, dir, err)
 	}
-	s := &Store{db: db, wo: pebble.Sync}
+	s := &Store{db: pebbleguard.New(db), wo: pebble.Sync}
 	if opts.NoSync {
 		s.wo = pebble.NoSync
 	}
-	if err := s.checkLayout(); err != nil {
+	if err := checkLayout(db, s.wo); err != nil {
 		return nil, errors.Join(err, db.Close())
 	}
 	return s, nil
@@ -138,10 +137,10 @@ func open(dir string, opts Options, fs vfs.FS) (*Store, error) {
 
 // checkLayout records layoutVersion in a new store and rejects a store
 // written with a different one.
-func (s *Store) checkLayout() error {
-	v, closer, err := s.db.Get(metaLayoutKey)
+func checkLayout(db *pebble.DB, wo *pebble.WriteOptions) error {
+	v, closer, err := db.Get(metaLayoutKey)
 	if errors.Is(err, pebble.ErrNotFound) {
-		if err := s.db.Set(metaLayoutKey, []byte{layoutVersion}, s.wo); err != nil {
+		if err := db.Set(metaLayoutKey, []byte{layoutVersion}, wo); err != nil {
 			return fmt.Errorf("%w: write layout version: %w", ErrStorage, err)
 		}
 		return nil
@@ -160,29 +159,21 @@ func (s *Store) checkLayout() error {
 // operations started afterwards return ErrClosed. Closing a closed Store
 // returns nil.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.db == nil {
-		return nil
-	}
-	err := s.db.Close()
-	s.db = nil
-	if err != nil {
+	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("%w: close: %w", ErrStorage, err)
 	}
 	return nil
 }
 
-// acquire returns the open database with s.mu held shared; the caller must
-// call s.mu.RUnlock. If the store is closed it returns ErrClosed and holds
+// acquire returns the open database, held until the caller calls
+// s.db.Release. If the store is closed it returns ErrClosed and holds
 // nothing.
 func (s *Store) acquire() (*pebble.DB, error) {
-	s.mu.RLock()
-	if s.db == nil {
-		s.mu.RUnlock()
+	db, ok := s.db.Acquire()
+	if !ok {
 		return nil, ErrClosed
 	}
-	return s.db, nil
+	return db, nil
 }
 
 // Group returns the log and stable store of Raft group id. The returned
@@ -200,7 +191,7 @@ func (s *Store) DeleteGroup(id uint64) error {
 	if err != nil {
 		return err
 	}
-	defer s.mu.RUnlock()
+	defer s.db.Release()
 	b := db.NewBatch()
 	defer b.Close()
 	for _, kind := range []byte{kindLog, kindStable} {

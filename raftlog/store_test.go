@@ -47,7 +47,12 @@ func TestOpenRejectsIncompatibleLayout(t *testing.T) {
 
 func TestOpenRecordsLayout(t *testing.T) {
 	s := openStore(t, t.TempDir(), Options{NoSync: true, CacheSize: 1 << 20})
-	v, closer, err := s.db.Get(metaLayoutKey)
+	db, err := s.acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.db.Release()
+	v, closer, err := db.Get(metaLayoutKey)
 	if err != nil {
 		t.Fatal(err)
 	}

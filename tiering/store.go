@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/l4xg/grid/internal/pebbleguard"
 )
 
 // formatVersion pins Pebble's on-disk format, as raftlog does, so that a
@@ -33,11 +34,10 @@ type Store struct {
 	closing    chan struct{} // closed when Close starts
 	once       sync.Once
 
-	// mu is held shared by every database operation and exclusively by
-	// Close, so Close waits for operations in flight and later ones get
-	// ErrClosed instead of a Pebble panic.
-	mu sync.RWMutex
-	db *pebble.DB // nil once closed
+	// db is held for every database operation, so Close waits for
+	// operations in flight and later ones get ErrClosed instead of a Pebble
+	// panic.
+	db *pebbleguard.DB
 
 	shardsMu sync.Mutex
 	shards   map[uint32]*Shard
@@ -78,7 +78,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: open %s: %w", ErrStorage, dir, err)
 	}
-	s.db, s.dir = db, dir
+	s.db, s.dir = pebbleguard.New(db), dir
 	wo := po.Clone()
 	wo.EnsureDefaults()
 	// Level 0's options: ingestion decides the level, and tables written
@@ -132,29 +132,21 @@ func (s *Store) eventListener() *pebble.EventListener {
 // Closing a closed Store returns nil.
 func (s *Store) Close() error {
 	s.once.Do(func() { close(s.closing) })
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.db == nil {
-		return nil
-	}
-	err := s.db.Close()
-	s.db = nil
-	if err != nil {
+	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("%w: close: %w", ErrStorage, err)
 	}
 	return nil
 }
 
-// acquire returns the open database with s.mu held shared; the caller must
-// call s.mu.RUnlock. If the store is closed it returns ErrClosed and holds
+// acquire returns the open database, held until the caller calls
+// s.db.Release. If the store is closed it returns ErrClosed and holds
 // nothing.
 func (s *Store) acquire() (*pebble.DB, error) {
-	s.mu.RLock()
-	if s.db == nil {
-		s.mu.RUnlock()
+	db, ok := s.db.Acquire()
+	if !ok {
 		return nil, ErrClosed
 	}
-	return s.db, nil
+	return db, nil
 }
 
 // with runs fn with the open database.
@@ -163,7 +155,7 @@ func (s *Store) with(fn func(db *pebble.DB) error) error {
 	if err != nil {
 		return err
 	}
-	defer s.mu.RUnlock()
+	defer s.db.Release()
 	return fn(db)
 }
 
