@@ -199,6 +199,135 @@ func (Tier) EnumDescriptor() ([]byte, []int) {
 	return file_grid_proto_rawDescGZIP(), []int{2}
 }
 
+type ShardAdminAction int32
+
+const (
+	ShardAdminAction_SHARD_ADMIN_UNSPECIFIED ShardAdminAction = 0
+	// Add a replica that receives the log but does not vote.
+	ShardAdminAction_ADD_NONVOTER ShardAdminAction = 1
+	// Add (or promote) a voting replica.
+	ShardAdminAction_ADD_VOTER     ShardAdminAction = 2
+	ShardAdminAction_REMOVE_SERVER ShardAdminAction = 3
+	// Hand leadership to node_id (empty: to any up-to-date voter).
+	ShardAdminAction_TRANSFER_LEADERSHIP ShardAdminAction = 4
+)
+
+// Enum value maps for ShardAdminAction.
+var (
+	ShardAdminAction_name = map[int32]string{
+		0: "SHARD_ADMIN_UNSPECIFIED",
+		1: "ADD_NONVOTER",
+		2: "ADD_VOTER",
+		3: "REMOVE_SERVER",
+		4: "TRANSFER_LEADERSHIP",
+	}
+	ShardAdminAction_value = map[string]int32{
+		"SHARD_ADMIN_UNSPECIFIED": 0,
+		"ADD_NONVOTER":            1,
+		"ADD_VOTER":               2,
+		"REMOVE_SERVER":           3,
+		"TRANSFER_LEADERSHIP":     4,
+	}
+)
+
+func (x ShardAdminAction) Enum() *ShardAdminAction {
+	p := new(ShardAdminAction)
+	*p = x
+	return p
+}
+
+func (x ShardAdminAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ShardAdminAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_grid_proto_enumTypes[3].Descriptor()
+}
+
+func (ShardAdminAction) Type() protoreflect.EnumType {
+	return &file_grid_proto_enumTypes[3]
+}
+
+func (x ShardAdminAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ShardAdminAction.Descriptor instead.
+func (ShardAdminAction) EnumDescriptor() ([]byte, []int) {
+	return file_grid_proto_rawDescGZIP(), []int{3}
+}
+
+// Redirect names the node that leads (or, if unknown, holds) a shard.
+type Redirect struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Shard uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// The leader's node id and gRPC address; empty when unknown.
+	LeaderId   string `protobuf:"bytes,2,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	LeaderAddr string `protobuf:"bytes,3,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
+	// The epoch of the cluster map the answering node holds.
+	Epoch         uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Redirect) Reset() {
+	*x = Redirect{}
+	mi := &file_grid_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Redirect) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Redirect) ProtoMessage() {}
+
+func (x *Redirect) ProtoReflect() protoreflect.Message {
+	mi := &file_grid_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Redirect.ProtoReflect.Descriptor instead.
+func (*Redirect) Descriptor() ([]byte, []int) {
+	return file_grid_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Redirect) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *Redirect) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *Redirect) GetLeaderAddr() string {
+	if x != nil {
+		return x.LeaderAddr
+	}
+	return ""
+}
+
+func (x *Redirect) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 type ReserveRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -222,7 +351,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_grid_proto_msgTypes[0]
+	mi := &file_grid_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -234,7 +363,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[0]
+	mi := &file_grid_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -247,7 +376,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{0}
+	return file_grid_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *ReserveRequest) GetNamespace() string {
@@ -323,7 +452,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_grid_proto_msgTypes[1]
+	mi := &file_grid_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -335,7 +464,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[1]
+	mi := &file_grid_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -348,7 +477,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{1}
+	return file_grid_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CompleteRequest) GetNamespace() string {
@@ -412,7 +541,7 @@ type FailRequest struct {
 
 func (x *FailRequest) Reset() {
 	*x = FailRequest{}
-	mi := &file_grid_proto_msgTypes[2]
+	mi := &file_grid_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +553,7 @@ func (x *FailRequest) String() string {
 func (*FailRequest) ProtoMessage() {}
 
 func (x *FailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[2]
+	mi := &file_grid_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +566,7 @@ func (x *FailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailRequest.ProtoReflect.Descriptor instead.
 func (*FailRequest) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{2}
+	return file_grid_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *FailRequest) GetNamespace() string {
@@ -502,7 +631,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_grid_proto_msgTypes[3]
+	mi := &file_grid_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +643,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[3]
+	mi := &file_grid_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +656,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{3}
+	return file_grid_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ReleaseRequest) GetNamespace() string {
@@ -572,7 +701,7 @@ type ExtendRequest struct {
 
 func (x *ExtendRequest) Reset() {
 	*x = ExtendRequest{}
-	mi := &file_grid_proto_msgTypes[4]
+	mi := &file_grid_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -584,7 +713,7 @@ func (x *ExtendRequest) String() string {
 func (*ExtendRequest) ProtoMessage() {}
 
 func (x *ExtendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[4]
+	mi := &file_grid_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -597,7 +726,7 @@ func (x *ExtendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendRequest.ProtoReflect.Descriptor instead.
 func (*ExtendRequest) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{4}
+	return file_grid_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ExtendRequest) GetNamespace() string {
@@ -651,7 +780,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_grid_proto_msgTypes[5]
+	mi := &file_grid_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +792,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[5]
+	mi := &file_grid_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +805,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{5}
+	return file_grid_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetRequest) GetNamespace() string {
@@ -726,7 +855,7 @@ type ForgetRequest struct {
 
 func (x *ForgetRequest) Reset() {
 	*x = ForgetRequest{}
-	mi := &file_grid_proto_msgTypes[6]
+	mi := &file_grid_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +867,7 @@ func (x *ForgetRequest) String() string {
 func (*ForgetRequest) ProtoMessage() {}
 
 func (x *ForgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[6]
+	mi := &file_grid_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +880,7 @@ func (x *ForgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetRequest.ProtoReflect.Descriptor instead.
 func (*ForgetRequest) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{6}
+	return file_grid_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ForgetRequest) GetNamespace() string {
@@ -777,16 +906,18 @@ func (x *ForgetRequest) GetEntity() []byte {
 
 // OpError is the failure of one operation of a batch, as a gRPC status code and message.
 type OpError struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Code    int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// Set when this node does not lead the operation's shard: where to send it.
+	Redirect      *Redirect `protobuf:"bytes,3,opt,name=redirect,proto3" json:"redirect,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OpError) Reset() {
 	*x = OpError{}
-	mi := &file_grid_proto_msgTypes[7]
+	mi := &file_grid_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +929,7 @@ func (x *OpError) String() string {
 func (*OpError) ProtoMessage() {}
 
 func (x *OpError) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[7]
+	mi := &file_grid_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +942,7 @@ func (x *OpError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpError.ProtoReflect.Descriptor instead.
 func (*OpError) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{7}
+	return file_grid_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *OpError) GetCode() int32 {
@@ -826,6 +957,13 @@ func (x *OpError) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *OpError) GetRedirect() *Redirect {
+	if x != nil {
+		return x.Redirect
+	}
+	return nil
 }
 
 type OpResult struct {
@@ -856,7 +994,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_grid_proto_msgTypes[8]
+	mi := &file_grid_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +1006,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[8]
+	mi := &file_grid_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +1019,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{8}
+	return file_grid_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *OpResult) GetOutcome() Outcome {
@@ -989,7 +1127,7 @@ type AuditRequest struct {
 
 func (x *AuditRequest) Reset() {
 	*x = AuditRequest{}
-	mi := &file_grid_proto_msgTypes[9]
+	mi := &file_grid_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1139,7 @@ func (x *AuditRequest) String() string {
 func (*AuditRequest) ProtoMessage() {}
 
 func (x *AuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[9]
+	mi := &file_grid_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1152,7 @@ func (x *AuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRequest.ProtoReflect.Descriptor instead.
 func (*AuditRequest) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{9}
+	return file_grid_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AuditRequest) GetNamespace() string {
@@ -1065,7 +1203,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_grid_proto_msgTypes[10]
+	mi := &file_grid_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +1215,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[10]
+	mi := &file_grid_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +1228,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{10}
+	return file_grid_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AuditRecord) GetDigest() []byte {
@@ -1174,7 +1312,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_grid_proto_msgTypes[11]
+	mi := &file_grid_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1186,7 +1324,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[11]
+	mi := &file_grid_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1199,7 +1337,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{11}
+	return file_grid_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Op) GetOp() isOp_Op {
@@ -1328,7 +1466,7 @@ type BatchRequest struct {
 
 func (x *BatchRequest) Reset() {
 	*x = BatchRequest{}
-	mi := &file_grid_proto_msgTypes[12]
+	mi := &file_grid_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1478,7 @@ func (x *BatchRequest) String() string {
 func (*BatchRequest) ProtoMessage() {}
 
 func (x *BatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[12]
+	mi := &file_grid_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1491,7 @@ func (x *BatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
 func (*BatchRequest) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{12}
+	return file_grid_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BatchRequest) GetOps() []*Op {
@@ -1372,7 +1510,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_grid_proto_msgTypes[13]
+	mi := &file_grid_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1522,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[13]
+	mi := &file_grid_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1535,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{13}
+	return file_grid_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BatchResponse) GetResults() []*OpResult {
@@ -1415,7 +1553,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_grid_proto_msgTypes[14]
+	mi := &file_grid_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1565,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[14]
+	mi := &file_grid_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1578,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{14}
+	return file_grid_proto_rawDescGZIP(), []int{15}
 }
 
 type ShardStatus struct {
@@ -1464,7 +1602,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_grid_proto_msgTypes[15]
+	mi := &file_grid_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1614,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[15]
+	mi := &file_grid_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1627,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{15}
+	return file_grid_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ShardStatus) GetId() uint32 {
@@ -1577,19 +1715,25 @@ func (x *ShardStatus) GetColdBytes() uint64 {
 }
 
 type StatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
-	Slots         uint32                 `protobuf:"varint,3,opt,name=slots,proto3" json:"slots,omitempty"`
-	Shards        []*ShardStatus         `protobuf:"bytes,4,rep,name=shards,proto3" json:"shards,omitempty"`
-	NowUnixMs     int64                  `protobuf:"varint,5,opt,name=now_unix_ms,json=nowUnixMs,proto3" json:"now_unix_ms,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	NodeId  string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Version string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	Slots   uint32                 `protobuf:"varint,3,opt,name=slots,proto3" json:"slots,omitempty"`
+	// The shards this node holds a replica of.
+	Shards    []*ShardStatus `protobuf:"bytes,4,rep,name=shards,proto3" json:"shards,omitempty"`
+	NowUnixMs int64          `protobuf:"varint,5,opt,name=now_unix_ms,json=nowUnixMs,proto3" json:"now_unix_ms,omitempty"`
+	// Cluster mode only: the epoch of the map this node holds (0 before
+	// bootstrap) and this node's role in the control group.
+	MapEpoch      uint64 `protobuf:"varint,6,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	ControlState  string `protobuf:"bytes,7,opt,name=control_state,json=controlState,proto3" json:"control_state,omitempty"`
+	ShardCount    uint32 `protobuf:"varint,8,opt,name=shard_count,json=shardCount,proto3" json:"shard_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_grid_proto_msgTypes[16]
+	mi := &file_grid_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1745,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[16]
+	mi := &file_grid_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1758,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{16}
+	return file_grid_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -1652,12 +1796,564 @@ func (x *StatusResponse) GetNowUnixMs() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetControlState() string {
+	if x != nil {
+		return x.ControlState
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetShardCount() uint32 {
+	if x != nil {
+		return x.ShardCount
+	}
+	return 0
+}
+
+type ClusterMapRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterMapRequest) Reset() {
+	*x = ClusterMapRequest{}
+	mi := &file_grid_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterMapRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterMapRequest) ProtoMessage() {}
+
+func (x *ClusterMapRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_grid_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterMapRequest.ProtoReflect.Descriptor instead.
+func (*ClusterMapRequest) Descriptor() ([]byte, []int) {
+	return file_grid_proto_rawDescGZIP(), []int{18}
+}
+
+type ClusterNode struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	GrpcAddr string                 `protobuf:"bytes,2,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
+	RaftAddr string                 `protobuf:"bytes,3,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	HttpAddr string                 `protobuf:"bytes,4,opt,name=http_addr,json=httpAddr,proto3" json:"http_addr,omitempty"`
+	// active, draining or removed.
+	State string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	// Whether the answering node sees it alive through gossip.
+	Alive         bool `protobuf:"varint,6,opt,name=alive,proto3" json:"alive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterNode) Reset() {
+	*x = ClusterNode{}
+	mi := &file_grid_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterNode) ProtoMessage() {}
+
+func (x *ClusterNode) ProtoReflect() protoreflect.Message {
+	mi := &file_grid_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterNode.ProtoReflect.Descriptor instead.
+func (*ClusterNode) Descriptor() ([]byte, []int) {
+	return file_grid_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ClusterNode) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ClusterNode) GetGrpcAddr() string {
+	if x != nil {
+		return x.GrpcAddr
+	}
+	return ""
+}
+
+func (x *ClusterNode) GetRaftAddr() string {
+	if x != nil {
+		return x.RaftAddr
+	}
+	return ""
+}
+
+func (x *ClusterNode) GetHttpAddr() string {
+	if x != nil {
+		return x.HttpAddr
+	}
+	return ""
+}
+
+func (x *ClusterNode) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ClusterNode) GetAlive() bool {
+	if x != nil {
+		return x.Alive
+	}
+	return false
+}
+
+type ClusterShard struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Node ids holding a replica; the first is the preferred leader.
+	Replicas []string `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// The leader as the answering node knows it (it holds a replica), else the
+	// preferred leader.
+	Leader        string `protobuf:"bytes,3,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterShard) Reset() {
+	*x = ClusterShard{}
+	mi := &file_grid_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterShard) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterShard) ProtoMessage() {}
+
+func (x *ClusterShard) ProtoReflect() protoreflect.Message {
+	mi := &file_grid_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterShard.ProtoReflect.Descriptor instead.
+func (*ClusterShard) Descriptor() ([]byte, []int) {
+	return file_grid_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ClusterShard) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ClusterShard) GetReplicas() []string {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *ClusterShard) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+type ClusterMapResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A node started without clustering: one node holds every shard, and
+	// every operation goes to it.
+	Standalone bool            `protobuf:"varint,1,opt,name=standalone,proto3" json:"standalone,omitempty"`
+	Epoch      uint64          `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Slots      uint32          `protobuf:"varint,3,opt,name=slots,proto3" json:"slots,omitempty"`
+	ShardCount uint32          `protobuf:"varint,4,opt,name=shard_count,json=shardCount,proto3" json:"shard_count,omitempty"`
+	Replicas   uint32          `protobuf:"varint,5,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	Nodes      []*ClusterNode  `protobuf:"bytes,6,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Shards     []*ClusterShard `protobuf:"bytes,7,rep,name=shards,proto3" json:"shards,omitempty"`
+	// The answering node and the control group's leader as it knows it.
+	NodeId        string `protobuf:"bytes,8,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	ControlLeader string `protobuf:"bytes,9,opt,name=control_leader,json=controlLeader,proto3" json:"control_leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterMapResponse) Reset() {
+	*x = ClusterMapResponse{}
+	mi := &file_grid_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterMapResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterMapResponse) ProtoMessage() {}
+
+func (x *ClusterMapResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_grid_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterMapResponse.ProtoReflect.Descriptor instead.
+func (*ClusterMapResponse) Descriptor() ([]byte, []int) {
+	return file_grid_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ClusterMapResponse) GetStandalone() bool {
+	if x != nil {
+		return x.Standalone
+	}
+	return false
+}
+
+func (x *ClusterMapResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ClusterMapResponse) GetSlots() uint32 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *ClusterMapResponse) GetShardCount() uint32 {
+	if x != nil {
+		return x.ShardCount
+	}
+	return 0
+}
+
+func (x *ClusterMapResponse) GetReplicas() uint32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *ClusterMapResponse) GetNodes() []*ClusterNode {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *ClusterMapResponse) GetShards() []*ClusterShard {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
+func (x *ClusterMapResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ClusterMapResponse) GetControlLeader() string {
+	if x != nil {
+		return x.ControlLeader
+	}
+	return ""
+}
+
+type DrainRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node to drain; empty means the node receiving the request.
+	NodeId        string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainRequest) Reset() {
+	*x = DrainRequest{}
+	mi := &file_grid_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainRequest) ProtoMessage() {}
+
+func (x *DrainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_grid_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
+func (*DrainRequest) Descriptor() ([]byte, []int) {
+	return file_grid_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DrainRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type DrainResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The node's state in the map after the request: draining or removed.
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// Replicas it still holds.
+	ReplicasLeft  uint32 `protobuf:"varint,3,opt,name=replicas_left,json=replicasLeft,proto3" json:"replicas_left,omitempty"`
+	Epoch         uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainResponse) Reset() {
+	*x = DrainResponse{}
+	mi := &file_grid_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainResponse) ProtoMessage() {}
+
+func (x *DrainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_grid_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
+func (*DrainResponse) Descriptor() ([]byte, []int) {
+	return file_grid_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DrainResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DrainResponse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *DrainResponse) GetReplicasLeft() uint32 {
+	if x != nil {
+		return x.ReplicasLeft
+	}
+	return 0
+}
+
+func (x *DrainResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+type ShardAdminRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Shard  uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	Action ShardAdminAction       `protobuf:"varint,2,opt,name=action,proto3,enum=l4xg.grid.v1.ShardAdminAction" json:"action,omitempty"`
+	NodeId string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The node's Raft (mux) address, for the add actions and transfers.
+	RaftAddr      string `protobuf:"bytes,4,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardAdminRequest) Reset() {
+	*x = ShardAdminRequest{}
+	mi := &file_grid_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardAdminRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardAdminRequest) ProtoMessage() {}
+
+func (x *ShardAdminRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_grid_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardAdminRequest.ProtoReflect.Descriptor instead.
+func (*ShardAdminRequest) Descriptor() ([]byte, []int) {
+	return file_grid_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ShardAdminRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *ShardAdminRequest) GetAction() ShardAdminAction {
+	if x != nil {
+		return x.Action
+	}
+	return ShardAdminAction_SHARD_ADMIN_UNSPECIFIED
+}
+
+func (x *ShardAdminRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ShardAdminRequest) GetRaftAddr() string {
+	if x != nil {
+		return x.RaftAddr
+	}
+	return ""
+}
+
+type ShardAdminResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shard's commit index once the change is committed.
+	CommitIndex   uint64 `protobuf:"varint,1,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardAdminResponse) Reset() {
+	*x = ShardAdminResponse{}
+	mi := &file_grid_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardAdminResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardAdminResponse) ProtoMessage() {}
+
+func (x *ShardAdminResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_grid_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardAdminResponse.ProtoReflect.Descriptor instead.
+func (*ShardAdminResponse) Descriptor() ([]byte, []int) {
+	return file_grid_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ShardAdminResponse) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
 var File_grid_proto protoreflect.FileDescriptor
 
 const file_grid_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"grid.proto\x12\fl4xg.grid.v1\"\x97\x02\n" +
+	"grid.proto\x12\fl4xg.grid.v1\"t\n" +
+	"\bRedirect\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x1b\n" +
+	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1f\n" +
+	"\vleader_addr\x18\x03 \x01(\tR\n" +
+	"leaderAddr\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\x97\x02\n" +
 	"\x0eReserveRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x19\n" +
@@ -1705,10 +2401,11 @@ const file_grid_proto_rawDesc = "" +
 	"\rForgetRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x16\n" +
-	"\x06entity\x18\x03 \x01(\fR\x06entity\"7\n" +
+	"\x06entity\x18\x03 \x01(\fR\x06entity\"k\n" +
 	"\aOpError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xf5\x03\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x122\n" +
+	"\bredirect\x18\x03 \x01(\v2\x16.l4xg.grid.v1.RedirectR\bredirect\"\xf5\x03\n" +
 	"\bOpResult\x12/\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x15.l4xg.grid.v1.OutcomeR\aoutcome\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.l4xg.grid.v1.StateR\x05state\x12\x14\n" +
@@ -1771,13 +2468,56 @@ const file_grid_proto_rawDesc = "" +
 	" \x01(\x04R\x04term\x12\x1b\n" +
 	"\tcold_keys\x18\v \x01(\x04R\bcoldKeys\x12\x1d\n" +
 	"\n" +
-	"cold_bytes\x18\f \x01(\x04R\tcoldBytes\"\xac\x01\n" +
+	"cold_bytes\x18\f \x01(\x04R\tcoldBytes\"\x8f\x02\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x14\n" +
 	"\x05slots\x18\x03 \x01(\rR\x05slots\x121\n" +
 	"\x06shards\x18\x04 \x03(\v2\x19.l4xg.grid.v1.ShardStatusR\x06shards\x12\x1e\n" +
-	"\vnow_unix_ms\x18\x05 \x01(\x03R\tnowUnixMs*\x88\x01\n" +
+	"\vnow_unix_ms\x18\x05 \x01(\x03R\tnowUnixMs\x12\x1b\n" +
+	"\tmap_epoch\x18\x06 \x01(\x04R\bmapEpoch\x12#\n" +
+	"\rcontrol_state\x18\a \x01(\tR\fcontrolState\x12\x1f\n" +
+	"\vshard_count\x18\b \x01(\rR\n" +
+	"shardCount\"\x13\n" +
+	"\x11ClusterMapRequest\"\xa0\x01\n" +
+	"\vClusterNode\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\x12\x1b\n" +
+	"\traft_addr\x18\x03 \x01(\tR\braftAddr\x12\x1b\n" +
+	"\thttp_addr\x18\x04 \x01(\tR\bhttpAddr\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\x12\x14\n" +
+	"\x05alive\x18\x06 \x01(\bR\x05alive\"R\n" +
+	"\fClusterShard\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1a\n" +
+	"\breplicas\x18\x02 \x03(\tR\breplicas\x12\x16\n" +
+	"\x06leader\x18\x03 \x01(\tR\x06leader\"\xc2\x02\n" +
+	"\x12ClusterMapResponse\x12\x1e\n" +
+	"\n" +
+	"standalone\x18\x01 \x01(\bR\n" +
+	"standalone\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x14\n" +
+	"\x05slots\x18\x03 \x01(\rR\x05slots\x12\x1f\n" +
+	"\vshard_count\x18\x04 \x01(\rR\n" +
+	"shardCount\x12\x1a\n" +
+	"\breplicas\x18\x05 \x01(\rR\breplicas\x12/\n" +
+	"\x05nodes\x18\x06 \x03(\v2\x19.l4xg.grid.v1.ClusterNodeR\x05nodes\x122\n" +
+	"\x06shards\x18\a \x03(\v2\x1a.l4xg.grid.v1.ClusterShardR\x06shards\x12\x17\n" +
+	"\anode_id\x18\b \x01(\tR\x06nodeId\x12%\n" +
+	"\x0econtrol_leader\x18\t \x01(\tR\rcontrolLeader\"'\n" +
+	"\fDrainRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"y\n" +
+	"\rDrainResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12#\n" +
+	"\rreplicas_left\x18\x03 \x01(\rR\freplicasLeft\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\x97\x01\n" +
+	"\x11ShardAdminRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\x126\n" +
+	"\x06action\x18\x02 \x01(\x0e2\x1e.l4xg.grid.v1.ShardAdminActionR\x06action\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x1b\n" +
+	"\traft_addr\x18\x04 \x01(\tR\braftAddr\"7\n" +
+	"\x12ShardAdminResponse\x12!\n" +
+	"\fcommit_index\x18\x01 \x01(\x04R\vcommitIndex*\x88\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x06\n" +
 	"\x02OK\x10\x01\x12\f\n" +
@@ -1802,7 +2542,13 @@ const file_grid_proto_rawDesc = "" +
 	"\x04Tier\x12\x14\n" +
 	"\x10TIER_UNSPECIFIED\x10\x00\x12\a\n" +
 	"\x03HOT\x10\x01\x12\b\n" +
-	"\x04COLD\x10\x022\x86\x05\n" +
+	"\x04COLD\x10\x02*|\n" +
+	"\x10ShardAdminAction\x12\x1b\n" +
+	"\x17SHARD_ADMIN_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fADD_NONVOTER\x10\x01\x12\r\n" +
+	"\tADD_VOTER\x10\x02\x12\x11\n" +
+	"\rREMOVE_SERVER\x10\x03\x12\x17\n" +
+	"\x13TRANSFER_LEADERSHIP\x10\x042\xea\x06\n" +
 	"\x04Grid\x12?\n" +
 	"\aReserve\x12\x1c.l4xg.grid.v1.ReserveRequest\x1a\x16.l4xg.grid.v1.OpResult\x12A\n" +
 	"\bComplete\x12\x1d.l4xg.grid.v1.CompleteRequest\x1a\x16.l4xg.grid.v1.OpResult\x129\n" +
@@ -1813,7 +2559,12 @@ const file_grid_proto_rawDesc = "" +
 	"\x06Forget\x12\x1b.l4xg.grid.v1.ForgetRequest\x1a\x16.l4xg.grid.v1.OpResult\x12@\n" +
 	"\x05Batch\x12\x1a.l4xg.grid.v1.BatchRequest\x1a\x1b.l4xg.grid.v1.BatchResponse\x12C\n" +
 	"\x06Status\x12\x1b.l4xg.grid.v1.StatusRequest\x1a\x1c.l4xg.grid.v1.StatusResponse\x12@\n" +
-	"\x05Audit\x12\x1a.l4xg.grid.v1.AuditRequest\x1a\x19.l4xg.grid.v1.AuditRecord0\x01B(Z&github.com/l4xg/grid/api/gridpb;gridpbb\x06proto3"
+	"\x05Audit\x12\x1a.l4xg.grid.v1.AuditRequest\x1a\x19.l4xg.grid.v1.AuditRecord0\x01\x12O\n" +
+	"\n" +
+	"ClusterMap\x12\x1f.l4xg.grid.v1.ClusterMapRequest\x1a .l4xg.grid.v1.ClusterMapResponse\x12@\n" +
+	"\x05Drain\x12\x1a.l4xg.grid.v1.DrainRequest\x1a\x1b.l4xg.grid.v1.DrainResponse\x12O\n" +
+	"\n" +
+	"ShardAdmin\x12\x1f.l4xg.grid.v1.ShardAdminRequest\x1a .l4xg.grid.v1.ShardAdminResponseB(Z&github.com/l4xg/grid/api/gridpb;gridpbb\x06proto3"
 
 var (
 	file_grid_proto_rawDescOnce sync.Once
@@ -1827,71 +2578,91 @@ func file_grid_proto_rawDescGZIP() []byte {
 	return file_grid_proto_rawDescData
 }
 
-var file_grid_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_grid_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_grid_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_grid_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_grid_proto_goTypes = []any{
-	(Outcome)(0),            // 0: l4xg.grid.v1.Outcome
-	(State)(0),              // 1: l4xg.grid.v1.State
-	(Tier)(0),               // 2: l4xg.grid.v1.Tier
-	(*ReserveRequest)(nil),  // 3: l4xg.grid.v1.ReserveRequest
-	(*CompleteRequest)(nil), // 4: l4xg.grid.v1.CompleteRequest
-	(*FailRequest)(nil),     // 5: l4xg.grid.v1.FailRequest
-	(*ReleaseRequest)(nil),  // 6: l4xg.grid.v1.ReleaseRequest
-	(*ExtendRequest)(nil),   // 7: l4xg.grid.v1.ExtendRequest
-	(*GetRequest)(nil),      // 8: l4xg.grid.v1.GetRequest
-	(*ForgetRequest)(nil),   // 9: l4xg.grid.v1.ForgetRequest
-	(*OpError)(nil),         // 10: l4xg.grid.v1.OpError
-	(*OpResult)(nil),        // 11: l4xg.grid.v1.OpResult
-	(*AuditRequest)(nil),    // 12: l4xg.grid.v1.AuditRequest
-	(*AuditRecord)(nil),     // 13: l4xg.grid.v1.AuditRecord
-	(*Op)(nil),              // 14: l4xg.grid.v1.Op
-	(*BatchRequest)(nil),    // 15: l4xg.grid.v1.BatchRequest
-	(*BatchResponse)(nil),   // 16: l4xg.grid.v1.BatchResponse
-	(*StatusRequest)(nil),   // 17: l4xg.grid.v1.StatusRequest
-	(*ShardStatus)(nil),     // 18: l4xg.grid.v1.ShardStatus
-	(*StatusResponse)(nil),  // 19: l4xg.grid.v1.StatusResponse
+	(Outcome)(0),               // 0: l4xg.grid.v1.Outcome
+	(State)(0),                 // 1: l4xg.grid.v1.State
+	(Tier)(0),                  // 2: l4xg.grid.v1.Tier
+	(ShardAdminAction)(0),      // 3: l4xg.grid.v1.ShardAdminAction
+	(*Redirect)(nil),           // 4: l4xg.grid.v1.Redirect
+	(*ReserveRequest)(nil),     // 5: l4xg.grid.v1.ReserveRequest
+	(*CompleteRequest)(nil),    // 6: l4xg.grid.v1.CompleteRequest
+	(*FailRequest)(nil),        // 7: l4xg.grid.v1.FailRequest
+	(*ReleaseRequest)(nil),     // 8: l4xg.grid.v1.ReleaseRequest
+	(*ExtendRequest)(nil),      // 9: l4xg.grid.v1.ExtendRequest
+	(*GetRequest)(nil),         // 10: l4xg.grid.v1.GetRequest
+	(*ForgetRequest)(nil),      // 11: l4xg.grid.v1.ForgetRequest
+	(*OpError)(nil),            // 12: l4xg.grid.v1.OpError
+	(*OpResult)(nil),           // 13: l4xg.grid.v1.OpResult
+	(*AuditRequest)(nil),       // 14: l4xg.grid.v1.AuditRequest
+	(*AuditRecord)(nil),        // 15: l4xg.grid.v1.AuditRecord
+	(*Op)(nil),                 // 16: l4xg.grid.v1.Op
+	(*BatchRequest)(nil),       // 17: l4xg.grid.v1.BatchRequest
+	(*BatchResponse)(nil),      // 18: l4xg.grid.v1.BatchResponse
+	(*StatusRequest)(nil),      // 19: l4xg.grid.v1.StatusRequest
+	(*ShardStatus)(nil),        // 20: l4xg.grid.v1.ShardStatus
+	(*StatusResponse)(nil),     // 21: l4xg.grid.v1.StatusResponse
+	(*ClusterMapRequest)(nil),  // 22: l4xg.grid.v1.ClusterMapRequest
+	(*ClusterNode)(nil),        // 23: l4xg.grid.v1.ClusterNode
+	(*ClusterShard)(nil),       // 24: l4xg.grid.v1.ClusterShard
+	(*ClusterMapResponse)(nil), // 25: l4xg.grid.v1.ClusterMapResponse
+	(*DrainRequest)(nil),       // 26: l4xg.grid.v1.DrainRequest
+	(*DrainResponse)(nil),      // 27: l4xg.grid.v1.DrainResponse
+	(*ShardAdminRequest)(nil),  // 28: l4xg.grid.v1.ShardAdminRequest
+	(*ShardAdminResponse)(nil), // 29: l4xg.grid.v1.ShardAdminResponse
 }
 var file_grid_proto_depIdxs = []int32{
-	0,  // 0: l4xg.grid.v1.OpResult.outcome:type_name -> l4xg.grid.v1.Outcome
-	1,  // 1: l4xg.grid.v1.OpResult.state:type_name -> l4xg.grid.v1.State
-	10, // 2: l4xg.grid.v1.OpResult.error:type_name -> l4xg.grid.v1.OpError
-	2,  // 3: l4xg.grid.v1.OpResult.tier:type_name -> l4xg.grid.v1.Tier
-	1,  // 4: l4xg.grid.v1.AuditRecord.state:type_name -> l4xg.grid.v1.State
-	3,  // 5: l4xg.grid.v1.Op.reserve:type_name -> l4xg.grid.v1.ReserveRequest
-	4,  // 6: l4xg.grid.v1.Op.complete:type_name -> l4xg.grid.v1.CompleteRequest
-	5,  // 7: l4xg.grid.v1.Op.fail:type_name -> l4xg.grid.v1.FailRequest
-	6,  // 8: l4xg.grid.v1.Op.release:type_name -> l4xg.grid.v1.ReleaseRequest
-	7,  // 9: l4xg.grid.v1.Op.extend:type_name -> l4xg.grid.v1.ExtendRequest
-	8,  // 10: l4xg.grid.v1.Op.get:type_name -> l4xg.grid.v1.GetRequest
-	9,  // 11: l4xg.grid.v1.Op.forget:type_name -> l4xg.grid.v1.ForgetRequest
-	14, // 12: l4xg.grid.v1.BatchRequest.ops:type_name -> l4xg.grid.v1.Op
-	11, // 13: l4xg.grid.v1.BatchResponse.results:type_name -> l4xg.grid.v1.OpResult
-	18, // 14: l4xg.grid.v1.StatusResponse.shards:type_name -> l4xg.grid.v1.ShardStatus
-	3,  // 15: l4xg.grid.v1.Grid.Reserve:input_type -> l4xg.grid.v1.ReserveRequest
-	4,  // 16: l4xg.grid.v1.Grid.Complete:input_type -> l4xg.grid.v1.CompleteRequest
-	5,  // 17: l4xg.grid.v1.Grid.Fail:input_type -> l4xg.grid.v1.FailRequest
-	6,  // 18: l4xg.grid.v1.Grid.Release:input_type -> l4xg.grid.v1.ReleaseRequest
-	7,  // 19: l4xg.grid.v1.Grid.Extend:input_type -> l4xg.grid.v1.ExtendRequest
-	8,  // 20: l4xg.grid.v1.Grid.Get:input_type -> l4xg.grid.v1.GetRequest
-	9,  // 21: l4xg.grid.v1.Grid.Forget:input_type -> l4xg.grid.v1.ForgetRequest
-	15, // 22: l4xg.grid.v1.Grid.Batch:input_type -> l4xg.grid.v1.BatchRequest
-	17, // 23: l4xg.grid.v1.Grid.Status:input_type -> l4xg.grid.v1.StatusRequest
-	12, // 24: l4xg.grid.v1.Grid.Audit:input_type -> l4xg.grid.v1.AuditRequest
-	11, // 25: l4xg.grid.v1.Grid.Reserve:output_type -> l4xg.grid.v1.OpResult
-	11, // 26: l4xg.grid.v1.Grid.Complete:output_type -> l4xg.grid.v1.OpResult
-	11, // 27: l4xg.grid.v1.Grid.Fail:output_type -> l4xg.grid.v1.OpResult
-	11, // 28: l4xg.grid.v1.Grid.Release:output_type -> l4xg.grid.v1.OpResult
-	11, // 29: l4xg.grid.v1.Grid.Extend:output_type -> l4xg.grid.v1.OpResult
-	11, // 30: l4xg.grid.v1.Grid.Get:output_type -> l4xg.grid.v1.OpResult
-	11, // 31: l4xg.grid.v1.Grid.Forget:output_type -> l4xg.grid.v1.OpResult
-	16, // 32: l4xg.grid.v1.Grid.Batch:output_type -> l4xg.grid.v1.BatchResponse
-	19, // 33: l4xg.grid.v1.Grid.Status:output_type -> l4xg.grid.v1.StatusResponse
-	13, // 34: l4xg.grid.v1.Grid.Audit:output_type -> l4xg.grid.v1.AuditRecord
-	25, // [25:35] is the sub-list for method output_type
-	15, // [15:25] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	4,  // 0: l4xg.grid.v1.OpError.redirect:type_name -> l4xg.grid.v1.Redirect
+	0,  // 1: l4xg.grid.v1.OpResult.outcome:type_name -> l4xg.grid.v1.Outcome
+	1,  // 2: l4xg.grid.v1.OpResult.state:type_name -> l4xg.grid.v1.State
+	12, // 3: l4xg.grid.v1.OpResult.error:type_name -> l4xg.grid.v1.OpError
+	2,  // 4: l4xg.grid.v1.OpResult.tier:type_name -> l4xg.grid.v1.Tier
+	1,  // 5: l4xg.grid.v1.AuditRecord.state:type_name -> l4xg.grid.v1.State
+	5,  // 6: l4xg.grid.v1.Op.reserve:type_name -> l4xg.grid.v1.ReserveRequest
+	6,  // 7: l4xg.grid.v1.Op.complete:type_name -> l4xg.grid.v1.CompleteRequest
+	7,  // 8: l4xg.grid.v1.Op.fail:type_name -> l4xg.grid.v1.FailRequest
+	8,  // 9: l4xg.grid.v1.Op.release:type_name -> l4xg.grid.v1.ReleaseRequest
+	9,  // 10: l4xg.grid.v1.Op.extend:type_name -> l4xg.grid.v1.ExtendRequest
+	10, // 11: l4xg.grid.v1.Op.get:type_name -> l4xg.grid.v1.GetRequest
+	11, // 12: l4xg.grid.v1.Op.forget:type_name -> l4xg.grid.v1.ForgetRequest
+	16, // 13: l4xg.grid.v1.BatchRequest.ops:type_name -> l4xg.grid.v1.Op
+	13, // 14: l4xg.grid.v1.BatchResponse.results:type_name -> l4xg.grid.v1.OpResult
+	20, // 15: l4xg.grid.v1.StatusResponse.shards:type_name -> l4xg.grid.v1.ShardStatus
+	23, // 16: l4xg.grid.v1.ClusterMapResponse.nodes:type_name -> l4xg.grid.v1.ClusterNode
+	24, // 17: l4xg.grid.v1.ClusterMapResponse.shards:type_name -> l4xg.grid.v1.ClusterShard
+	3,  // 18: l4xg.grid.v1.ShardAdminRequest.action:type_name -> l4xg.grid.v1.ShardAdminAction
+	5,  // 19: l4xg.grid.v1.Grid.Reserve:input_type -> l4xg.grid.v1.ReserveRequest
+	6,  // 20: l4xg.grid.v1.Grid.Complete:input_type -> l4xg.grid.v1.CompleteRequest
+	7,  // 21: l4xg.grid.v1.Grid.Fail:input_type -> l4xg.grid.v1.FailRequest
+	8,  // 22: l4xg.grid.v1.Grid.Release:input_type -> l4xg.grid.v1.ReleaseRequest
+	9,  // 23: l4xg.grid.v1.Grid.Extend:input_type -> l4xg.grid.v1.ExtendRequest
+	10, // 24: l4xg.grid.v1.Grid.Get:input_type -> l4xg.grid.v1.GetRequest
+	11, // 25: l4xg.grid.v1.Grid.Forget:input_type -> l4xg.grid.v1.ForgetRequest
+	17, // 26: l4xg.grid.v1.Grid.Batch:input_type -> l4xg.grid.v1.BatchRequest
+	19, // 27: l4xg.grid.v1.Grid.Status:input_type -> l4xg.grid.v1.StatusRequest
+	14, // 28: l4xg.grid.v1.Grid.Audit:input_type -> l4xg.grid.v1.AuditRequest
+	22, // 29: l4xg.grid.v1.Grid.ClusterMap:input_type -> l4xg.grid.v1.ClusterMapRequest
+	26, // 30: l4xg.grid.v1.Grid.Drain:input_type -> l4xg.grid.v1.DrainRequest
+	28, // 31: l4xg.grid.v1.Grid.ShardAdmin:input_type -> l4xg.grid.v1.ShardAdminRequest
+	13, // 32: l4xg.grid.v1.Grid.Reserve:output_type -> l4xg.grid.v1.OpResult
+	13, // 33: l4xg.grid.v1.Grid.Complete:output_type -> l4xg.grid.v1.OpResult
+	13, // 34: l4xg.grid.v1.Grid.Fail:output_type -> l4xg.grid.v1.OpResult
+	13, // 35: l4xg.grid.v1.Grid.Release:output_type -> l4xg.grid.v1.OpResult
+	13, // 36: l4xg.grid.v1.Grid.Extend:output_type -> l4xg.grid.v1.OpResult
+	13, // 37: l4xg.grid.v1.Grid.Get:output_type -> l4xg.grid.v1.OpResult
+	13, // 38: l4xg.grid.v1.Grid.Forget:output_type -> l4xg.grid.v1.OpResult
+	18, // 39: l4xg.grid.v1.Grid.Batch:output_type -> l4xg.grid.v1.BatchResponse
+	21, // 40: l4xg.grid.v1.Grid.Status:output_type -> l4xg.grid.v1.StatusResponse
+	15, // 41: l4xg.grid.v1.Grid.Audit:output_type -> l4xg.grid.v1.AuditRecord
+	25, // 42: l4xg.grid.v1.Grid.ClusterMap:output_type -> l4xg.grid.v1.ClusterMapResponse
+	27, // 43: l4xg.grid.v1.Grid.Drain:output_type -> l4xg.grid.v1.DrainResponse
+	29, // 44: l4xg.grid.v1.Grid.ShardAdmin:output_type -> l4xg.grid.v1.ShardAdminResponse
+	32, // [32:45] is the sub-list for method output_type
+	19, // [19:32] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_grid_proto_init() }
@@ -1899,11 +2670,11 @@ func file_grid_proto_init() {
 	if File_grid_proto != nil {
 		return
 	}
-	file_grid_proto_msgTypes[0].OneofWrappers = []any{}
-	file_grid_proto_msgTypes[2].OneofWrappers = []any{}
-	file_grid_proto_msgTypes[8].OneofWrappers = []any{}
-	file_grid_proto_msgTypes[10].OneofWrappers = []any{}
-	file_grid_proto_msgTypes[11].OneofWrappers = []any{
+	file_grid_proto_msgTypes[1].OneofWrappers = []any{}
+	file_grid_proto_msgTypes[3].OneofWrappers = []any{}
+	file_grid_proto_msgTypes[9].OneofWrappers = []any{}
+	file_grid_proto_msgTypes[11].OneofWrappers = []any{}
+	file_grid_proto_msgTypes[12].OneofWrappers = []any{
 		(*Op_Reserve)(nil),
 		(*Op_Complete)(nil),
 		(*Op_Fail)(nil),
@@ -1917,8 +2688,8 @@ func file_grid_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_grid_proto_rawDesc), len(file_grid_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   17,
+			NumEnums:      4,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

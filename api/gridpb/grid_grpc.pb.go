@@ -23,16 +23,19 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Grid_Reserve_FullMethodName  = "/l4xg.grid.v1.Grid/Reserve"
-	Grid_Complete_FullMethodName = "/l4xg.grid.v1.Grid/Complete"
-	Grid_Fail_FullMethodName     = "/l4xg.grid.v1.Grid/Fail"
-	Grid_Release_FullMethodName  = "/l4xg.grid.v1.Grid/Release"
-	Grid_Extend_FullMethodName   = "/l4xg.grid.v1.Grid/Extend"
-	Grid_Get_FullMethodName      = "/l4xg.grid.v1.Grid/Get"
-	Grid_Forget_FullMethodName   = "/l4xg.grid.v1.Grid/Forget"
-	Grid_Batch_FullMethodName    = "/l4xg.grid.v1.Grid/Batch"
-	Grid_Status_FullMethodName   = "/l4xg.grid.v1.Grid/Status"
-	Grid_Audit_FullMethodName    = "/l4xg.grid.v1.Grid/Audit"
+	Grid_Reserve_FullMethodName    = "/l4xg.grid.v1.Grid/Reserve"
+	Grid_Complete_FullMethodName   = "/l4xg.grid.v1.Grid/Complete"
+	Grid_Fail_FullMethodName       = "/l4xg.grid.v1.Grid/Fail"
+	Grid_Release_FullMethodName    = "/l4xg.grid.v1.Grid/Release"
+	Grid_Extend_FullMethodName     = "/l4xg.grid.v1.Grid/Extend"
+	Grid_Get_FullMethodName        = "/l4xg.grid.v1.Grid/Get"
+	Grid_Forget_FullMethodName     = "/l4xg.grid.v1.Grid/Forget"
+	Grid_Batch_FullMethodName      = "/l4xg.grid.v1.Grid/Batch"
+	Grid_Status_FullMethodName     = "/l4xg.grid.v1.Grid/Status"
+	Grid_Audit_FullMethodName      = "/l4xg.grid.v1.Grid/Audit"
+	Grid_ClusterMap_FullMethodName = "/l4xg.grid.v1.Grid/ClusterMap"
+	Grid_Drain_FullMethodName      = "/l4xg.grid.v1.Grid/Drain"
+	Grid_ShardAdmin_FullMethodName = "/l4xg.grid.v1.Grid/ShardAdmin"
 )
 
 // GridClient is the client API for Grid service.
@@ -61,6 +64,17 @@ type GridClient interface {
 	// time range, from the cold tier of the shards this node holds, oldest first
 	// per shard. It reads the node's local state: not linearizable.
 	Audit(ctx context.Context, in *AuditRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AuditRecord], error)
+	// ClusterMap returns the cluster map this node holds: the nodes, the
+	// replica set of every shard and, per shard, the leader this node knows
+	// of. A standalone node answers with standalone set and no map.
+	ClusterMap(ctx context.Context, in *ClusterMapRequest, opts ...grpc.CallOption) (*ClusterMapResponse, error)
+	// Drain asks the cluster to move every replica off a node and then
+	// remove it from the map. Any node takes it to the control group's leader.
+	Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainResponse, error)
+	// ShardAdmin changes the Raft configuration of one shard. Only the node
+	// leading the shard runs it; the others answer UNAVAILABLE with a
+	// Redirect. It is how the control group's leader executes placement moves.
+	ShardAdmin(ctx context.Context, in *ShardAdminRequest, opts ...grpc.CallOption) (*ShardAdminResponse, error)
 }
 
 type gridClient struct {
@@ -180,6 +194,36 @@ func (c *gridClient) Audit(ctx context.Context, in *AuditRequest, opts ...grpc.C
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Grid_AuditClient = grpc.ServerStreamingClient[AuditRecord]
 
+func (c *gridClient) ClusterMap(ctx context.Context, in *ClusterMapRequest, opts ...grpc.CallOption) (*ClusterMapResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClusterMapResponse)
+	err := c.cc.Invoke(ctx, Grid_ClusterMap_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gridClient) Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrainResponse)
+	err := c.cc.Invoke(ctx, Grid_Drain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gridClient) ShardAdmin(ctx context.Context, in *ShardAdminRequest, opts ...grpc.CallOption) (*ShardAdminResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShardAdminResponse)
+	err := c.cc.Invoke(ctx, Grid_ShardAdmin_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GridServer is the server API for Grid service.
 // All implementations must embed UnimplementedGridServer
 // for forward compatibility.
@@ -206,6 +250,17 @@ type GridServer interface {
 	// time range, from the cold tier of the shards this node holds, oldest first
 	// per shard. It reads the node's local state: not linearizable.
 	Audit(*AuditRequest, grpc.ServerStreamingServer[AuditRecord]) error
+	// ClusterMap returns the cluster map this node holds: the nodes, the
+	// replica set of every shard and, per shard, the leader this node knows
+	// of. A standalone node answers with standalone set and no map.
+	ClusterMap(context.Context, *ClusterMapRequest) (*ClusterMapResponse, error)
+	// Drain asks the cluster to move every replica off a node and then
+	// remove it from the map. Any node takes it to the control group's leader.
+	Drain(context.Context, *DrainRequest) (*DrainResponse, error)
+	// ShardAdmin changes the Raft configuration of one shard. Only the node
+	// leading the shard runs it; the others answer UNAVAILABLE with a
+	// Redirect. It is how the control group's leader executes placement moves.
+	ShardAdmin(context.Context, *ShardAdminRequest) (*ShardAdminResponse, error)
 	mustEmbedUnimplementedGridServer()
 }
 
@@ -245,6 +300,15 @@ func (UnimplementedGridServer) Status(context.Context, *StatusRequest) (*StatusR
 }
 func (UnimplementedGridServer) Audit(*AuditRequest, grpc.ServerStreamingServer[AuditRecord]) error {
 	return status.Error(codes.Unimplemented, "method Audit not implemented")
+}
+func (UnimplementedGridServer) ClusterMap(context.Context, *ClusterMapRequest) (*ClusterMapResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClusterMap not implemented")
+}
+func (UnimplementedGridServer) Drain(context.Context, *DrainRequest) (*DrainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Drain not implemented")
+}
+func (UnimplementedGridServer) ShardAdmin(context.Context, *ShardAdminRequest) (*ShardAdminResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ShardAdmin not implemented")
 }
 func (UnimplementedGridServer) mustEmbedUnimplementedGridServer() {}
 func (UnimplementedGridServer) testEmbeddedByValue()              {}
@@ -440,6 +504,60 @@ func _Grid_Audit_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Grid_AuditServer = grpc.ServerStreamingServer[AuditRecord]
 
+func _Grid_ClusterMap_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClusterMapRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GridServer).ClusterMap(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Grid_ClusterMap_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GridServer).ClusterMap(ctx, req.(*ClusterMapRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Grid_Drain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GridServer).Drain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Grid_Drain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GridServer).Drain(ctx, req.(*DrainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Grid_ShardAdmin_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShardAdminRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GridServer).ShardAdmin(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Grid_ShardAdmin_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GridServer).ShardAdmin(ctx, req.(*ShardAdminRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Grid_ServiceDesc is the grpc.ServiceDesc for Grid service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -482,6 +600,18 @@ var Grid_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Grid_Status_Handler,
+		},
+		{
+			MethodName: "ClusterMap",
+			Handler:    _Grid_ClusterMap_Handler,
+		},
+		{
+			MethodName: "Drain",
+			Handler:    _Grid_Drain_Handler,
+		},
+		{
+			MethodName: "ShardAdmin",
+			Handler:    _Grid_ShardAdmin_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
