@@ -1,0 +1,28 @@
+package api
+
+import (
+	"context"
+
+	"github.com/l4xg/grid/cluster"
+)
+
+// ClusterView is what the server needs of the node's cluster runtime
+// (*cluster.Node implements it). A standalone node has none: it holds
+// every shard and serves every operation itself.
+type ClusterView interface {
+	// Self is this node's id.
+	Self() cluster.NodeID
+	// Map returns a copy of the cluster map, or nil before bootstrap.
+	Map() *cluster.Map
+	// Alive is the gossip view: the members seen alive.
+	Alive() map[cluster.NodeID]bool
+	// ControlLeader is the control group's leader as this node knows it
+	// ("" when unknown).
+	ControlLeader() cluster.NodeID
+	// ControlState is this node's Raft state in the control group.
+	ControlState() string
+	// Drain marks node id draining (the planner then moves its replicas
+	// away and removes it). Only the control leader can; elsewhere it
+	// fails with cluster.ErrNotControlLeader.
+	Drain(ctx context.Context, id cluster.NodeID) (cluster.DrainStatus, error)
+}

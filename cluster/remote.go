@@ -1,0 +1,80 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// AdminAction is a change of one shard group's Raft configuration, run by
+// the node that leads the shard.
+type AdminAction uint8
+
+const (
+	// AdminAddNonvoter adds a replica that receives the log but does not vote.
+	AdminAddNonvoter AdminAction = iota + 1
+	// AdminAddVoter adds a voting replica, or promotes a non-voter.
+	AdminAddVoter
+	// AdminRemoveServer removes a replica from the group.
+	AdminRemoveServer
+	// AdminTransferLeadership hands leadership to Node (empty: to any
+	// up-to-date voter).
+	AdminTransferLeadership
+)
+
+var adminNames = [...]string{"", "add-nonvoter", "add-voter", "remove-server", "transfer-leadership"}
+
+func (a AdminAction) String() string {
+	if a >= AdminAddNonvoter && a <= AdminTransferLeadership {
+		return adminNames[a]
+	}
+	return fmt.Sprintf("admin(%d)", uint8(a))
+}
+
+// AdminRequest asks a shard's leader to change the shard's group.
+type AdminRequest struct {
+	Shard    int
+	Action   AdminAction
+	Node     NodeID
+	RaftAddr string // the node's Raft (mux) address: add and transfer actions
+}
+
+// ReplicaStatus is what a node says about its replica of one shard.
+type ReplicaStatus struct {
+	RaftState string // Leader, Follower, Candidate, Shutdown
+	Leader    NodeID // "" when unknown
+	Applied   uint64
+	Commit    uint64
+	Last      uint64
+	Term      uint64
+}
+
+// ErrNotShardLeader: the node asked to change a shard's group does not
+// lead that shard (any more). Find the leader and ask again.
+var ErrNotShardLeader = errors.New("cluster: not the shard's leader")
+
+// Remote reaches other nodes on their client (gRPC) address. The control
+// leader uses it to execute placement moves on the shards' leaders. Package
+// api implements it over gRPC.
+type Remote interface {
+	// ShardAdmin runs req on the node at addr, which must lead req.Shard;
+	// it returns the shard's commit index once the change is committed.
+	// A node that does not lead the shard fails with ErrNotShardLeader.
+	ShardAdmin(ctx context.Context, addr string, req AdminRequest) (uint64, error)
+	// ShardStatus returns what the node at addr says about its replica of
+	// shard; ok is false when it holds none.
+	ShardStatus(ctx context.Context, addr string, shard int) (st ReplicaStatus, ok bool, err error)
+}
+
+// DrainStatus is a node's standing after a drain request.
+type DrainStatus struct {
+	Node         NodeID
+	State        NodeState
+	ReplicasLeft int
+	Epoch        uint64
+}
+
+// ErrNotControlLeader: the request needs the control group's leader and
+// this node is not it. The error's text names the leader when known; the
+// API forwards the request there.
+var ErrNotControlLeader = errors.New("cluster: not the control group's leader")
