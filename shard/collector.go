@@ -71,7 +71,8 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, s := range c.h.shards {
+	// A replica stopped meanwhile still describes its last state.
+	for _, s := range c.h.Shards() {
 		st := s.Status()
 		id := strconv.FormatUint(st.ID, 10)
 		for state, n := range st.Counts {

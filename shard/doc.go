@@ -56,7 +56,20 @@
 // Hard settings (digest function, slot count, shard count) are written to the
 // data directory at creation and checked at every start.
 //
-// A single node hosts every shard as a one-voter group on an in-memory
-// transport; the cluster issue replaces that with a multiplexed network
-// transport and replica placement.
+// # Hosting
+//
+// A node alone hosts every shard as a one-voter group on an in-memory
+// transport. With a raftlog.Mux every group runs over the network (group id
+// = shard id): with static Peers every node hosts every shard; in Manual
+// mode the host holds only the replicas the cluster runtime starts
+// (StartReplica: a new group, or an empty replica that waits for a leader
+// to add it) and stops (StopReplica, with purge once the replica is out of
+// its group: log, snapshots and cold records go, and a marker file lets
+// the next start finish a purge cut short by a crash). For may then return
+// nil: the shard lives elsewhere. The group's leader changes membership
+// (AddNonvoter, AddVoter, RemoveServer, TransferLeadership); a replica
+// moves by joining as a non-voter, catching up, being promoted, and the
+// replica it replaces being removed. A replica stopping with its node
+// (Close, StopReplica without purge) hands leadership over first; a purged
+// one does not.
 package shard

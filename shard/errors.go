@@ -15,6 +15,10 @@ var (
 	ErrOutcomeUnknown = errors.New("shard: outcome unknown")
 	// ErrClosed: the shard is shutting down.
 	ErrClosed = errors.New("shard: closed")
+	// ErrNoSuchShard: a shard id outside 0..Shards-1.
+	ErrNoSuchShard = errors.New("shard: no such shard")
+	// ErrNotVoter: leadership can only go to a voter of the group.
+	ErrNotVoter = errors.New("shard: not a voter of the group")
 	// ErrHardSettings: the data directory was created with other hard settings.
 	ErrHardSettings = errors.New("shard: hard settings differ from the data directory")
 )

@@ -49,27 +49,53 @@ type HostConfig struct {
 	Mux *raftlog.Mux
 	// Peers are the initial voters of every shard group that has no state
 	// yet, each with its Mux address; empty means this node alone. Every
-	// node bootstraps with the same list.
-	Peers    []raft.Server
-	Logger   *slog.Logger
-	Registry prometheus.Registerer
+	// node bootstraps with the same list. Not with Manual.
+	Peers []raft.Server
+	// Manual opens no shard at OpenHost: the cluster runtime starts and
+	// stops replicas with StartReplica and StopReplica. It requires Mux.
+	Manual bool
+	// HeartbeatTimeout is every replica's Raft heartbeat timeout (its
+	// election timeout too; the leader lease is half of it); zero means
+	// Config's default, 500 ms. A failed leader is replaced after about one
+	// to two of them.
+	HeartbeatTimeout time.Duration
+	Logger           *slog.Logger
+	Registry         prometheus.Registerer
 }
 
-// Host is the set of shards on one node and the slot map that routes digests
-// to them. On a single node every shard is a one-voter group.
+// Host is the set of shard replicas on one node and the slot map that routes
+// digests to shards. Alone (no Mux) it hosts every shard as a one-voter
+// group; with Mux and Peers every shard is replicated with static
+// membership; with Manual it hosts the subset the cluster runtime starts.
+// Its methods are safe for concurrent use.
 type Host struct {
 	cfg      HostConfig
 	settings HardSettings
 	logs     *raftlog.Store
 	cold     *tiering.Store
-	shards   []*Shard
 	metrics  *Metrics
+
+	// mu guards replicas and closed. Every request reads replicas (For), so
+	// mu is never held while a replica opens or closes; lifecycle is.
+	mu       sync.RWMutex
+	replicas []*Shard // by shard id; nil: not hosted here
+	closed   bool
+	// lifecycle serializes StartReplica and StopReplica of each shard id;
+	// Close takes all of them, in id order.
+	lifecycle []sync.Mutex
 }
 
-// OpenHost opens (or creates) the node's data directory and starts its shards.
+// OpenHost opens (or creates) the node's data directory and starts a
+// replica of every shard, unless cfg.Manual.
 func OpenHost(cfg HostConfig) (*Host, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("shard: host config: DataDir is required")
+	}
+	if cfg.Manual && cfg.Mux == nil {
+		return nil, errors.New("shard: host config: Manual requires Mux (replicas reach their groups over the network)")
+	}
+	if cfg.Manual && len(cfg.Peers) > 0 {
+		return nil, errors.New("shard: host config: Peers are the static voters of every shard; with Manual the cluster runtime adds replicas")
 	}
 	if cfg.NodeID == "" {
 		cfg.NodeID = "node-1"
@@ -105,23 +131,25 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 		_ = logs.Close()
 		return nil, err
 	}
-	h := &Host{cfg: cfg, settings: settings, logs: logs, cold: cold, metrics: NewMetrics(cfg.Registry)}
-	// Shards restore their snapshots in parallel: a restart is as long as
-	// the largest shard's restore, not the sum of all.
-	h.shards = make([]*Shard, cfg.Shards)
-	errs := make([]error, cfg.Shards)
-	var wg sync.WaitGroup
-	for i := range h.shards {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			h.shards[i], errs[i] = h.openShard(i)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		h.Close()
-		return nil, err
+	h := &Host{cfg: cfg, settings: settings, logs: logs, cold: cold, metrics: NewMetrics(cfg.Registry),
+		replicas: make([]*Shard, cfg.Shards), lifecycle: make([]sync.Mutex, cfg.Shards)}
+	if !cfg.Manual {
+		// Shards restore their snapshots in parallel: a restart is as long
+		// as the largest shard's restore, not the sum of all.
+		errs := make([]error, cfg.Shards)
+		var wg sync.WaitGroup
+		for i := range cfg.Shards {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = h.StartReplica(i, true)
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			_ = h.Close()
+			return nil, err
+		}
 	}
 	if cfg.Registry != nil {
 		cfg.Registry.MustRegister(newHostCollector(h))
@@ -129,66 +157,60 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 	return h, nil
 }
 
-// openShard starts the local replica of shard i, on the Mux when there is
-// one.
-func (h *Host) openShard(i int) (*Shard, error) {
-	cfg := h.cfg
-	var trans *raft.NetworkTransport
-	if cfg.Mux != nil {
-		t, err := raftlog.NewTransport(cfg.Mux, uint64(i), raftlog.TransportConfig{})
-		if err != nil {
-			return nil, fmt.Errorf("shard %d: %w", i, err)
-		}
-		trans = t
-	}
-	scfg := Config{
-		ID:           uint64(i),
-		NodeID:       cfg.NodeID,
-		SnapshotDir:  filepath.Join(cfg.DataDir, "snapshots"),
-		Logs:         h.logs,
-		Bootstrap:    true,
-		Peers:        cfg.Peers,
-		Cold:         h.cold.Shard(uint32(i)),
-		HotWindow:    cfg.HotWindow,
-		HotMaxBytes:  cfg.HotMaxBytes / int64(cfg.Shards),
-		Clock:        cfg.Clock,
-		TickInterval: cfg.TickInterval,
-		Logger:       cfg.Logger,
-		Metrics:      h.metrics,
-	}
-	if trans != nil {
-		scfg.Transport = trans
-	}
-	s, err := Open(scfg)
-	if err != nil && trans != nil {
-		_ = trans.Close()
-	}
-	return s, err
-}
-
 // Settings returns the hard settings in force.
 func (h *Host) Settings() HardSettings { return h.settings }
+
+// Logs is the node's Raft log store. The cluster runtime keeps its control
+// group there too, under a group id no shard uses; the host closes it.
+func (h *Host) Logs() *raftlog.Store { return h.logs }
 
 // NodeID is this node's id.
 func (h *Host) NodeID() string { return h.cfg.NodeID }
 
-// Shards returns the local shards, by id.
-func (h *Host) Shards() []*Shard { return h.shards }
+// Shards returns the replicas hosted here, by shard id, in a fresh slice.
+// A replica may be stopped (StopReplica) while the caller holds it; its
+// methods then fail with ErrClosed.
+func (h *Host) Shards() []*Shard {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	out := make([]*Shard, 0, len(h.replicas))
+	for _, s := range h.replicas {
+		if s != nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Shard returns the replica of shard id hosted here, or nil when there is
+// none (or id is out of range).
+func (h *Host) Shard(id int) *Shard {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if id < 0 || id >= len(h.replicas) {
+		return nil
+	}
+	return h.replicas[id]
+}
 
 // SlotShard maps a slot to its shard id: contiguous slot ranges per shard.
 func (h *Host) SlotShard(slot uint32) int {
 	return int(uint64(slot) * uint64(h.settings.Shards) / uint64(h.settings.Slots))
 }
 
-// For returns the shard that owns digest d.
+// For returns the replica of the shard that owns digest d, or nil when this
+// node hosts no replica of it (Manual: the cluster map places it elsewhere,
+// or it is stopped). Alone or with static peers it is never nil before
+// Close.
 func (h *Host) For(d keyspace.Digest) *Shard {
-	return h.shards[h.SlotShard(d.Slot(h.settings.Slots))]
+	return h.Shard(h.SlotShard(d.Slot(h.settings.Slots)))
 }
 
-// WaitReady blocks until every shard leads and serves reads, or ctx ends.
-// It is for a node alone (no Mux): with peers, the leaders are spread.
+// WaitReady blocks until every hosted replica leads and serves reads, or
+// ctx ends. It is for a node alone (no Mux): with peers, the leaders are
+// spread.
 func (h *Host) WaitReady(ctx context.Context) error {
-	for _, s := range h.shards {
+	for _, s := range h.Shards() {
 		if err := s.WaitReady(ctx); err != nil {
 			return err
 		}
@@ -196,10 +218,23 @@ func (h *Host) WaitReady(ctx context.Context) error {
 	return nil
 }
 
-// Ready reports whether every shard serves.
+// Ready reports whether every hosted replica leads and serves: the
+// readiness of a node alone. It is true when none is hosted.
 func (h *Host) Ready() bool {
-	for _, s := range h.shards {
+	for _, s := range h.Shards() {
 		if !s.ready() {
+			return false
+		}
+	}
+	return true
+}
+
+// HasLeader reports whether every hosted replica knows a leader of its
+// group (itself or another node): the readiness of a node in a cluster. It
+// is true when none is hosted.
+func (h *Host) HasLeader() bool {
+	for _, s := range h.Shards() {
+		if id, _ := s.Leader(); id == "" {
 			return false
 		}
 	}
@@ -217,10 +252,29 @@ func (h *Host) Audit(tag uint16, since, until int64, fn func(shard uint32, d key
 	return h.cold.Audit(tag, since, until, fn)
 }
 
-// Close stops every shard, then the cold tier and the log store.
+// Close stops every hosted replica (a leader hands its group over first),
+// then the cold tier and the log store. Later calls do nothing.
 func (h *Host) Close() error {
+	for i := range h.lifecycle {
+		h.lifecycle[i].Lock()
+	}
+	defer func() {
+		for i := range h.lifecycle {
+			h.lifecycle[i].Unlock()
+		}
+	}()
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	replicas := h.replicas
+	h.replicas = make([]*Shard, len(replicas))
+	h.mu.Unlock()
+
 	var errs []error
-	for _, s := range h.shards {
+	for _, s := range replicas {
 		if s != nil {
 			errs = append(errs, s.Close())
 		}

@@ -17,10 +17,12 @@ import (
 )
 
 // netHosts are hosts on real sockets: each has its own data directory and a
-// raftlog.Mux on loopback, and every shard is one Raft group over all of
-// them (static membership: the groundwork of the cluster issue).
+// raftlog.Mux on loopback. Every shard is one Raft group over all of them
+// (static membership), or, with manual, the test starts replicas and
+// changes groups itself, as the cluster runtime does.
 type netHosts struct {
 	t      testing.TB
+	manual bool
 	dirs   []string
 	addrs  []string
 	peers  []raft.Server
@@ -30,9 +32,14 @@ type netHosts struct {
 	clocks []*fakeClock // each host's own clock
 }
 
-func openNetHosts(t testing.TB, n int) *netHosts {
+func openNetHosts(t testing.TB, n int) *netHosts { return newNetHosts(t, n, false) }
+
+// openManualHosts opens n hosts in Manual mode: they host no replica yet.
+func openManualHosts(t testing.TB, n int) *netHosts { return newNetHosts(t, n, true) }
+
+func newNetHosts(t testing.TB, n int, manual bool) *netHosts {
 	t.Helper()
-	nh := &netHosts{t: t, hosts: make([]*Host, n), muxes: make([]*raftlog.Mux, n)}
+	nh := &netHosts{t: t, manual: manual, hosts: make([]*Host, n), muxes: make([]*raftlog.Mux, n)}
 	for i := range n {
 		nh.faults = append(nh.faults, &raftlog.Faults{})
 		nh.clocks = append(nh.clocks, newFakeClock())
@@ -58,8 +65,12 @@ func openNetHosts(t testing.TB, n int) *netHosts {
 
 func (nh *netHosts) open(i int, m *raftlog.Mux) {
 	nh.t.Helper()
-	h, err := OpenHost(HostConfig{NodeID: string(nh.peers[i].ID), DataDir: nh.dirs[i], Shards: 2, Mux: m, Peers: nh.peers,
-		Clock: nh.clocks[i].Now, TickInterval: time.Hour, NoSync: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg := HostConfig{NodeID: string(nh.peers[i].ID), DataDir: nh.dirs[i], Shards: 2, Mux: m, Manual: nh.manual,
+		Clock: nh.clocks[i].Now, TickInterval: time.Hour, NoSync: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if !nh.manual {
+		cfg.Peers = nh.peers
+	}
+	h, err := OpenHost(cfg)
 	if err != nil {
 		nh.t.Fatal(err)
 	}
@@ -96,15 +107,24 @@ func (nh *netHosts) leader(id int) (int, *Shard) {
 	var at int
 	var s *Shard
 	waitFor(nh.t, fmt.Sprintf("a leader of shard %d", id), func() bool {
-		for i, h := range nh.hosts {
-			if h != nil && h.shards[id].ready() {
-				at, s = i, h.shards[id]
+		for i := range nh.hosts {
+			if r := nh.replica(i, id); r != nil && r.ready() {
+				at, s = i, r
 				return true
 			}
 		}
 		return false
 	})
 	return at, s
+}
+
+// replica is host i's replica of shard id; nil when host i is stopped or
+// hosts none.
+func (nh *netHosts) replica(i, id int) *Shard {
+	if nh.hosts[i] == nil {
+		return nil
+	}
+	return nh.hosts[i].Shard(id)
 }
 
 // TestReplicatedShardsOverTheMux: three hosts replicate every shard over
@@ -121,7 +141,7 @@ func TestReplicatedShardsOverTheMux(t *testing.T) {
 	if first.Outcome != keyspace.OutcomeAcquired {
 		t.Fatalf("reserve: %v", first.Outcome)
 	}
-	follower := nh.hosts[(at+1)%3].shards[id]
+	follower := nh.replica((at+1)%3, id)
 	if _, err := follower.Propose(context.Background(), []keyspace.Command{{Op: keyspace.OpGet, Digest: d}}); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("proposal to a follower: %v, want ErrNotLeader", err)
 	}
@@ -143,7 +163,7 @@ func TestReplicatedShardsOverTheMux(t *testing.T) {
 	}
 
 	nh.restart(at)
-	back := nh.hosts[at].shards[id]
+	back := nh.replica(at, id)
 	var got keyspace.Result
 	waitFor(t, "the restarted replica to catch up", func() bool {
 		got, _ = back.Get(context.Background(), d, true)
@@ -233,7 +253,7 @@ func BenchmarkFailover(b *testing.B) {
 				} else {
 					nh.restart(at)
 				}
-				back := nh.hosts[at].shards[0]
+				back := nh.replica(at, 0)
 				waitFor(b, "the node to follow again", func() bool {
 					_, id := back.raft.LeaderWithID()
 					return id != "" && back.raft.State() == raft.Follower
@@ -251,7 +271,7 @@ func BenchmarkFailover(b *testing.B) {
 func (nh *netHosts) writeAfter(gone int, key string) {
 	for {
 		_, l := nh.leader(0)
-		if h := nh.hosts[gone]; h != nil && l == h.shards[0] {
+		if l == nh.replica(gone, 0) {
 			continue // the lost leader has not stepped down yet
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -136,7 +136,7 @@ func Open(cfg Config) (*Shard, error) {
 	// The cold tier keeps its records of each retained snapshot as
 	// sstables there, so that a restart links them in instead of
 	// rewriting them from the snapshot stream.
-	coldFiles := filepath.Join(cfg.SnapshotDir, "cold", fmt.Sprintf("group-%d", cfg.ID))
+	coldFiles := coldFilesDir(cfg.SnapshotDir, cfg.ID)
 	retained := func() ([]string, error) {
 		metas, err := snaps.List()
 		ids := make([]string, len(metas))
@@ -155,6 +155,9 @@ func Open(cfg Config) (*Shard, error) {
 	rc.MaxAppendEntries = 256
 	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: fmt.Sprintf("raft-shard-%d", cfg.ID), Level: hclog.Warn, Output: io.Discard})
 	rc.NoSnapshotRestoreOnStart = false
+	// A leader that commits its own removal steps down instead of shutting
+	// Raft down under the Shard: the host stops the replica (StopReplica).
+	rc.ShutdownOnRemove = false
 	if cfg.tuneRaft != nil {
 		cfg.tuneRaft(rc)
 	}
@@ -203,6 +206,12 @@ func Open(cfg Config) (*Shard, error) {
 	return s, nil
 }
 
+// coldFilesDir is where the cold tier keeps the sstable files of group's
+// retained snapshots, under the snapshot directory dir.
+func coldFilesDir(dir string, group uint64) string {
+	return filepath.Join(dir, "cold", fmt.Sprintf("group-%d", group))
+}
+
 // ID is the shard id.
 func (s *Shard) ID() uint64 { return s.cfg.ID }
 
@@ -237,6 +246,10 @@ func (s *Shard) Get(ctx context.Context, d keyspace.Digest, staleOK bool) (keysp
 	}
 	return res[0], nil
 }
+
+// IsLeader reports whether this replica leads its group and serves: it has
+// applied the first entry of its term, so reads and writes go through it.
+func (s *Shard) IsLeader() bool { return s.ready() }
 
 // ready reports whether this replica leads and has applied its term's barrier.
 func (s *Shard) ready() bool {
@@ -377,14 +390,22 @@ func (s *Shard) Status() Status {
 // Snapshot asks Raft for a snapshot now (operators, tests).
 func (s *Shard) Snapshot() error { return s.raft.Snapshot().Error() }
 
-// Close stops the replica. Pending proposals fail with ErrClosed.
-func (s *Shard) Close() error {
+// Close stops the replica. Pending proposals fail with ErrClosed. A leader
+// of a group with other voters hands leadership over first.
+func (s *Shard) Close() error { return s.close(true) }
+
+// close stops the replica, handing leadership over first if handOver. A
+// replica removed from its group closes without: the group no longer
+// counts on it, and its state is about to be deleted.
+func (s *Shard) close(handOver bool) error {
 	var err error
 	s.closeOnce.Do(func() {
 		close(s.quit)
 		s.wg.Wait()
 		s.prop.close()
-		s.handOver()
+		if handOver {
+			s.handOver()
+		}
 		err = s.raft.Shutdown().Error()
 	})
 	return err

@@ -1,0 +1,202 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/l4xg/grid/raftlog"
+)
+
+// StartReplica starts the local replica of shard id and returns it; if it
+// already runs, it returns the running one. The replica uses the Mux (group
+// id = shard id, this node's NodeID as Raft server id, the Mux address as
+// Raft address), or an in-memory transport on a node alone.
+//
+// With bootstrap and no Raft state on disk, the group is created with this
+// node as its only voter (with HostConfig.Peers as voters, outside Manual).
+// Without bootstrap a replica with no state starts with no configuration
+// and waits for a leader to add it (AddNonvoter, AddVoter). A replica with
+// state resumes from it either way.
+//
+// Starts and stops of the same id are serialized; requests for other
+// shards are never held up by them.
+func (h *Host) StartReplica(id int, bootstrap bool) (*Shard, error) {
+	if err := h.checkID(id); err != nil {
+		return nil, err
+	}
+	h.lifecycle[id].Lock()
+	defer h.lifecycle[id].Unlock()
+	h.mu.RLock()
+	s, closed := h.replicas[id], h.closed
+	h.mu.RUnlock()
+	if closed {
+		return nil, fmt.Errorf("shard %d: start replica: %w", id, ErrClosed)
+	}
+	if s != nil {
+		return s, nil
+	}
+	s, err := h.openShard(id, bootstrap)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	h.replicas[id] = s
+	h.mu.Unlock()
+	return s, nil
+}
+
+// StopReplica closes the local replica of shard id; it does nothing if none
+// runs. Without purge the replica's state stays on disk and a later
+// StartReplica resumes from it; a leader hands its group over first, as at
+// Close. With purge the replica was removed from its group: it closes
+// without a hand-over, and all its state is deleted (its Raft log and
+// stable store, its snapshots and their cold sstable files, its cold tier
+// records) so that a later StartReplica begins empty. Purge deletes the
+// state of a replica that is not running too (leftovers from before a
+// restart). A purge interrupted by a crash is finished by the next start.
+func (h *Host) StopReplica(id int, purge bool) error {
+	if err := h.checkID(id); err != nil {
+		return err
+	}
+	h.lifecycle[id].Lock()
+	defer h.lifecycle[id].Unlock()
+	h.mu.Lock()
+	s, closed := h.replicas[id], h.closed
+	h.replicas[id] = nil
+	h.mu.Unlock()
+	if closed {
+		return fmt.Errorf("shard %d: stop replica: %w", id, ErrClosed)
+	}
+	if s != nil {
+		if err := s.close(!purge); err != nil {
+			return fmt.Errorf("shard %d: stop replica: %w", id, err)
+		}
+	}
+	if purge {
+		return h.purge(id)
+	}
+	return nil
+}
+
+func (h *Host) checkID(id int) error {
+	if id < 0 || id >= h.settings.Shards {
+		return fmt.Errorf("%w: shard %d: ids are 0..%d", ErrNoSuchShard, id, h.settings.Shards-1)
+	}
+	return nil
+}
+
+// openShard opens the local replica of shard i, on the Mux when there is
+// one, after finishing an interrupted purge of it.
+func (h *Host) openShard(i int, bootstrap bool) (*Shard, error) {
+	if _, err := os.Stat(h.purgeMarker(i)); err == nil {
+		if err := h.purge(i); err != nil {
+			return nil, err
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("shard %d: %w", i, err)
+	}
+	cfg := h.cfg
+	var trans *raft.NetworkTransport
+	if cfg.Mux != nil {
+		t, err := raftlog.NewTransport(cfg.Mux, uint64(i), raftlog.TransportConfig{})
+		if err != nil {
+			return nil, fmt.Errorf("shard %d: %w", i, err)
+		}
+		trans = t
+	}
+	scfg := Config{
+		ID:               uint64(i),
+		NodeID:           cfg.NodeID,
+		SnapshotDir:      h.snapshotDir(),
+		Logs:             h.logs,
+		Bootstrap:        bootstrap,
+		Peers:            cfg.Peers,
+		Cold:             h.cold.Shard(uint32(i)),
+		HotWindow:        cfg.HotWindow,
+		HotMaxBytes:      cfg.HotMaxBytes / int64(h.settings.Shards),
+		Clock:            cfg.Clock,
+		TickInterval:     cfg.TickInterval,
+		HeartbeatTimeout: cfg.HeartbeatTimeout,
+		Logger:           cfg.Logger,
+		Metrics:          h.metrics,
+	}
+	if trans != nil {
+		scfg.Transport = trans
+	}
+	s, err := Open(scfg)
+	if err != nil && trans != nil {
+		_ = trans.Close()
+	}
+	return s, err
+}
+
+func (h *Host) snapshotDir() string { return filepath.Join(h.cfg.DataDir, "snapshots") }
+
+// purgeMarker is the file that says a purge of shard i has begun and not
+// finished.
+func (h *Host) purgeMarker(i int) string {
+	return filepath.Join(h.cfg.DataDir, "purging-shard-"+strconv.Itoa(i))
+}
+
+// purge deletes the state of shard i's replica, which must not run. A
+// marker file, synced before and removed after, makes an interrupted purge
+// visible to the next start, which finishes it: half a replica (a log
+// without its snapshot, or the reverse) never starts.
+func (h *Host) purge(i int) error {
+	marker := h.purgeMarker(i)
+	if err := os.WriteFile(marker, nil, 0o644); err != nil {
+		return fmt.Errorf("shard %d: purge: %w", i, err)
+	}
+	if err := syncDir(h.cfg.DataDir); err != nil {
+		return fmt.Errorf("shard %d: purge: %w", i, err)
+	}
+	dir := h.snapshotDir()
+	err := errors.Join(
+		h.logs.DeleteGroup(uint64(i)),
+		os.RemoveAll(raftSnapshotDir(dir, uint64(i))),
+		os.RemoveAll(coldFilesDir(dir, uint64(i))),
+		h.cold.Shard(uint32(i)).Wipe(),
+	)
+	if err == nil {
+		err = syncExisting(dir, filepath.Join(dir, "cold"))
+	}
+	if err != nil {
+		return fmt.Errorf("shard %d: purge: %w", i, err)
+	}
+	if err := os.Remove(marker); err != nil {
+		return fmt.Errorf("shard %d: purge: %w", i, err)
+	}
+	return syncDir(h.cfg.DataDir)
+}
+
+// raftSnapshotDir is where raftlog.NewSnapshotStore keeps group's Raft
+// snapshots under dir.
+func raftSnapshotDir(dir string, group uint64) string {
+	return filepath.Join(dir, "group-"+strconv.FormatUint(group, 10))
+}
+
+// syncExisting syncs those of dirs that exist, so that removals in them
+// are durable.
+func syncExisting(dirs ...string) error {
+	for _, d := range dirs {
+		if err := syncDir(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,271 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/raftlog"
+)
+
+// openManualHost opens a Manual host with two shards on its own loopback
+// mux; it hosts no replica until the test starts one.
+func openManualHost(t *testing.T, dir string, clock *fakeClock, reg prometheus.Registerer) *Host {
+	t.Helper()
+	m, err := raftlog.ListenMux("127.0.0.1:0", raftlog.MuxConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := OpenHost(HostConfig{NodeID: "n0", DataDir: dir, Shards: 2, Mux: m, Manual: true, Clock: clock.Now,
+		TickInterval: time.Hour, HeartbeatTimeout: 100 * time.Millisecond, NoSync: true, Registry: reg,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		_ = m.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = h.Close()
+		_ = m.Close()
+	})
+	return h
+}
+
+// startLeader starts host h's replica of shard id and waits until it leads.
+func startLeader(t *testing.T, h *Host, id int, bootstrap bool) *Shard {
+	t.Helper()
+	s, err := h.StartReplica(id, bootstrap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the replica to lead", s.IsLeader)
+	return s
+}
+
+// TestManualHostHostsWhatItIsTold: a Manual host needs a Mux and takes no
+// static peers; it starts with no replica (nothing routes, nothing to wait
+// for), rejects shard ids out of range naming the range, and refuses to
+// start replicas once closed.
+func TestManualHostHostsWhatItIsTold(t *testing.T) {
+	_, err := OpenHost(HostConfig{DataDir: t.TempDir(), Manual: true})
+	if err == nil || !strings.Contains(err.Error(), "Manual requires Mux") {
+		t.Fatalf("Manual without a Mux: %v", err)
+	}
+	m, err := raftlog.ListenMux("127.0.0.1:0", raftlog.MuxConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	_, err = OpenHost(HostConfig{DataDir: t.TempDir(), Manual: true, Mux: m, Peers: []raft.Server{{ID: "n1", Address: "127.0.0.1:1"}}})
+	if err == nil || !strings.Contains(err.Error(), "Peers") {
+		t.Fatalf("Manual with static peers: %v", err)
+	}
+
+	h := openManualHost(t, t.TempDir(), newFakeClock(), nil)
+	d := reserve("a", 0).Digest
+	if len(h.Shards()) != 0 || h.Shard(0) != nil || h.For(d) != nil || !h.Ready() || !h.HasLeader() {
+		t.Fatalf("a new Manual host: %d replicas, For %v, ready %v, has leader %v; want none, nil, true, true",
+			len(h.Shards()), h.For(d), h.Ready(), h.HasLeader())
+	}
+	for _, id := range []int{-1, 2} {
+		if _, err := h.StartReplica(id, true); !errors.Is(err, ErrNoSuchShard) || !strings.Contains(err.Error(), "0..1") {
+			t.Errorf("StartReplica(%d): %v, want ErrNoSuchShard naming 0..1", id, err)
+		}
+		if err := h.StopReplica(id, true); !errors.Is(err, ErrNoSuchShard) {
+			t.Errorf("StopReplica(%d): %v, want ErrNoSuchShard", id, err)
+		}
+	}
+	if err := h.StopReplica(1, false); err != nil {
+		t.Fatalf("stopping a replica that does not run: %v", err)
+	}
+
+	s, err := h.StartReplica(1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.cfg.HeartbeatTimeout != 100*time.Millisecond {
+		t.Fatalf("replica heartbeat timeout %v, want the host's 100ms", s.cfg.HeartbeatTimeout)
+	}
+	if h.HasLeader() {
+		t.Fatal("HasLeader with a replica that joined no group")
+	}
+	if got := h.Shards(); len(got) != 1 || got[0] != s || h.Shard(1) != s {
+		t.Fatalf("Shards %v after starting shard 1's replica %p", got, s)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.StartReplica(0, true); !errors.Is(err, ErrClosed) {
+		t.Fatalf("StartReplica after Close: %v, want ErrClosed", err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestStopReplicaKeepsOrPurges: without purge a stopped replica's records
+// (hot, cold and in a snapshot) survive its restart, even without
+// bootstrap; with purge its log, snapshots, cold sstable files and cold
+// records are gone, and the next start is a new group: the record is absent
+// and Raft's term and index start over.
+func TestStopReplicaKeepsOrPurges(t *testing.T) {
+	dir, clock := t.TempDir(), newFakeClock()
+	h := openManualHost(t, dir, clock, nil)
+	s := startLeader(t, h, 0, true)
+	settled := reserve("settled", time.Minute)
+	got := propose(t, s, settled)[0]
+	propose(t, s, keyspace.Command{Op: keyspace.OpComplete, Digest: settled.Digest, Token: got.Token,
+		Retention: (72 * time.Hour).Milliseconds(), Result: []byte("receipt")})
+	clock.Add(25 * time.Hour) // past the hot window: the tick demotes it
+	if _, err := s.prop.propose(context.Background(), nil, true); err != nil {
+		t.Fatal(err)
+	}
+	propose(t, s, reserve("hot", time.Hour))
+	if err := s.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Status(); st.Cold.Keys != 1 || st.Keys != 1 {
+		t.Fatalf("before stopping: hot %d, cold %d; want 1, 1", st.Keys, st.Cold.Keys)
+	}
+
+	if err := h.StopReplica(0, false); err != nil {
+		t.Fatal(err)
+	}
+	if h.Shard(0) != nil || h.For(settled.Digest) != nil {
+		t.Fatal("a stopped replica is still hosted")
+	}
+	s = startLeader(t, h, 0, false)
+	for _, key := range []string{"settled", "hot"} {
+		if res, err := s.Get(context.Background(), reserve(key, 0).Digest, false); err != nil || res.State == keyspace.Absent {
+			t.Fatalf("after a restart without purge, %s: %+v, %v", key, res, err)
+		}
+	}
+	kept := s.Status()
+
+	if err := h.StopReplica(0, true); err != nil {
+		t.Fatal(err)
+	}
+	snaps := h.snapshotDir()
+	for _, p := range []string{raftSnapshotDir(snaps, 0), coldFilesDir(snaps, 0), h.purgeMarker(0)} {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("after purge, %s: %v, want it gone", p, err)
+		}
+	}
+	if last, err := h.logs.Group(0).LastIndex(); err != nil || last != 0 {
+		t.Errorf("after purge, the group's last log index: %d, %v; want 0", last, err)
+	}
+	if _, found, err := h.cold.Shard(0).Lookup(settled.Digest); found || err != nil {
+		t.Errorf("after purge, the cold record: found %v, %v", found, err)
+	}
+
+	s = startLeader(t, h, 0, true)
+	for _, key := range []string{"settled", "hot"} {
+		if res, err := s.Get(context.Background(), reserve(key, 0).Digest, false); err != nil || res.State != keyspace.Absent {
+			t.Fatalf("after a purge, %s: %+v, %v; want it absent", key, res, err)
+		}
+	}
+	if st := s.Status(); st.Term >= kept.Term || st.LastIndex >= kept.LastIndex {
+		t.Fatalf("after a purge: term %d, last index %d; before it %d, %d: want a new group",
+			st.Term, st.LastIndex, kept.Term, kept.LastIndex)
+	}
+}
+
+// TestInterruptedPurgeIsFinished: a purge marker left by a crash makes the
+// next start delete the rest of the replica's state before opening it.
+func TestInterruptedPurgeIsFinished(t *testing.T) {
+	dir := t.TempDir()
+	h := openManualHost(t, dir, newFakeClock(), nil)
+	s := startLeader(t, h, 1, true)
+	propose(t, s, reserve("x", time.Hour))
+	if err := h.StopReplica(1, false); err != nil {
+		t.Fatal(err)
+	}
+	// The crash came after the marker was written and the snapshots went,
+	// with the log still there.
+	if err := os.WriteFile(filepath.Join(dir, "purging-shard-1"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(raftSnapshotDir(h.snapshotDir(), 1)); err != nil {
+		t.Fatal(err)
+	}
+	s = startLeader(t, h, 1, true)
+	if res, err := s.Get(context.Background(), reserve("x", 0).Digest, false); err != nil || res.State != keyspace.Absent {
+		t.Fatalf("after an interrupted purge and a start: %+v, %v; want the record absent", res, err)
+	}
+	if _, err := os.Stat(h.purgeMarker(1)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the purge marker after the start: %v", err)
+	}
+}
+
+// TestReplicaLifecycleRaces: concurrent starts of one shard return one
+// replica; starts and stops race with routing, readiness and metric
+// scrapes of the host (go test -race checks the rest).
+func TestReplicaLifecycleRaces(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := openManualHost(t, t.TempDir(), newFakeClock(), reg)
+	var wg sync.WaitGroup
+	started := make([]*Shard, 4)
+	for i := range started {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			started[i], _ = h.StartReplica(0, true)
+		}()
+	}
+	wg.Wait()
+	for _, s := range started {
+		if s == nil || s != started[0] {
+			t.Fatalf("concurrent starts of shard 0 returned %v; want one replica", started)
+		}
+	}
+
+	stop := make(chan struct{})
+	readErr := make(chan error, 1)
+	go func() {
+		d := reserve("r", 0).Digest
+		for {
+			select {
+			case <-stop:
+				readErr <- nil
+				return
+			default:
+			}
+			_ = h.For(d)
+			_ = h.Ready()
+			_ = h.HasLeader()
+			for _, s := range h.Shards() {
+				_ = s.Status()
+			}
+			if _, err := reg.Gather(); err != nil {
+				readErr <- err
+				return
+			}
+		}
+	}()
+	for i := range 6 {
+		if _, err := h.StartReplica(1, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.StopReplica(1, i%2 == 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	if err := <-readErr; err != nil {
+		t.Fatalf("scrape during starts and stops: %v", err)
+	}
+	if got := h.Shards(); len(got) != 1 || got[0] != started[0] {
+		t.Fatalf("hosted after the churn: %v, want shard 0's replica only", got)
+	}
+}
