@@ -1,0 +1,275 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// maxParallelMoves bounds the moves the control leader runs at once, each
+// on a different shard.
+const maxParallelMoves = 4
+
+// controlLoop runs the reconciler while this node leads the control group.
+// Each round: bootstrap the map if there is none, admit the nodes gossip
+// shows, keep the control group's voters, remove drained nodes, then plan
+// and execute moves, at most one per shard at a time. A new leader first
+// applies a barrier, so it plans from every entry committed before it.
+func (n *Node) controlLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.ReconcileInterval)
+	defer t.Stop()
+	var (
+		grace    *Grace
+		term     uint64
+		lastLead time.Time
+	)
+	for {
+		select {
+		case <-n.quit:
+			return
+		case <-n.wake:
+		case <-t.C:
+		case <-n.ctl.Changed():
+		}
+		if n.raft.State() != raft.Leader {
+			grace = nil
+			continue
+		}
+		if cur := n.raft.CurrentTerm(); grace == nil || cur != term {
+			if err := n.raft.Barrier(5 * time.Second).Error(); err != nil {
+				continue
+			}
+			term, grace = cur, &Grace{Period: n.cfg.GracePeriod}
+			lastLead = time.Time{}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		stop := context.AfterFunc(n.doneCtx(), cancel)
+		if err := n.reconcile(ctx, grace); err != nil && ctx.Err() == nil {
+			n.cfg.Logger.Info("reconcile", "err", err)
+		}
+		if now := n.cfg.Clock(); now.Sub(lastLead) > 5*time.Second {
+			lastLead = now
+			n.restoreLeaders(ctx)
+		}
+		stop()
+		cancel()
+	}
+}
+
+// doneCtx is a context cancelled when the node closes.
+func (n *Node) doneCtx() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-n.quit:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	return ctx
+}
+
+// reconcile runs one round; see controlLoop.
+func (n *Node) reconcile(ctx context.Context, grace *Grace) error {
+	alive := n.aliveMeta()
+	m := n.Map()
+	if m == nil {
+		return n.bootstrapMap(ctx, alive)
+	}
+	if err := n.admit(ctx, m, alive); err != nil {
+		return err
+	}
+	m = n.Map()
+	aliveSet := make(map[NodeID]bool, len(alive))
+	for id := range alive {
+		aliveSet[id] = true
+	}
+	now := n.cfg.Clock()
+	grace.Observe(now, m, aliveSet)
+	deadFor := grace.DeadFor(now)
+	if err := n.reconcileControl(ctx, m, aliveSet, deadFor); err != nil {
+		return err
+	}
+	for id, info := range m.Nodes {
+		if info.State == NodeDraining && !m.holds(id) {
+			if _, err := n.propose(ctx, Command{Type: CmdNodeRemove, ID: id}); err != nil {
+				return err
+			}
+			n.cfg.Logger.Info("drained node removed", "node", id)
+		}
+	}
+	moves := Plan(n.Map(), aliveSet, deadFor)
+	if len(moves) == 0 {
+		return nil
+	}
+	return n.executeRound(ctx, moves)
+}
+
+// aliveMeta is the gossip view: the alive members whose metadata decoded.
+func (n *Node) aliveMeta() map[NodeID]NodeMeta {
+	out := map[NodeID]NodeMeta{}
+	for _, m := range n.ms.Members() {
+		if m.State == MemberAlive && m.MetaErr == nil && m.Meta.RaftAddr != "" && m.Meta.GRPCAddr != "" {
+			out[m.ID] = m.Meta
+		}
+	}
+	return out
+}
+
+func infoOf(meta NodeMeta) NodeInfo {
+	return NodeInfo{ID: meta.ID, GRPCAddr: meta.GRPCAddr, RaftAddr: meta.RaftAddr, HTTPAddr: meta.HTTPAddr, State: NodeActive}
+}
+
+// bootstrapMap commits the first map: every node gossip shows alive, the
+// host's hard settings, and empty replica sets that the planner fills.
+func (n *Node) bootstrapMap(ctx context.Context, alive map[NodeID]NodeMeta) error {
+	set := n.cfg.Host.Settings()
+	m := &Map{Slots: set.Slots, Shards: set.Shards, Replicas: n.cfg.Replicas,
+		Nodes: map[NodeID]NodeInfo{}, ShardReplicas: make([][]NodeID, set.Shards)}
+	for id, meta := range alive {
+		m.Nodes[id] = infoOf(meta)
+	}
+	if _, err := n.propose(ctx, Command{Type: CmdBootstrap, Map: m}); err != nil && !errors.Is(err, ErrRejected) {
+		return err
+	}
+	n.cfg.Logger.Info("cluster map bootstrapped", "nodes", len(m.Nodes), "shards", m.Shards, "replicas", m.Replicas)
+	return nil
+}
+
+// admit records in the map every alive node it lacks, or whose addresses
+// changed. A removed node is not admitted again: it must come back under
+// a new id, with an empty data directory.
+func (n *Node) admit(ctx context.Context, m *Map, alive map[NodeID]NodeMeta) error {
+	for _, id := range sortedKeys(alive) {
+		want := infoOf(alive[id])
+		old, known := m.Nodes[id]
+		if known && (old.State == NodeRemoved || old.GRPCAddr == want.GRPCAddr && old.RaftAddr == want.RaftAddr && old.HTTPAddr == want.HTTPAddr) {
+			continue
+		}
+		if _, err := n.propose(ctx, Command{Type: CmdNodeJoin, Node: want}); err != nil {
+			return fmt.Errorf("admit %s: %w", id, err)
+		}
+		n.cfg.Logger.Info("node admitted", "node", id, "grpc", want.GRPCAddr, "raft", want.RaftAddr)
+	}
+	return nil
+}
+
+// reconcileControl keeps the control group's membership: every node of
+// the map that is not removed is a member (non-voters receive the map),
+// removed nodes and voters dead past the grace period leave it, and alive
+// non-voters are promoted while the group has fewer voters than
+// controlVoters of the serving nodes.
+func (n *Node) reconcileControl(ctx context.Context, m *Map, alive map[NodeID]bool, deadFor func(NodeID) bool) error {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	members := map[NodeID]raft.ServerSuffrage{}
+	for _, s := range f.Configuration().Servers {
+		members[NodeID(s.ID)] = s.Suffrage
+	}
+	if m.Nodes[n.cfg.ID].State == NodeRemoved {
+		// A leader cannot remove itself cleanly: hand the group over and
+		// let the next leader remove this node.
+		if err := n.raft.LeadershipTransfer().Error(); err != nil {
+			return fmt.Errorf("control group: hand over from a removed node: %w", err)
+		}
+		return nil
+	}
+	timeout := 10 * time.Second
+	serving := 0
+	for _, id := range m.sortedNodeIDs() {
+		info := m.Nodes[id]
+		_, member := members[id]
+		switch {
+		case info.State == NodeRemoved || deadFor(id):
+			if member && id != n.cfg.ID {
+				if err := n.raft.RemoveServer(raft.ServerID(id), 0, timeout).Error(); err != nil {
+					return fmt.Errorf("control group: remove %s: %w", id, err)
+				}
+				delete(members, id)
+			}
+			continue
+		case !member && alive[id]:
+			if err := n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(info.RaftAddr), 0, timeout).Error(); err != nil {
+				return fmt.Errorf("control group: add %s: %w", id, err)
+			}
+			members[id] = raft.Nonvoter
+		}
+		if info.State == NodeActive {
+			serving++
+		}
+	}
+	voters := 0
+	for _, s := range members {
+		if s == raft.Voter {
+			voters++
+		}
+	}
+	for _, id := range sortedKeys(members) {
+		if voters >= controlVoters(serving) {
+			break
+		}
+		if members[id] == raft.Voter || !alive[id] || m.Nodes[id].State != NodeActive {
+			continue
+		}
+		if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(m.Nodes[id].RaftAddr), 0, timeout).Error(); err != nil {
+			return fmt.Errorf("control group: promote %s: %w", id, err)
+		}
+		n.cfg.Logger.Info("control group voter added", "node", id)
+		voters++
+	}
+	return nil
+}
+
+// executeRound runs the first move of each shard in moves, up to
+// maxParallelMoves at once, and waits for them.
+func (n *Node) executeRound(ctx context.Context, moves []Move) error {
+	seen := map[int]bool{}
+	var first []Move
+	for _, mv := range moves {
+		if !seen[mv.Shard] {
+			seen[mv.Shard] = true
+			first = append(first, mv)
+		}
+	}
+	sem := make(chan struct{}, maxParallelMoves)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, mv := range first {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			mctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			defer cancel()
+			if err := n.execute(mctx, mv); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("%v: %w", mv, err))
+				mu.Unlock()
+				return
+			}
+			n.cfg.Logger.Info("move done", "move", mv.String())
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func sortedKeys[V any](m map[NodeID]V) []NodeID {
+	ids := make([]NodeID, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
