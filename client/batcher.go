@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 
 	"github.com/l4xg/grid/api/gridpb"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -177,7 +176,7 @@ func (b *batcher) send(batch []*call) {
 		} else {
 			cl.res = resp.Results[i]
 			if e := cl.res.GetError(); e != nil {
-				cl.res, cl.err = nil, fromCode(codes.Code(e.GetCode()), e.GetMessage())
+				cl.res, cl.err = nil, fromOpError(e)
 			}
 		}
 		close(cl.done)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/l4xg/grid/api/gridpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -94,6 +95,9 @@ type rpcError struct {
 	sentinel error
 	code     codes.Code
 	msg      string
+	// redirect is set when a node refused the operation because it does not
+	// lead the operation's shard: the operation was not applied.
+	redirect *gridpb.Redirect
 }
 
 func (e *rpcError) Error() string {
@@ -139,6 +143,26 @@ func fromCode(c codes.Code, msg string) error {
 	return &rpcError{sentinel: sentinelOf(c), code: c, msg: msg}
 }
 
+// fromOpError maps the refusal of one operation of a batch, keeping its
+// Redirect.
+func fromOpError(e *gridpb.OpError) error {
+	err := fromCode(codes.Code(e.GetCode()), e.GetMessage())
+	if re, ok := err.(*rpcError); ok {
+		re.redirect = e.GetRedirect()
+	}
+	return err
+}
+
+// redirectOf returns the Redirect an error carries, or nil: a node that does
+// not lead the operation's shard refused it without applying it.
+func redirectOf(err error) *gridpb.Redirect {
+	var re *rpcError
+	if errors.As(err, &re) {
+		return re.redirect
+	}
+	return nil
+}
+
 // fromRPC maps an error of a gRPC call. ctx is the caller's context: when it
 // is done, its error wins over the status the transport made of it.
 func fromRPC(ctx context.Context, err error) error {
@@ -152,17 +176,32 @@ func fromRPC(ctx context.Context, err error) error {
 	if !ok {
 		return err // the client's own error, already mapped
 	}
-	return fromCode(st.Code(), st.Message())
+	mapped := fromCode(st.Code(), st.Message())
+	if re, ok := mapped.(*rpcError); ok && st.Code() == codes.Unavailable {
+		// A single RPC carries its Redirect as a status detail.
+		for _, d := range st.Details() {
+			if rd, ok := d.(*gridpb.Redirect); ok {
+				re.redirect = rd
+				break
+			}
+		}
+	}
+	return mapped
 }
 
 // ctxErr is the error of a call whose context ended before its answer came:
 // the operation may or may not have taken effect on the grid.
 func ctxErr(ctx context.Context) error {
+	return fmt.Errorf("client: outcome unknown: %w", ctxDone(ctx))
+}
+
+// ctxDone is the error of an ended context with its cause, if it has one.
+func ctxDone(ctx context.Context) error {
 	err, cause := ctx.Err(), context.Cause(ctx)
 	if cause == nil || cause == err {
-		return fmt.Errorf("client: outcome unknown: %w", err)
+		return err
 	}
-	return fmt.Errorf("client: outcome unknown: %w: %w", err, cause)
+	return fmt.Errorf("%w: %w", err, cause)
 }
 
 // retryable reports whether a failed call may be sent again: the grid was

@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l4xg/grid/api/gridpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 func TestStatusCodesMapToSentinels(t *testing.T) {
@@ -81,5 +83,27 @@ func TestSentinelsArePrefixed(t *testing.T) {
 		if msg := e.Error(); len(msg) < 8 || msg[:8] != "client: " {
 			t.Errorf("%q is not prefixed", msg)
 		}
+	}
+}
+
+func TestRedirectsSurviveErrorMapping(t *testing.T) {
+	rd := &gridpb.Redirect{Shard: 3, LeaderId: "n2", LeaderAddr: "10.0.0.2:7420", Epoch: 9}
+	st, err := status.New(codes.Unavailable, "api: not the leader of shard 3").WithDetails(rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unaryErr := fromRPC(context.Background(), st.Err())
+	batchErr := fromOpError(&gridpb.OpError{Code: int32(codes.Unavailable), Message: "api: not the leader of shard 3", Redirect: rd})
+	for name, err := range map[string]error{"status detail": unaryErr, "batch OpError": batchErr} {
+		if got := redirectOf(err); !proto.Equal(got, rd) {
+			t.Errorf("%s: redirect %v, want %v", name, got, rd)
+		}
+		if !errors.Is(err, ErrUnavailable) || status.Code(err) != codes.Unavailable {
+			t.Errorf("%s: %v is not an Unavailable error", name, err)
+		}
+	}
+	plain := fromRPC(context.Background(), status.Error(codes.Unavailable, "shard 3: no leader"))
+	if redirectOf(plain) != nil || redirectOf(ErrClosed) != nil {
+		t.Error("a redirect found where there is none")
 	}
 }
