@@ -181,9 +181,13 @@ func (n *Node) findLeader(ctx context.Context, shard int) (NodeID, string, error
 	}
 }
 
-// waitReplica polls the node's replica of shard until cond holds.
+// waitReplica polls the node's replica of shard until cond holds. It gives
+// up when gossip loses the node: the next plan deals with it.
 func (n *Node) waitReplica(ctx context.Context, info NodeInfo, shard int, cond func(ReplicaStatus) bool) error {
 	for {
+		if !n.Alive()[info.ID] {
+			return fmt.Errorf("replica of shard %d: node %s is not alive", shard, info.ID)
+		}
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		st, ok, err := n.cfg.Remote.ShardStatus(cctx, info.GRPCAddr, shard)
 		cancel()
