@@ -125,6 +125,10 @@ func failCommand(r *gridpb.FailRequest) (target, error) {
 	return t, nil
 }
 
+func releaseCommand(r *gridpb.ReleaseRequest) (target, error) {
+	return settleCommand(keyspace.OpRelease, r.GetNamespace(), r.GetKey(), r.GetEntity(), r.GetToken())
+}
+
 func extendCommand(r *gridpb.ExtendRequest) (target, error) {
 	t, err := settleCommand(keyspace.OpExtend, r.GetNamespace(), r.GetKey(), r.GetEntity(), r.GetToken())
 	if err != nil {
@@ -170,8 +174,7 @@ func opTarget(op *gridpb.Op) (target, error) {
 	case *gridpb.Op_Fail:
 		return failCommand(o.Fail)
 	case *gridpb.Op_Release:
-		r := o.Release
-		return settleCommand(keyspace.OpRelease, r.GetNamespace(), r.GetKey(), r.GetEntity(), r.GetToken())
+		return releaseCommand(o.Release)
 	case *gridpb.Op_Extend:
 		return extendCommand(o.Extend)
 	case *gridpb.Op_Get:

@@ -1,9 +1,10 @@
 // Package api is the gRPC face of a node: the Grid service (Reserve,
-// Complete, Fail, Release, Extend, Get, Forget, Batch, Status), gRPC health
-// and reflection, the request limits of DESIGN section 7, and the one place
-// where keyspace and shard errors become gRPC status codes (errors.go):
-// invalid input is InvalidArgument with a message naming the limit, a batch
-// over 1000 operations or a result over 64 KiB is ResourceExhausted (as is a
+// Complete, Fail, Release, Extend, Get, Forget, Batch, Status, Audit, and
+// for clusters ClusterMap, Drain, ShardAdmin), gRPC health and reflection,
+// the request limits of DESIGN section 7, and the one place where keyspace,
+// shard and cluster errors become gRPC status codes (errors.go): invalid
+// input is InvalidArgument with a message naming the limit, a batch over
+// 1000 operations or a result over 64 KiB is ResourceExhausted (as is a
 // request over 4 MiB, refused by gRPC itself), a shard without a serving
 // leader or a node shutting down is Unavailable.
 //
@@ -16,4 +17,15 @@
 // operation) and proposes the operations of each shard, linearizable reads
 // included, as one group-committed proposal, in batch order, the shards in
 // parallel; stale reads are answered locally afterwards.
+//
+// A standalone node (Options.Cluster nil) holds every shard and serves
+// everything itself. A cluster node routes each operation by the cluster
+// map (route.go): it runs it on its own replica when that replica leads,
+// and otherwise forwards it to the shard's leader (one Batch RPC per leader
+// node) or, when the client asks for it with the grid-redirect header,
+// refuses it with UNAVAILABLE and a Redirect naming the leader. A Redirect
+// always means "not applied, resend it there"; UNAVAILABLE without one means
+// the outcome is unknown. Peers (peers.go) pools the connections to the
+// other nodes, for forwarding and as the cluster.Remote the control leader
+// moves replicas with.
 package api

@@ -3,16 +3,21 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/shard"
 )
 
-// code maps an error of keyspace or shard to its gRPC code. This is the one
-// place where that mapping lives; the client maps the codes back.
+// code maps an error of keyspace, shard, cluster or api to its gRPC code.
+// This is the one place where that mapping lives; the client maps the codes
+// back. An error that already is a gRPC status (the answer of a node a
+// request was forwarded to) keeps its code.
 func code(err error) codes.Code {
 	switch {
 	case err == nil:
@@ -24,30 +29,110 @@ func code(err error) codes.Code {
 		errors.Is(err, keyspace.ErrLeaseOutOfRange), errors.Is(err, keyspace.ErrRetention),
 		errors.Is(err, keyspace.ErrRetryAfter), errors.Is(err, keyspace.ErrMaxAttempts),
 		errors.Is(err, keyspace.ErrInvalidToken), errors.Is(err, keyspace.ErrEmptyBatch),
-		errors.Is(err, errNoOperation), errors.Is(err, errBadDigest), errors.Is(err, errAuditRange):
+		errors.Is(err, errNoOperation), errors.Is(err, errBadDigest), errors.Is(err, errAuditRange),
+		errors.Is(err, errBadAdmin), errors.Is(err, errBadNodeID):
 		return codes.InvalidArgument
+	case errors.Is(err, errUnknownNode):
+		return codes.NotFound
+	case errors.Is(err, errStandalone), errors.Is(err, cluster.ErrRejected):
+		return codes.FailedPrecondition
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
 		return codes.Canceled
 	case errors.Is(err, shard.ErrNotLeader), errors.Is(err, shard.ErrClosed),
-		errors.Is(err, shard.ErrOutcomeUnknown):
+		errors.Is(err, shard.ErrOutcomeUnknown), errors.Is(err, errNotHosted),
+		errors.Is(err, errNotBootstrapped), errors.Is(err, errForwardUnknown),
+		errors.Is(err, cluster.ErrNotControlLeader), errors.Is(err, cluster.ErrNotShardLeader):
 		return codes.Unavailable
-	default:
-		return codes.Internal
 	}
+	if st, ok := status.FromError(err); ok {
+		return st.Code()
+	}
+	return codes.Internal
 }
 
-// toStatus turns err into a gRPC status error carrying its message.
+// toStatus turns err into a gRPC status error carrying its message, and
+// its Redirect as a status detail when it has one. A status error (a
+// forwarded call's answer) passes through with its details.
 func toStatus(err error) error {
 	if err == nil {
 		return nil
 	}
+	var re *redirectError
+	if errors.As(err, &re) {
+		if st, derr := status.New(code(err), err.Error()).WithDetails(re.to); derr == nil {
+			return st.Err()
+		}
+	}
+	if st, ok := status.FromError(err); ok {
+		return st.Err()
+	}
 	return status.Error(code(err), err.Error())
 }
+
+// errResult is the failure of one operation of a batch.
+func errResult(err error) *gridpb.OpResult {
+	e := &gridpb.OpError{Code: int32(code(err)), Message: err.Error(), Redirect: redirectOf(err)}
+	if st, ok := status.FromError(err); ok {
+		e.Message = st.Message() // a peer's answer: its own words, without the "rpc error" prefix
+	}
+	return &gridpb.OpResult{Error: e}
+}
+
+// redirectOf returns the Redirect err carries, as a redirectError or as
+// the detail of a peer's status, or nil.
+func redirectOf(err error) *gridpb.Redirect {
+	var re *redirectError
+	if errors.As(err, &re) {
+		return re.to
+	}
+	if st, ok := status.FromError(err); ok {
+		for _, d := range st.Details() {
+			if rd, ok := d.(*gridpb.Redirect); ok {
+				return rd
+			}
+		}
+	}
+	return nil
+}
+
+// redirectError is the refusal of an operation this node cannot serve
+// (cause is errNotHosted or shard.ErrNotLeader): nothing was applied, and
+// to says where to send it.
+type redirectError struct {
+	to    *gridpb.Redirect
+	cause error
+}
+
+func (e *redirectError) Error() string {
+	if e.to.LeaderId == "" {
+		return fmt.Sprintf("shard %d has no known leader: %v", e.to.Shard, e.cause)
+	}
+	addr := e.to.LeaderAddr
+	if addr == "" {
+		addr = "an unknown address"
+	}
+	return fmt.Sprintf("shard %d is led by %s at %s: %v", e.to.Shard, e.to.LeaderId, addr, e.cause)
+}
+
+func (e *redirectError) Unwrap() error { return e.cause }
 
 var (
 	errNoOperation = errors.New("api: batch operation has no request set")
 	errBadDigest   = errors.New("api: invalid digest")
 	errAuditRange  = errors.New("api: invalid audit range")
+	// errNotHosted: this node holds no replica of the operation's shard.
+	// Nothing was applied.
+	errNotHosted = errors.New("api: shard not hosted on this node")
+	// errNotBootstrapped: a cluster node has no map yet, so it cannot
+	// route anything.
+	errNotBootstrapped = errors.New("api: cluster not bootstrapped yet")
+	// errForwardUnknown: a forwarded call failed on its way (transport
+	// error, the peer gone): the peer may have applied it.
+	errForwardUnknown = errors.New("api: forwarded call failed, outcome unknown")
+	errStandalone     = errors.New("api: standalone node")
+	errBadAdmin       = errors.New("api: invalid shard admin request")
+	errBadNodeID      = errors.New("api: invalid node id")
+	errUnknownNode    = errors.New("api: unknown node")
 )

@@ -13,6 +13,19 @@ type rpcMetrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	batchOps prometheus.Histogram
+	// routes counts operations a cluster node did not run itself, by how
+	// it answered them: forwarded to the shard's leader, or redirected.
+	routes *prometheus.CounterVec
+}
+
+// Routes of an operation this node does not serve itself.
+const (
+	routeForwarded  = "forwarded"
+	routeRedirected = "redirected"
+)
+
+func (m *rpcMetrics) routed(route string, ops int) {
+	m.routes.WithLabelValues(route).Add(float64(ops))
 }
 
 func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
@@ -31,9 +44,13 @@ func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
 			Help:    "Operations per Batch request.",
 			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
 		}),
+		routes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "l4xg_grid_routed_operations_total",
+			Help: "Operations on shards this node does not lead, by route: forwarded to the leader or redirected.",
+		}, []string{"route"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.latency, m.batchOps)
+		reg.MustRegister(m.requests, m.latency, m.batchOps, m.routes)
 	}
 	return m
 }

@@ -2,13 +2,13 @@ package api
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/l4xg/grid/api/gridpb"
@@ -24,15 +24,26 @@ type Options struct {
 	Registry prometheus.Registerer
 	// Clock is the node's time source for Status; default time.Now.
 	Clock func() time.Time
+	// Cluster is the node's cluster runtime; nil runs a standalone node
+	// that holds every shard and serves every operation itself.
+	Cluster ClusterView
+	// Peers reaches the other nodes to forward operations to. Nil with a
+	// Cluster: the server makes its own and closes it on Shutdown; one
+	// given here is the caller's to close.
+	Peers *Peers
 }
 
-// Server implements the Grid gRPC service over the shards of a host.
+// Server implements the Grid gRPC service over the shards of a host. The
+// operations are routed in route.go and batch.go; the cluster RPCs live in
+// clusterrpc.go.
 type Server struct {
 	gridpb.UnimplementedGridServer
-	host    *shard.Host
-	opts    Options
-	metrics *rpcMetrics
-	health  *health.Server
+	host     *shard.Host
+	opts     Options
+	peers    *Peers // nil on a standalone node
+	ownPeers bool   // peers is closed by Shutdown
+	metrics  *rpcMetrics
+	health   *health.Server
 }
 
 var _ gridpb.GridServer = (*Server)(nil)
@@ -42,7 +53,11 @@ func NewServer(host *shard.Host, opts Options) *Server {
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
-	return &Server{host: host, opts: opts, metrics: newRPCMetrics(opts.Registry), health: health.NewServer()}
+	s := &Server{host: host, opts: opts, peers: opts.Peers, metrics: newRPCMetrics(opts.Registry), health: health.NewServer()}
+	if opts.Cluster != nil && s.peers == nil {
+		s.peers, s.ownPeers = NewPeers(), true
+	}
+	return s
 }
 
 // NewGRPCServer returns a gRPC server with the request size limit and the
@@ -51,6 +66,8 @@ func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 	opts := append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(keyspace.MaxRequestBytes),
 		grpc.UnaryInterceptor(s.metrics.intercept),
+		// Peers keep idle connections alive with pings (see Peers).
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerKeepaliveTime / 2, PermitWithoutStream: true}),
 	}, extra...)
 	g := grpc.NewServer(opts...)
 	gridpb.RegisterGridServer(g, s)
@@ -69,134 +86,66 @@ func (s *Server) SetServing(serving bool) {
 	s.health.SetServingStatus(gridpb.Grid_ServiceDesc.ServiceName, st)
 }
 
-// Shutdown marks the node not serving for good.
-func (s *Server) Shutdown() { s.health.Shutdown() }
+// Shutdown marks the node not serving for good, and closes the peer
+// connections the server made itself.
+func (s *Server) Shutdown() {
+	s.health.Shutdown()
+	if s.ownPeers {
+		_ = s.peers.Close()
+	}
+}
+
+// The operation RPCs: each validates its request, then runs it on the local
+// replica of its shard, forwards it to the shard's leader or refuses it
+// with a Redirect (route.go).
 
 func (s *Server) Reserve(ctx context.Context, r *gridpb.ReserveRequest) (*gridpb.OpResult, error) {
-	return s.one(ctx)(reserveCommand(r))
+	return serveOne(ctx, s, r, reserveCommand, gridpb.GridClient.Reserve)
 }
 
 func (s *Server) Complete(ctx context.Context, r *gridpb.CompleteRequest) (*gridpb.OpResult, error) {
-	return s.one(ctx)(completeCommand(r))
+	return serveOne(ctx, s, r, completeCommand, gridpb.GridClient.Complete)
 }
 
 func (s *Server) Fail(ctx context.Context, r *gridpb.FailRequest) (*gridpb.OpResult, error) {
-	return s.one(ctx)(failCommand(r))
+	return serveOne(ctx, s, r, failCommand, gridpb.GridClient.Fail)
 }
 
 func (s *Server) Release(ctx context.Context, r *gridpb.ReleaseRequest) (*gridpb.OpResult, error) {
-	return s.one(ctx)(settleCommand(keyspace.OpRelease, r.GetNamespace(), r.GetKey(), r.GetEntity(), r.GetToken()))
+	return serveOne(ctx, s, r, releaseCommand, gridpb.GridClient.Release)
 }
 
 func (s *Server) Extend(ctx context.Context, r *gridpb.ExtendRequest) (*gridpb.OpResult, error) {
-	return s.one(ctx)(extendCommand(r))
+	return serveOne(ctx, s, r, extendCommand, gridpb.GridClient.Extend)
 }
 
 func (s *Server) Get(ctx context.Context, r *gridpb.GetRequest) (*gridpb.OpResult, error) {
-	return s.one(ctx)(getTarget(r))
+	return serveOne(ctx, s, r, getTarget, gridpb.GridClient.Get)
 }
 
 func (s *Server) Forget(ctx context.Context, r *gridpb.ForgetRequest) (*gridpb.OpResult, error) {
-	return s.one(ctx)(forgetCommand(r))
-}
-
-// one runs a single validated operation.
-func (s *Server) one(ctx context.Context) func(target, error) (*gridpb.OpResult, error) {
-	return func(t target, err error) (*gridpb.OpResult, error) {
-		if err != nil {
-			return nil, toStatus(err)
-		}
-		sh := s.host.For(t.cmd.Digest)
-		if t.read {
-			res, err := sh.Get(ctx, t.cmd.Digest, t.staleOK)
-			if err != nil {
-				return nil, toStatus(err)
-			}
-			return toProto(&res), nil
-		}
-		res, err := sh.Propose(ctx, []keyspace.Command{t.cmd})
-		if err != nil {
-			return nil, toStatus(err)
-		}
-		return toProto(&res[0]), nil
-	}
+	return serveOne(ctx, s, r, forgetCommand, gridpb.GridClient.Forget)
 }
 
 // Batch validates every operation and sends the operations of each shard,
 // linearizable reads included, as one proposal: they share one log entry and
 // apply in batch order. The shards run in parallel; stale reads are answered
 // locally afterwards. An invalid operation gets its own error result; the
-// others still run.
+// others still run. In a cluster, the operations of shards this node does
+// not lead are forwarded or redirected (batch.go).
 func (s *Server) Batch(ctx context.Context, r *gridpb.BatchRequest) (*gridpb.BatchResponse, error) {
 	ops := r.GetOps()
 	if err := keyspace.ValidateBatchLen(len(ops)); err != nil {
 		return nil, toStatus(err)
 	}
 	s.metrics.batchOps.Observe(float64(len(ops)))
+	rt, err := s.router(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
 	out := make([]*gridpb.OpResult, len(ops))
-	type group struct {
-		sh   *shard.Shard
-		cmds []keyspace.Command
-		idx  []int
-	}
-	groups := make(map[*shard.Shard]*group)
-	var reads []int
-	targets := make([]target, len(ops))
-	for i, op := range ops {
-		t, err := opTarget(op)
-		if err != nil {
-			out[i] = errResult(err)
-			continue
-		}
-		targets[i] = t
-		if t.read && t.staleOK {
-			reads = append(reads, i)
-			continue
-		}
-		if t.read {
-			// A linearizable read is a read-only command in the shard's
-			// proposal, so it sees exactly the batch's earlier writes.
-			t.cmd.Op = keyspace.OpGet
-		}
-		sh := s.host.For(t.cmd.Digest)
-		g := groups[sh]
-		if g == nil {
-			g = &group{sh: sh}
-			groups[sh] = g
-		}
-		g.cmds = append(g.cmds, t.cmd)
-		g.idx = append(g.idx, i)
-	}
-	var wg sync.WaitGroup
-	for _, g := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res, err := g.sh.Propose(ctx, g.cmds)
-			for j, i := range g.idx {
-				if err != nil {
-					out[i] = errResult(err)
-				} else {
-					out[i] = toProto(&res[j])
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	for _, i := range reads {
-		t := targets[i]
-		res, err := s.host.For(t.cmd.Digest).Get(ctx, t.cmd.Digest, t.staleOK)
-		if err != nil {
-			out[i] = errResult(err)
-		} else {
-			out[i] = toProto(&res)
-		}
-	}
+	s.runBatch(ctx, rt, ops, out)
 	return &gridpb.BatchResponse{Results: out}, nil
-}
-
-func errResult(err error) *gridpb.OpResult {
-	return &gridpb.OpResult{Error: &gridpb.OpError{Code: int32(code(err)), Message: err.Error()}}
 }
 
 // Status describes the node and its shards.
@@ -207,6 +156,13 @@ func (s *Server) Status(ctx context.Context, _ *gridpb.StatusRequest) (*gridpb.S
 		Version:   s.opts.Version,
 		Slots:     set.Slots,
 		NowUnixMs: s.opts.Clock().UnixMilli(),
+	}
+	if cv := s.opts.Cluster; cv != nil {
+		if m := cv.Map(); m != nil {
+			resp.MapEpoch = m.Epoch
+		}
+		resp.ControlState = cv.ControlState()
+		resp.ShardCount = uint32(set.Shards)
 	}
 	for _, sh := range s.host.Shards() {
 		st := sh.Status()

@@ -1,0 +1,187 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/shard"
+)
+
+// group is the operations of one batch on one shard, in batch order.
+type group struct {
+	shard int
+	sh    *shard.Shard // the local replica; nil when not hosted here
+	cmds  []keyspace.Command
+	idx   []int // positions in the batch
+}
+
+// away is operations of one shard this node could not serve (cause:
+// errNotHosted or shard.ErrNotLeader). Nothing of them was applied.
+type away struct {
+	shard int
+	sh    *shard.Shard
+	cause error
+	idx   []int
+}
+
+// runBatch answers ops into out (one result per operation, in order), in
+// three steps: validate and group by shard; run the groups of local
+// replicas, linearizable reads included, each as one proposal, in
+// parallel, then the stale reads locally; send what is left to the
+// shards' leaders (see route.go), one Batch RPC per leader node, or refuse
+// it with Redirects. Forwarding waits for the local proposals so that each
+// leader node receives a single RPC, also for groups its own replica
+// refused here.
+func (s *Server) runBatch(ctx context.Context, r *router, ops []*gridpb.Op, out []*gridpb.OpResult) {
+	groups, reads, targets := r.plan(ops, out)
+	var left []away
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		if g.sh == nil {
+			left = append(left, away{shard: g.shard, cause: errNotHosted, idx: g.idx})
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := g.sh.Propose(ctx, g.cmds)
+			if err != nil && r.m != nil && errors.Is(err, shard.ErrNotLeader) {
+				mu.Lock()
+				left = append(left, away{shard: g.shard, sh: g.sh, cause: err, idx: g.idx})
+				mu.Unlock()
+				return
+			}
+			for j, i := range g.idx {
+				if err != nil {
+					out[i] = errResult(err)
+				} else {
+					out[i] = toProto(&res[j])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, i := range reads {
+		t := targets[i]
+		id, sh := r.shardOf(t.cmd.Digest)
+		if sh == nil {
+			left = append(left, away{shard: id, cause: errNotHosted, idx: []int{i}})
+			continue
+		}
+		res, err := sh.Get(ctx, t.cmd.Digest, true)
+		if err != nil {
+			out[i] = errResult(err)
+		} else {
+			out[i] = toProto(&res)
+		}
+	}
+	s.sendAway(ctx, r, ops, left, out)
+}
+
+// plan validates every operation and groups the others by shard, in batch
+// order. An invalid operation gets its error in out. Stale reads are
+// listed apart: they are answered locally, after the proposals.
+func (r *router) plan(ops []*gridpb.Op, out []*gridpb.OpResult) (groups []*group, reads []int, targets []target) {
+	byShard := make(map[int]*group)
+	targets = make([]target, len(ops))
+	for i, op := range ops {
+		t, err := opTarget(op)
+		if err != nil {
+			out[i] = errResult(err)
+			continue
+		}
+		targets[i] = t
+		if t.read && t.staleOK {
+			reads = append(reads, i)
+			continue
+		}
+		if t.read {
+			// A linearizable read is a read-only command in the shard's
+			// proposal, so it sees exactly the batch's earlier writes.
+			t.cmd.Op = keyspace.OpGet
+		}
+		id, sh := r.shardOf(t.cmd.Digest)
+		g := byShard[id]
+		if g == nil {
+			g = &group{shard: id, sh: sh}
+			byShard[id] = g
+			groups = append(groups, g)
+		}
+		g.cmds = append(g.cmds, t.cmd)
+		g.idx = append(g.idx, i)
+	}
+	return groups, reads, targets
+}
+
+// sendAway forwards the operations of left to their shards' leaders, one
+// Batch RPC per leader node with its operations in batch order, or
+// answers them with the refusal of their shard (a Redirect).
+func (s *Server) sendAway(ctx context.Context, r *router, ops []*gridpb.Op, left []away, out []*gridpb.OpResult) {
+	parcels := make(map[peer][]parcelItem)
+	for _, a := range left {
+		to, refusal := r.elsewhere(a.shard, a.sh, a.cause)
+		if to.addr == "" {
+			s.metrics.routed(routeRedirected, len(a.idx))
+			for _, i := range a.idx {
+				out[i] = errResult(refusal)
+			}
+			continue
+		}
+		for _, i := range a.idx {
+			parcels[to] = append(parcels[to], parcelItem{i: i, refusal: refusal})
+		}
+	}
+	var wg sync.WaitGroup
+	for to, items := range parcels {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slices.SortFunc(items, func(a, b parcelItem) int { return a.i - b.i })
+			s.forwardBatch(ctx, to, ops, items, out)
+		}()
+	}
+	wg.Wait()
+}
+
+// parcelItem is one operation forwarded in a batch: its position, and the
+// answer it gets if it cannot be sent.
+type parcelItem struct {
+	i       int
+	refusal error
+}
+
+// forwardBatch sends the operations of items (in batch order) to node to
+// as one Batch RPC and puts its answers in out. Operations that could not
+// be sent get their refusal; a call that failed on its way leaves their
+// outcome unknown.
+func (s *Server) forwardBatch(ctx context.Context, to peer, ops []*gridpb.Op, items []parcelItem, out []*gridpb.OpResult) {
+	c, err := s.peers.client(to.addr)
+	if err != nil {
+		for _, it := range items {
+			out[it.i] = errResult(it.refusal)
+		}
+		return
+	}
+	sub := &gridpb.BatchRequest{Ops: make([]*gridpb.Op, len(items))}
+	for k, it := range items {
+		sub.Ops[k] = ops[it.i]
+	}
+	s.metrics.routed(routeForwarded, len(items))
+	resp, err := c.Batch(forwardedContext(ctx), sub)
+	if err == nil && len(resp.GetResults()) != len(items) {
+		err = fmt.Errorf("%w: %s at %s answered %d results for %d operations", errForwardUnknown, to.id, to.addr, len(resp.GetResults()), len(items))
+	}
+	for k, it := range items {
+		if err != nil {
+			out[it.i] = errResult(forwardError(err, to))
+		} else {
+			out[it.i] = resp.Results[k]
+		}
+	}
+}

@@ -1,0 +1,153 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/cluster"
+)
+
+// Peers is a pool of client connections to the other nodes of a cluster,
+// one per gRPC address, created on first use and kept until Close. The
+// server forwards operations through it, and it is the cluster.Remote the
+// control leader executes placement moves with. Safe for concurrent use.
+type Peers struct {
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn
+	closed bool
+}
+
+var _ cluster.Remote = (*Peers)(nil)
+
+// errPeersClosed: the pool was used after Close.
+var errPeersClosed = errors.New("api: peer connections closed")
+
+// Peer connection tuning. Keepalive pings notice a peer that vanished
+// without closing its connections (a crashed host, a cut network) in
+// seconds, so forwarding fails fast instead of waiting on TCP; the servers
+// permit them (see NewGRPCServer).
+const (
+	peerKeepaliveTime    = 10 * time.Second
+	peerKeepaliveTimeout = 5 * time.Second
+	// peerMaxRecvBytes fits a forwarded batch's answer: up to 1000
+	// results of up to 64 KiB each.
+	peerMaxRecvBytes = 96 << 20
+)
+
+// NewPeers returns an empty pool.
+func NewPeers() *Peers { return &Peers{conns: make(map[string]*grpc.ClientConn)} }
+
+// client returns the Grid client of the node at addr, connecting lazily.
+func (p *Peers) client(addr string) (gridpb.GridClient, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errPeersClosed
+	}
+	if c, ok := p.conns[addr]; ok {
+		return gridpb.NewGridClient(c), nil
+	}
+	c, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(peerMaxRecvBytes)),
+		// Reconnect within seconds after a peer restarts (gRPC's default
+		// backoff grows to 2 minutes, far past a failover).
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: peerKeepaliveTime, Timeout: peerKeepaliveTimeout, PermitWithoutStream: true}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("api: peer %s: %w", addr, err)
+	}
+	p.conns[addr] = c
+	return gridpb.NewGridClient(c), nil
+}
+
+// Close closes every connection; calls in flight fail, later ones fail
+// with an error naming the closed pool. Close is idempotent.
+func (p *Peers) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	var errs []error
+	for addr, c := range p.conns {
+		errs = append(errs, c.Close())
+		delete(p.conns, addr)
+	}
+	return errors.Join(errs...)
+}
+
+// ShardAdmin runs req on the node at addr with the ShardAdmin RPC. A node
+// that answers with a Redirect does not lead the shard:
+// cluster.ErrNotShardLeader.
+func (p *Peers) ShardAdmin(ctx context.Context, addr string, req cluster.AdminRequest) (uint64, error) {
+	c, err := p.client(addr)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.ShardAdmin(ctx, &gridpb.ShardAdminRequest{
+		Shard:    uint32(req.Shard),
+		Action:   adminActionPB(req.Action),
+		NodeId:   string(req.Node),
+		RaftAddr: req.RaftAddr,
+	})
+	if err != nil {
+		if redirectOf(err) != nil {
+			return 0, fmt.Errorf("%w: %s of shard %d at %s: %v", cluster.ErrNotShardLeader, req.Action, req.Shard, addr, err)
+		}
+		return 0, fmt.Errorf("api: %s of shard %d at %s: %w", req.Action, req.Shard, addr, err)
+	}
+	return resp.GetCommitIndex(), nil
+}
+
+// ShardStatus asks the node at addr for its Status and returns what it
+// says of its replica of shard; ok is false when it holds none.
+func (p *Peers) ShardStatus(ctx context.Context, addr string, shard int) (cluster.ReplicaStatus, bool, error) {
+	c, err := p.client(addr)
+	if err != nil {
+		return cluster.ReplicaStatus{}, false, err
+	}
+	resp, err := c.Status(ctx, &gridpb.StatusRequest{})
+	if err != nil {
+		return cluster.ReplicaStatus{}, false, fmt.Errorf("api: status of %s: %w", addr, err)
+	}
+	for _, s := range resp.GetShards() {
+		if int(s.GetId()) == shard {
+			return cluster.ReplicaStatus{
+				RaftState: s.GetRaftState(),
+				Leader:    cluster.NodeID(s.GetLeader()),
+				Applied:   s.GetAppliedIndex(),
+				Commit:    s.GetCommitIndex(),
+				Last:      s.GetLastIndex(),
+				Term:      s.GetTerm(),
+			}, true, nil
+		}
+	}
+	return cluster.ReplicaStatus{}, false, nil
+}
+
+// adminActionPB converts a cluster action to the protocol's.
+func adminActionPB(a cluster.AdminAction) gridpb.ShardAdminAction {
+	switch a {
+	case cluster.AdminAddNonvoter:
+		return gridpb.ShardAdminAction_ADD_NONVOTER
+	case cluster.AdminAddVoter:
+		return gridpb.ShardAdminAction_ADD_VOTER
+	case cluster.AdminRemoveServer:
+		return gridpb.ShardAdminAction_REMOVE_SERVER
+	case cluster.AdminTransferLeadership:
+		return gridpb.ShardAdminAction_TRANSFER_LEADERSHIP
+	}
+	return gridpb.ShardAdminAction_SHARD_ADMIN_UNSPECIFIED
+}
