@@ -1,0 +1,363 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/l4xg/grid/api"
+	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/shard"
+)
+
+// TestStandaloneClusterRPCs: a standalone node describes itself as a
+// one-node map leading every shard, has nothing to drain and no shard
+// group to change, and its Status carries no cluster fields.
+func TestStandaloneClusterRPCs(t *testing.T) {
+	n := gridtest.Start(t, gridtest.Options{Shards: 4})
+	c := dial(t, n.Addr())
+	m, err := c.ClusterMap(ctx(t), &gridpb.ClusterMapRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := n.Host().NodeID()
+	if !m.Standalone || m.NodeId != self || m.Slots != shard.DefaultSlots || m.ShardCount != 4 || m.Replicas != 1 || m.Epoch != 0 ||
+		len(m.Nodes) != 1 || m.Nodes[0].Id != self || m.Nodes[0].State != "active" || len(m.Shards) != 4 {
+		t.Fatalf("standalone cluster map: %v", m)
+	}
+	for i, s := range m.Shards {
+		if s.Id != uint32(i) || s.Leader != self || len(s.Replicas) != 1 || s.Replicas[0] != self {
+			t.Errorf("shard %d: %v, want led and held by %s alone", i, s, self)
+		}
+	}
+	_, err = c.Drain(ctx(t), &gridpb.DrainRequest{})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "standalone node: nothing to drain") {
+		t.Errorf("drain of a standalone node: %v", err)
+	}
+	_, err = c.ShardAdmin(ctx(t), &gridpb.ShardAdminRequest{Action: gridpb.ShardAdminAction_TRANSFER_LEADERSHIP})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("shard admin on a standalone node: %v", err)
+	}
+	st, err := c.Status(ctx(t), &gridpb.StatusRequest{})
+	if err != nil || st.MapEpoch != 0 || st.ControlState != "" || st.ShardCount != 0 || len(st.Shards) != 4 {
+		t.Errorf("standalone status: %v %v", st, err)
+	}
+}
+
+// TestNotBootstrapped: a cluster node without a map cannot route: its
+// operations and its map are UNAVAILABLE, its Status still answers.
+func TestNotBootstrapped(t *testing.T) {
+	view := &testView{self: "a", controlLeader: ""}
+	n := startViewNode(t, view, listen(t))
+	c := dial(t, n.addr)
+	want := "cluster not bootstrapped yet"
+	_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: []byte("k")})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), want) {
+		t.Errorf("reserve: %v, want UNAVAILABLE %q", err, want)
+	}
+	_, err = c.Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{reserveOp([]byte("k"))}})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), want) {
+		t.Errorf("batch: %v, want UNAVAILABLE %q", err, want)
+	}
+	_, err = c.ClusterMap(ctx(t), &gridpb.ClusterMapRequest{})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), want) {
+		t.Errorf("cluster map: %v, want UNAVAILABLE %q", err, want)
+	}
+	st, err := c.Status(ctx(t), &gridpb.StatusRequest{})
+	if err != nil || st.MapEpoch != 0 || st.ShardCount != testShards || st.ControlState != "Follower" {
+		t.Errorf("status: %v %v", st, err)
+	}
+}
+
+// TestDrainForwardedToControlLeader: a drain sent to a node that does not
+// lead the control group reaches the leader once, with "" resolved to the
+// receiving node; the leader's refusals come back as they are.
+func TestDrainForwardedToControlLeader(t *testing.T) {
+	lisA, lisB, lisC := listen(t), listen(t), listen(t)
+	lisC.Close() // node c's API is gone
+	m := &cluster.Map{Epoch: 3, Slots: testSlots, Shards: testShards, Replicas: 1, Nodes: map[cluster.NodeID]cluster.NodeInfo{},
+		ShardReplicas: [][]cluster.NodeID{{"a"}, {"b"}}}
+	for id, lis := range map[cluster.NodeID]string{"a": lisA.Addr().String(), "b": lisB.Addr().String(), "c": lisC.Addr().String()} {
+		m.Nodes[id] = cluster.NodeInfo{ID: id, GRPCAddr: lis, RaftAddr: "127.0.0.1:1", State: cluster.NodeActive}
+	}
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var drained []cluster.NodeID
+	leader := &testView{self: "b", m: m.Clone(), controlLeader: "b",
+		drain: func(_ context.Context, id cluster.NodeID) (cluster.DrainStatus, error) {
+			if _, ok := m.Nodes[id]; !ok {
+				return cluster.DrainStatus{}, fmt.Errorf("%w: no node %q in the map", cluster.ErrRejected, id)
+			}
+			mu.Lock()
+			drained = append(drained, id)
+			mu.Unlock()
+			return cluster.DrainStatus{Node: id, State: cluster.NodeDraining, ReplicasLeft: 1, Epoch: 4}, nil
+		}}
+	follower := &testView{self: "a", m: m.Clone(), controlLeader: "b"}
+	startViewNode(t, leader, lisB)
+	a := dial(t, startViewNode(t, follower, lisA).addr)
+
+	resp, err := a.Drain(ctx(t), &gridpb.DrainRequest{})
+	if err != nil || resp.NodeId != "a" || resp.State != "draining" || resp.ReplicasLeft != 1 || resp.Epoch != 4 {
+		t.Fatalf("drain of self through a follower: %v %v", resp, err)
+	}
+	if resp, err := a.Drain(ctx(t), &gridpb.DrainRequest{NodeId: "b"}); err != nil || resp.NodeId != "b" {
+		t.Fatalf("drain of b through a follower: %v %v", resp, err)
+	}
+	mu.Lock()
+	if fmt.Sprint(drained) != "[a b]" {
+		t.Errorf("the control leader drained %v, want [a b]", drained)
+	}
+	mu.Unlock()
+
+	for _, tt := range []struct {
+		name string
+		ctx  context.Context
+		id   string
+		code codes.Code
+		want string
+	}{
+		{"unknown node", ctx(t), "ghost", codes.NotFound, `unknown node "ghost"`},
+		{"invalid node id", ctx(t), "bad id", codes.InvalidArgument, "invalid node id"},
+		{"forwarded already", metadata.AppendToOutgoingContext(ctx(t), api.MetadataForwarded, "1"), "a", codes.Unavailable, `not the control group's leader (leader: "b")`},
+	} {
+		_, err := a.Drain(tt.ctx, &gridpb.DrainRequest{NodeId: tt.id})
+		if status.Code(err) != tt.code || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want %v naming %q", tt.name, err, tt.code, tt.want)
+		}
+	}
+
+	follower.mu.Lock()
+	follower.controlLeader = ""
+	follower.mu.Unlock()
+	if _, err := a.Drain(ctx(t), &gridpb.DrainRequest{}); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "not the control group's leader") {
+		t.Errorf("drain with no known control leader: %v, want UNAVAILABLE", err)
+	}
+	follower.mu.Lock()
+	follower.controlLeader = "c"
+	follower.mu.Unlock()
+	if _, err := a.Drain(ctx(t), &gridpb.DrainRequest{}); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "outcome unknown") {
+		t.Errorf("drain with the control leader's API gone: %v, want UNAVAILABLE, outcome unknown", err)
+	}
+}
+
+// TestClusterMapAndStatus: a node's Status carries its map epoch, control
+// state and shard count; its ClusterMap is its map (nodes sorted, gossip's
+// view, state names) with each shard's leader as its replica knows it,
+// not the map's preferred leader.
+func TestClusterMapAndStatus(t *testing.T) {
+	tc := startCluster(t, 3, nil)
+	leaders := []*testNode{tc.leader(0), tc.leader(1)}
+	f := tc.nodes[2]
+	fc := dial(t, f.addr)
+	st, err := fc.Status(ctx(t), &gridpb.StatusRequest{})
+	if err != nil || st.MapEpoch != testEpoch || st.ShardCount != testShards || st.ControlState != "Follower" || len(st.Shards) != testShards {
+		t.Fatalf("status: %v %v", st, err)
+	}
+
+	// f's map: preferred leaders that are not the real ones, a draining
+	// node and one gossip does not see.
+	f.view.mu.Lock()
+	for s, l := range leaders {
+		for _, n := range tc.nodes {
+			if n != l {
+				f.view.m.ShardReplicas[s] = preferring(f.view.m.ShardReplicas[s], n.id)
+				break
+			}
+		}
+	}
+	n2 := f.view.m.Nodes["n2"]
+	n2.State = cluster.NodeDraining
+	f.view.m.Nodes["n2"] = n2
+	f.view.alive["n1"] = false
+	want := f.view.m.Clone()
+	f.view.mu.Unlock()
+
+	got, err := fc.ClusterMap(ctx(t), &gridpb.ClusterMapRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Standalone || got.Epoch != testEpoch || got.Slots != testSlots || got.ShardCount != testShards || got.Replicas != 3 ||
+		got.NodeId != string(f.id) || got.ControlLeader != "n0" || len(got.Nodes) != 3 || len(got.Shards) != testShards {
+		t.Fatalf("cluster map: %v", got)
+	}
+	for i, n := range got.Nodes {
+		id := cluster.NodeID(fmt.Sprint("n", i))
+		state, alive := "active", id != "n1"
+		if id == "n2" {
+			state = "draining"
+		}
+		if n.Id != string(id) || n.GrpcAddr != want.Nodes[id].GRPCAddr || n.RaftAddr != want.Nodes[id].RaftAddr || n.State != state || n.Alive != alive {
+			t.Errorf("node %d: %v, want %s %s alive=%v", i, n, id, state, alive)
+		}
+	}
+	for s, l := range leaders {
+		sh := got.Shards[s]
+		if sh.Id != uint32(s) || sh.Leader != string(l.id) || fmt.Sprint(sh.Replicas) != fmt.Sprint(want.ShardReplicas[s]) {
+			t.Errorf("shard %d: %v, want leader %s (the replica's view, not the preferred %s) and replicas %v",
+				s, sh, l.id, want.ShardReplicas[s][0], want.ShardReplicas[s])
+		}
+	}
+}
+
+// preferring returns replica set rs with id as its preferred leader, the
+// others sorted, as a map keeps it.
+func preferring(rs []cluster.NodeID, id cluster.NodeID) []cluster.NodeID {
+	out := []cluster.NodeID{id}
+	for _, n := range rs {
+		if n != id {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out[1:])
+	return out
+}
+
+// TestShardAdminAndShardsNotHostedHere: on Manual hosts, the map gives
+// shard 0 to n0 and n1 and shard 1 to n2 alone. ShardAdmin grows shard 0's
+// group from n0 alone (add as non-voter, then promote) and hands its
+// leadership to n1; a node that does not lead or does not hold the shard
+// answers with a Redirect, and Peers turns that into ErrNotShardLeader.
+// n2, which holds no replica of shard 0, forwards its operations by the
+// map, and once leadership moved the node it forwards to redirects.
+func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
+	tc := startCluster(t, 3, [][]int{{0, 1}, {2}})
+	n0, n1, n2 := tc.nodes[0], tc.nodes[1], tc.nodes[2]
+	start := func(n *testNode, s int, bootstrap bool) {
+		t.Helper()
+		if _, err := n.host.StartReplica(s, bootstrap); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start(n0, 0, true)
+	start(n2, 1, true)
+	if l := tc.leader(0); l != n0 {
+		t.Fatalf("shard 0 led by %s, want n0 (it bootstrapped alone)", l.id)
+	}
+	c0, c1, c2 := dial(t, n0.addr), dial(t, n1.addr), dial(t, n2.addr)
+	admin := func(c gridpb.GridClient, action gridpb.ShardAdminAction, n *testNode) (*gridpb.ShardAdminResponse, error) {
+		return c.ShardAdmin(ctx(t), &gridpb.ShardAdminRequest{Shard: 0, Action: action, NodeId: string(n.id), RaftAddr: n.mux.Addr().String()})
+	}
+
+	t.Run("bad input is INVALID_ARGUMENT", func(t *testing.T) {
+		for _, tt := range []struct {
+			req  *gridpb.ShardAdminRequest
+			want string
+		}{
+			{&gridpb.ShardAdminRequest{Shard: 0}, "unknown action 0"},
+			{&gridpb.ShardAdminRequest{Shard: 0, Action: 9}, "unknown action 9"},
+			{&gridpb.ShardAdminRequest{Shard: 2, Action: gridpb.ShardAdminAction_TRANSFER_LEADERSHIP}, "shard 2 out of range 0..1"},
+			{&gridpb.ShardAdminRequest{Shard: 0, Action: gridpb.ShardAdminAction_REMOVE_SERVER}, "REMOVE_SERVER needs a node id"},
+			{&gridpb.ShardAdminRequest{Shard: 0, Action: gridpb.ShardAdminAction_ADD_VOTER, NodeId: "n5"}, "needs its Raft address"},
+			{&gridpb.ShardAdminRequest{Shard: 0, Action: gridpb.ShardAdminAction_ADD_NONVOTER, NodeId: "bad id", RaftAddr: "x:1"}, "not in [A-Za-z0-9._-]"},
+		} {
+			_, err := c0.ShardAdmin(ctx(t), tt.req)
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("ShardAdmin(%v) = %v, want INVALID_ARGUMENT naming %q", tt.req, err, tt.want)
+			}
+		}
+	})
+
+	t.Run("a node not holding the shard redirects to the map's leader", func(t *testing.T) {
+		_, err := admin(c2, gridpb.ShardAdminAction_ADD_NONVOTER, n1)
+		if status.Code(err) != codes.Unavailable || !sameRedirect(redirectDetail(err), 0, n0) || !strings.Contains(err.Error(), "not hosted") {
+			t.Errorf("shard admin on n2: %v (detail %v), want UNAVAILABLE, not hosted, Redirect to n0", err, redirectDetail(err))
+		}
+	})
+
+	t.Run("the leader adds a non-voter, then promotes it", func(t *testing.T) {
+		start(n1, 0, false)
+		resp, err := admin(c0, gridpb.ShardAdminAction_ADD_NONVOTER, n1)
+		if err != nil || resp.CommitIndex == 0 {
+			t.Fatalf("add non-voter n1: %v %v", resp, err)
+		}
+		waitFor(t, "n1 to catch up", func() bool { return n1.host.Shard(0).Status().AppliedIndex >= resp.CommitIndex })
+		if resp, err = admin(c0, gridpb.ShardAdminAction_ADD_VOTER, n1); err != nil || resp.CommitIndex == 0 {
+			t.Fatalf("add voter n1: %v %v", resp, err)
+		}
+		if tc.leader(0) != n0 {
+			t.Fatal("n0 lost the lead")
+		}
+		_, err = admin(c1, gridpb.ShardAdminAction_REMOVE_SERVER, n0)
+		if status.Code(err) != codes.Unavailable || !sameRedirect(redirectDetail(err), 0, n0) {
+			t.Errorf("shard admin on the follower n1: %v, want a Redirect to n0", err)
+		}
+	})
+
+	t.Run("operations on a shard not hosted here are forwarded or redirected", func(t *testing.T) {
+		k0, k1 := keyOf(t, 0, "away", 0), keyOf(t, 1, "away", 0)
+		resp, err := c2.Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{reserveOp(k0), reserveOp(k1), getOp(k0, true)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := resp.Results
+		if r[0].Outcome != gridpb.Outcome_ACQUIRED || r[1].Outcome != gridpb.Outcome_ACQUIRED || r[2].State != gridpb.State_PROCESSING || r[2].Token != r[0].Token {
+			t.Fatalf("batch on n2 (shard 0 forwarded to n0, shard 1 here, a stale read of shard 0 forwarded too): %v", r)
+		}
+		resp, err = c2.Batch(redirectOnly(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{reserveOp(keyOf(t, 0, "away", 1)), getOp(k0, true)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range resp.Results {
+			if r.Error == nil || !sameRedirect(r.Error.Redirect, 0, n0) || !strings.Contains(r.Error.Message, "not hosted") {
+				t.Errorf("op %d with grid-redirect on n2: %v, want a Redirect to n0 saying shard 0 is not hosted there", i, r)
+			}
+		}
+	})
+
+	t.Run("after a transfer, a stale map's forward comes back as the new leader's Redirect", func(t *testing.T) {
+		if _, err := admin(c0, gridpb.ShardAdminAction_TRANSFER_LEADERSHIP, n1); err != nil {
+			t.Fatalf("transfer to n1: %v", err)
+		}
+		if l := tc.leader(0); l != n1 {
+			t.Fatalf("shard 0 led by %s after the transfer, want n1", l.id)
+		}
+		// n2's map still prefers n0, which no longer leads and does not
+		// forward a forwarded request again: it names n1.
+		_, err := c2.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: keyOf(t, 0, "moved", 0)})
+		if status.Code(err) != codes.Unavailable || !sameRedirect(redirectDetail(err), 0, n1) {
+			t.Errorf("reserve on n2 after the transfer: %v (detail %v), want a Redirect to n1", err, redirectDetail(err))
+		}
+		if res, err := c1.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: keyOf(t, 0, "moved", 0)}); err != nil || res.Outcome != gridpb.Outcome_ACQUIRED {
+			t.Errorf("reserve on the new leader: %v %v", res, err)
+		}
+	})
+
+	t.Run("peers: shard status and shard admin", func(t *testing.T) {
+		p := api.NewPeers()
+		defer p.Close()
+		st, ok, err := p.ShardStatus(ctx(t), n0.addr, 0)
+		if err != nil || !ok || st.RaftState != "Follower" || st.Leader != n1.id || st.Commit == 0 {
+			t.Errorf("ShardStatus of n0's replica of shard 0: %+v %v %v", st, ok, err)
+		}
+		if _, ok, err := p.ShardStatus(ctx(t), n2.addr, 0); ok || err != nil {
+			t.Errorf("ShardStatus of a shard n2 does not hold: ok=%v %v", ok, err)
+		}
+		_, err = p.ShardAdmin(ctx(t), n0.addr, cluster.AdminRequest{Shard: 0, Action: cluster.AdminRemoveServer, Node: n0.id})
+		if !errors.Is(err, cluster.ErrNotShardLeader) {
+			t.Errorf("ShardAdmin on a follower: %v, want ErrNotShardLeader", err)
+		}
+		commit, err := p.ShardAdmin(ctx(t), n1.addr, cluster.AdminRequest{Shard: 0, Action: cluster.AdminRemoveServer, Node: n0.id})
+		if err != nil || commit == 0 {
+			t.Fatalf("remove n0 through the leader: %d %v", commit, err)
+		}
+		if err := p.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		if _, _, err := p.ShardStatus(ctx(t), n1.addr, 0); err == nil || !strings.Contains(err.Error(), "closed") {
+			t.Errorf("ShardStatus after Close: %v", err)
+		}
+	})
+}
