@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -81,6 +82,7 @@ func StartEtcd(ctx context.Context, members int, stderr io.Writer) (*EtcdCluster
 			"--quota-backend-bytes", fmt.Sprint(int64(8)<<30),
 			"--logger", "zap", "--log-level", "error")
 		cmd.Stdout, cmd.Stderr = stderr, stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // none outlives the benchmark
 		if err := cmd.Start(); err != nil {
 			c.Stop()
 			return nil, fmt.Errorf("launch: start etcd: %w", err)

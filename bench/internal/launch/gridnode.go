@@ -3,7 +3,6 @@ package launch
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +12,9 @@ import (
 	"syscall"
 	"time"
 )
+
+// readyTimeout bounds the wait for a node's "ready: grpc" line.
+const readyTimeout = 60 * time.Second
 
 // BuildGridnode builds ./cmd/gridnode of the module in moduleDir into dir
 // and returns the binary's path.
@@ -43,11 +45,15 @@ func ModuleDir(dir string) (string, error) {
 type Gridnode struct {
 	cmd      *exec.Cmd
 	dir      string
+	ID       string // --node-id; "" for a standalone node
 	Addr     string // gRPC
 	HTTPAddr string // /metrics, /debug/pprof when Pprof
+	ready    chan readyAddrs
 	exited   chan struct{}
 	exitErr  error
 }
+
+type readyAddrs struct{ grpc, http string }
 
 // GridnodeOptions of StartGridnode.
 type GridnodeOptions struct {
@@ -58,22 +64,46 @@ type GridnodeOptions struct {
 	Stderr io.Writer
 }
 
-// StartGridnode starts a node on loopback ports with a fresh data directory
-// and waits for its "ready:" lines.
+// StartGridnode starts a standalone node on loopback ports with a fresh data
+// directory and waits for its "ready:" lines.
 func StartGridnode(ctx context.Context, o GridnodeOptions) (*Gridnode, error) {
 	dir, err := os.MkdirTemp("", "bench-gridnode-")
 	if err != nil {
 		return nil, err
 	}
 	args := []string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-level", "warn"}
-	if o.Shards > 0 {
-		args = append(args, "--shards", fmt.Sprint(o.Shards))
+	args = append(args, commonArgs(o.Shards, o.Pprof)...)
+	g, err := spawn(o.Bin, args, dir, o.Stderr)
+	if err != nil {
+		return nil, err
 	}
-	if o.Pprof {
+	if err := g.waitReady(ctx, readyTimeout); err != nil {
+		g.Stop()
+		return nil, err
+	}
+	return g, nil
+}
+
+func commonArgs(shards int, pprof bool) []string {
+	var args []string
+	if shards > 0 {
+		args = append(args, "--shards", fmt.Sprint(shards))
+	}
+	if pprof {
 		args = append(args, "--pprof")
 	}
-	cmd := exec.Command(o.Bin, args...)
-	cmd.Stderr = o.Stderr
+	return args
+}
+
+// spawn starts bin with args; dir is the node's data directory, removed at
+// Stop (and now, if the start fails). The node's stdout is scanned for its
+// ready lines.
+func spawn(bin string, args []string, dir string, stderr io.Writer) (*Gridnode, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = stderr
+	// If the benchmark dies without stopping its children (kill -9, a
+	// crash), the kernel sends them SIGTERM: no node outlives the run.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		os.RemoveAll(dir)
@@ -83,11 +113,9 @@ func StartGridnode(ctx context.Context, o GridnodeOptions) (*Gridnode, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("launch: start gridnode: %w", err)
 	}
-	g := &Gridnode{cmd: cmd, dir: dir, exited: make(chan struct{})}
-	type addrs struct{ grpc, http string }
-	ready := make(chan addrs, 1)
+	g := &Gridnode{cmd: cmd, dir: dir, ready: make(chan readyAddrs, 1), exited: make(chan struct{})}
 	go func() {
-		var a addrs
+		var a readyAddrs
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			line := sc.Text()
@@ -96,7 +124,10 @@ func StartGridnode(ctx context.Context, o GridnodeOptions) (*Gridnode, error) {
 			}
 			if h, ok := strings.CutPrefix(line, "ready: grpc "); ok {
 				a.grpc = h
-				ready <- a
+				select {
+				case g.ready <- a:
+				default: // a second ready line: the first one counts
+				}
 			}
 		}
 		_, _ = io.Copy(io.Discard, out)
@@ -105,22 +136,25 @@ func StartGridnode(ctx context.Context, o GridnodeOptions) (*Gridnode, error) {
 		g.exitErr = cmd.Wait()
 		close(g.exited)
 	}()
-	t := time.NewTimer(60 * time.Second)
+	return g, nil
+}
+
+// waitReady waits for the node's "ready: grpc" line and records its
+// addresses. It does not stop the node on failure.
+func (g *Gridnode) waitReady(ctx context.Context, within time.Duration) error {
+	t := time.NewTimer(within)
 	defer t.Stop()
 	select {
-	case a := <-ready:
+	case a := <-g.ready:
 		g.Addr, g.HTTPAddr = a.grpc, a.http
-		return g, nil
+		return nil
 	case <-g.exited:
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("launch: gridnode exited before ready: %v", g.exitErr)
+		return fmt.Errorf("launch: gridnode %s exited before ready: %v", g.ID, g.exitErr)
 	case <-t.C:
-		err = errors.New("launch: gridnode not ready within 60s")
+		return fmt.Errorf("launch: gridnode %s not ready within %v", g.ID, within)
 	case <-ctx.Done():
-		err = ctx.Err()
+		return ctx.Err()
 	}
-	g.Stop()
-	return nil, err
 }
 
 // PID of the node.
@@ -131,6 +165,16 @@ func (g *Gridnode) PID() int { return g.cmd.Process.Pid }
 func (g *Gridnode) Stop() {
 	stopProcess(g.cmd, g.exited, 20*time.Second)
 	os.RemoveAll(g.dir)
+}
+
+// Exited reports whether the node's process has ended.
+func (g *Gridnode) Exited() bool {
+	select {
+	case <-g.exited:
+		return true
+	default:
+		return false
+	}
 }
 
 func stopProcess(cmd *exec.Cmd, exited <-chan struct{}, grace time.Duration) {

@@ -14,7 +14,9 @@ import (
 )
 
 // The test binary doubles as a fake gridnode: with BENCH_FAKE_GRIDNODE set
-// it prints its arguments and the ready lines, then waits for SIGTERM.
+// it prints its arguments and the ready lines, then waits for SIGTERM. In
+// "cluster" mode it also answers ClusterMap on its --listen address (see
+// fakeClusterNode).
 func TestMain(m *testing.M) {
 	switch os.Getenv("BENCH_FAKE_GRIDNODE") {
 	case "":
@@ -23,6 +25,8 @@ func TestMain(m *testing.M) {
 	case "exit":
 		fmt.Fprintln(os.Stderr, "cannot start")
 		os.Exit(2)
+	case "cluster":
+		os.Exit(fakeClusterNode(os.Args[1:]))
 	default:
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, syscall.SIGTERM)
