@@ -4,12 +4,14 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/shard"
 )
 
 // TestAuditAndDigestRefusals: bad audit ranges and namespaces and malformed
@@ -65,5 +67,76 @@ func TestAuditAndDigestRefusals(t *testing.T) {
 	res, err := c.Get(ctx(t), &gridpb.GetRequest{Digest: make([]byte, 16)})
 	if err != nil || res.GetState() != gridpb.State_ABSENT || res.GetTier() != gridpb.Tier_TIER_UNSPECIFIED {
 		t.Fatalf("Get of an unknown digest: %v, %v", res, err)
+	}
+}
+
+// TestAuditInAClusterListsLedShards: every replica of a shard holds the
+// same cold records, so in a cluster a node lists only the shards its
+// replica leads: each record comes from exactly one node, and a node that
+// leads nothing lists nothing although its cold tiers are full.
+func TestAuditInAClusterListsLedShards(t *testing.T) {
+	const perShard = 4
+	tc := startCluster(t, 3, nil, func(c *shard.HostConfig) {
+		c.HotWindow, c.TickInterval = time.Millisecond, 20*time.Millisecond // settled records go cold at once
+	})
+	leaders := []*testNode{tc.leader(0), tc.leader(1)}
+	c := dial(t, tc.nodes[0].addr)
+	for s := range testShards {
+		for i := range perShard {
+			k := keyOf(t, s, "audit", i)
+			res, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: k})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: "ns", Key: k, Token: res.Token}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitFor(t, "every replica to demote the settled records", func() bool {
+		for _, n := range tc.nodes {
+			for s := range testShards {
+				if n.host.Shard(s).Status().Cold.Keys != perShard {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	seen := map[string]string{}
+	for _, n := range tc.nodes {
+		stream, err := dial(t, n.addr).Audit(ctx(t), &gridpb.AuditRequest{Namespace: "ns"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, want := 0, 0
+		for _, l := range leaders {
+			if l == n {
+				want += perShard
+			}
+		}
+		for {
+			rec, err := stream.Recv()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if leaders[rec.Shard] != n {
+				t.Errorf("%s listed a record of shard %d, led by %s", n.id, rec.Shard, leaders[rec.Shard].id)
+			}
+			if other, dup := seen[string(rec.Digest)]; dup {
+				t.Errorf("record %x listed by %s and %s", rec.Digest, other, n.id)
+			}
+			seen[string(rec.Digest)] = string(n.id)
+			got++
+		}
+		if got != want {
+			t.Errorf("%s listed %d records, want %d (the shards it leads)", n.id, got, want)
+		}
+	}
+	if len(seen) != testShards*perShard {
+		t.Errorf("the nodes listed %d records in all, want %d", len(seen), testShards*perShard)
 	}
 }

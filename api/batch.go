@@ -39,12 +39,12 @@ type away struct {
 // refused here.
 func (s *Server) runBatch(ctx context.Context, r *router, ops []*gridpb.Op, out []*gridpb.OpResult) {
 	groups, reads, targets := r.plan(ops, out)
-	var left []away
-	var mu sync.Mutex
+	// refused[j] is set when group j's replica is not the leader; each
+	// goroutine writes only its own element.
+	refused := make([]error, len(groups))
 	var wg sync.WaitGroup
-	for _, g := range groups {
+	for j, g := range groups {
 		if g.sh == nil {
-			left = append(left, away{shard: g.shard, cause: errNotHosted, idx: g.idx})
 			continue
 		}
 		wg.Add(1)
@@ -52,21 +52,28 @@ func (s *Server) runBatch(ctx context.Context, r *router, ops []*gridpb.Op, out 
 			defer wg.Done()
 			res, err := g.sh.Propose(ctx, g.cmds)
 			if err != nil && r.m != nil && errors.Is(err, shard.ErrNotLeader) {
-				mu.Lock()
-				left = append(left, away{shard: g.shard, sh: g.sh, cause: err, idx: g.idx})
-				mu.Unlock()
+				refused[j] = err
 				return
 			}
-			for j, i := range g.idx {
+			for k, i := range g.idx {
 				if err != nil {
 					out[i] = errResult(err)
 				} else {
-					out[i] = toProto(&res[j])
+					out[i] = toProto(&res[k])
 				}
 			}
 		}()
 	}
 	wg.Wait()
+	var left []away
+	for j, g := range groups {
+		switch {
+		case g.sh == nil:
+			left = append(left, away{shard: g.shard, cause: errNotHosted, idx: g.idx})
+		case refused[j] != nil:
+			left = append(left, away{shard: g.shard, sh: g.sh, cause: refused[j], idx: g.idx})
+		}
+	}
 	for _, i := range reads {
 		t := targets[i]
 		id, sh := r.shardOf(t.cmd.Digest)

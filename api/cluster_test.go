@@ -115,8 +115,9 @@ type testCluster struct {
 // of every shard (static voters over the mux, as shard's own replication
 // tests), and the map says so. Otherwise sets[s] lists the indexes of the
 // nodes the map gives shard s, preferred leader first; the hosts are
-// Manual and the test starts the replicas it wants.
-func startCluster(t *testing.T, n int, sets [][]int) *testCluster {
+// Manual and the test starts the replicas it wants. tune adjusts every
+// host's config.
+func startCluster(t *testing.T, n int, sets [][]int, tune ...func(*shard.HostConfig)) *testCluster {
 	t.Helper()
 	tc := &testCluster{t: t, m: &cluster.Map{Epoch: testEpoch, Slots: testSlots, Shards: testShards, Replicas: n,
 		Nodes: map[cluster.NodeID]cluster.NodeInfo{}}}
@@ -158,9 +159,13 @@ func startCluster(t *testing.T, n int, sets [][]int) *testCluster {
 		t.Fatal(err)
 	}
 	for i, node := range tc.nodes {
-		host, err := shard.OpenHost(shard.HostConfig{NodeID: string(node.id), DataDir: t.TempDir(), Slots: testSlots, Shards: testShards,
+		hc := shard.HostConfig{NodeID: string(node.id), DataDir: t.TempDir(), Slots: testSlots, Shards: testShards,
 			Mux: node.mux, Peers: peers, Manual: peers == nil, TickInterval: time.Hour, NoSync: true,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		for _, f := range tune {
+			f(&hc)
+		}
+		host, err := shard.OpenHost(hc)
 		if err != nil {
 			t.Fatal(err)
 		}

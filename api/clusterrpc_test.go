@@ -246,6 +246,9 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 	if l := tc.leader(0); l != n0 {
 		t.Fatalf("shard 0 led by %s, want n0 (it bootstrapped alone)", l.id)
 	}
+	if l := tc.leader(1); l != n2 {
+		t.Fatalf("shard 1 led by %s, want n2 (it bootstrapped alone)", l.id)
+	}
 	c0, c1, c2 := dial(t, n0.addr), dial(t, n1.addr), dial(t, n2.addr)
 	admin := func(c gridpb.GridClient, action gridpb.ShardAdminAction, n *testNode) (*gridpb.ShardAdminResponse, error) {
 		return c.ShardAdmin(ctx(t), &gridpb.ShardAdminRequest{Shard: 0, Action: action, NodeId: string(n.id), RaftAddr: n.mux.Addr().String()})
@@ -305,6 +308,17 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 		r := resp.Results
 		if r[0].Outcome != gridpb.Outcome_ACQUIRED || r[1].Outcome != gridpb.Outcome_ACQUIRED || r[2].State != gridpb.State_PROCESSING || r[2].Token != r[0].Token {
 			t.Fatalf("batch on n2 (shard 0 forwarded to n0, shard 1 here, a stale read of shard 0 forwarded too): %v", r)
+		}
+		// n1 follows shard 0 and holds no replica of shard 1: both groups
+		// go away, to two nodes, in parallel.
+		m0, m1 := keyOf(t, 0, "mixed", 0), keyOf(t, 1, "mixed", 0)
+		resp, err = c1.Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{reserveOp(m0), reserveOp(m1), getOp(m0, false), getOp(m1, false)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = resp.Results
+		if r[0].Outcome != gridpb.Outcome_ACQUIRED || r[1].Outcome != gridpb.Outcome_ACQUIRED || r[2].Token != r[0].Token || r[3].Token != r[1].Token {
+			t.Fatalf("batch on n1 (shard 0 refused by its replica here, shard 1 not hosted): %v", r)
 		}
 		resp, err = c2.Batch(redirectOnly(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{reserveOp(keyOf(t, 0, "away", 1)), getOp(k0, true)}})
 		if err != nil {
