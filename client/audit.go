@@ -49,7 +49,7 @@ type AuditRecord struct {
 }
 
 // Audit lists the settled records of a namespace and time range from the
-// cold tier of the node the client is connected to, calling fn for each
+// cold tier of the node the client dialled (the first seed), calling fn for each
 // (oldest first within a shard) until fn returns an error, which Audit then
 // returns. Records settled within the hot window are not in the cold tier
 // yet; Get finds them. Keys are digests: a record of another namespace with
@@ -61,7 +61,7 @@ func (c *Client) Audit(ctx context.Context, q AuditQuery, fn func(AuditRecord) e
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.rpc.Audit(ctx, req)
+	stream, err := c.seed.rpc.Audit(ctx, req)
 	if err != nil {
 		return fromRPC(ctx, err)
 	}

@@ -54,7 +54,7 @@ func (b *batcher) queued() int {
 // waitQueued waits until n calls wait in the batcher.
 func waitQueued(t *testing.T, c *Client, n int) {
 	t.Helper()
-	waitCond(t, fmt.Sprintf("%d queued calls", n), func() bool { return c.b.queued() == n })
+	waitCond(t, fmt.Sprintf("%d queued calls", n), func() bool { return c.seed.b.queued() == n })
 }
 
 func TestBatchingCoalescesConcurrentCalls(t *testing.T) {

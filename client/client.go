@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,16 +12,18 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
 // Client is a connection to a grid. It is safe for concurrent use; share one
 // per process so that concurrent calls batch together.
 type Client struct {
-	cfg  config
-	conn *grpc.ClientConn
-	rpc  gridpb.GridClient
-	b    *batcher // nil without batching
+	cfg      config
+	dialOpts []grpc.DialOption
+	nodes    *nodeSet
+	seed     *node   // the first address given to Dial: Status and Audit
+	r        *router // where each operation goes (router.go)
 
 	root      context.Context // cancelled by Close
 	stop      context.CancelFunc
@@ -28,12 +31,16 @@ type Client struct {
 	closeErr  error
 }
 
-// Dial creates a Client of the grid node at addr ("host:port"). It does not
-// wait for the connection: the first call connects, and a grid that cannot be
-// reached shows as ErrUnavailable on calls. ctx bounds the setup only.
+// Dial creates a Client of the grid whose nodes include addr ("host:port"),
+// or of one of the comma-separated seed addresses in addr
+// ("10.0.0.1:7420,10.0.0.2:7420"). It does not wait for a connection: a grid
+// that cannot be reached shows as ErrUnavailable on calls. ctx bounds the
+// setup only.
 //
-// Every operation goes to addr. Routing batches straight to shard leaders
-// (DESIGN.md section 5) waits for the cluster map in the protocol.
+// The client asks the seeds for the cluster map in the background. A
+// clustered grid's map lets it send each operation straight to the leader
+// of its shard; a standalone node (or one older than clustering) gets every
+// operation. WithoutRouting sends everything to the first seed instead.
 func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -45,7 +52,13 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	dialOpts := append([]grpc.DialOption{
+	seeds, err := parseSeeds(addr)
+	if err != nil {
+		return nil, err
+	}
+	root, stop := context.WithCancel(context.Background())
+	c := &Client{cfg: cfg, root: root, stop: stop}
+	c.dialOpts = append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvBytes)),
 		// Reconnect within seconds after an outage (gRPC's default backoff
@@ -55,48 +68,88 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 			MinConnectTimeout: 5 * time.Second,
 		}),
 	}, cfg.dialOpts...)
-	conn, err := grpc.NewClient(addr, dialOpts...)
-	if err != nil {
-		return nil, fmt.Errorf("%w: dial %s: %w", ErrInvalidArgument, addr, err)
+	c.nodes = newNodeSet(c.openNode)
+	// Open every seed now, so that a malformed address fails Dial.
+	for i, s := range seeds {
+		n, err := c.nodes.get(s)
+		if err != nil {
+			_ = c.nodes.close()
+			stop()
+			return nil, fmt.Errorf("%w: dial %s: %w", ErrInvalidArgument, s, err)
+		}
+		if i == 0 {
+			c.seed = n
+		}
 	}
-	c := newClient(cfg, conn, gridpb.NewGridClient(conn))
-	conn.Connect()
+	c.r = newRouter(root, seeds, !cfg.routing, c.askMap)
+	c.seed.conn.Connect()
+	if cfg.routing {
+		c.r.refresh() // in the background: Dial does not wait for the grid
+	}
 	return c, nil
 }
 
-func newClient(cfg config, conn *grpc.ClientConn, rpc gridpb.GridClient) *Client {
-	root, stop := context.WithCancel(context.Background())
-	c := &Client{cfg: cfg, conn: conn, rpc: rpc, root: root, stop: stop}
-	if cfg.batching {
-		c.b = newBatcher(func(ctx context.Context, req *gridpb.BatchRequest) (*gridpb.BatchResponse, error) {
-			return rpc.Batch(ctx, req)
-		}, cfg.maxBatch, cfg.maxInFlight)
+// parseSeeds splits a comma-separated list of addresses.
+func parseSeeds(addr string) ([]string, error) {
+	var seeds []string
+	for s := range strings.SplitSeq(addr, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			seeds = append(seeds, s)
+		}
 	}
-	return c
+	if len(seeds) == 0 {
+		return nil, fmt.Errorf("%w: dial: no address in %q", ErrInvalidArgument, addr)
+	}
+	return seeds, nil
+}
+
+// openNode opens the connection (and batcher) of one node.
+func (c *Client) openNode(addr string) (*node, error) {
+	conn, err := grpc.NewClient(addr, c.dialOpts...)
+	if err != nil {
+		return nil, err
+	}
+	n := &node{addr: addr, conn: conn, rpc: gridpb.NewGridClient(conn)}
+	if c.cfg.batching {
+		n.b = newBatcher(func(ctx context.Context, req *gridpb.BatchRequest) (*gridpb.BatchResponse, error) {
+			return n.rpc.Batch(c.outgoing(ctx), req)
+		}, c.cfg.maxBatch, c.cfg.maxInFlight)
+	}
+	return n, nil
+}
+
+// redirectHeader asks a node to refuse an operation on a shard it does not
+// lead with a Redirect instead of forwarding it (api/gridpb/grid.proto).
+const redirectHeader = "grid-redirect"
+
+// outgoing marks the context of an operation's RPC: a routing client wants
+// Redirects, a client built WithoutRouting lets the node forward.
+func (c *Client) outgoing(ctx context.Context) context.Context {
+	if !c.cfg.routing {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, redirectHeader, "1")
 }
 
 // Close fails the calls still waiting with ErrClosed and closes the
-// connection. Operations already sent may still take effect on the grid.
+// connections. Operations already sent may still take effect on the grid.
 // Close is idempotent.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.stop()
-		if c.b != nil {
-			c.b.close()
-		}
-		if c.conn != nil {
-			c.closeErr = c.conn.Close()
-		}
+		c.r.close()
+		c.closeErr = c.nodes.close()
 	})
 	return c.closeErr
 }
 
-// Status describes the node the client is connected to and its shards.
+// Status describes the node the client dialled (the first seed) and its
+// shards.
 func (c *Client) Status(ctx context.Context) (Status, error) {
 	var resp *gridpb.StatusResponse
 	_, err := c.retry(ctx, func(ctx context.Context) error {
 		var err error
-		resp, err = c.rpc.Status(ctx, &gridpb.StatusRequest{})
+		resp, err = c.seed.rpc.Status(ctx, &gridpb.StatusRequest{})
 		return err
 	})
 	if err != nil {
@@ -105,66 +158,94 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	return statusFromPB(resp), nil
 }
 
-// do runs one operation, through the batcher or as a unary RPC, retrying
-// while the grid is unavailable. sends is how many times it was sent.
+// do runs one operation, routed to its shard's leader, retrying while the
+// grid is unavailable. sends is how many of its sends may have been applied:
+// a send refused with Redirects only does not count.
 func (c *Client) do(ctx context.Context, op *gridpb.Op) (res *gridpb.OpResult, sends int, err error) {
-	if c.b != nil {
-		sends, err = c.retryLoop(ctx, func() error {
-			var err error
-			res, err = c.b.submit(ctx, op)
-			return err
-		})
-		return res, sends, err
-	}
-	sends, err = c.retry(ctx, func(ctx context.Context) error {
+	sends, err = c.retryLoop(ctx, func() (bool, error) {
+		var sent bool
 		var err error
-		res, err = unary(ctx, c.rpc, op)
-		return err
+		res, sent, err = c.send(ctx, op)
+		return sent, err
 	})
 	return res, sends, err
 }
 
-// retry runs a unary RPC under the retry policy. The RPC's context is ctx,
-// also cancelled by Close; gRPC errors are mapped to the client's errors.
-func (c *Client) retry(ctx context.Context, rpc func(context.Context) error) (int, error) {
-	return c.retryLoop(ctx, func() error {
-		if c.root.Err() != nil {
-			return ErrClosed
-		}
-		callCtx, cancel := context.WithCancel(ctx)
-		stop := context.AfterFunc(c.root, cancel)
-		err := rpc(callCtx)
-		stop()
-		cancel()
-		if err != nil && ctx.Err() == nil && c.root.Err() != nil {
-			return ErrClosed
-		}
-		return fromRPC(ctx, err)
+// sendTo sends one operation to node n, through its batcher or as a unary
+// RPC. The error of a refusal carries the node's Redirect, if any.
+func (c *Client) sendTo(ctx context.Context, n *node, op *gridpb.Op) (*gridpb.OpResult, error) {
+	if n.b != nil {
+		return n.b.submit(ctx, op)
+	}
+	var res *gridpb.OpResult
+	err := c.call(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = unary(c.outgoing(ctx), n.rpc, op)
+		return err
 	})
+	return res, err
+}
+
+// retry runs a unary RPC under the retry policy; see call.
+func (c *Client) retry(ctx context.Context, rpc func(context.Context) error) (int, error) {
+	return c.retryLoop(ctx, func() (bool, error) { return true, c.call(ctx, rpc) })
+}
+
+// call runs one RPC. Its context is ctx, also cancelled by Close; gRPC
+// errors are mapped to the client's errors.
+func (c *Client) call(ctx context.Context, rpc func(context.Context) error) error {
+	if c.root.Err() != nil {
+		return ErrClosed
+	}
+	callCtx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(c.root, cancel)
+	err := rpc(callCtx)
+	stop()
+	cancel()
+	if err != nil && ctx.Err() == nil && c.root.Err() != nil {
+		return ErrClosed
+	}
+	return fromRPC(ctx, err)
 }
 
 // retryLoop calls send until it succeeds, fails for good, the attempts of the
-// policy are spent or ctx ends. It reports how many times send was called.
-func (c *Client) retryLoop(ctx context.Context, send func() error) (int, error) {
+// policy are spent or ctx ends. send reports whether the grid may have
+// applied what it sent; retryLoop returns how many sends may have.
+func (c *Client) retryLoop(ctx context.Context, send func() (sent bool, err error)) (int, error) {
 	p := c.cfg.retry
-	for sends := 1; ; sends++ {
+	sends := 0
+	for attempt := 1; ; attempt++ {
 		if c.root.Err() != nil {
-			return sends - 1, ErrClosed
-		}
-		err := send()
-		if err == nil || !retryable(err) || sends >= p.Attempts {
-			return sends, err
-		}
-		t := time.NewTimer(p.backoff(sends))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return sends, fmt.Errorf("%w (last error: %w)", ctxErr(ctx), err)
-		case <-c.root.Done():
-			t.Stop()
 			return sends, ErrClosed
 		}
+		sent, err := send()
+		if sent {
+			sends++
+		}
+		if err == nil || !retryable(err) || attempt >= p.Attempts {
+			return sends, err
+		}
+		if perr := c.pause(ctx, p.backoff(attempt)); perr != nil {
+			if perr == ErrClosed {
+				return sends, perr
+			}
+			return sends, fmt.Errorf("%w (last error: %w)", perr, err)
+		}
+	}
+}
+
+// pause waits d. It fails with ctxErr when ctx ends first and with ErrClosed
+// when the client is closed.
+func (c *Client) pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctxErr(ctx)
+	case <-c.root.Done():
+		return ErrClosed
 	}
 }
 

@@ -49,12 +49,44 @@
 //
 // Consumers of Kafka or SQS handle hundreds of messages per poll, so batching
 // is the normal path. Concurrent calls on one Client are coalesced into Batch
-// RPCs by one dispatcher: when a slot of the in-flight window (WithMaxInFlight)
-// is free it sends everything queued, up to WithMaxBatchSize operations and
-// 4 MiB. There is no linger delay: a lone call leaves at once, and under load
-// the calls that arrive during the round trips in flight form the next
-// batches. Callers who hold many operations at once can send them with Batch
-// instead.
+// RPCs, one dispatcher per grid node: when a slot of that node's in-flight
+// window (WithMaxInFlight) is free it sends everything queued for the node,
+// up to WithMaxBatchSize operations and 4 MiB. There is no linger delay: a
+// lone call leaves at once, and under load the calls that arrive during the
+// round trips in flight form the next batches. Callers who hold many
+// operations at once can send them with Batch instead, which splits them by
+// node and sends the nodes' parts in parallel.
+//
+// # Routing
+//
+// Dial takes one address or a comma-separated list of seed addresses, and
+// asks them for the cluster map (the ClusterMap RPC) in the background; Dial
+// itself neither waits for the grid nor fails when it is down. Operations
+// made before the first answer wait for it, within their context, and go to
+// the first seed if no node answered.
+//
+// A standalone node (or one older than clustering) gets every operation, as
+// before clustering. On a cluster, the client computes each operation's
+// record digest itself (the function the grid uses; a key reserved
+// WithEntity is placed by its entity, which is why later operations must
+// name it with ForEntity), then the digest's slot and shard, and sends the
+// operation straight to the node that leads the shard, over one connection
+// and one batcher per node. Every operation RPC asks for Redirects (the
+// grid-redirect header): a node that does not lead the shard refuses the
+// operation, unapplied, with a Redirect naming the leader. The client sends
+// it there at once and remembers that leader. A Redirect that names no
+// leader, or names the refusing node itself, means leadership is moving: the
+// client refreshes the map, pauses briefly and asks again. One whose map
+// epoch is newer than the client's refreshes the map. After 8 redirects in a
+// row the send fails with ErrUnavailable, and the retry policy decides
+// whether to try again. A node that cannot be reached is avoided for a
+// second where its shard has another replica to ask, and the map is
+// refreshed. Map fetches are single-flight and at least 100 ms apart.
+//
+// Status and Audit describe the node the client dialled: the first seed.
+// ClusterMap returns the map as the nodes hold it, for status tables.
+// WithoutRouting sends everything to the first seed, which forwards what it
+// does not lead: one connection and no map, for thin tools.
 //
 // # Retries and unknown outcomes
 //
@@ -68,13 +100,16 @@
 // reports the case as a *BusyError with AfterRetry set. Settles are safe to
 // retry: Complete and Fail are idempotent for the same token.
 //
+// The client counts a send as possibly applied whenever the node's answer
+// could hide an effect: an Unavailable answer without a Redirect, a broken
+// or refused connection, a context that ended in flight. Only a Redirect
+// proves the operation was not applied, so following Redirects is not a
+// resend: a Reserve redirected to its leader and granted there is not
+// AfterRetry, one whose earlier send failed on a lost leader is. A call that
+// gives up never reports success, and Batch marks each operation left
+// without an answer as "outcome unknown" (sent) or "not sent".
+//
 // When a caller's context ends before the answer, the call returns at once
 // with an error matching the context's error, but the operation may still run
 // on the grid: its outcome is unknown.
-//
-// # Routing
-//
-// This version sends every operation to the node it dialled. Computing
-// digests and sending batches straight to shard leaders (DESIGN.md section 5)
-// needs the cluster map in the protocol.
 package client

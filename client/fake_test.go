@@ -2,14 +2,19 @@ package client
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/keyspace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -29,6 +34,17 @@ type fakeGrid struct {
 	rpcs       map[string]int
 	hooks      fakeHooks
 	changed    chan struct{} // closed and replaced on every received operation
+	server     *grpc.Server
+
+	// The fake answers ClusterMap with Unimplemented (a node older than
+	// clustering), as standalone when standalone is set, or as node self of
+	// cluster (see fakeCluster). Both are set before it serves.
+	standalone bool
+	cluster    *fakeCluster
+	self       int
+	redirects  int // operations refused with a Redirect
+	routed     int // operation RPCs that carried grid-redirect
+	bare       int // operation RPCs that did not
 }
 
 // fakeHooks inject failures. Each may be nil.
@@ -40,6 +56,9 @@ type fakeHooks struct {
 	// after runs after one operation was applied; an error replaces its
 	// answer (the answer is lost).
 	after func(op *gridpb.Op, res *gridpb.OpResult) error
+	// clusterMap runs first in ClusterMap (the rpc hook does not, so that
+	// tests counting operation RPCs do not count map fetches).
+	clusterMap func() error
 }
 
 type fakeRec struct {
@@ -76,6 +95,9 @@ func serveFake(t testing.TB, f *fakeGrid) string {
 	}
 	s := grpc.NewServer()
 	gridpb.RegisterGridServer(s, f)
+	f.mu.Lock()
+	f.server = s
+	f.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -99,6 +121,22 @@ func dialFake(t testing.TB, opts ...Option) (*Client, *fakeGrid) {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c, f
+}
+
+// shutdown stops the fake's server: the node is gone.
+func (f *fakeGrid) shutdown() {
+	f.mu.Lock()
+	s := f.server
+	f.mu.Unlock()
+	s.Stop()
+}
+
+// counters returns the fake's routing counters: operations redirected, and
+// operation RPCs with and without the grid-redirect header.
+func (f *fakeGrid) counters() (redirects, routed, bare int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.redirects, f.routed, f.bare
 }
 
 func (f *fakeGrid) setHooks(h fakeHooks) {
@@ -167,8 +205,15 @@ func (f *fakeGrid) Batch(ctx context.Context, req *gridpb.BatchRequest) (*gridpb
 			return nil, err
 		}
 	}
+	redirect := f.noteHeader(ctx)
 	resp := &gridpb.BatchResponse{}
 	for _, op := range req.GetOps() {
+		if rd := f.redirectFor(redirect, op); rd != nil {
+			resp.Results = append(resp.Results, &gridpb.OpResult{Error: &gridpb.OpError{
+				Code: int32(codes.Unavailable), Message: "fake: not the shard's leader", Redirect: rd,
+			}})
+			continue
+		}
 		res, err := f.apply(op)
 		if err != nil {
 			st := status.Convert(err)
@@ -186,7 +231,62 @@ func (f *fakeGrid) unary(ctx context.Context, method string, op *gridpb.Op) (*gr
 			return nil, err
 		}
 	}
+	if rd := f.redirectFor(f.noteHeader(ctx), op); rd != nil {
+		st, err := status.New(codes.Unavailable, "fake: not the shard's leader").WithDetails(rd)
+		if err != nil {
+			return nil, err
+		}
+		return nil, st.Err()
+	}
 	return f.apply(op)
+}
+
+// noteHeader counts an operation RPC by whether it carried grid-redirect,
+// and reports whether it did.
+func (f *fakeGrid) noteHeader(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get(redirectHeader)
+	redirect := len(v) == 1 && v[0] == "1"
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if redirect {
+		f.routed++
+	} else {
+		f.bare++
+	}
+	return redirect
+}
+
+// redirectFor is the Redirect refusing op when the fake is a cluster node
+// that does not lead op's shard and the client asked for Redirects. Without
+// the header the fake serves every operation, as a forwarding node would.
+func (f *fakeGrid) redirectFor(asked bool, op *gridpb.Op) *gridpb.Redirect {
+	if f.cluster == nil || !asked {
+		return nil
+	}
+	rd := f.cluster.redirect(f.self, op)
+	if rd != nil {
+		f.mu.Lock()
+		f.redirects++
+		f.mu.Unlock()
+	}
+	return rd
+}
+
+func (f *fakeGrid) ClusterMap(ctx context.Context, req *gridpb.ClusterMapRequest) (*gridpb.ClusterMapResponse, error) {
+	f.count("ClusterMap")
+	if h := f.getHooks().clusterMap; h != nil {
+		if err := h(); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case f.cluster != nil:
+		return f.cluster.mapFor(f.self), nil
+	case f.standalone:
+		return &gridpb.ClusterMapResponse{Standalone: true, NodeId: "fake", Slots: 4096, ShardCount: 1, Replicas: 1}, nil
+	}
+	return f.UnimplementedGridServer.ClusterMap(ctx, req)
 }
 
 func (f *fakeGrid) Reserve(ctx context.Context, r *gridpb.ReserveRequest) (*gridpb.OpResult, error) {
@@ -460,4 +560,175 @@ func waitCond(t testing.TB, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
+}
+
+// fakeCluster makes fakes the nodes of one cluster: a cluster map they all
+// answer ClusterMap with, and the truth of which node leads each shard. A
+// node refuses an operation on a shard it does not lead with a Redirect to
+// the true leader, as a real node does for a client sending grid-redirect.
+// The map's leader hints may lag the truth, as a real map's may.
+type fakeCluster struct {
+	slots uint32
+	nodes []*fakeGrid
+	addrs []string
+
+	mu       sync.Mutex
+	epoch    uint64
+	leads    []int // per shard: the node that leads it
+	hints    []int // per shard: the leader the map names
+	override func(self, shard int) *gridpb.Redirect
+}
+
+// newFakeCluster serves n fake nodes holding shards shards over 64 slots;
+// shard s is led by node s%n, and the map says so, at epoch 1.
+func newFakeCluster(t testing.TB, n, shards int) *fakeCluster {
+	t.Helper()
+	fc := &fakeCluster{slots: 64, epoch: 1}
+	for i := range n {
+		f := newFakeGrid()
+		f.cluster, f.self = fc, i
+		fc.nodes = append(fc.nodes, f)
+		fc.addrs = append(fc.addrs, serveFake(t, f))
+	}
+	for s := range shards {
+		fc.leads = append(fc.leads, s%n)
+	}
+	fc.hints = slices.Clone(fc.leads)
+	return fc
+}
+
+// dial dials the cluster through the given seeds (default: node 0).
+func (fc *fakeCluster) dial(t testing.TB, seeds string, opts ...Option) *Client {
+	t.Helper()
+	if seeds == "" {
+		seeds = fc.addrs[0]
+	}
+	c, err := Dial(context.Background(), seeds, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func fakeNodeID(n int) string { return fmt.Sprintf("n%d", n) }
+
+// shardOf computes an operation's shard the way a grid node does: the
+// record digest (or the digest a Get carries), its slot, the slot's shard.
+func (fc *fakeCluster) shardOf(op *gridpb.Op) int {
+	var d keyspace.Digest
+	if raw := op.GetGet().GetDigest(); len(raw) == 16 {
+		d = keyspace.Digest{Hi: binary.BigEndian.Uint64(raw), Lo: binary.BigEndian.Uint64(raw[8:])}
+	} else {
+		var k interface {
+			GetNamespace() string
+			GetKey() []byte
+			GetEntity() []byte
+		}
+		switch o := op.GetOp().(type) {
+		case *gridpb.Op_Reserve:
+			k = o.Reserve
+		case *gridpb.Op_Complete:
+			k = o.Complete
+		case *gridpb.Op_Fail:
+			k = o.Fail
+		case *gridpb.Op_Release:
+			k = o.Release
+		case *gridpb.Op_Extend:
+			k = o.Extend
+		case *gridpb.Op_Get:
+			k = o.Get
+		case *gridpb.Op_Forget:
+			k = o.Forget
+		}
+		d = keyspace.RecordDigest(k.GetNamespace(), k.GetKey(), k.GetEntity())
+	}
+	return int(uint64(d.Slot(fc.slots)) * uint64(len(fc.leads)) / uint64(fc.slots))
+}
+
+// keyOn returns the i-th key of namespace "ns" whose record lives on shard.
+func (fc *fakeCluster) keyOn(shard, i int) string {
+	for n := 0; ; n++ {
+		key := fmt.Sprintf("k%d", n)
+		if fc.shardOf(ReserveOp("ns", key).pb) == shard {
+			if i == 0 {
+				return key
+			}
+			i--
+		}
+	}
+}
+
+// leader is the node that truly leads the shard of op.
+func (fc *fakeCluster) leader(op *gridpb.Op) int {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	return fc.leads[fc.shardOf(op)]
+}
+
+// move makes node to the leader of shard; with inMap the map says so too,
+// at a new epoch.
+func (fc *fakeCluster) move(shard, to int, inMap bool) {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	fc.leads[shard] = to
+	if inMap {
+		fc.hints[shard] = to
+		fc.epoch++
+	}
+}
+
+// setOverride makes every node answer with redirect(self, shard) instead of
+// by the truth (nil: serve).
+func (fc *fakeCluster) setOverride(redirect func(self, shard int) *gridpb.Redirect) {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	fc.override = redirect
+}
+
+func (fc *fakeCluster) redirect(self int, op *gridpb.Op) *gridpb.Redirect {
+	shard := fc.shardOf(op)
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	if fc.override != nil {
+		return fc.override(self, shard)
+	}
+	l := fc.leads[shard]
+	if l == self {
+		return nil
+	}
+	return &gridpb.Redirect{Shard: uint32(shard), LeaderId: fakeNodeID(l), LeaderAddr: fc.addrs[l], Epoch: fc.epoch}
+}
+
+func (fc *fakeCluster) mapFor(self int) *gridpb.ClusterMapResponse {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	m := &gridpb.ClusterMapResponse{
+		Epoch: fc.epoch, Slots: fc.slots, ShardCount: uint32(len(fc.leads)), Replicas: uint32(len(fc.nodes)),
+		NodeId: fakeNodeID(self), ControlLeader: fakeNodeID(0),
+	}
+	for i, a := range fc.addrs {
+		m.Nodes = append(m.Nodes, &gridpb.ClusterNode{Id: fakeNodeID(i), GrpcAddr: a, RaftAddr: "raft-" + a, State: "active", Alive: true})
+	}
+	for s, h := range fc.hints {
+		sh := &gridpb.ClusterShard{Id: uint32(s), Leader: fakeNodeID(h), Replicas: []string{fakeNodeID(h)}}
+		for i := range fc.nodes {
+			if i != h {
+				sh.Replicas = append(sh.Replicas, fakeNodeID(i))
+			}
+		}
+		m.Shards = append(m.Shards, sh)
+	}
+	return m
+}
+
+// redirects is the number of operations refused with a Redirect, by all
+// nodes.
+func (fc *fakeCluster) redirects() int {
+	n := 0
+	for _, f := range fc.nodes {
+		r, _, _ := f.counters()
+		n += r
+	}
+	return n
 }

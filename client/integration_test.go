@@ -63,7 +63,7 @@ func TestIntegrationOneAcquirerAmong1000(t *testing.T) {
 	if acquired.Load() != 1 || busy.Load() != callers-1 {
 		t.Fatalf("%d ACQUIRED, %d BUSY; want 1 and %d", acquired.Load(), busy.Load(), callers-1)
 	}
-	batches := c.b.batches.Load()
+	batches := c.seed.b.batches.Load()
 	t.Logf("%d calls in %d Batch RPCs", callers, batches)
 	if batches >= callers/2 {
 		t.Fatalf("%d Batch RPCs for %d concurrent calls: not coalesced", batches, callers)

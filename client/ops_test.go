@@ -204,7 +204,7 @@ func TestRetryBackoffRespectsContext(t *testing.T) {
 		done <- err
 	}()
 	// The answer is in once the batch gave its slot back.
-	waitCond(t, "the first answer", func() bool { return f.rpcCount("Batch") == 1 && len(c.b.slots) == 0 })
+	waitCond(t, "the first answer", func() bool { return f.rpcCount("Batch") == 1 && len(c.seed.b.slots) == 0 })
 	cancel() // during the hour of backoff
 	err := <-done
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrUnavailable) {

@@ -75,6 +75,7 @@ func (p RetryPolicy) backoff(attempt int) time.Duration {
 // config is what Dial builds from its options, starting from defaultConfig.
 type config struct {
 	batching    bool
+	routing     bool
 	maxBatch    int
 	maxInFlight int
 	retry       RetryPolicy
@@ -85,6 +86,7 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		batching:    true,
+		routing:     true,
 		maxBatch:    MaxBatchSize,
 		maxInFlight: defaultMaxInFlight,
 		retry:       DefaultRetryPolicy(),
@@ -112,15 +114,21 @@ type Option func(*config)
 // or off. Off, every call is its own unary RPC.
 func WithBatching(on bool) Option { return func(c *config) { c.batching = on } }
 
+// WithoutRouting makes the client send every operation to the first address
+// given to Dial, which forwards what it does not lead to the shard's leader,
+// instead of routing by the cluster map: one connection, one more hop per
+// operation on a cluster. For thin tools.
+func WithoutRouting() Option { return func(c *config) { c.routing = false } }
+
 // WithMaxBatchSize caps the operations of one automatic Batch RPC, 1..1000
 // (default 1000). Explicit Batch calls are split at this size too.
 func WithMaxBatchSize(n int) Option {
 	return func(c *config) { c.maxBatch = n }
 }
 
-// WithMaxInFlight caps the automatic Batch RPCs in flight at once (default
-// 8). Calls made while the window is full queue up and leave together in the
-// next batch.
+// WithMaxInFlight caps the automatic Batch RPCs in flight at once to each
+// grid node (default 8). Calls made while a node's window is full queue up
+// and leave together in its next batch.
 func WithMaxInFlight(n int) Option {
 	return func(c *config) { c.maxInFlight = n }
 }

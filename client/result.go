@@ -188,10 +188,17 @@ func fromPB(p *gridpb.OpResult) Result {
 type Status struct {
 	NodeID  string
 	Version string
-	// Slots is the fixed number of slots of the digest space.
-	Slots  int
-	Now    time.Time
+	// Slots is the fixed number of slots of the digest space, ShardCount
+	// the number of shards they are cut into (0 from an older node).
+	Slots      int
+	ShardCount int
+	Now        time.Time
+	// Shards are the shards this node holds a replica of.
 	Shards []ShardStatus
+	// MapEpoch is the epoch of the cluster map the node holds and
+	// ControlState its Raft state in the control group; cluster mode only.
+	MapEpoch     uint64
+	ControlState string
 }
 
 // ShardStatus describes the local replica of one shard.
@@ -215,11 +222,14 @@ type ShardStatus struct {
 
 func statusFromPB(p *gridpb.StatusResponse) Status {
 	s := Status{
-		NodeID:  p.GetNodeId(),
-		Version: p.GetVersion(),
-		Slots:   int(p.GetSlots()),
-		Now:     fromUnixMs(p.GetNowUnixMs()),
-		Shards:  make([]ShardStatus, 0, len(p.GetShards())),
+		NodeID:       p.GetNodeId(),
+		Version:      p.GetVersion(),
+		Slots:        int(p.GetSlots()),
+		ShardCount:   int(p.GetShardCount()),
+		Now:          fromUnixMs(p.GetNowUnixMs()),
+		Shards:       make([]ShardStatus, 0, len(p.GetShards())),
+		MapEpoch:     p.GetMapEpoch(),
+		ControlState: p.GetControlState(),
 	}
 	for _, sh := range p.GetShards() {
 		s.Shards = append(s.Shards, ShardStatus{
@@ -238,6 +248,75 @@ func statusFromPB(p *gridpb.StatusResponse) Status {
 		})
 	}
 	return s
+}
+
+// ClusterMap is the cluster map as one node holds it (the ClusterMap RPC):
+// the nodes, and which of them hold and lead every shard.
+type ClusterMap struct {
+	// Standalone reports a node started without clustering: it holds every
+	// shard and serves every operation. A node older than clustering is
+	// reported as standalone with nothing else set.
+	Standalone bool
+	// Epoch is bumped by every change of the map.
+	Epoch uint64
+	// Slots is the fixed number of slots of the digest space, ShardCount the
+	// fixed number of shards they are cut into, Replicas the replication
+	// factor.
+	Slots      int
+	ShardCount int
+	Replicas   int
+	// NodeID is the node that answered; ControlLeader the control group's
+	// leader as it knows it ("" when unknown).
+	NodeID        string
+	ControlLeader string
+	Nodes         []ClusterNode
+	// Shards lists the shards in the map, by id.
+	Shards []ClusterShard
+}
+
+// ClusterNode is one node of the cluster map.
+type ClusterNode struct {
+	ID       string
+	GRPCAddr string
+	RaftAddr string
+	HTTPAddr string
+	// State is active, draining or removed.
+	State string
+	// Alive reports whether the answering node sees it alive (gossip).
+	Alive bool
+}
+
+// ClusterShard is one shard of the cluster map.
+type ClusterShard struct {
+	ID uint32
+	// Replicas are the ids of the nodes holding a replica, the preferred
+	// leader first.
+	Replicas []string
+	// Leader is the leader as the answering node knows it when it holds a
+	// replica, else the preferred leader.
+	Leader string
+}
+
+func clusterMapFromPB(p *gridpb.ClusterMapResponse) ClusterMap {
+	m := ClusterMap{
+		Standalone:    p.GetStandalone(),
+		Epoch:         p.GetEpoch(),
+		Slots:         int(p.GetSlots()),
+		ShardCount:    int(p.GetShardCount()),
+		Replicas:      int(p.GetReplicas()),
+		NodeID:        p.GetNodeId(),
+		ControlLeader: p.GetControlLeader(),
+	}
+	for _, n := range p.GetNodes() {
+		m.Nodes = append(m.Nodes, ClusterNode{
+			ID: n.GetId(), GRPCAddr: n.GetGrpcAddr(), RaftAddr: n.GetRaftAddr(), HTTPAddr: n.GetHttpAddr(),
+			State: n.GetState(), Alive: n.GetAlive(),
+		})
+	}
+	for _, s := range p.GetShards() {
+		m.Shards = append(m.Shards, ClusterShard{ID: s.GetId(), Replicas: append([]string(nil), s.GetReplicas()...), Leader: s.GetLeader()})
+	}
+	return m
 }
 
 func fromUnixMs(ms int64) time.Time {
