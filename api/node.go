@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
+	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/shard"
 )
 
@@ -31,6 +34,38 @@ type NodeConfig struct {
 	Pprof   bool
 	Version string
 	Logger  *slog.Logger
+	// Cluster, if set, makes the node a member of a cluster; nil runs a
+	// standalone node holding every shard.
+	Cluster *ClusterConfig
+}
+
+// ClusterConfig is what a node needs to join or form a cluster. Zero
+// values are defaults.
+type ClusterConfig struct {
+	// RaftListen carries the Raft traffic of all the node's groups
+	// (default 127.0.0.1:7421); RaftAdvertise is what peers dial (default:
+	// the bound address).
+	RaftListen    string
+	RaftAdvertise string
+	// GossipListen (default 127.0.0.1:7422) and GossipAdvertise: memberlist.
+	GossipListen    string
+	GossipAdvertise string
+	// Advertise is the client gRPC address other nodes and clients use
+	// (default: the bound address).
+	Advertise string
+	// Join lists gossip addresses of existing members.
+	Join []string
+	// BootstrapExpect: form a new cluster once this many nodes have met (0:
+	// only join an existing one).
+	BootstrapExpect int
+	// Replicas per shard (default 3), fixed at bootstrap.
+	Replicas    int
+	GracePeriod time.Duration
+	Gossip      cluster.GossipTiming
+	// HeartbeatTimeout of every Raft group (default 500 ms).
+	HeartbeatTimeout time.Duration
+	// Faults injects network faults into the Raft traffic (tests only).
+	Faults *raftlog.Faults
 }
 
 // Node is a running single node: host, gRPC server and HTTP server.
@@ -42,6 +77,9 @@ type Node struct {
 	http     *http.Server
 	lis      net.Listener
 	httpLis  net.Listener
+	mux      *raftlog.Mux  // cluster mode only
+	cluster  *cluster.Node // cluster mode only
+	peers    *Peers        // cluster mode only
 	wg       sync.WaitGroup
 	stopOnce sync.Once
 	cancel   context.CancelFunc // ends background work at Stop
@@ -59,24 +97,26 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if cfg.Host.Logger == nil {
 		cfg.Host.Logger = cfg.Logger
 	}
-	host, err := shard.OpenHost(cfg.Host)
-	if err != nil {
-		return nil, err
-	}
-	n := &Node{cfg: cfg, host: host}
-	n.server = NewServer(host, Options{Version: cfg.Version, Registry: reg})
-	n.server.SetServing(false)
-	n.grpc = n.server.NewGRPCServer()
+	n := &Node{cfg: cfg}
+	var err error
 	if n.lis, err = net.Listen("tcp", cfg.Listen); err != nil {
-		host.Close()
 		return nil, fmt.Errorf("api: listen %s: %w", cfg.Listen, err)
 	}
 	if cfg.HTTPListen != "" {
 		if n.httpLis, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
 			n.lis.Close()
-			host.Close()
 			return nil, fmt.Errorf("api: http listen %s: %w", cfg.HTTPListen, err)
 		}
+	}
+	if err := n.open(reg); err != nil {
+		n.lis.Close()
+		if n.httpLis != nil {
+			n.httpLis.Close()
+		}
+		return nil, err
+	}
+	n.grpc = n.server.NewGRPCServer()
+	if cfg.HTTPListen != "" {
 		n.http = &http.Server{Handler: n.httpHandler(reg), ReadHeaderTimeout: 5 * time.Second}
 		n.wg.Add(1)
 		go func() {
@@ -99,6 +139,94 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	return n, nil
 }
 
+// open starts the host and, in cluster mode, the Raft mux and the cluster
+// runtime, then the API server over them. The listeners are open already:
+// the cluster gossips the client address.
+func (n *Node) open(reg *prometheus.Registry) error {
+	cfg := n.cfg
+	opts := Options{Version: cfg.Version, Registry: reg}
+	if cfg.Cluster == nil {
+		host, err := shard.OpenHost(cfg.Host)
+		if err != nil {
+			return err
+		}
+		n.host = host
+		n.server = NewServer(host, opts)
+		n.server.SetServing(false)
+		return nil
+	}
+	cc := *cfg.Cluster
+	if cc.RaftListen == "" {
+		cc.RaftListen = DefaultRaftListen
+	}
+	if cc.GossipListen == "" {
+		cc.GossipListen = cluster.DefaultGossipAddr
+	}
+	mux, err := raftlog.ListenMux(cc.RaftListen, raftlog.MuxConfig{Advertise: cc.RaftAdvertise, Faults: cc.Faults, Logger: cfg.Logger})
+	if err != nil {
+		return err
+	}
+	hc := cfg.Host
+	hc.Manual, hc.Mux, hc.HeartbeatTimeout = true, mux, cc.HeartbeatTimeout
+	host, err := shard.OpenHost(hc)
+	if err != nil {
+		mux.Close()
+		return err
+	}
+	grpcAddr := cc.Advertise
+	if grpcAddr == "" {
+		grpcAddr = n.lis.Addr().String()
+	}
+	httpAddr := ""
+	if n.httpLis != nil {
+		httpAddr = n.httpLis.Addr().String()
+	}
+	peers := NewPeers()
+	cn, err := cluster.Start(cluster.Config{
+		ID: cluster.NodeID(hc.NodeID), GRPCAddr: grpcAddr, HTTPAddr: httpAddr,
+		Host: host, Mux: mux, Logs: host.Logs(), SnapshotDir: filepath.Join(hc.DataDir, "snapshots"),
+		GossipListen: cc.GossipListen, GossipAdvertise: cc.GossipAdvertise, Join: cc.Join,
+		BootstrapExpect: cc.BootstrapExpect, Replicas: cc.Replicas, GracePeriod: cc.GracePeriod,
+		Gossip: cc.Gossip, HeartbeatTimeout: cc.HeartbeatTimeout, Remote: peers, Logger: cfg.Logger,
+	})
+	if err != nil {
+		peers.Close()
+		host.Close()
+		mux.Close()
+		return err
+	}
+	n.host, n.mux, n.cluster, n.peers = host, mux, cn, peers
+	opts.Cluster, opts.Peers = cn, peers
+	n.server = NewServer(host, opts)
+	n.server.SetServing(false)
+	return nil
+}
+
+// DefaultRaftListen is where a cluster node's Raft mux listens unless told.
+const DefaultRaftListen = "127.0.0.1:7421"
+
+// RaftAddr is the advertised address of the node's Raft mux ("" on a
+// standalone node).
+func (n *Node) RaftAddr() string {
+	if n.mux == nil {
+		return ""
+	}
+	return n.mux.Addr().String()
+}
+
+// Cluster is the node's cluster runtime, nil on a standalone node.
+func (n *Node) Cluster() *cluster.Node { return n.cluster }
+
+// ready reports whether the node serves: standalone, every shard leads;
+// in a cluster, the node holds the map and each of its replicas knows a
+// leader.
+func (n *Node) ready() bool {
+	if n.cluster != nil {
+		return n.cluster.Ready()
+	}
+	return n.host.Ready()
+}
+
 // reportHealth keeps the gRPC health status in line with the shards: SERVING
 // while every shard has a serving leader, NOT_SERVING otherwise.
 func (n *Node) reportHealth(ctx context.Context) {
@@ -107,7 +235,7 @@ func (n *Node) reportHealth(ctx context.Context) {
 	defer t.Stop()
 	serving := false
 	for {
-		if ready := n.host.Ready(); ready != serving {
+		if ready := n.ready(); ready != serving {
 			serving = ready
 			n.server.SetServing(ready)
 		}
@@ -126,7 +254,7 @@ func (n *Node) httpHandler(reg *prometheus.Registry) http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !n.host.Ready() {
+		if !n.ready() {
 			http.Error(w, "not ready: not every shard has a serving leader", http.StatusServiceUnavailable)
 			return
 		}
@@ -160,8 +288,22 @@ func (n *Node) HTTPAddr() string {
 // Host returns the node's shards.
 func (n *Node) Host() *shard.Host { return n.host }
 
-// WaitReady blocks until every shard serves, or ctx ends.
-func (n *Node) WaitReady(ctx context.Context) error { return n.host.WaitReady(ctx) }
+// WaitReady blocks until the node serves (see ready), or ctx ends.
+func (n *Node) WaitReady(ctx context.Context) error {
+	if n.cluster == nil {
+		return n.host.WaitReady(ctx)
+	}
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for !n.ready() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("api: node not ready: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
 
 // Stop drains in-flight RPCs (up to ctx), then stops the shards and closes
 // the data directory. Everything acknowledged is already durable.
@@ -184,7 +326,18 @@ func (n *Node) Stop(ctx context.Context) error {
 		if n.http != nil {
 			_ = n.http.Shutdown(ctx)
 		}
+		if n.cluster != nil {
+			// Leave first: the others see a departure, not a failure, and
+			// the control group's leadership moves on; then the shards
+			// hand their leaderships over as they close.
+			n.cluster.Leave(time.Second)
+			_ = n.cluster.Close()
+		}
 		err = n.host.Close()
+		if n.cluster != nil {
+			n.peers.Close()
+			_ = n.mux.Close()
+		}
 		n.wg.Wait()
 	})
 	return err

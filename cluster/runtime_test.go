@@ -1,0 +1,282 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/l4xg/grid/client"
+	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/internal/gridtest"
+)
+
+func TestClusterFormsAndServes(t *testing.T) {
+	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Shards: 4})
+	m := c.Map()
+	leads := map[cluster.NodeID]int{}
+	for s, set := range m.ShardReplicas {
+		if len(set) != 3 {
+			t.Fatalf("shard %d: replicas %v, want 3", s, set)
+		}
+		leads[set[0]]++
+	}
+	for id, n := range leads {
+		if n > 2 {
+			t.Errorf("node %s is the preferred leader of %d of 4 shards", id, n)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := client.Dial(ctx, c.Addrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := range 100 {
+		r, err := cl.Reserve(ctx, "t", fmt.Sprintf("k%d", i))
+		if err != nil || r.Outcome != client.OutcomeAcquired {
+			t.Fatalf("reserve k%d: %v %v", i, r.Outcome, err)
+		}
+	}
+}
+
+// load runs workers that reserve and complete fresh keys until stop is
+// closed, and records every key completed and every error a caller saw.
+type load struct {
+	cl        *client.Client
+	stop      chan struct{}
+	done      chan struct{}
+	completed []string
+	errs      []error
+}
+
+func startLoad(t *testing.T, cl *client.Client, workers int) *load {
+	l := &load{cl: cl, stop: make(chan struct{}), done: make(chan struct{})}
+	results := make(chan any, 1024)
+	for w := range workers {
+		go func() {
+			for i := 0; ; i++ {
+				select {
+				case <-l.stop:
+					results <- nil
+					return
+				default:
+				}
+				key := fmt.Sprintf("w%d-%d", w, i)
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				r, err := cl.Reserve(ctx, "load", key)
+				if err == nil {
+					_, err = cl.Complete(ctx, "load", key, r.Token)
+				}
+				cancel()
+				if err != nil {
+					results <- fmt.Errorf("%s: %w", key, err)
+					continue
+				}
+				results <- key
+			}
+		}()
+	}
+	go func() {
+		defer close(l.done)
+		for left := workers; left > 0; {
+			switch v := (<-results).(type) {
+			case nil:
+				left--
+			case string:
+				l.completed = append(l.completed, v)
+			case error:
+				l.errs = append(l.errs, v)
+			}
+		}
+	}()
+	return l
+}
+
+// finish stops the load and checks that no caller saw an error and that
+// every completed key answers DUPLICATE.
+func (l *load) finish(t *testing.T) {
+	t.Helper()
+	close(l.stop)
+	<-l.done
+	for i, err := range l.errs {
+		if i < 5 {
+			t.Errorf("a caller saw an error: %v", err)
+		}
+	}
+	if len(l.errs) > 0 {
+		t.Fatalf("%d of %d operations failed", len(l.errs), len(l.errs)+len(l.completed))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, key := range l.completed {
+		r, err := l.cl.Reserve(ctx, "load", key)
+		if err != nil || r.Outcome != client.OutcomeDuplicate {
+			t.Fatalf("completed key %s: %v %v, want DUPLICATE", key, r.Outcome, err)
+		}
+	}
+	t.Logf("%d keys completed under load, all DUPLICATE afterwards", len(l.completed))
+}
+
+func replicasOn(m *cluster.Map, id string) int {
+	n := 0
+	for _, set := range m.ShardReplicas {
+		for _, r := range set {
+			if string(r) == id {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func TestJoinAndDrainUnderLoad(t *testing.T) {
+	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Shards: 4})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl, err := client.Dial(ctx, c.Addrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	l := startLoad(t, cl, 8)
+
+	// Join: node-4 takes its share (12 replicas over 4 nodes: 3 each).
+	i := c.Add()
+	c.WaitStable(60 * time.Second)
+	waitFor(t, 60*time.Second, func() string {
+		if n := replicasOn(c.Map(), c.ID(i)); n != 3 {
+			return fmt.Sprintf("%s holds %d replicas, want 3", c.ID(i), n)
+		}
+		return ""
+	})
+
+	// Drain: node-2 gives every replica up and leaves the map.
+	drained := c.ID(1)
+	ctl := c.Node(0).Cluster()
+	leader := c.Index(string(ctl.ControlLeader()))
+	if leader < 0 {
+		t.Fatal("no control leader")
+	}
+	if _, err := c.Node(leader).Cluster().Drain(ctx, cluster.NodeID(drained)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, func() string {
+		m := c.Map()
+		if st := m.Nodes[cluster.NodeID(drained)].State; st != cluster.NodeRemoved {
+			return fmt.Sprintf("%s is %v, %d replicas left", drained, st, replicasOn(m, drained))
+		}
+		return ""
+	})
+	c.Stop(1)
+	c.WaitStable(60 * time.Second)
+	l.finish(t)
+}
+
+func waitFor(t *testing.T, timeout time.Duration, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		why := cond()
+		if why == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", timeout, why)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A rolling restart (SIGTERM: each node hands its leaderships over, then
+// comes back) under load fails no operation the client does not retry.
+func TestRollingRestartUnderLoad(t *testing.T) {
+	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Shards: 4})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl, err := client.Dial(ctx, c.Addrs()[0]+","+c.Addrs()[1]+","+c.Addrs()[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	l := startLoad(t, cl, 8)
+	for i := range 3 {
+		c.Restart(i)
+		c.WaitStable(60 * time.Second)
+	}
+	l.finish(t)
+}
+
+// A node missing past the grace period has its replicas replaced on the
+// others; within the period nothing moves.
+func TestDeadNodeReplacedAfterGrace(t *testing.T) {
+	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 4, Shards: 4, GracePeriod: 2 * time.Second})
+	before := c.Map()
+	victim := -1
+	for i := range 4 {
+		if cluster.NodeID(c.ID(i)) != c.Node(0).Cluster().ControlLeader() && replicasOn(before, c.ID(i)) > 0 {
+			victim = i
+			break
+		}
+	}
+	c.Kill(victim)
+	waitFor(t, 30*time.Second, func() string {
+		if n := replicasOn(c.Map(), c.ID(victim)); n > 0 {
+			return fmt.Sprintf("%s still holds %d replicas", c.ID(victim), n)
+		}
+		return ""
+	})
+	c.WaitStable(30 * time.Second)
+	for s, set := range c.Map().ShardReplicas {
+		if len(set) != 3 {
+			t.Errorf("shard %d: %d replicas after the repair, want 3", s, len(set))
+		}
+	}
+}
+
+// Every node stops and starts again: the map, the replicas and every
+// acknowledged record come back.
+func TestFullClusterRestart(t *testing.T) {
+	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Shards: 4})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl, err := client.Dial(ctx, c.Addrs()[0]+","+c.Addrs()[1]+","+c.Addrs()[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	tokens := map[string]uint64{}
+	for i := range 50 {
+		key := fmt.Sprintf("k%d", i)
+		r, err := cl.Reserve(ctx, "t", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.Complete(ctx, "t", key, r.Token); err != nil {
+			t.Fatal(err)
+		}
+		tokens[key] = r.Token
+	}
+	epoch := c.Map().Epoch
+	for i := range 3 {
+		c.Stop(i)
+	}
+	for i := range 3 {
+		go c.Restart(i)
+	}
+	c.WaitStable(60 * time.Second)
+	if got := c.Map().Epoch; got < epoch {
+		t.Fatalf("map epoch %d after the restart, was %d", got, epoch)
+	}
+	for key, tok := range tokens {
+		r, err := cl.Reserve(ctx, "t", key)
+		if err != nil || r.Outcome != client.OutcomeDuplicate || r.Token != tok {
+			t.Fatalf("%s after restart: %v token %d (%v), want DUPLICATE token %d", key, r.Outcome, r.Token, err, tok)
+		}
+	}
+	r, err := cl.Reserve(ctx, "t", "fresh")
+	if err != nil || r.Outcome != client.OutcomeAcquired {
+		t.Fatalf("fresh key after restart: %v %v", r.Outcome, err)
+	}
+}

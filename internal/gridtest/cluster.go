@@ -1,0 +1,519 @@
+package gridtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/l4xg/grid/api"
+	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/raftlog"
+	"github.com/l4xg/grid/shard"
+)
+
+// ClusterOptions tune an in-process test cluster. Zero values are defaults.
+type ClusterOptions struct {
+	Nodes    int // default 3
+	Replicas int // default 3
+	Shards   int // default 4
+	// GracePeriod before a missing node's replicas are replaced; default
+	// cluster.DefaultGracePeriod.
+	GracePeriod time.Duration
+	// HeartbeatTimeout of every Raft group; default 500 ms, as in
+	// production.
+	HeartbeatTimeout time.Duration
+	// Clock, if set, gives node i its time source (clock-skew tests).
+	Clock func(i int) func() time.Time
+	// Sync makes the Raft logs fsync as in production (default off).
+	Sync bool
+	// Logs sends the nodes' logs to stderr (debugging).
+	Logs bool
+}
+
+// Cluster is a cluster of real nodes in one process: each has its own data
+// directory, gRPC, Raft (mux) and gossip ports on loopback, and its own
+// raftlog.Faults, through which the test partitions and pauses the Raft
+// traffic. Gossip is not partitioned: it only informs, and nothing moves on
+// it within the grace period. Node indexes are 0..n-1; a node keeps its
+// addresses across restarts.
+type Cluster struct {
+	t     testing.TB
+	opts  ClusterOptions
+	mu    sync.Mutex
+	nodes []*clusterNode
+}
+
+type clusterNode struct {
+	id                 string
+	dir                string
+	grpc, raft, gossip string
+	faults             *raftlog.Faults
+	node               *api.Node // nil while down
+}
+
+// StartCluster starts opts.Nodes nodes that form one cluster, and waits
+// until every shard has its replicas and every node serves. It stops when
+// the test ends.
+func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
+	t.Helper()
+	if opts.Nodes == 0 {
+		opts.Nodes = 3
+	}
+	if opts.Replicas == 0 {
+		opts.Replicas = 3
+	}
+	if opts.Shards == 0 {
+		opts.Shards = 4
+	}
+	c := &Cluster{t: t, opts: opts}
+	root := t.TempDir()
+	for i := range opts.Nodes {
+		c.nodes = append(c.nodes, newClusterNode(root, i))
+	}
+	t.Cleanup(c.Close)
+	// Node 1 starts first and the others join it: each binds free ports
+	// and keeps them across restarts.
+	for i := range c.nodes {
+		if err := c.start(i, opts.Nodes); err != nil {
+			t.Fatalf("gridtest: %v", err)
+		}
+	}
+	c.WaitStable(60 * time.Second)
+	return c
+}
+
+func newClusterNode(root string, i int) *clusterNode {
+	id := fmt.Sprintf("node-%d", i+1)
+	return &clusterNode{
+		id: id, dir: filepath.Join(root, id), faults: &raftlog.Faults{},
+		grpc: "127.0.0.1:0", raft: "127.0.0.1:0", gossip: "127.0.0.1:0",
+	}
+}
+
+// start starts node i; expect is its bootstrap-expect (0 after the first
+// start: a restarted node rejoins).
+func (c *Cluster) start(i, expect int) error {
+	c.mu.Lock()
+	n := c.nodes[i]
+	var join []string
+	for j, o := range c.nodes {
+		if j != i && o.gossip != "127.0.0.1:0" {
+			join = append(join, o.gossip)
+		}
+	}
+	c.mu.Unlock()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if c.opts.Logs {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", n.id)
+	}
+	var clock func() time.Time
+	if c.opts.Clock != nil {
+		clock = c.opts.Clock(i)
+	}
+	node, err := api.StartNode(api.NodeConfig{
+		Host:   shard.HostConfig{NodeID: n.id, DataDir: n.dir, Shards: c.opts.Shards, Clock: clock, NoSync: !c.opts.Sync},
+		Listen: n.grpc,
+		Logger: logger,
+		Cluster: &api.ClusterConfig{
+			RaftListen: n.raft, GossipListen: n.gossip, Join: join,
+			BootstrapExpect: expect, Replicas: c.opts.Replicas, GracePeriod: c.opts.GracePeriod,
+			Gossip: cluster.FastGossipTiming(), HeartbeatTimeout: c.opts.HeartbeatTimeout,
+			Faults: n.faults,
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("start %s: %w", n.id, err)
+	}
+	c.mu.Lock()
+	n.node = node
+	n.grpc, n.raft, n.gossip = node.Addr(), node.RaftAddr(), node.Cluster().GossipAddr()
+	c.mu.Unlock()
+	return nil
+}
+
+// Addrs are the nodes' client (gRPC) addresses.
+func (c *Cluster) Addrs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		out[i] = n.grpc
+	}
+	return out
+}
+
+// Node returns node i, nil while it is down.
+func (c *Cluster) Node(i int) *api.Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[i].node
+}
+
+// ID is node i's id.
+func (c *Cluster) ID(i int) string { return c.nodes[i].id }
+
+// Index returns the index of the node with id, or -1.
+func (c *Cluster) Index(id string) int {
+	for i, n := range c.nodes {
+		if n.id == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// Map returns the cluster map as a running node holds it.
+func (c *Cluster) Map() *cluster.Map {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.nodes {
+		if n.node != nil {
+			if m := n.node.Cluster().Map(); m != nil {
+				return m
+			}
+		}
+	}
+	return nil
+}
+
+// WaitStable waits until the running nodes agree on a map in which every
+// shard has its replicas on running nodes, each replica runs, and every
+// running node serves.
+func (c *Cluster) WaitStable(timeout time.Duration) {
+	c.t.Helper()
+	if err := c.AwaitStable(timeout); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// AwaitStable is WaitStable reporting failure as an error, for callers off
+// the test's goroutine (fault injectors).
+func (c *Cluster) AwaitStable(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		why := c.unstable()
+		if why == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("gridtest: cluster not stable after %v: %s", timeout, why)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (c *Cluster) unstable() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var m *cluster.Map
+	up := map[cluster.NodeID]bool{}
+	for _, n := range c.nodes {
+		if n.node == nil {
+			continue
+		}
+		up[cluster.NodeID(n.id)] = true
+		nm := n.node.Cluster().Map()
+		switch {
+		case nm == nil:
+			return n.id + " has no map"
+		case m == nil:
+			m = nm
+		case nm.Epoch != m.Epoch:
+			return fmt.Sprintf("maps differ: epoch %d and %d", m.Epoch, nm.Epoch)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		err := n.node.WaitReady(ctx)
+		cancel()
+		if err != nil {
+			return n.id + " not ready"
+		}
+	}
+	if m == nil {
+		return "no node runs"
+	}
+	want := min(m.Replicas, len(up))
+	for s, set := range m.ShardReplicas {
+		if len(set) != want {
+			return fmt.Sprintf("shard %d has %d replicas, want %d", s, len(set), want)
+		}
+		for _, id := range set {
+			if !up[id] {
+				return fmt.Sprintf("shard %d has a replica on %s, which is down", s, id)
+			}
+		}
+		if why := c.groupMatches(s, set); why != "" {
+			return why
+		}
+	}
+	return ""
+}
+
+// groupMatches reports why shard s's Raft group, as its leader sees it,
+// does not have exactly the map's replicas as voters ("" when it does): a
+// move may be half done. c.mu is held.
+func (c *Cluster) groupMatches(s int, set []cluster.NodeID) string {
+	for _, n := range c.nodes {
+		if n.node == nil {
+			continue
+		}
+		r := n.node.Host().Shard(s)
+		if r == nil || !r.IsLeader() {
+			continue
+		}
+		servers, err := r.Configuration()
+		if err != nil {
+			return fmt.Sprintf("shard %d: %v", s, err)
+		}
+		voters := 0
+		for _, srv := range servers {
+			if srv.Suffrage != raft.Voter || !slices.Contains(set, cluster.NodeID(srv.ID)) {
+				return fmt.Sprintf("shard %d: group has %s (%v), map %v", s, srv.ID, srv.Suffrage, set)
+			}
+			voters++
+		}
+		if voters != len(set) {
+			return fmt.Sprintf("shard %d: group has %d voters, map %v", s, voters, set)
+		}
+		return ""
+	}
+	return fmt.Sprintf("shard %d has no leader", s)
+}
+
+// Kill stops node i without a goodbye: its Raft traffic is cut first, so
+// no leadership is handed over and its peers see it vanish. (In-process,
+// its acknowledged writes are still on disk; the kill -9 tests with
+// gridnode processes cover unsynced state.)
+func (c *Cluster) Kill(i int) {
+	c.mu.Lock()
+	n := c.nodes[i]
+	node := n.node
+	n.node = nil
+	c.mu.Unlock()
+	if node == nil {
+		return
+	}
+	n.faults.Isolate()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = node.Stop(ctx)
+	n.faults.Heal()
+}
+
+// Stop stops node i cleanly (a SIGTERM: it hands its leaderships over).
+func (c *Cluster) Stop(i int) {
+	c.mu.Lock()
+	n := c.nodes[i]
+	node := n.node
+	n.node = nil
+	c.mu.Unlock()
+	if node == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := node.Stop(ctx); err != nil {
+		c.t.Errorf("gridtest: stop %s: %v", n.id, err)
+	}
+}
+
+// Restart stops node i cleanly if it runs and starts it again on the same
+// data directory and addresses; it returns once the node serves.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	c.Stop(i)
+	if err := c.StartNodes(i); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// StartNodes starts the given nodes, which are down (killed or stopped),
+// on their data directories and addresses, all at once, and waits up to
+// 30 s until each serves. Starting them together is what a full-cluster
+// restart needs: a node serves only once its shards have leaders, which
+// takes a quorum of the others back. It reports failure as an error, for
+// callers off the test's goroutine; a node already running is an error.
+func (c *Cluster) StartNodes(idx ...int) error {
+	errs := make([]error, len(idx))
+	var wg sync.WaitGroup
+	for k, i := range idx {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if c.Node(i) != nil {
+				errs[k] = fmt.Errorf("gridtest: start %s: it runs", c.nodes[i].id)
+				return
+			}
+			// A process that is started again is not stopped (SIGSTOP)
+			// any more; a partition it was in still holds.
+			c.nodes[i].faults.Resume()
+			if err := c.start(i, 0); err != nil {
+				errs[k] = fmt.Errorf("gridtest: %w", err)
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if n := c.Node(i); n != nil {
+				if err := n.WaitReady(ctx); err != nil {
+					errs[k] = fmt.Errorf("gridtest: restart %s: %w", c.nodes[i].id, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Partition cuts the Raft traffic between the groups; nodes not named are
+// isolated alone.
+func (c *Cluster) Partition(groups ...[]int) {
+	group := make([]int, len(c.nodes))
+	for i := range group {
+		group[i] = -1 - i // alone
+	}
+	for g, members := range groups {
+		for _, i := range members {
+			group[i] = g
+		}
+	}
+	for i, a := range c.nodes {
+		for j, b := range c.nodes {
+			if i != j && group[i] != group[j] {
+				a.faults.Block(b.raft)
+			}
+		}
+	}
+}
+
+// Heal restores every Raft link and resumes paused nodes.
+func (c *Cluster) Heal() {
+	for _, n := range c.nodes {
+		n.faults.Heal()
+		n.faults.Resume()
+	}
+}
+
+// Pause stalls node i's Raft traffic, as a stopped process or a black-holed
+// network would; Resume (or Heal) lets it go on.
+func (c *Cluster) Pause(i int) { c.nodes[i].faults.Pause() }
+
+// Resume ends a Pause.
+func (c *Cluster) Resume(i int) { c.nodes[i].faults.Resume() }
+
+// Close stops every running node.
+func (c *Cluster) Close() {
+	var wg sync.WaitGroup
+	for i := range c.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.Stop(i)
+		}()
+	}
+	wg.Wait()
+}
+
+// Add starts one more node that joins the running cluster, and returns its
+// index. It does not wait for the planner to move replicas onto it.
+func (c *Cluster) Add() int {
+	c.t.Helper()
+	c.mu.Lock()
+	i := len(c.nodes)
+	c.nodes = append(c.nodes, newClusterNode(filepath.Dir(c.nodes[0].dir), i))
+	c.mu.Unlock()
+	if err := c.start(i, 0); err != nil {
+		c.t.Fatalf("gridtest: %v", err)
+	}
+	return i
+}
+
+// ShardOf returns the shard that owns key of namespace ns (no entity), by
+// the cluster map; -1 while no running node has a map.
+func (c *Cluster) ShardOf(ns, key string) int {
+	m := c.Map()
+	if m == nil {
+		return -1
+	}
+	return m.ShardOfSlot(keyspace.RecordDigest(ns, []byte(key), nil).Slot(m.Slots))
+}
+
+// Leaders returns the indexes of the running nodes whose replica of shard s
+// leads its group and serves (shard.Shard.IsLeader). Right after a
+// partition a cut-off leader may still count itself for up to a leader
+// lease, so there may be two; there is none during an election.
+func (c *Cluster) Leaders(s int) []int {
+	var out []int
+	for i := range c.nodes {
+		n := c.Node(i)
+		if n == nil {
+			continue
+		}
+		if r := n.Host().Shard(s); r != nil && r.IsLeader() {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// Replicas returns the indexes of the nodes holding a replica of shard s by
+// the cluster map (nil while there is no map).
+func (c *Cluster) Replicas(s int) []int {
+	m := c.Map()
+	if m == nil || s < 0 || s >= len(m.ShardReplicas) {
+		return nil
+	}
+	var out []int
+	for _, id := range m.ShardReplicas[s] {
+		if i := c.Index(string(id)); i >= 0 {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// TransferLeader hands the leadership of shard s to node to's replica,
+// from whichever running replica leads it now, and waits until node to
+// leads and serves, or ctx ends. Raft may refuse a transfer (a target not
+// caught up, an election racing it): the caller retries.
+func (c *Cluster) TransferLeader(ctx context.Context, s, to int) error {
+	for _, i := range c.Leaders(s) {
+		if i == to {
+			return nil
+		}
+		n := c.Node(i)
+		if n == nil {
+			continue
+		}
+		r := n.Host().Shard(s)
+		if r == nil {
+			continue
+		}
+		if err := r.TransferLeadership(ctx, c.nodes[to].id, c.nodes[to].raft); err != nil {
+			return fmt.Errorf("gridtest: shard %d to %s: %w", s, c.nodes[to].id, err)
+		}
+	}
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if n := c.Node(to); n != nil {
+			if r := n.Host().Shard(s); r != nil && r.IsLeader() {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("gridtest: shard %d to %s: %w", s, c.nodes[to].id, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
