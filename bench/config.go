@@ -14,40 +14,41 @@ import (
 	"github.com/l4xg/grid/bench/internal/workload"
 )
 
-// ErrNoCluster is the answer to --grid-nodes > 1 until clustering lands.
-var ErrNoCluster = errors.New("bench: --grid-nodes > 1: clustering not available yet")
-
 // config is what the command line asks for.
 type config struct {
-	Targets    []string      `json:"targets"`
-	Workloads  []string      `json:"workloads"`
-	Addr       string        `json:"grid_addr,omitempty"`
-	GridHTTP   string        `json:"grid_http,omitempty"`
-	GridNodes  int           `json:"grid_nodes"`
-	GridShards int           `json:"grid_shards,omitempty"`
-	GridBin    string        `json:"gridnode_bin,omitempty"`
-	RedisAddr  string        `json:"redis_addr"`
-	EtcdEPs    []string      `json:"etcd_endpoints,omitempty"`
-	EtcdMembrs int           `json:"etcd_members"`
-	Conc       int           `json:"concurrency"`
-	Duration   time.Duration `json:"duration_ns"`
-	Rounds     int           `json:"rounds"`
-	DupRatio   float64       `json:"dup_ratio"`
-	Batch      int           `json:"batch"`
-	Keys       int           `json:"keys"`
-	KeyShape   string        `json:"key_shape"`
-	Lease      time.Duration `json:"lease_ns"`
-	Retention  time.Duration `json:"retention_ns"`
-	Out        string        `json:"-"`
-	CPUProfile bool          `json:"cpuprofile_grid"`
-	Readme     string        `json:"-"`
-	Seed       uint64        `json:"seed"`
-	Rate       float64       `json:"rate,omitempty"`
-	NoProgress bool          `json:"-"`
-	From       string        `json:"-"`
+	Targets      []string      `json:"targets"`
+	Workloads    []string      `json:"workloads"`
+	Addr         string        `json:"grid_addr,omitempty"`
+	GridHTTP     string        `json:"grid_http,omitempty"`
+	GridNodes    int           `json:"grid_nodes"`
+	GridReplicas int           `json:"grid_replicas,omitempty"`
+	GridShards   int           `json:"grid_shards,omitempty"`
+	GridBin      string        `json:"gridnode_bin,omitempty"`
+	RedisAddr    string        `json:"redis_addr"`
+	EtcdEPs      []string      `json:"etcd_endpoints,omitempty"`
+	EtcdMembrs   int           `json:"etcd_members"`
+	Conc         int           `json:"concurrency"`
+	Duration     time.Duration `json:"duration_ns"`
+	Rounds       int           `json:"rounds"`
+	DupRatio     float64       `json:"dup_ratio"`
+	Batch        int           `json:"batch"`
+	Keys         int           `json:"keys"`
+	KeyShape     string        `json:"key_shape"`
+	Lease        time.Duration `json:"lease_ns"`
+	Retention    time.Duration `json:"retention_ns"`
+	Out          string        `json:"-"`
+	CPUProfile   bool          `json:"cpuprofile_grid"`
+	Readme       string        `json:"-"`
+	Seed         uint64        `json:"seed"`
+	Rate         float64       `json:"rate,omitempty"`
+	NoProgress   bool          `json:"-"`
+	From         string        `json:"-"`
 }
 
 var allTargets = []string{"grid", "redis", "etcd"}
+
+// maxGridNodes bounds --grid-nodes: every node is a process on this machine.
+const maxGridNodes = 9
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
@@ -58,9 +59,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		fs.PrintDefaults()
 	}
 	targets := fs.String("targets", strings.Join(allTargets, ","), "targets, comma-separated: grid, redis, etcd")
-	fs.StringVar(&c.Addr, "addr", "", "gRPC address of a running grid node (default: build and start one)")
+	fs.StringVar(&c.Addr, "addr", "", "gRPC address of a running grid node, or a cluster's nodes comma-separated (default: build and start the grid)")
 	fs.StringVar(&c.GridHTTP, "grid-http", "", "HTTP address of the running node of --addr (/metrics for fill, pprof for --cpuprofile-grid)")
-	fs.IntVar(&c.GridNodes, "grid-nodes", 1, "grid nodes to start")
+	fs.IntVar(&c.GridNodes, "grid-nodes", 1, "grid nodes to start; more than 1 form a cluster, measured through the routing client")
+	fs.IntVar(&c.GridReplicas, "grid-replicas", 0, "cluster of --grid-nodes: replicas per shard (0: min(3, nodes))")
 	fs.IntVar(&c.GridShards, "grid-shards", 0, "--shards of the started node (0: gridnode's default)")
 	fs.StringVar(&c.GridBin, "gridnode-bin", "", "gridnode binary to start (default: go build ./cmd/gridnode)")
 	fs.StringVar(&c.RedisAddr, "redis-addr", "127.0.0.1:6379", "Redis address")
@@ -112,9 +114,6 @@ func splitList(s string) []string {
 }
 
 func (c *config) validate() error {
-	if c.GridNodes > 1 && slices.Contains(c.Targets, "grid") {
-		return ErrNoCluster
-	}
 	if len(c.Targets) == 0 {
 		return errors.New("bench: no targets")
 	}
@@ -129,8 +128,12 @@ func (c *config) validate() error {
 		}
 	}
 	switch {
-	case c.GridNodes < 1:
-		return errors.New("bench: --grid-nodes must be at least 1")
+	case c.GridNodes < 1 || c.GridNodes > maxGridNodes:
+		return fmt.Errorf("bench: --grid-nodes must be within 1..%d", maxGridNodes)
+	case c.GridReplicas < 0 || c.GridReplicas > c.GridNodes || (c.GridReplicas > 0 && c.GridNodes == 1):
+		return errors.New("bench: --grid-replicas must be within 1..--grid-nodes, and needs --grid-nodes > 1")
+	case c.GridNodes > 1 && c.Addr != "":
+		return errors.New("bench: --grid-nodes starts a cluster; --addr uses a running grid (give a cluster's nodes comma-separated): not both")
 	case c.EtcdMembrs != 1 && c.EtcdMembrs != 3:
 		return errors.New("bench: --etcd-members must be 1 or 3")
 	case c.Conc < 1 || c.Rounds < 1 || c.Batch < 1 || c.Keys < 1:

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"io"
 	"slices"
 	"strings"
@@ -32,14 +31,22 @@ func TestFlagErrors(t *testing.T) {
 			t.Errorf("%v accepted", args)
 		}
 	}
-	_, err := parseFlags([]string{"--grid-nodes", "3"}, io.Discard)
-	if !errors.Is(err, ErrNoCluster) || !strings.Contains(err.Error(), "clustering not available yet") {
-		t.Fatalf("--grid-nodes 3: %v", err)
+	for _, args := range [][]string{
+		{"--grid-nodes", "0"}, {"--grid-nodes", "10"}, {"--grid-nodes", "3", "--grid-replicas", "4"},
+		{"--grid-replicas", "1"}, {"--grid-nodes", "3", "--grid-replicas", "-1"}, {"--grid-nodes", "3", "--addr", "127.0.0.1:7420"},
+	} {
+		if _, err := parseFlags(args, io.Discard); err == nil {
+			t.Errorf("%v accepted", args)
+		}
 	}
-	if _, err := parseFlags([]string{"--grid-nodes", "3", "--targets", "redis"}, io.Discard); err != nil {
-		t.Fatalf("--grid-nodes without the grid target: %v", err)
+	c, err := parseFlags([]string{"--grid-nodes", "3", "--etcd-members", "3"}, io.Discard)
+	if err != nil || c.GridNodes != 3 || c.GridReplicas != 0 || c.EtcdMembrs != 3 {
+		t.Fatalf("--grid-nodes 3: %+v, %v", c, err)
 	}
-	c, err := parseFlags([]string{"--targets", " redis , etcd", "batch", "fill"}, io.Discard)
+	if c, err = parseFlags([]string{"--grid-nodes", "3", "--grid-replicas", "1"}, io.Discard); err != nil || c.GridReplicas != 1 {
+		t.Fatalf("--grid-replicas 1: %+v, %v", c, err)
+	}
+	c, err = parseFlags([]string{"--targets", " redis , etcd", "batch", "fill"}, io.Discard)
 	if err != nil || !slices.Equal(c.Targets, []string{"redis", "etcd"}) || !slices.Equal(c.Workloads, []string{"batch", "fill"}) {
 		t.Fatalf("%v %v %v", c.Targets, c.Workloads, err)
 	}
@@ -63,11 +70,27 @@ func TestCellPrefixesDiffer(t *testing.T) {
 
 func TestReadmeBlockStatesDateMachineAndCommand(t *testing.T) {
 	rf := resultsFile{Date: "2026-12-02T16:00:00Z", Host: "h", CPUs: 2, GoVersion: "go1.26", Command: "go run ./bench fill",
+		Config:  config{Targets: allTargets, GridNodes: 1, EtcdMembrs: 1, RedisAddr: "127.0.0.1:6379"},
 		Skipped: map[string]string{"etcd": "not found"}}
 	md := readmeBlock(rf, []report.Summary{{Workload: "fill", Target: "grid", OpsPerSec: 1}})
-	for _, want := range []string{"2026-12-02T16:00:00Z", "2 cores", "go run ./bench fill", "| fill | grid |", "etcd (not found)"} {
+	for _, want := range []string{"2026-12-02T16:00:00Z", "2 cores", "go run ./bench fill", "| fill | grid |", "etcd (not found)",
+		"grid: one gridnode process", "redis: 127.0.0.1:6379"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("block lacks %q:\n%s", want, md)
 		}
+	}
+	if strings.Contains(md, "etcd: ") {
+		t.Errorf("block describes the skipped etcd:\n%s", md)
+	}
+	rf.Config.GridNodes, rf.Config.EtcdMembrs, rf.Skipped = 3, 3, nil
+	md = readmeBlock(rf, nil)
+	for _, want := range []string{"grid: 3 gridnode processes as one cluster, 3 replicas per shard", "etcd: a throwaway 3-member cluster"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("block lacks %q:\n%s", want, md)
+		}
+	}
+	rf.Config.GridReplicas = 2
+	if md = readmeBlock(rf, nil); !strings.Contains(md, "2 replicas per shard") {
+		t.Errorf("--grid-replicas 2:\n%s", md)
 	}
 }

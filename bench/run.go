@@ -268,6 +268,9 @@ func readmeBlock(rf resultsFile, sums []report.Summary) string {
 	fmt.Fprintf(&s, "Run %s on %s (%d cores, shared with other work; figures are noisy, ratios within the run are what count), %s.\n\n",
 		rf.Date, rf.Host, rf.CPUs, rf.GoVersion)
 	fmt.Fprintf(&s, "```sh\n%s\n```\n\n", rf.Command)
+	if t := describeTargets(rf); t != "" {
+		fmt.Fprintf(&s, "Targets: %s.\n\n", t)
+	}
 	s.WriteString(report.Markdown(sums))
 	s.WriteString("\nops/s and latencies: median of the rounds; \"vs grid\": the target's figure over the grid's in the same round (median of rounds); ")
 	s.WriteString("batch and fill count keys, lifecycle counts reserve+complete+refused duplicate; latency is per call (per batch for batch and fill). ")
@@ -295,6 +298,43 @@ func readmeBlock(rf resultsFile, sums []report.Summary) string {
 	}
 	s.WriteString("\n")
 	return s.String()
+}
+
+// describeTargets says what each target that ran was: how many grid nodes
+// and replicas, which Redis, how many etcd members.
+func describeTargets(rf resultsFile) string {
+	c := rf.Config
+	var out []string
+	for _, t := range c.Targets {
+		if _, skipped := rf.Skipped[t]; skipped {
+			continue
+		}
+		switch t {
+		case "grid":
+			switch {
+			case c.Addr != "":
+				out = append(out, "grid: the running grid at "+c.Addr)
+			case c.GridNodes > 1:
+				r := c.GridReplicas
+				if r == 0 {
+					r = min(3, c.GridNodes)
+				}
+				out = append(out, fmt.Sprintf("grid: %d gridnode processes as one cluster, %d replicas per shard, fsync on, "+
+					"through the routing client dialled with every node's address", c.GridNodes, r))
+			default:
+				out = append(out, "grid: one gridnode process, fsync on")
+			}
+		case "redis":
+			out = append(out, "redis: "+c.RedisAddr)
+		case "etcd":
+			if len(c.EtcdEPs) > 0 {
+				out = append(out, "etcd: "+strings.Join(c.EtcdEPs, ","))
+			} else {
+				out = append(out, fmt.Sprintf("etcd: a throwaway %d-member cluster, fsync on", c.EtcdMembrs))
+			}
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // rewrite writes the outputs again from a results.json, running nothing.

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,7 +30,7 @@ type gridShared struct {
 func newGridShared(ctx context.Context, b *bencher) (*gridShared, error) {
 	g := &gridShared{b: b}
 	if b.cfg.Addr != "" {
-		t, err := target.NewGrid(ctx, b.cfg.Addr, b.cfg.GridHTTP, 0)
+		t, err := target.NewGrid(ctx, b.cfg.Addr, target.Proc{HTTPAddr: b.cfg.GridHTTP})
 		if err != nil {
 			return nil, err
 		}
@@ -62,13 +64,16 @@ func (g *gridShared) close() {
 func (g *gridShared) run(ctx context.Context, round int, w string, wcfg workload.Config) (workload.Result, error) {
 	profile := g.b.cfg.CPUProfile && w == workload.ReserveUnique && g.b.profile == ""
 	if g.external != nil {
-		var httpAddr string
+		var nodes []profiled
 		if profile {
-			httpAddr = g.b.cfg.GridHTTP
+			nodes = []profiled{{httpAddr: g.b.cfg.GridHTTP}}
 		}
-		return g.b.withProfile(ctx, httpAddr, func() (workload.Result, error) {
+		return g.b.withProfile(ctx, nodes, func() (workload.Result, error) {
 			return workload.Run(ctx, w, g.external, wcfg)
 		})
+	}
+	if g.b.cfg.GridNodes > 1 {
+		return g.runCluster(ctx, w, wcfg, profile)
 	}
 	g.starts++
 	logf, err := os.Create(filepath.Join(g.b.tmp, fmt.Sprintf("gridnode-%d.log", g.starts)))
@@ -83,50 +88,142 @@ func (g *gridShared) run(ctx context.Context, round int, w string, wcfg workload
 		return workload.Result{}, err
 	}
 	defer node.Stop()
-	t, err := target.NewGrid(ctx, node.Addr, node.HTTPAddr, node.PID())
+	t, err := target.NewGrid(ctx, node.Addr, target.Proc{PID: node.PID(), HTTPAddr: node.HTTPAddr})
 	if err != nil {
 		return workload.Result{}, err
 	}
 	defer t.Close()
-	var httpAddr string
+	var nodes []profiled
 	if profile {
-		httpAddr = node.HTTPAddr
+		nodes = []profiled{{httpAddr: node.HTTPAddr}}
 	}
-	return g.b.withProfile(ctx, httpAddr, func() (workload.Result, error) {
+	return g.b.withProfile(ctx, nodes, func() (workload.Result, error) {
 		return workload.Run(ctx, w, t, wcfg)
 	})
 }
 
-// withProfile runs f while it fetches a CPU profile of the node at httpAddr
-// ("" for none) lasting most of the run, then writes it and its top.
-func (b *bencher) withProfile(ctx context.Context, httpAddr string, f func() (workload.Result, error)) (workload.Result, error) {
-	if httpAddr == "" {
+// runCluster runs one cell on a fresh cluster of --grid-nodes children,
+// through a routing client dialled with every node's address. With
+// profile, every node is profiled at once.
+func (g *gridShared) runCluster(ctx context.Context, w string, wcfg workload.Config, profile bool) (workload.Result, error) {
+	g.starts++
+	n := g.b.cfg.GridNodes
+	logs := make([]*os.File, n)
+	defer func() {
+		for _, f := range logs {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	for i := range logs {
+		f, err := os.Create(filepath.Join(g.b.tmp, fmt.Sprintf("gridnode-%d-node-%d.log", g.starts, i+1)))
+		if err != nil {
+			return workload.Result{}, err
+		}
+		logs[i] = f
+	}
+	c, err := launch.StartGridCluster(ctx, launch.GridClusterOptions{
+		Bin: g.b.bin, Nodes: n, Replicas: g.b.cfg.GridReplicas, Shards: g.b.cfg.GridShards,
+		Pprof: g.b.cfg.CPUProfile, Stderr: func(i int) io.Writer { return logs[i] },
+	})
+	if err != nil {
+		return workload.Result{}, err
+	}
+	defer c.Stop()
+	if c.Spread != "" {
+		fmt.Fprintf(g.b.log, "\nbench: grid: leaderships not spread as planned, running anyway: %s\n", c.Spread)
+	}
+	procs := make([]target.Proc, n)
+	var nodes []profiled
+	for i, node := range c.Nodes {
+		procs[i] = target.Proc{PID: node.PID(), HTTPAddr: node.HTTPAddr}
+		if profile {
+			nodes = append(nodes, profiled{name: node.ID, httpAddr: node.HTTPAddr})
+		}
+	}
+	t, err := target.NewGrid(ctx, c.Addrs(), procs...)
+	if err != nil {
+		return workload.Result{}, err
+	}
+	defer t.Close()
+	res, err := g.b.withProfile(ctx, nodes, func() (workload.Result, error) {
+		return workload.Run(ctx, w, t, wcfg)
+	})
+	for _, node := range c.Nodes {
+		if node.Exited() && err == nil {
+			err = fmt.Errorf("bench: grid: %s exited during the run", node.ID)
+		}
+	}
+	return res, err
+}
+
+// profiled is a node whose CPU profile is taken: name "" for a single
+// node, its id in a cluster.
+type profiled struct{ name, httpAddr string }
+
+// withProfile runs f while it fetches a CPU profile of each of nodes (none:
+// no profile) lasting most of the run, then writes them and their top: for
+// a single node grid-reserve-unique.cpu.pprof, for a cluster one
+// grid-reserve-unique.<node>.cpu.pprof per node, with a top per node and
+// one of all nodes merged.
+func (b *bencher) withProfile(ctx context.Context, nodes []profiled, f func() (workload.Result, error)) (workload.Result, error) {
+	if len(nodes) == 0 {
 		return f()
 	}
 	secs := max(1, int((b.cfg.Duration-2*time.Second)/time.Second))
-	path := filepath.Join(b.cfg.Out, "grid-reserve-unique.cpu.pprof")
-	done := make(chan error, 1)
-	go func() {
-		done <- fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", httpAddr, secs), path)
-	}()
+	paths := make([]string, len(nodes))
+	done := make(chan error, len(nodes))
+	for i, n := range nodes {
+		paths[i] = filepath.Join(b.cfg.Out, profileName(n.name, "cpu.pprof"))
+		go func() {
+			err := fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", n.httpAddr, secs), paths[i])
+			if err != nil && n.name != "" {
+				err = fmt.Errorf("%s: %w", n.name, err)
+			}
+			done <- err
+		}()
+	}
 	res, err := f()
-	if perr := <-done; perr != nil {
+	var perrs []error
+	for range nodes {
+		perrs = append(perrs, <-done)
+	}
+	if perr := errors.Join(perrs...); perr != nil {
 		fmt.Fprintf(b.log, "\nbench: cpu profile: %v\n", perr)
 		return res, err
 	}
-	b.profile = path
-	top := filepath.Join(b.cfg.Out, "grid-reserve-unique.pprof-top.txt")
+	b.profile = paths[0]
+	for i, n := range nodes {
+		b.pprofTop(filepath.Join(b.cfg.Out, profileName(n.name, "pprof-top.txt")), paths[i])
+	}
+	if len(nodes) > 1 {
+		b.pprofTop(filepath.Join(b.cfg.Out, profileName("", "pprof-top.txt")), paths...)
+	}
+	return res, err
+}
+
+// profileName is the name of a profile file of node ("" for a single node).
+func profileName(node, suffix string) string {
+	if node == "" {
+		return "grid-reserve-unique." + suffix
+	}
+	return "grid-reserve-unique." + node + "." + suffix
+}
+
+// pprofTop writes go tool pprof -top of the profiles (merged when several)
+// to path.
+func (b *bencher) pprofTop(path string, profiles ...string) {
 	args := []string{"tool", "pprof", "-top", "-nodecount=40"}
 	if b.bin != "" {
 		args = append(args, b.bin)
 	}
-	out, perr := exec.Command("go", append(args, path)...).CombinedOutput()
-	if perr != nil {
-		fmt.Fprintf(b.log, "\nbench: go tool pprof: %v\n%s", perr, out)
-	} else if werr := os.WriteFile(top, out, 0o644); werr != nil {
+	out, err := exec.Command("go", append(args, profiles...)...).CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(b.log, "\nbench: go tool pprof: %v\n%s", err, out)
+	} else if werr := os.WriteFile(path, out, 0o644); werr != nil {
 		fmt.Fprintf(b.log, "\nbench: %v\n", werr)
 	}
-	return res, err
 }
 
 func fetch(ctx context.Context, url, path string) error {

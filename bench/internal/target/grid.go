@@ -21,27 +21,37 @@ const Namespace = "bench"
 // ErrLeaseLost is a Complete that found its key no longer held by the caller.
 var ErrLeaseLost = errors.New("target: lease lost")
 
-// Grid drives a grid node through the Go client (automatic batching on,
-// the client's default and the normal path of a consumer).
+// Grid drives a grid (one node, or a cluster through the routing client)
+// through the Go client (automatic batching on, the client's default and
+// the normal path of a consumer).
 type Grid struct {
-	c *client.Client
-	// pid of the node when it is a child of this process (its VmRSS is the
+	c     *client.Client
+	procs []Proc
+	http  *http.Client
+}
+
+// Proc is one node process of the grid under test, for its memory figure.
+type Proc struct {
+	// PID of the node when it is a child of this process (its VmRSS is the
 	// memory figure), else 0 (process_resident_memory_bytes from /metrics).
-	pid int
-	// httpAddr serves /metrics, "" when unknown.
-	httpAddr string
-	http     *http.Client
+	PID int
+	// HTTPAddr serves /metrics, "" when unknown.
+	HTTPAddr string
 }
 
 var _ workload.Target = (*Grid)(nil)
 
-// NewGrid connects to the node at addr. httpAddr and pid may be empty/zero.
-func NewGrid(ctx context.Context, addr, httpAddr string, pid int) (*Grid, error) {
+// NewGrid connects to the grid at addr: one node's gRPC address, or the
+// comma-separated addresses of a cluster's nodes (client.Dial routes each
+// operation to its shard's leader). procs are the grid's node processes,
+// for Memory; none (or one without PID and HTTP address) leaves Memory
+// without a figure.
+func NewGrid(ctx context.Context, addr string, procs ...Proc) (*Grid, error) {
 	c, err := client.Dial(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
-	return &Grid{c: c, pid: pid, httpAddr: httpAddr, http: &http.Client{Timeout: 10 * time.Second}}, nil
+	return &Grid{c: c, procs: procs, http: &http.Client{Timeout: 10 * time.Second}}, nil
 }
 
 // Name implements workload.Target.
@@ -108,37 +118,61 @@ func (g *Grid) ReserveBatch(ctx context.Context, keys []string, lease time.Durat
 	return out, nil
 }
 
-// Memory is the node's resident set: VmRSS of the child process, or
-// process_resident_memory_bytes from /metrics. The Go heap in use is an
-// extra figure when /metrics is reachable.
+// Memory is the grid's resident set, summed over its nodes (a cluster holds
+// every key on each of its replicas): VmRSS of each child process, or
+// process_resident_memory_bytes from each node's /metrics. The Go heap in
+// use, summed too, is an extra figure when every node's /metrics is
+// reachable.
 func (g *Grid) Memory(ctx context.Context) (workload.Memory, error) {
 	var m workload.Memory
-	var metrics map[string]float64
-	if g.httpAddr != "" {
-		var err error
-		if metrics, err = g.metrics(ctx, "process_resident_memory_bytes", "go_memstats_heap_inuse_bytes"); err != nil {
-			return m, err
-		}
-		m.Extra = map[string]int64{"go_heap_inuse_bytes": int64(metrics["go_memstats_heap_inuse_bytes"])}
+	if len(g.procs) == 0 {
+		return m, errors.New("grid: no memory figure: no node process given")
 	}
-	switch {
-	case g.pid > 0:
-		rss, err := VmRSS(g.pid)
-		if err != nil {
-			return m, err
-		}
-		m.Bytes, m.Source = rss, "/proc/PID/status VmRSS of the child"
-	case metrics != nil:
-		m.Bytes, m.Source = int64(metrics["process_resident_memory_bytes"]), "/metrics process_resident_memory_bytes"
-	default:
+	var heap int64
+	byPID, byHTTP := true, true
+	for _, p := range g.procs {
+		byPID = byPID && p.PID > 0
+		byHTTP = byHTTP && p.HTTPAddr != ""
+	}
+	if !byPID && !byHTTP {
 		return m, errors.New("grid: no memory figure: neither a child process nor an HTTP address")
+	}
+	for _, p := range g.procs {
+		if byHTTP {
+			metrics, err := g.metrics(ctx, p.HTTPAddr, "process_resident_memory_bytes", "go_memstats_heap_inuse_bytes")
+			if err != nil {
+				return m, err
+			}
+			heap += int64(metrics["go_memstats_heap_inuse_bytes"])
+			if !byPID {
+				m.Bytes += int64(metrics["process_resident_memory_bytes"])
+			}
+		}
+		if byPID {
+			rss, err := VmRSS(p.PID)
+			if err != nil {
+				return m, err
+			}
+			m.Bytes += rss
+		}
+	}
+	if byHTTP {
+		m.Extra = map[string]int64{"go_heap_inuse_bytes": heap}
+	}
+	m.Source = "/proc/PID/status VmRSS of the child"
+	if !byPID {
+		m.Source = "/metrics process_resident_memory_bytes"
+	}
+	if len(g.procs) > 1 {
+		m.Source = fmt.Sprintf("sum over %d nodes of %s", len(g.procs), m.Source)
 	}
 	return m, nil
 }
 
-// metrics reads the named unlabelled samples from the node's /metrics.
-func (g *Grid) metrics(ctx context.Context, names ...string) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+g.httpAddr+"/metrics", nil)
+// metrics reads the named unlabelled samples from the /metrics of the node
+// at httpAddr.
+func (g *Grid) metrics(ctx context.Context, httpAddr string, names ...string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +182,7 @@ func (g *Grid) metrics(ctx context.Context, names ...string) (map[string]float64
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("grid: metrics: %s", resp.Status)
+		return nil, fmt.Errorf("grid: metrics of %s: %s", httpAddr, resp.Status)
 	}
 	return ParseMetrics(bufio.NewScanner(resp.Body), names...)
 }

@@ -3,6 +3,9 @@ package target
 import (
 	"bufio"
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -17,7 +20,7 @@ func res2(key string) workload.Reservation { return workload.Reservation{Key: ke
 func TestGridContract(t *testing.T) {
 	n := gridtest.Start(t, gridtest.Options{HTTP: true, Shards: 2})
 	ctx := context.Background()
-	g, err := NewGrid(ctx, n.Addr(), n.HTTPAddr(), 0)
+	g, err := NewGrid(ctx, n.Addr(), Proc{HTTPAddr: n.HTTPAddr()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +49,7 @@ func TestGridContract(t *testing.T) {
 func TestGridCompleteWithWrongTokenIsLeaseLost(t *testing.T) {
 	n := gridtest.Start(t, gridtest.Options{Shards: 1})
 	ctx := context.Background()
-	g, err := NewGrid(ctx, n.Addr(), "", os.Getpid())
+	g, err := NewGrid(ctx, n.Addr(), Proc{PID: os.Getpid()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,3 +78,43 @@ func TestParseMetrics(t *testing.T) {
 		t.Fatal("missing metric not reported")
 	}
 }
+
+// A cluster's memory figure is the sum over its nodes, each node counted by
+// its own process (or its own /metrics).
+func TestGridMemorySumsNodes(t *testing.T) {
+	ctx := context.Background()
+	node := func(rss, heap int) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			fmt.Fprintf(w, "process_resident_memory_bytes %d\ngo_memstats_heap_inuse_bytes %d\n", rss, heap)
+		}))
+	}
+	a, b := node(1000, 10), node(3000, 30)
+	defer a.Close()
+	defer b.Close()
+	host := func(s *httptest.Server) string { return strings.TrimPrefix(s.URL, "http://") }
+	g := &Grid{procs: []Proc{{HTTPAddr: host(a)}, {HTTPAddr: host(b)}}, http: http.DefaultClient}
+	m, err := g.Memory(ctx)
+	if err != nil || m.Bytes != 4000 || m.Extra["go_heap_inuse_bytes"] != 40 || !strings.HasPrefix(m.Source, "sum over 2 nodes of /metrics") {
+		t.Fatalf("by /metrics: %+v, %v", m, err)
+	}
+	one, err := VmRSS(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.procs = []Proc{{PID: os.Getpid(), HTTPAddr: host(a)}, {PID: os.Getpid(), HTTPAddr: host(b)}}
+	m, err = g.Memory(ctx)
+	// VmRSS, not the /metrics figure, once every node is a child; the
+	// process grows a little between the reads.
+	if err != nil || m.Bytes < 2*one || m.Bytes > 2*one+8<<20 || m.Extra["go_heap_inuse_bytes"] != 40 || !strings.Contains(m.Source, "VmRSS") {
+		t.Fatalf("by pid: %+v, %v (one: %d)", m, err, one)
+	}
+	g.procs = []Proc{{PID: os.Getpid()}, {HTTPAddr: host(a)}}
+	if _, err := g.Memory(ctx); err == nil {
+		t.Fatal("a figure from a node with a pid and one with /metrics only")
+	}
+	g.procs = nil
+	if _, err := g.Memory(ctx); err == nil {
+		t.Fatal("a figure without nodes")
+	}
+}
+
