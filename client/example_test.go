@@ -199,3 +199,27 @@ func ExampleDial() {
 	fmt.Println(leaders == len(s.Shards), s.Slots)
 	// Output: true 4096
 }
+
+// ClusterMap tells a standalone node from a cluster and, on a cluster, which
+// node leads each shard. Dial takes several seed addresses, separated by
+// commas; any one that answers is enough.
+func ExampleClient_ClusterMap() {
+	ctx := context.Background()
+	c, err := client.Dial(ctx, gridAddr()+","+gridAddr())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	m, err := c.ClusterMap(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if m.Standalone {
+		fmt.Println("standalone: every operation goes to one node")
+		return
+	}
+	for _, sh := range m.Shards {
+		fmt.Printf("shard %d: leader %s, replicas %v\n", sh.ID, sh.Leader, sh.Replicas)
+	}
+	// Output: standalone: every operation goes to one node
+}

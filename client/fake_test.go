@@ -327,7 +327,7 @@ func (f *fakeGrid) Status(ctx context.Context, _ *gridpb.StatusRequest) (*gridpb
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return &gridpb.StatusResponse{
-		NodeId: "fake", Version: "test", Slots: 4096, NowUnixMs: time.Now().UnixMilli(),
+		NodeId: "fake", Version: "test", Slots: 4096, ShardCount: 1, MapEpoch: 3, ControlState: "Follower", NowUnixMs: time.Now().UnixMilli(),
 		Shards: []*gridpb.ShardStatus{{Id: 0, RaftState: "Leader", Leader: "fake", Keys: uint64(len(f.recs)), AppliedIndex: 7, StampUnixMs: time.Now().UnixMilli()}},
 	}, nil
 }

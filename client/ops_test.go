@@ -358,7 +358,7 @@ func TestStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.NodeID != "fake" || s.Slots != 4096 || len(s.Shards) != 1 || s.Shards[0].RaftState != "Leader" || s.Shards[0].AppliedIndex != 7 || s.Shards[0].Stamp.IsZero() {
+	if s.NodeID != "fake" || s.Slots != 4096 || s.ShardCount != 1 || s.MapEpoch != 3 || s.ControlState != "Follower" || len(s.Shards) != 1 || s.Shards[0].RaftState != "Leader" || s.Shards[0].AppliedIndex != 7 || s.Shards[0].Stamp.IsZero() {
 		t.Fatalf("status: %+v", s)
 	}
 }
