@@ -30,8 +30,10 @@ import (
 //
 // The returned error is non-nil when some operations got no answer at all (an
 // RPC failed for good, ctx ended, the client closed): their errs[i] says
-// whether they were sent (outcome unknown) or not. results and errs always
-// have len(ops) elements.
+// whether they were sent (outcome unknown) or not. An operation still refused
+// as unavailable when the retries are spent is labelled outcome unknown as
+// well unless every send of it was refused with a Redirect. results and errs
+// always have len(ops) elements.
 func (c *Client) Batch(ctx context.Context, ops []Op) ([]Result, []error, error) {
 	b := &batchRun{
 		c:       c,
@@ -304,20 +306,24 @@ func (b *batchRun) stopped(ctx context.Context) error {
 }
 
 // finish labels the operations left without an answer, sent (outcome
-// unknown) or not, and returns the error of the first of them.
+// unknown) or not, and returns the error of the first of them. An operation
+// whose last answer was a refusal as unavailable, after a send that may have
+// been applied, is labelled outcome unknown too.
 func (b *batchRun) finish() error {
 	var first error
 	for i, err := range b.errs {
-		if !b.noReply[i] {
-			continue
-		}
-		if first == nil {
-			first = err
-		}
-		if b.sent[i] {
+		switch {
+		case b.noReply[i]:
+			if first == nil {
+				first = err
+			}
+			if b.sent[i] {
+				b.errs[i] = fmt.Errorf("client: outcome unknown: %w", err)
+			} else {
+				b.errs[i] = fmt.Errorf("client: not sent: %w", err)
+			}
+		case err != nil && b.sent[i] && retryable(err):
 			b.errs[i] = fmt.Errorf("client: outcome unknown: %w", err)
-		} else {
-			b.errs[i] = fmt.Errorf("client: not sent: %w", err)
 		}
 	}
 	return first

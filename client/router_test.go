@@ -505,3 +505,34 @@ func TestConcurrentRoutingUnderLeaderMoves(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestExplicitBatchKeepsAnUnknownOutcomeUnknown(t *testing.T) {
+	c, f := dialFake(t, fastRetry(2))
+	var rpcs atomic.Int32
+	f.setHooks(fakeHooks{
+		rpc: func(_ context.Context, method string) error {
+			if method == "Batch" && rpcs.Add(1) == 1 {
+				return status.Error(codes.Unavailable, "connection reset") // maybe applied
+			}
+			return nil
+		},
+		op: func(*gridpb.Op) error { return status.Error(codes.Unavailable, "shard 0: no leader") },
+	})
+	_, errs, err := c.Batch(testCtx(t), []Op{ReserveOp("ns", "a")})
+	if err != nil {
+		t.Fatalf("err = %v: the last RPC answered", err)
+	}
+	if !errors.Is(errs[0], ErrUnavailable) || !strings.Contains(errs[0].Error(), "outcome unknown") {
+		t.Fatalf("errs[0] = %v, want an unknown outcome", errs[0])
+	}
+}
+
+func TestExplicitBatchRedirectedOnlyIsNotUnknown(t *testing.T) {
+	fc := newFakeCluster(t, 2, 2)
+	c := fc.dial(t, "", fastRetry(1))
+	pingPong(fc)
+	_, errs, _ := c.Batch(testCtx(t), []Op{ReserveOp("ns", "a")})
+	if !errors.Is(errs[0], ErrUnavailable) || strings.Contains(errs[0].Error(), "outcome unknown") {
+		t.Fatalf("errs[0] = %v: only Redirects, so not applied", errs[0])
+	}
+}
