@@ -1,0 +1,40 @@
+package client
+
+import (
+	"context"
+
+	"github.com/l4xg/grid/api/gridpb"
+)
+
+// DrainStatus is where the drain of a node stands (the Drain RPC).
+type DrainStatus struct {
+	NodeID string
+	// State is the node's state in the cluster map: draining while it
+	// still holds replicas, removed once it holds none.
+	State string
+	// ReplicasLeft is how many shard replicas the node still holds.
+	ReplicasLeft int
+	// Epoch is the epoch of the cluster map the answer was read from.
+	Epoch uint64
+}
+
+// Drain asks the cluster to move every replica off node nodeID and then
+// remove it from the cluster map; "" means the node the client dialled (the
+// first address given to Dial). The request goes to that node, which takes
+// it to the control group's leader. It returns at once with the node's
+// state: call it again (it is idempotent) to follow the drain until the
+// state is removed. A standalone node refuses it (gRPC FailedPrecondition),
+// as the cluster does a node it does not know (NotFound); both are
+// returned as they came, readable with status.Code.
+func (c *Client) Drain(ctx context.Context, nodeID string) (DrainStatus, error) {
+	var resp *gridpb.DrainResponse
+	_, err := c.retry(ctx, func(ctx context.Context) error {
+		var err error
+		resp, err = c.seed.rpc.Drain(ctx, &gridpb.DrainRequest{NodeId: nodeID})
+		return err
+	})
+	if err != nil {
+		return DrainStatus{}, err
+	}
+	return DrainStatus{NodeID: resp.GetNodeId(), State: resp.GetState(), ReplicasLeft: int(resp.GetReplicasLeft()), Epoch: resp.GetEpoch()}, nil
+}
