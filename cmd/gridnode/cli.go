@@ -15,6 +15,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/l4xg/grid/client"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // The operator CLI: one verb per grid operation, run against a node's client
@@ -27,7 +29,8 @@ const (
 	exitInvalid     = 1
 	exitUnreachable = 2
 
-	defaultCLIAddr = "127.0.0.1:7420"
+	defaultCLIAddr    = "127.0.0.1:7420"
+	defaultCLITimeout = 5 * time.Second
 )
 
 // cliRetry keeps an unreachable grid within --timeout: a couple of quick
@@ -45,6 +48,8 @@ type cliVerb struct {
 	bind func(fs *flag.FlagSet) func() (cliOp, error)
 	// custom, instead of bind, is for a verb with its own output (audit).
 	custom func(fs *flag.FlagSet) func() (cliCustom, error)
+	// timeout is the default of --timeout; zero means defaultCLITimeout.
+	timeout time.Duration
 }
 
 // cliCustom runs a verb with its own output and returns the exit code.
@@ -116,11 +121,24 @@ var cliTable = map[string]cliVerb{
 		summary: "List the COMPLETED and POISONED records of a namespace settled in a time range, from the node's cold tier (keys as hex digests; follow up with get --digest).",
 		custom:  bindAudit,
 	},
+	"drain": {
+		usage:   "drain [--node ID] [--wait]",
+		summary: "Move every replica off a cluster node (default: the one --addr points at), then remove it from the cluster map; --wait follows it until removed.",
+		custom:  bindDrain,
+		timeout: time.Minute,
+	},
+}
+
+func (v cliVerb) defaultTimeout() time.Duration {
+	if v.timeout == 0 {
+		return defaultCLITimeout
+	}
+	return v.timeout
 }
 
 // cliVerbs lists the CLI verbs, in the order of a help text.
 func cliVerbs() []string {
-	return []string{"reserve", "complete", "fail", "release", "extend", "get", "forget", "status", "audit"}
+	return []string{"reserve", "complete", "fail", "release", "extend", "get", "forget", "status", "audit", "drain"}
 }
 
 // cliUsage is the usage line and summary of a verb ("" for an unknown one).
@@ -130,7 +148,7 @@ func cliUsage(verb string) string {
 	if !ok {
 		return ""
 	}
-	return fmt.Sprintf("gridnode %s [--addr HOST:PORT] [--json] [--timeout 5s]\n  %s", v.usage, v.summary)
+	return fmt.Sprintf("gridnode %s [--addr HOST:PORT] [--json] [--timeout %v]\n  %s", v.usage, v.defaultTimeout(), v.summary)
 }
 
 // runCLI runs one verb with its arguments and returns the exit code.
@@ -148,7 +166,7 @@ func runCLI(verb string, args []string, stdout, stderr io.Writer) int {
 	}
 	addr := fs.String("addr", defaultCLIAddr, "client address of a grid node")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
-	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
+	timeout := fs.Duration("timeout", v.defaultTimeout(), "give up after this long")
 	var a cliArgs
 	if v.keyed {
 		fs.StringVar(&a.ns, "ns", "", "namespace (required)")
@@ -187,7 +205,10 @@ func runCLI(verb string, args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	out := cliOutput{verb: verb, json: *asJSON, stdout: stdout, stderr: stderr}
-	c, err := client.Dial(ctx, *addr, client.WithBatching(false), client.WithRetryPolicy(cliRetry))
+	// The node at --addr takes every call: it forwards an operation on a
+	// shard it does not lead to the shard's leader. One connection, and the
+	// answers (status, audit, get --stale-ok) are that node's.
+	c, err := client.Dial(ctx, *addr, client.WithoutRouting(), client.WithBatching(false), client.WithRetryPolicy(cliRetry))
 	if err != nil {
 		return out.fail(fmt.Errorf("cannot reach the grid at %s: %w", *addr, err), exitUnreachable)
 	}
@@ -197,11 +218,7 @@ func runCLI(verb string, args []string, stdout, stderr io.Writer) int {
 		return run(ctx, c, out)
 	}
 	if op == nil {
-		s, err := c.Status(ctx)
-		if err != nil {
-			return out.fail(fmt.Errorf("grid at %s: %w", *addr, err), cliExitCode(err))
-		}
-		return out.status(s)
+		return runStatus(ctx, c, *addr, out)
 	}
 	r, err := op(ctx, c, a)
 	if err != nil && !(errors.Is(err, client.ErrLeaseLost) && r.Outcome == client.OutcomeLeaseLost) {
@@ -233,9 +250,14 @@ func validateCLI(fs *flag.FlagSet, v cliVerb, a cliArgs, timeout time.Duration, 
 }
 
 // cliExitCode classifies the error of a call the grid refused or never
-// answered.
+// answered. A request the grid cannot take as asked (an unknown node, a
+// cluster verb sent to a standalone node) is invalid input too.
 func cliExitCode(err error) int {
 	if errors.Is(err, client.ErrInvalidArgument) || errors.Is(err, client.ErrLimitExceeded) {
+		return exitInvalid
+	}
+	switch status.Code(err) {
+	case codes.NotFound, codes.FailedPrecondition:
 		return exitInvalid
 	}
 	return exitUnreachable

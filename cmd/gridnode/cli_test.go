@@ -40,7 +40,7 @@ func oneJSON(t *testing.T, stdout string) map[string]any {
 
 func TestCLIVerbs(t *testing.T) {
 	verbs := cliVerbs()
-	want := []string{"reserve", "complete", "fail", "release", "extend", "get", "forget", "status", "audit"}
+	want := []string{"reserve", "complete", "fail", "release", "extend", "get", "forget", "status", "audit", "drain"}
 	if !slices.Equal(verbs, want) {
 		t.Fatalf("verbs %v", verbs)
 	}
@@ -224,6 +224,15 @@ func TestCLIAgainstAGrid(t *testing.T) {
 	m = oneJSON(t, stdout)
 	if shards, ok := m["shards"].([]any); code != 0 || !ok || len(shards) == 0 || m["slots"] == nil {
 		t.Fatalf("status json: exit %d %v", code, m)
+	}
+	if _, ok := m["map_epoch"]; ok {
+		t.Fatalf("status json of a standalone node shows a cluster: %v", m)
+	}
+
+	// A standalone node has nothing to drain.
+	code, _, stderr = cli(t, "drain", "--addr", n.Addr())
+	if code != 1 || !strings.Contains(stderr, "standalone") {
+		t.Fatalf("drain of a standalone node: exit %d: %s", code, stderr)
 	}
 }
 

@@ -1,7 +1,8 @@
 // Command gridnode is the L4XG Grid server and its operator CLI.
 //
 //	gridnode serve [flags]            run a node (no flags: a single-node grid in ./gridnode-data)
-//	gridnode reserve|complete|fail|release|extend|get|forget|status [flags]
+//	gridnode demo [--nodes 3]         run a local cluster on loopback
+//	gridnode reserve|complete|fail|release|extend|get|forget|status|audit|drain [flags]
 //
 // Run "gridnode <command> -h" for the flags of a command.
 package main
@@ -28,6 +29,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch verb := args[0]; verb {
 	case "serve":
 		return serve(args[1:], stdout, stderr)
+	case "demo":
+		return demo(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "gridnode", version)
 		return 0
@@ -50,7 +53,10 @@ func usage(w io.Writer) {
 	fmt.Fprintf(w, `usage: gridnode <command> [flags]
 
   serve      run a grid node (no flags: single node, data in ./gridnode-data,
-             gRPC on 127.0.0.1:7420, metrics on 127.0.0.1:7423)
+             gRPC on 127.0.0.1:7420, metrics on 127.0.0.1:7423; with --join
+             or --bootstrap-expect: a cluster member)
+  demo       start a local cluster (--nodes 3) on loopback and print how to
+             reach it
   %s
              operator commands against --addr (default 127.0.0.1:7420)
   version    print the version

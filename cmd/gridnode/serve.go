@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/l4xg/grid/api"
+	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/shard"
 )
 
@@ -31,6 +33,17 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		drain      = fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight requests may take at shutdown")
 		hotWindow  = fs.Duration("hot-window", 24*time.Hour, "how long settled records stay in memory before moving to the cold tier")
 		hotMax     = fs.Int64("hot-max-bytes", 0, "hot tier budget in bytes; settled records beyond it move to the cold tier early (0: none)")
+		// Clustering: any of --join or --bootstrap-expect makes the node a
+		// cluster member; without them it is a standalone grid.
+		join            = fs.String("join", "", "gossip addresses (host:port,...) of cluster members to join")
+		bootstrapExpect = fs.Int("bootstrap-expect", 0, "form a new cluster once this many nodes have met (use the same value on each of them)")
+		replicas        = fs.Int("replicas", cluster.DefaultReplicas, "replicas per shard in a new cluster (hard setting, fixed at bootstrap)")
+		raftListen      = fs.String("raft-listen", api.DefaultRaftListen, "cluster: Raft address, shared by all the node's shards")
+		raftAdvertise   = fs.String("raft-advertise", "", "cluster: Raft address the other nodes dial (default: --raft-listen)")
+		gossipListen    = fs.String("gossip-listen", cluster.DefaultGossipAddr, "cluster: gossip (memberlist) address, TCP and UDP")
+		gossipAdvertise = fs.String("gossip-advertise", "", "cluster: gossip address the other nodes use (default: --gossip-listen)")
+		advertise       = fs.String("advertise", "", "cluster: client gRPC address other nodes and clients use (default: --listen)")
+		grace           = fs.Duration("grace-period", cluster.DefaultGracePeriod, "cluster: how long a node may be missing before its replicas are replaced")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 1
@@ -52,6 +65,31 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "serve: --shards %d out of range 1..%d\n", *shards, shard.DefaultSlots)
 		return 1
 	}
+	var cc *api.ClusterConfig
+	if *join != "" || *bootstrapExpect > 0 {
+		if *bootstrapExpect < 0 || *bootstrapExpect > cluster.MaxNodes {
+			fmt.Fprintf(stderr, "serve: --bootstrap-expect %d out of range 0..%d\n", *bootstrapExpect, cluster.MaxNodes)
+			return 1
+		}
+		if *replicas < 1 || *replicas > cluster.MaxReplicas {
+			fmt.Fprintf(stderr, "serve: --replicas %d out of range 1..%d\n", *replicas, cluster.MaxReplicas)
+			return 1
+		}
+		if err := cluster.NodeID(*nodeID).Validate(); err != nil {
+			fmt.Fprintf(stderr, "serve: --node-id: %v\n", err)
+			return 1
+		}
+		cc = &api.ClusterConfig{
+			RaftListen: *raftListen, RaftAdvertise: *raftAdvertise,
+			GossipListen: *gossipListen, GossipAdvertise: *gossipAdvertise, Advertise: *advertise,
+			BootstrapExpect: *bootstrapExpect, Replicas: *replicas, GracePeriod: *grace,
+		}
+		for _, a := range strings.Split(*join, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				cc.Join = append(cc.Join, a)
+			}
+		}
+	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	node, err := api.StartNode(api.NodeConfig{
@@ -62,6 +100,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		Pprof:      *pprof,
 		Version:    version,
 		Logger:     logger,
+		Cluster:    cc,
 	})
 	if err != nil {
 		logger.Error("cannot start", "err", err)

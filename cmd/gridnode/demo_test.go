@@ -1,0 +1,168 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestDemo: gridnode demo --nodes 3 comes up and says so, gridnode status
+// against it shows three active nodes, and a Ctrl-C (SIGINT to its process
+// group, as a terminal sends it) stops it with exit 0, every node having
+// stopped cleanly and no node process left.
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "demo")
+	base := demoBasePort(t, 3)
+	cmd := exec.Command(os.Args[0], "demo", "--nodes", "3", "--base-port", fmt.Sprint(base), "--data-dir", dir)
+	cmd.Env = append(os.Environ(), "GRIDNODE_EXEC=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a group of its own, like a shell job
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		for range lines {
+		}
+		for _, pid := range nodePids(dir) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	running := false
+	timeout := time.After(90 * time.Second)
+	for !running {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("demo exited before it was running: %v\n%s", <-exited, stderr.String())
+			}
+			running = strings.HasPrefix(l, "a 3-node grid is running")
+		case <-timeout:
+			t.Fatalf("demo not running within 90s\n%s", stderr.String())
+		}
+	}
+	if pids := nodePids(dir); len(pids) != 3 {
+		t.Fatalf("%d node processes run, want 3", len(pids))
+	}
+
+	addr := fmt.Sprintf("127.0.0.1:%d", base)
+	var stdout string
+	waitFor(t, 30*time.Second, "status showing 3 active nodes", func() bool {
+		var code int
+		code, stdout, _ = cli(t, "status", "--addr", addr)
+		return code == 0 && strings.Count(stdout, "  active  yes") == 3
+	}, func() string { return stdout })
+	for i := range 3 {
+		if !strings.Contains(stdout, fmt.Sprintf("node-%d  active  yes    127.0.0.1:%d", i+1, base+10*i)) {
+			t.Fatalf("status shows no row for node-%d:\n%s", i+1, stdout)
+		}
+	}
+
+	// Ctrl-C.
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	rest := ""
+	for l := range lines {
+		rest += l + "\n"
+	}
+	select {
+	case err := <-exited:
+		if err != nil || !strings.Contains(rest, "stopping") {
+			t.Fatalf("demo after SIGINT: %v, stdout %q\n%s", err, rest, stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("demo did not exit within 60s of SIGINT")
+	}
+	if pids := nodePids(dir); len(pids) != 0 {
+		t.Fatalf("node processes %v still run after the demo exited", pids)
+	}
+}
+
+// demoBasePort picks a base port whose nodes' ports (4 per node, 10 apart)
+// are free for TCP and UDP now, below Linux's ephemeral range.
+func demoBasePort(t *testing.T, nodes int) int {
+	t.Helper()
+	for range 50 {
+		base := 20000 + 10*rand.IntN(1000)
+		free := true
+		for i := range nodes {
+			for off := range 4 {
+				if !portFree(base + 10*i + off) {
+					free = false
+				}
+			}
+		}
+		if free {
+			return base
+		}
+	}
+	t.Fatal("no free range of ports for the demo")
+	return 0
+}
+
+func portFree(port int) bool {
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	lis.Close()
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return false
+	}
+	pc.Close()
+	return true
+}
+
+// nodePids lists the processes whose command line names a data directory
+// under dir: the demo's nodes (Linux /proc; none elsewhere).
+func nodePids(dir string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 1 && args[1] == "serve" && strings.Contains(string(b), "\x00"+dir+string(filepath.Separator)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
