@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -19,17 +20,26 @@ import (
 type proc struct {
 	cmd     *exec.Cmd
 	addr    string
+	ready   chan string   // its gRPC address, once it has printed its ready line
 	exited  chan struct{} // closed when the process has exited
 	exitErr error
 }
 
 // startServe runs "gridnode serve" on dir and waits for its ready line.
-func startServe(t *testing.T, dir string) *proc {
+func startServe(t testing.TB, dir string) *proc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "serve", "--data-dir", dir,
-		"--listen", "127.0.0.1:0", "--http-listen", "", "--log-level", "warn")
+	p := launchProc(t, os.Stderr, "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "", "--log-level", "warn")
+	p.waitReady(t, 60*time.Second)
+	return p
+}
+
+// launchProc starts "gridnode serve" with args, its log going to stderr.
+// The process is killed when the test ends, if it still runs.
+func launchProc(t testing.TB, stderr io.Writer, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"serve"}, args...)...)
 	cmd.Env = append(os.Environ(), "GRIDNODE_EXEC=1")
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -37,13 +47,12 @@ func startServe(t *testing.T, dir string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, exited: make(chan struct{})}
-	ready := make(chan string, 1)
+	p := &proc{cmd: cmd, ready: make(chan string, 1), exited: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			if addr, ok := strings.CutPrefix(sc.Text(), "ready: grpc "); ok {
-				ready <- addr
+				p.ready <- addr
 			}
 		}
 	}()
@@ -51,14 +60,6 @@ func startServe(t *testing.T, dir string) *proc {
 		p.exitErr = cmd.Wait()
 		close(p.exited)
 	}()
-	select {
-	case p.addr = <-ready:
-	case <-p.exited:
-		t.Fatalf("gridnode exited before ready: %v", p.exitErr)
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatal("gridnode not ready within 60s")
-	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-p.exited
@@ -66,7 +67,19 @@ func startServe(t *testing.T, dir string) *proc {
 	return p
 }
 
-func (p *proc) kill9(t *testing.T) {
+// waitReady waits for the ready line of p.
+func (p *proc) waitReady(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	select {
+	case p.addr = <-p.ready:
+	case <-p.exited:
+		t.Fatalf("gridnode exited before ready: %v", p.exitErr)
+	case <-time.After(timeout):
+		t.Fatalf("gridnode not ready within %v", timeout)
+	}
+}
+
+func (p *proc) kill9(t testing.TB) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
