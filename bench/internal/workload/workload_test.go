@@ -291,3 +291,27 @@ func TestRateModeIssuesTheSameCalls(t *testing.T) {
 		t.Fatalf("calls %v result %+v", m, res.Result)
 	}
 }
+
+// pastDeadline is a context whose deadline has passed but whose timer has
+// not cancelled it yet.
+type pastDeadline struct{ context.Context }
+
+func (pastDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// A call failing once the run's deadline has passed was cut off by the end
+// of the run, even before the context says so; one failing before it is an
+// error.
+func TestCutOffAtTheDeadline(t *testing.T) {
+	if !cutOff(pastDeadline{context.Background()}) {
+		t.Error("deadline passed, context not yet cancelled: not cut off")
+	}
+	future, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	if cutOff(future) || cutOff(context.Background()) {
+		t.Error("cut off before the deadline")
+	}
+	cancel()
+	if !cutOff(future) {
+		t.Error("cancelled context not cut off")
+	}
+}
