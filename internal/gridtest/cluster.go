@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"testing"
@@ -60,6 +61,7 @@ type clusterNode struct {
 	grpc, raft, gossip string
 	faults             *raftlog.Faults
 	node               *api.Node // nil while down
+	wedged             bool      // its last stop hung: it cannot start again
 }
 
 // StartCluster starts opts.Nodes nodes that form one cluster, and waits
@@ -306,8 +308,42 @@ func (c *Cluster) Kill(i int) {
 	n.faults.Isolate()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	_ = node.Stop(ctx)
+	if err := c.stopNode(ctx, n, node); errors.Is(err, errStopHung) {
+		c.t.Errorf("gridtest: kill: %v", err)
+	}
 	n.faults.Heal()
+}
+
+// stopHang bounds how long a node's Stop may take once its RPCs are cut
+// off (ctx): past it the node is wedged, which is a bug to report, not a
+// reason to hang the test binary until its timeout.
+const stopHang = 30 * time.Second
+
+// errStopHung: a node did not stop within stopHang.
+var errStopHung = errors.New("stop hung")
+
+// stopNode stops node, which was n's, waiting at most stopHang. When it
+// hangs, n is marked wedged (its data directory stays locked by the stuck
+// instance: it cannot start again) and every goroutine's stack is written
+// to a file that outlives the test, named in the error.
+func (c *Cluster) stopNode(ctx context.Context, n *clusterNode, node *api.Node) error {
+	done := make(chan error, 1)
+	go func() { done <- node.Stop(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(stopHang):
+	}
+	c.mu.Lock()
+	n.wedged = true
+	c.mu.Unlock()
+	where := "(no dump)"
+	if f, err := os.CreateTemp("", "gridtest-stop-hung-*.txt"); err == nil {
+		_ = pprof.Lookup("goroutine").WriteTo(f, 2)
+		_ = f.Close()
+		where = f.Name()
+	}
+	return fmt.Errorf("gridtest: %s: %w for %v (a Raft group or the runtime did not shut down); goroutines in %s", n.id, errStopHung, stopHang, where)
 }
 
 // Stop stops node i cleanly (a SIGTERM: it hands its leaderships over).
@@ -322,7 +358,7 @@ func (c *Cluster) Stop(i int) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := node.Stop(ctx); err != nil {
+	if err := c.stopNode(ctx, n, node); err != nil {
 		c.t.Errorf("gridtest: stop %s: %v", n.id, err)
 	}
 }
@@ -352,6 +388,13 @@ func (c *Cluster) StartNodes(idx ...int) error {
 			defer wg.Done()
 			if c.Node(i) != nil {
 				errs[k] = fmt.Errorf("gridtest: start %s: it runs", c.nodes[i].id)
+				return
+			}
+			c.mu.Lock()
+			wedged := c.nodes[i].wedged
+			c.mu.Unlock()
+			if wedged {
+				errs[k] = fmt.Errorf("gridtest: start %s: its last stop hung: %w", c.nodes[i].id, errStopHung)
 				return
 			}
 			// A process that is started again is not stopped (SIGSTOP)
