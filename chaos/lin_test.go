@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,6 +44,40 @@ type workload struct {
 	clock *fakeClock
 	// wrap, when set, wraps the executor (deliberately broken grids).
 	wrap func(chaos.Executor) chaos.Executor
+	// injector makes the faults; nil: nodeFaults (kill and restart,
+	// restart, or isolate a random node).
+	injector faulter
+}
+
+// faulter makes the faults of a run, one at a time, on the injector
+// goroutine. It must not call t.Fatal (that goroutine is not the test's):
+// it reports with t.Errorf and leaves the grid up.
+type faulter interface {
+	// fault makes one fault. done counts the operations started so far,
+	// so that a fault can last until the workload has made progress under
+	// it; ctx ends when the workers have stopped. Workers that saw an
+	// unknown outcome wait on g until it is raised.
+	fault(ctx context.Context, t *testing.T, rng *rand.Rand, g *gate, done *atomic.Int64)
+	// end undoes whatever the last fault left in place.
+	end(t *testing.T)
+}
+
+// nodeFaults are the faults of any Cluster: kill then restart, restart,
+// or (when the Cluster is a Partitioner) isolate a node, healed at the next
+// fault. Workers hold back while a node is down (see gate).
+type nodeFaults struct {
+	cl          chaos.Cluster
+	partitioned bool
+}
+
+func (f *nodeFaults) fault(_ context.Context, t *testing.T, rng *rand.Rand, g *gate, done *atomic.Int64) {
+	inject(t, f.cl, rng, g, &f.partitioned, done.Load())
+}
+
+func (f *nodeFaults) end(*testing.T) {
+	if f.partitioned {
+		f.cl.(chaos.Partitioner).Heal()
+	}
 }
 
 // singleNode is the Cluster of one in-process node (internal/gridtest).
@@ -83,9 +119,11 @@ func (c *fakeClock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 // call had an unknown outcome waits for the grid to be back before it
 // carries on, so that a fault leaves at most one open-ended operation per
 // worker (each multiplies the states the checker explores).
+// down and raise are idempotent.
 type gate struct {
-	mu sync.Mutex
-	up chan struct{} // closed while the grid is up
+	mu     sync.Mutex
+	up     chan struct{} // closed while the grid is up
+	isDown bool
 }
 
 func newGate() *gate {
@@ -96,13 +134,18 @@ func newGate() *gate {
 
 func (g *gate) down() {
 	g.mu.Lock()
-	g.up = make(chan struct{})
+	if !g.isDown {
+		g.up, g.isDown = make(chan struct{}), true
+	}
 	g.mu.Unlock()
 }
 
 func (g *gate) raise() {
 	g.mu.Lock()
-	close(g.up)
+	if g.isDown {
+		close(g.up)
+		g.isDown = false
+	}
 	g.mu.Unlock()
 }
 
@@ -124,15 +167,26 @@ func run(t *testing.T, cl chaos.Cluster, w workload) []porcupine.Operation {
 	addrs := cl.Addrs()
 	clients := make([]*client.Client, w.clients)
 	for i := range clients {
-		// Spread over the nodes; a cluster client routes by itself.
-		c, err := client.Dial(ctx, addrs[i%len(addrs)],
-			// Each recorded operation is sent at most once (see
-			// chaos.ClientExecutor).
-			client.WithRetryPolicy(client.RetryPolicy{Attempts: 1}),
-			// Calls wait for the connection instead of failing while a
-			// node restarts: they were not sent, and need no open end.
-			client.WithDialOptions(grpc.WithDefaultCallOptions(grpc.WaitForReady(true))),
-		)
+		// Each recorded operation is sent at most once (see
+		// chaos.ClientExecutor).
+		opts := []client.Option{client.WithRetryPolicy(client.RetryPolicy{Attempts: 1})}
+		seeds := addrs[0]
+		if len(addrs) == 1 {
+			// Calls wait for the connection instead of failing while
+			// the node restarts: they were not sent, and need no open
+			// end.
+			opts = append(opts, client.WithDialOptions(grpc.WithDefaultCallOptions(grpc.WaitForReady(true))))
+		} else {
+			// A cluster client routes by the map, from any seed; each
+			// client starts from another node. No WaitForReady: a call
+			// to a node that is down must fail at once, so that the
+			// router avoids the node and the worker (after an unknown
+			// outcome) waits for the fault to end, instead of the call
+			// hanging until its deadline.
+			k := i % len(addrs)
+			seeds = strings.Join(append(slices.Clone(addrs[k:]), addrs[:k]...), ",")
+		}
+		c, err := client.Dial(ctx, seeds, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,22 +202,49 @@ func run(t *testing.T, cl chaos.Cluster, w workload) []porcupine.Operation {
 
 	injectorCtx, stopInjector := context.WithCancel(ctx)
 	injected := make(chan struct{})
+	fi := w.injector
+	if fi == nil {
+		fi = &nodeFaults{cl: cl}
+	}
+	// made[k] is closed once fault k is over. The workers do not outrun
+	// the faults: fault k starts at operation (k+1)*every, and operations
+	// past (k+2)*every wait until it is over, so that a fast grid still
+	// sees every fault, each with the workload running under it.
+	made := make([]chan struct{}, w.faults)
+	for k := range made {
+		made[k] = make(chan struct{})
+	}
 	go func() { // the fault injector
 		defer close(injected)
+		defer fi.end(t)
+		k := 0
+		defer func() { // on an early end, nobody waits for the rest
+			for ; k < len(made); k++ {
+				close(made[k])
+			}
+		}()
 		rng := rand.New(rand.NewPCG(w.seed, 0xfa))
-		partitioned := false
-		for range w.faults {
+		for ; k < w.faults; k++ {
 			select {
 			case <-faultAt:
 			case <-injectorCtx.Done():
 				return
 			}
-			inject(t, cl, rng, g, &partitioned, done.Load())
-		}
-		if partitioned {
-			cl.(chaos.Partitioner).Heal()
+			if injectorCtx.Err() != nil {
+				return
+			}
+			fi.fault(injectorCtx, t, rng, g, &done)
+			close(made[k])
 		}
 	}()
+	waitFaults := func(n int64) {
+		if j := int(n/int64(every)) - 2; w.faults > 0 && j >= 0 {
+			select {
+			case <-made[min(j, w.faults-1)]:
+			case <-ctx.Done():
+			}
+		}
+	}
 	var wg sync.WaitGroup
 	for i := range w.workers {
 		wg.Add(1)
@@ -185,6 +266,7 @@ func run(t *testing.T, cl chaos.Cluster, w workload) []porcupine.Operation {
 					default:
 					}
 				}
+				waitFaults(n)
 				if !wk.step(ctx, t, exec, rec, g) {
 					return
 				}
@@ -369,7 +451,10 @@ func (wk *worker) step(ctx context.Context, t *testing.T, exec chaos.Executor, r
 func checkHistory(t *testing.T, name string, ops []porcupine.Operation, want porcupine.CheckResult) {
 	t.Helper()
 	dir := *vizDir
-	if dir == "" {
+	if dir == "" && want == porcupine.Ok {
+		// An expected failure gets a visualization only with -chaos.viz:
+		// porcupine's verbose pass, which computes it, can take up to its
+		// timeout on a history with many open-ended operations.
 		dir = t.TempDir()
 	}
 	st := chaos.Count(ops)
