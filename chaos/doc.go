@@ -19,8 +19,8 @@
 //
 // The model is nondeterministic where the grid may choose: a new lease's
 // token is whatever the grid picked, as long as it is above every token the
-// key had before (fencing tokens strictly increase, across restarts and,
-// later, leader changes). The Register keeps that floor; a grant below it is
+// key had before (fencing tokens strictly increase, across restarts, leader
+// changes and full-cluster restarts). The Register keeps that floor; a grant below it is
 // illegal. porcupine.NondeterministicModel's power-set construction turns it
 // into a porcupine.Model. CheckTokens checks the same rule apart from the
 // model, over grants ordered in real time, and names the two operations when
@@ -61,9 +61,10 @@
 // call that found the grid unavailable; a resent Reserve whose first send
 // was granted answers BUSY on its own lease, one operation making two
 // transitions. The test's clients therefore run with RetryPolicy{Attempts:
-// 1} and wait for the connection (grpc.WaitForReady) instead of failing
-// while a node restarts. A porcupine result of Unknown (the search timed
-// out) fails the test: it is not a pass.
+// 1}; against a single node they wait for the connection
+// (grpc.WaitForReady) instead of failing while it restarts. A porcupine
+// result of Unknown (the search timed out) fails the test: it is not a
+// pass.
 //
 // When a history is not linearizable, Check writes porcupine's visualization
 // (an HTML file: one partition per key, the longest linearizable prefix, the
@@ -78,8 +79,20 @@
 // invalidate (what a follower read without ReadIndex looks like from
 // outside), "lost-completes" acknowledges Complete with the answer a real one
 // would give without sending it (a leader that answers before its entry
-// commits). TestModelRejects holds hand-written histories the model must
-// reject: two ACQUIRED on a key with no settle or expiry between, a
+// commits). TestClusterCheckerCatchesFollowerReads does it on a real
+// three-node cluster: every Get is sent with stale_ok to one node, through a
+// client WithoutRouting, so a follower answers from its applied state
+// without ReadIndex; the schedule cuts the leader of a shard off (the old
+// leader partitioned away) while the majority elects and acknowledges
+// writes, and the reads go to the cut-off node meanwhile, to a random
+// follower otherwise. Porcupine must answer Illegal; with -long a control
+// run with the same schedule and the grid's own Gets must pass. (An
+// expected failure gets a visualization only with -chaos.viz: porcupine's
+// verbose pass, which draws it, can take up to its timeout on a history
+// with many open-ended operations.)
+//
+// TestModelRejects holds hand-written histories the model must reject: two
+// ACQUIRED on a key with no settle or expiry between, a
 // DUPLICATE before any Complete, a token going backwards (also past an
 // unknown grant), ABSENT after an acknowledged Complete, a lost Extend, an
 // expired lease not taken over, a BUSY that shows the holder's token, write
@@ -87,34 +100,92 @@
 //
 // # Running
 //
-//	go test -race ./chaos/                        # CI: one seed, 8 workers, 5 keys, 1,500 operations, 3 faults (about 10 s)
+//	go test -race ./chaos/                        # CI: every test below with one short seed (about 60-75 s with -race on 2 idle cores)
 //	go test ./chaos -long -run Lin -v             # 5 seeds, 16 workers, 20 keys, 20,000 operations, 12 faults each, and the kill -9 test (about 2.5 min)
+//	go test ./chaos -long -run Cluster -v         # the cluster tests: 3 seeds of 8,000 operations and 15 faults per size, more skew, the control run
 //	go test ./chaos -run Kill9 -chaos.proc -v     # the kill -9 test alone: builds gridnode, 3 seeds of 10,000 operations and 10 faults (about 40 s)
 //	go test ./chaos -run Lin -chaos.seed N -v     # replay the workload choices of a logged seed
 //	go test ./chaos -run Broken -chaos.viz /tmp/v # keep the visualizations of the broken runs
+//
+// In CI the single-node tests run one seed of 8 workers, 5 keys, 1,500
+// operations and 3 restarts (TestLinearizableUnderRestarts, about 5 s) and
+// the expiry workload (about 2 s); each cluster test runs one seed of 8
+// workers, 5 keys and 1,000 operations with one fault of each kind (below),
+// about 15 s on three nodes and 20 s on five; the follower-read and skew
+// tests about 7 s each. The durations are with -race on two cores that
+// nothing else uses; on a shared, loaded machine they grow several times.
 //
 // TestLinearizableUnderKill9 runs gridnode serve processes (fsync'd Raft
 // log) and kills them with SIGKILL; every other seed runs them with a hot
 // window of 200 ms, so that duplicates and Gets are answered from the cold
 // tier across the kills too (the test fails if none is).
 //
-// A seed fixes the workers' choices, not the interleaving: a failure is
-// reproduced by the history it printed, not by rerunning the seed.
+// A seed fixes the workers' choices and the faults' targets, not the
+// interleaving: a failure is reproduced by the history it printed, not by
+// rerunning the seed.
 //
 // # Clusters
 //
 // The test drives a Cluster: the client addresses of its nodes, Kill (cut
-// every connection at once) and Restart (same data, same address). A
-// single in-process node over internal/gridtest implements it now (its Kill
-// cuts connections but still closes the shards cleanly), and so does a
-// gridnode process whose Kill is SIGKILL (proc_test.go). The in-process cluster harness of issue 3
-// implements Cluster, and Partitioner (Partition, Heal), which the test is
-// to use when present; the workload then picks a node per fault (the leader
-// of a key's shard, or any) and clients dial every node through the cluster
-// client, which routes and redirects. The model needs nothing new for a
-// cluster: stamps and tokens are per shard and a key lives on one shard.
-// What the cluster client adds is resending after redirects and failovers:
-// it must either resend only calls it knows were not applied, or report
-// the outcome as unknown, for the recorded history to stay one transition
-// per operation.
+// every connection at once) and Restart (same data, same address), and,
+// when it is a Partitioner, Partition and Heal. A single in-process node
+// over internal/gridtest implements Cluster (its Kill cuts connections but
+// still closes the shards cleanly), and so does a gridnode process whose
+// Kill is SIGKILL (proc_test.go). The in-process cluster of
+// internal/gridtest (gridtest.StartCluster: real nodes on loopback, each
+// with its data directory, gRPC, multiplexed Raft and gossip; faults cut or
+// stall the Raft traffic only) implements both.
+//
+// TestClusterLinearizable3 and TestClusterLinearizable5 run the workload on
+// three and five nodes (three replicas per shard, four shards). Clients dial
+// every node and route each operation to its shard's leader by the cluster
+// map, following redirects (a redirected operation was not applied, so the
+// client resends it even with RetryPolicy{Attempts: 1}); they do not wait
+// for a connection that is down, so that the router avoids a dead node at
+// once. The faults (clusterFaults) come in a shuffled cycle of five kinds,
+// one at a time, each hitting the node that leads the shard of a random key:
+//
+//   - isolate-leader: the node is cut off from every other; it leads on
+//     until its lease ends while the others elect, then it rejoins as a
+//     follower with entries of its own to throw away;
+//   - split-minority: a minority of (n-1)/2 nodes cut from the majority (on
+//     five nodes the leader and another; on three a random node);
+//   - kill-leader: the node is killed (no hand-over), the cluster runs on
+//     without it, then it starts again on its data;
+//   - pause-leader: its Raft traffic stalls (a stopped process), the others
+//     elect, then the held messages arrive late;
+//   - full-restart: every node is killed, then all start again and the
+//     history carries on: tokens must keep increasing and every acknowledged
+//     record must be there after a full-cluster crash.
+//
+// A fault lasts until another node leads the shard it hit and the workload
+// has run 60 operations under it (5 s at most for each); it is then undone
+// and the next waits until the cluster is stable again (every node has the
+// map and serves, every shard's group has the map's replicas as voters).
+// The workers do not outrun the faults: the operations past the next
+// fault's slot wait for the current one to end, so a fast grid still sees
+// every fault with the workload running under it, and the test fails if a
+// fault was not made. Workers whose call had an unknown outcome wait for the
+// shard to have a new leader, which bounds the open-ended operations per
+// fault. Every history is checked by porcupine and by CheckTokens.
+//
+// The model needs nothing new for a cluster: stamps and tokens are per shard
+// and a key lives on one shard; a new leader stamps with max(previous
+// stamp, its clock), so stamps never run back across leader changes either.
+//
+// # Clock skew
+//
+// TestClusterSkewedLeaderNeverGrantsASecondHolder gives node 0 of three a
+// clock that runs at an offset the test moves, over a fake grid clock the
+// test also moves, so every verdict is exact. Behind: a lease granted by
+// another node stays valid when node 0, an hour behind, takes the shard's
+// leadership (BUSY, stamps not going back), also after half a lease, and
+// once the lease has ended by the stamps the takeover has attempt 2 and a
+// larger token, and the first holder's Complete is LEASE_LOST. Ahead: node
+// 0, an hour ahead, ends the lease early by its stamps (what DESIGN section
+// 3 accepts: fencing refuses the first holder's token), and when a normal
+// clock leads again the stamps do not run back and the second lease holds.
+// That history is checked by porcupine and CheckTokens too. Then "random"
+// runs the expiry workload on the same cluster while node 0's clock moves
+// up to 3 s either way and shard leaderships move onto it and off it.
 package chaos
