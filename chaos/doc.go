@@ -100,7 +100,7 @@
 //
 // # Running
 //
-//	go test -race ./chaos/                        # CI: every test below with one short seed (about 60-75 s with -race on 2 idle cores)
+//	go test -race ./chaos/                        # CI: every test below with one short seed (about 45 s with -race on 2 idle cores)
 //	go test ./chaos -long -run Lin -v             # 5 seeds, 16 workers, 20 keys, 20,000 operations, 12 faults each, and the kill -9 test (about 2.5 min)
 //	go test ./chaos -long -run Cluster -v         # the cluster tests: 3 seeds of 8,000 operations and 15 faults per size, more skew, the control run
 //	go test ./chaos -run Kill9 -chaos.proc -v     # the kill -9 test alone: builds gridnode, 3 seeds of 10,000 operations and 10 faults (about 40 s)
@@ -111,9 +111,10 @@
 // operations and 3 restarts (TestLinearizableUnderRestarts, about 5 s) and
 // the expiry workload (about 2 s); each cluster test runs one seed of 8
 // workers, 5 keys and 1,000 operations with one fault of each kind (below),
-// about 15 s on three nodes and 20 s on five; the follower-read and skew
-// tests about 7 s each. The durations are with -race on two cores that
-// nothing else uses; on a shared, loaded machine they grow several times.
+// 11 to 13 s on three nodes and on five; the follower-read test 6 to 7 s,
+// the skew test 5 s. The durations are with -race on two cores that nothing
+// else uses; on a shared, loaded machine they grow several times. With
+// -long, the cluster tests take about 2.5 min without -race.
 //
 // TestLinearizableUnderKill9 runs gridnode serve processes (fsync'd Raft
 // log) and kills them with SIGKILL; every other seed runs them with a hot
