@@ -29,6 +29,15 @@ func (n *Node) controlLoop() {
 		term     uint64
 		lastLead time.Time
 	)
+	done, stopDone := context.WithCancel(context.Background())
+	defer stopDone()
+	go func() {
+		select {
+		case <-n.quit:
+		case <-done.Done():
+		}
+		stopDone()
+	}()
 	for {
 		select {
 		case <-n.quit:
@@ -48,8 +57,7 @@ func (n *Node) controlLoop() {
 			term, grace = cur, &Grace{Period: n.cfg.GracePeriod}
 			lastLead = time.Time{}
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		stop := context.AfterFunc(n.doneCtx(), cancel)
+		ctx, cancel := context.WithCancel(done)
 		if err := n.reconcile(ctx, grace); err != nil && ctx.Err() == nil {
 			n.cfg.Logger.Info("reconcile", "err", err)
 		}
@@ -57,22 +65,8 @@ func (n *Node) controlLoop() {
 			lastLead = now
 			n.restoreLeaders(ctx)
 		}
-		stop()
 		cancel()
 	}
-}
-
-// doneCtx is a context cancelled when the node closes.
-func (n *Node) doneCtx() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		select {
-		case <-n.quit:
-		case <-ctx.Done():
-		}
-		cancel()
-	}()
-	return ctx
 }
 
 // reconcile runs one round; see controlLoop.
