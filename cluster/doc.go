@@ -55,8 +55,9 @@
 //
 // # Executing a move
 //
-// The control leader executes one move at a time, add before remove, so a
-// shard never serves from fewer replicas than it did or than its target:
+// The control leader executes at most one move per shard at a time (up to
+// four shards at once), add before remove, so a shard never serves from
+// fewer replicas than it did or than its target:
 //
 //  1. commit {Shard, Add} to the map: the new node sees the map and starts
 //     an empty replica of the shard;

@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -193,13 +194,7 @@ func waitFor(t *testing.T, timeout time.Duration, cond func() string) {
 // comes back) under load fails no operation the client does not retry.
 func TestRollingRestartUnderLoad(t *testing.T) {
 	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Shards: 4})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cl, err := client.Dial(ctx, c.Addrs()[0]+","+c.Addrs()[1]+","+c.Addrs()[2])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := dialAll(t, c)
 	l := startLoad(t, cl, 8)
 	for i := range 3 {
 		c.Restart(i)
@@ -241,11 +236,7 @@ func TestFullClusterRestart(t *testing.T) {
 	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Shards: 4})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cl, err := client.Dial(ctx, c.Addrs()[0]+","+c.Addrs()[1]+","+c.Addrs()[2])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := dialAll(t, c)
 	tokens := map[string]uint64{}
 	for i := range 50 {
 		key := fmt.Sprintf("k%d", i)
@@ -279,4 +270,16 @@ func TestFullClusterRestart(t *testing.T) {
 	if err != nil || r.Outcome != client.OutcomeAcquired {
 		t.Fatalf("fresh key after restart: %v %v", r.Outcome, err)
 	}
+}
+
+// dialAll is a routing client seeded with every node of c, closed when the
+// test ends.
+func dialAll(t *testing.T, c *gridtest.Cluster) *client.Client {
+	t.Helper()
+	cl, err := client.Dial(context.Background(), strings.Join(c.Addrs(), ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
 }

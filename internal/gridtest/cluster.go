@@ -297,11 +297,7 @@ func (c *Cluster) groupMatches(s int, set []cluster.NodeID) string {
 // its acknowledged writes are still on disk; the kill -9 tests with
 // gridnode processes cover unsynced state.)
 func (c *Cluster) Kill(i int) {
-	c.mu.Lock()
-	n := c.nodes[i]
-	node := n.node
-	n.node = nil
-	c.mu.Unlock()
+	n, node := c.take(i)
 	if node == nil {
 		return
 	}
@@ -346,13 +342,20 @@ func (c *Cluster) stopNode(ctx context.Context, n *clusterNode, node *api.Node) 
 	return fmt.Errorf("gridtest: %s: %w for %v (a Raft group or the runtime did not shut down); goroutines in %s", n.id, errStopHung, stopHang, where)
 }
 
-// Stop stops node i cleanly (a SIGTERM: it hands its leaderships over).
-func (c *Cluster) Stop(i int) {
+// take marks node i down and returns it with its running instance (nil
+// when it was down already).
+func (c *Cluster) take(i int) (*clusterNode, *api.Node) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	n := c.nodes[i]
 	node := n.node
 	n.node = nil
-	c.mu.Unlock()
+	return n, node
+}
+
+// Stop stops node i cleanly (a SIGTERM: it hands its leaderships over).
+func (c *Cluster) Stop(i int) {
+	n, node := c.take(i)
 	if node == nil {
 		return
 	}

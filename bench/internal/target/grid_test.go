@@ -117,4 +117,3 @@ func TestGridMemorySumsNodes(t *testing.T) {
 		t.Fatal("a figure without nodes")
 	}
 }
-
