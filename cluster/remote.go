@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // AdminAction is a change of one shard group's Raft configuration, run by
@@ -37,6 +38,28 @@ type AdminRequest struct {
 	Action   AdminAction
 	Node     NodeID
 	RaftAddr string // the node's Raft (mux) address: add and transfer actions
+	// Fence is what the change was planned under. The receiving node
+	// refuses it with ErrStaleFence when it knows a later control term:
+	// a deposed control leader cannot change a shard's group.
+	Fence Fence
+}
+
+// Fence is the control group's term and the map epoch of the control
+// leader that plans a change.
+type Fence struct {
+	ControlTerm uint64
+	Epoch       uint64
+}
+
+// ErrStaleFence: a shard admin request was planned under a control term
+// older than one the receiving node knows; its sender no longer leads the
+// control group.
+var ErrStaleFence = errors.New("cluster: stale control term")
+
+// GroupMember is one server of a shard group's Raft configuration.
+type GroupMember struct {
+	ID    NodeID
+	Voter bool // false: a non-voter
 }
 
 // ReplicaStatus is what a node says about its replica of one shard.
@@ -47,6 +70,30 @@ type ReplicaStatus struct {
 	Commit    uint64
 	Last      uint64
 	Term      uint64
+	// Group is the shard group's configuration as this replica knows it
+	// (the latest it has, sorted by id), ConfigIndex the log index of that
+	// configuration, and ConfigCommitted whether that index is committed.
+	// On the shard's leader a committed Group is the group's truth.
+	Group           []GroupMember
+	ConfigIndex     uint64
+	ConfigCommitted bool
+	// LastContact is how long ago the replica last heard from its leader:
+	// 0 on the leader, negative when never.
+	LastContact time.Duration
+}
+
+// Role is the replica's standing in the Group it reports: "voter",
+// "nonvoter" or "none" (not a member).
+func (st ReplicaStatus) Role(self NodeID) string {
+	for _, m := range st.Group {
+		if m.ID == self {
+			if m.Voter {
+				return "voter"
+			}
+			return "nonvoter"
+		}
+	}
+	return "none"
 }
 
 // ErrNotShardLeader: the node asked to change a shard's group does not

@@ -265,7 +265,12 @@ type Redirect struct {
 	LeaderId   string `protobuf:"bytes,2,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
 	LeaderAddr string `protobuf:"bytes,3,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
 	// The epoch of the cluster map the answering node holds.
-	Epoch         uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Why the node refused, when it is not a plain "not the leader": for
+	// example "starting" (the node has no current map yet), "not a member"
+	// (it holds no replica of the shard), "removed" (the cluster removed
+	// it). A Redirect always proves that nothing was applied.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -326,6 +331,13 @@ func (x *Redirect) GetEpoch() uint64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+func (x *Redirect) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 type ReserveRequest struct {
@@ -1585,17 +1597,30 @@ type ShardStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Raft state of the local replica: Leader, Follower, Candidate, Shutdown.
-	RaftState     string `protobuf:"bytes,2,opt,name=raft_state,json=raftState,proto3" json:"raft_state,omitempty"`
-	Leader        string `protobuf:"bytes,3,opt,name=leader,proto3" json:"leader,omitempty"`
-	Keys          uint64 `protobuf:"varint,4,opt,name=keys,proto3" json:"keys,omitempty"`
-	HotBytes      uint64 `protobuf:"varint,5,opt,name=hot_bytes,json=hotBytes,proto3" json:"hot_bytes,omitempty"`
-	AppliedIndex  uint64 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	CommitIndex   uint64 `protobuf:"varint,7,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	LastIndex     uint64 `protobuf:"varint,8,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
-	StampUnixMs   int64  `protobuf:"varint,9,opt,name=stamp_unix_ms,json=stampUnixMs,proto3" json:"stamp_unix_ms,omitempty"`
-	Term          uint64 `protobuf:"varint,10,opt,name=term,proto3" json:"term,omitempty"`
-	ColdKeys      uint64 `protobuf:"varint,11,opt,name=cold_keys,json=coldKeys,proto3" json:"cold_keys,omitempty"`
-	ColdBytes     uint64 `protobuf:"varint,12,opt,name=cold_bytes,json=coldBytes,proto3" json:"cold_bytes,omitempty"`
+	RaftState    string `protobuf:"bytes,2,opt,name=raft_state,json=raftState,proto3" json:"raft_state,omitempty"`
+	Leader       string `protobuf:"bytes,3,opt,name=leader,proto3" json:"leader,omitempty"`
+	Keys         uint64 `protobuf:"varint,4,opt,name=keys,proto3" json:"keys,omitempty"`
+	HotBytes     uint64 `protobuf:"varint,5,opt,name=hot_bytes,json=hotBytes,proto3" json:"hot_bytes,omitempty"`
+	AppliedIndex uint64 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	CommitIndex  uint64 `protobuf:"varint,7,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	LastIndex    uint64 `protobuf:"varint,8,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
+	StampUnixMs  int64  `protobuf:"varint,9,opt,name=stamp_unix_ms,json=stampUnixMs,proto3" json:"stamp_unix_ms,omitempty"`
+	Term         uint64 `protobuf:"varint,10,opt,name=term,proto3" json:"term,omitempty"`
+	ColdKeys     uint64 `protobuf:"varint,11,opt,name=cold_keys,json=coldKeys,proto3" json:"cold_keys,omitempty"`
+	ColdBytes    uint64 `protobuf:"varint,12,opt,name=cold_bytes,json=coldBytes,proto3" json:"cold_bytes,omitempty"`
+	// The replica's role in its group's configuration as it knows it:
+	// "voter", "nonvoter", or "none" (not a member: a replica still waiting
+	// to be added, or one the group has removed).
+	Suffrage string `protobuf:"bytes,13,opt,name=suffrage,proto3" json:"suffrage,omitempty"`
+	// The group's configuration as this replica knows it (the latest it
+	// has), the log index of that configuration, and whether that index is
+	// committed (config_index <= commit_index).
+	Group           []*GroupMember `protobuf:"bytes,14,rep,name=group,proto3" json:"group,omitempty"`
+	ConfigIndex     uint64         `protobuf:"varint,15,opt,name=config_index,json=configIndex,proto3" json:"config_index,omitempty"`
+	ConfigCommitted bool           `protobuf:"varint,16,opt,name=config_committed,json=configCommitted,proto3" json:"config_committed,omitempty"`
+	// Milliseconds since this replica last heard from its leader (0 on the
+	// leader itself, -1 when never).
+	LastContactMs int64 `protobuf:"varint,17,opt,name=last_contact_ms,json=lastContactMs,proto3" json:"last_contact_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1714,6 +1739,93 @@ func (x *ShardStatus) GetColdBytes() uint64 {
 	return 0
 }
 
+func (x *ShardStatus) GetSuffrage() string {
+	if x != nil {
+		return x.Suffrage
+	}
+	return ""
+}
+
+func (x *ShardStatus) GetGroup() []*GroupMember {
+	if x != nil {
+		return x.Group
+	}
+	return nil
+}
+
+func (x *ShardStatus) GetConfigIndex() uint64 {
+	if x != nil {
+		return x.ConfigIndex
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetConfigCommitted() bool {
+	if x != nil {
+		return x.ConfigCommitted
+	}
+	return false
+}
+
+func (x *ShardStatus) GetLastContactMs() int64 {
+	if x != nil {
+		return x.LastContactMs
+	}
+	return 0
+}
+
+type GroupMember struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Voter         bool                   `protobuf:"varint,2,opt,name=voter,proto3" json:"voter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupMember) Reset() {
+	*x = GroupMember{}
+	mi := &file_grid_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupMember) ProtoMessage() {}
+
+func (x *GroupMember) ProtoReflect() protoreflect.Message {
+	mi := &file_grid_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupMember.ProtoReflect.Descriptor instead.
+func (*GroupMember) Descriptor() ([]byte, []int) {
+	return file_grid_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *GroupMember) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *GroupMember) GetVoter() bool {
+	if x != nil {
+		return x.Voter
+	}
+	return false
+}
+
 type StatusResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	NodeId  string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -1724,16 +1836,21 @@ type StatusResponse struct {
 	NowUnixMs int64          `protobuf:"varint,5,opt,name=now_unix_ms,json=nowUnixMs,proto3" json:"now_unix_ms,omitempty"`
 	// Cluster mode only: the epoch of the map this node holds (0 before
 	// bootstrap) and this node's role in the control group.
-	MapEpoch      uint64 `protobuf:"varint,6,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
-	ControlState  string `protobuf:"bytes,7,opt,name=control_state,json=controlState,proto3" json:"control_state,omitempty"`
-	ShardCount    uint32 `protobuf:"varint,8,opt,name=shard_count,json=shardCount,proto3" json:"shard_count,omitempty"`
+	MapEpoch     uint64 `protobuf:"varint,6,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	ControlState string `protobuf:"bytes,7,opt,name=control_state,json=controlState,proto3" json:"control_state,omitempty"`
+	ShardCount   uint32 `protobuf:"varint,8,opt,name=shard_count,json=shardCount,proto3" json:"shard_count,omitempty"`
+	// Cluster mode only: this node's state in the map as it knows it
+	// (active, draining, removed; empty when not in the map yet) and
+	// whether it is ready (/readyz).
+	NodeState     string `protobuf:"bytes,9,opt,name=node_state,json=nodeState,proto3" json:"node_state,omitempty"`
+	Ready         bool   `protobuf:"varint,10,opt,name=ready,proto3" json:"ready,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_grid_proto_msgTypes[17]
+	mi := &file_grid_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +1862,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[17]
+	mi := &file_grid_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +1875,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{17}
+	return file_grid_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -1817,6 +1934,20 @@ func (x *StatusResponse) GetShardCount() uint32 {
 	return 0
 }
 
+func (x *StatusResponse) GetNodeState() string {
+	if x != nil {
+		return x.NodeState
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
 type ClusterMapRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1825,7 +1956,7 @@ type ClusterMapRequest struct {
 
 func (x *ClusterMapRequest) Reset() {
 	*x = ClusterMapRequest{}
-	mi := &file_grid_proto_msgTypes[18]
+	mi := &file_grid_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +1968,7 @@ func (x *ClusterMapRequest) String() string {
 func (*ClusterMapRequest) ProtoMessage() {}
 
 func (x *ClusterMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[18]
+	mi := &file_grid_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +1981,7 @@ func (x *ClusterMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMapRequest.ProtoReflect.Descriptor instead.
 func (*ClusterMapRequest) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{18}
+	return file_grid_proto_rawDescGZIP(), []int{19}
 }
 
 type ClusterNode struct {
@@ -1869,7 +2000,7 @@ type ClusterNode struct {
 
 func (x *ClusterNode) Reset() {
 	*x = ClusterNode{}
-	mi := &file_grid_proto_msgTypes[19]
+	mi := &file_grid_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +2012,7 @@ func (x *ClusterNode) String() string {
 func (*ClusterNode) ProtoMessage() {}
 
 func (x *ClusterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[19]
+	mi := &file_grid_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +2025,7 @@ func (x *ClusterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterNode.ProtoReflect.Descriptor instead.
 func (*ClusterNode) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{19}
+	return file_grid_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ClusterNode) GetId() string {
@@ -1953,7 +2084,7 @@ type ClusterShard struct {
 
 func (x *ClusterShard) Reset() {
 	*x = ClusterShard{}
-	mi := &file_grid_proto_msgTypes[20]
+	mi := &file_grid_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1965,7 +2096,7 @@ func (x *ClusterShard) String() string {
 func (*ClusterShard) ProtoMessage() {}
 
 func (x *ClusterShard) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[20]
+	mi := &file_grid_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1978,7 +2109,7 @@ func (x *ClusterShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterShard.ProtoReflect.Descriptor instead.
 func (*ClusterShard) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{20}
+	return file_grid_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ClusterShard) GetId() uint32 {
@@ -2022,7 +2153,7 @@ type ClusterMapResponse struct {
 
 func (x *ClusterMapResponse) Reset() {
 	*x = ClusterMapResponse{}
-	mi := &file_grid_proto_msgTypes[21]
+	mi := &file_grid_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2165,7 @@ func (x *ClusterMapResponse) String() string {
 func (*ClusterMapResponse) ProtoMessage() {}
 
 func (x *ClusterMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[21]
+	mi := &file_grid_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2178,7 @@ func (x *ClusterMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMapResponse.ProtoReflect.Descriptor instead.
 func (*ClusterMapResponse) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{21}
+	return file_grid_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ClusterMapResponse) GetStandalone() bool {
@@ -2116,14 +2247,17 @@ func (x *ClusterMapResponse) GetControlLeader() string {
 type DrainRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The node to drain; empty means the node receiving the request.
-	NodeId        string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Drain even when the remaining nodes cannot hold every shard's
+	// replica count (the shards then run under-replicated).
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_grid_proto_msgTypes[22]
+	mi := &file_grid_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2269,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[22]
+	mi := &file_grid_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2282,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{22}
+	return file_grid_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DrainRequest) GetNodeId() string {
@@ -2156,6 +2290,13 @@ func (x *DrainRequest) GetNodeId() string {
 		return x.NodeId
 	}
 	return ""
+}
+
+func (x *DrainRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
 }
 
 type DrainResponse struct {
@@ -2172,7 +2313,7 @@ type DrainResponse struct {
 
 func (x *DrainResponse) Reset() {
 	*x = DrainResponse{}
-	mi := &file_grid_proto_msgTypes[23]
+	mi := &file_grid_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2184,7 +2325,7 @@ func (x *DrainResponse) String() string {
 func (*DrainResponse) ProtoMessage() {}
 
 func (x *DrainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[23]
+	mi := &file_grid_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2197,7 +2338,7 @@ func (x *DrainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
 func (*DrainResponse) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{23}
+	return file_grid_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DrainResponse) GetNodeId() string {
@@ -2234,14 +2375,19 @@ type ShardAdminRequest struct {
 	Action ShardAdminAction       `protobuf:"varint,2,opt,name=action,proto3,enum=l4xg.grid.v1.ShardAdminAction" json:"action,omitempty"`
 	NodeId string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// The node's Raft (mux) address, for the add actions and transfers.
-	RaftAddr      string `protobuf:"bytes,4,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	RaftAddr string `protobuf:"bytes,4,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	// The fence the change was planned under: the control group's term and
+	// the map epoch of the control leader that sends it. A node that knows
+	// a later control term refuses the request (FAILED_PRECONDITION).
+	ControlTerm   uint64 `protobuf:"varint,5,opt,name=control_term,json=controlTerm,proto3" json:"control_term,omitempty"`
+	Epoch         uint64 `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ShardAdminRequest) Reset() {
 	*x = ShardAdminRequest{}
-	mi := &file_grid_proto_msgTypes[24]
+	mi := &file_grid_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2399,7 @@ func (x *ShardAdminRequest) String() string {
 func (*ShardAdminRequest) ProtoMessage() {}
 
 func (x *ShardAdminRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[24]
+	mi := &file_grid_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2412,7 @@ func (x *ShardAdminRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardAdminRequest.ProtoReflect.Descriptor instead.
 func (*ShardAdminRequest) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{24}
+	return file_grid_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ShardAdminRequest) GetShard() uint32 {
@@ -2297,6 +2443,20 @@ func (x *ShardAdminRequest) GetRaftAddr() string {
 	return ""
 }
 
+func (x *ShardAdminRequest) GetControlTerm() uint64 {
+	if x != nil {
+		return x.ControlTerm
+	}
+	return 0
+}
+
+func (x *ShardAdminRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 type ShardAdminResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The shard's commit index once the change is committed.
@@ -2307,7 +2467,7 @@ type ShardAdminResponse struct {
 
 func (x *ShardAdminResponse) Reset() {
 	*x = ShardAdminResponse{}
-	mi := &file_grid_proto_msgTypes[25]
+	mi := &file_grid_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2479,7 @@ func (x *ShardAdminResponse) String() string {
 func (*ShardAdminResponse) ProtoMessage() {}
 
 func (x *ShardAdminResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[25]
+	mi := &file_grid_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2492,7 @@ func (x *ShardAdminResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardAdminResponse.ProtoReflect.Descriptor instead.
 func (*ShardAdminResponse) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{25}
+	return file_grid_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ShardAdminResponse) GetCommitIndex() uint64 {
@@ -2347,13 +2507,14 @@ var File_grid_proto protoreflect.FileDescriptor
 const file_grid_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"grid.proto\x12\fl4xg.grid.v1\"t\n" +
+	"grid.proto\x12\fl4xg.grid.v1\"\x8c\x01\n" +
 	"\bRedirect\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1f\n" +
 	"\vleader_addr\x18\x03 \x01(\tR\n" +
 	"leaderAddr\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\x97\x02\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\x97\x02\n" +
 	"\x0eReserveRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x19\n" +
@@ -2451,7 +2612,7 @@ const file_grid_proto_rawDesc = "" +
 	"\x03ops\x18\x01 \x03(\v2\x10.l4xg.grid.v1.OpR\x03ops\"A\n" +
 	"\rBatchResponse\x120\n" +
 	"\aresults\x18\x01 \x03(\v2\x16.l4xg.grid.v1.OpResultR\aresults\"\x0f\n" +
-	"\rStatusRequest\"\xe0\x02\n" +
+	"\rStatusRequest\"\xa3\x04\n" +
 	"\vShardStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1d\n" +
 	"\n" +
@@ -2468,7 +2629,15 @@ const file_grid_proto_rawDesc = "" +
 	" \x01(\x04R\x04term\x12\x1b\n" +
 	"\tcold_keys\x18\v \x01(\x04R\bcoldKeys\x12\x1d\n" +
 	"\n" +
-	"cold_bytes\x18\f \x01(\x04R\tcoldBytes\"\x8f\x02\n" +
+	"cold_bytes\x18\f \x01(\x04R\tcoldBytes\x12\x1a\n" +
+	"\bsuffrage\x18\r \x01(\tR\bsuffrage\x12/\n" +
+	"\x05group\x18\x0e \x03(\v2\x19.l4xg.grid.v1.GroupMemberR\x05group\x12!\n" +
+	"\fconfig_index\x18\x0f \x01(\x04R\vconfigIndex\x12)\n" +
+	"\x10config_committed\x18\x10 \x01(\bR\x0fconfigCommitted\x12&\n" +
+	"\x0flast_contact_ms\x18\x11 \x01(\x03R\rlastContactMs\"3\n" +
+	"\vGroupMember\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05voter\x18\x02 \x01(\bR\x05voter\"\xc4\x02\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x14\n" +
@@ -2478,7 +2647,11 @@ const file_grid_proto_rawDesc = "" +
 	"\tmap_epoch\x18\x06 \x01(\x04R\bmapEpoch\x12#\n" +
 	"\rcontrol_state\x18\a \x01(\tR\fcontrolState\x12\x1f\n" +
 	"\vshard_count\x18\b \x01(\rR\n" +
-	"shardCount\"\x13\n" +
+	"shardCount\x12\x1d\n" +
+	"\n" +
+	"node_state\x18\t \x01(\tR\tnodeState\x12\x14\n" +
+	"\x05ready\x18\n" +
+	" \x01(\bR\x05ready\"\x13\n" +
 	"\x11ClusterMapRequest\"\xa0\x01\n" +
 	"\vClusterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
@@ -2503,19 +2676,22 @@ const file_grid_proto_rawDesc = "" +
 	"\x05nodes\x18\x06 \x03(\v2\x19.l4xg.grid.v1.ClusterNodeR\x05nodes\x122\n" +
 	"\x06shards\x18\a \x03(\v2\x1a.l4xg.grid.v1.ClusterShardR\x06shards\x12\x17\n" +
 	"\anode_id\x18\b \x01(\tR\x06nodeId\x12%\n" +
-	"\x0econtrol_leader\x18\t \x01(\tR\rcontrolLeader\"'\n" +
+	"\x0econtrol_leader\x18\t \x01(\tR\rcontrolLeader\"=\n" +
 	"\fDrainRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"y\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"y\n" +
 	"\rDrainResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12#\n" +
 	"\rreplicas_left\x18\x03 \x01(\rR\freplicasLeft\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\x97\x01\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xd0\x01\n" +
 	"\x11ShardAdminRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x126\n" +
 	"\x06action\x18\x02 \x01(\x0e2\x1e.l4xg.grid.v1.ShardAdminActionR\x06action\x12\x17\n" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x1b\n" +
-	"\traft_addr\x18\x04 \x01(\tR\braftAddr\"7\n" +
+	"\traft_addr\x18\x04 \x01(\tR\braftAddr\x12!\n" +
+	"\fcontrol_term\x18\x05 \x01(\x04R\vcontrolTerm\x12\x14\n" +
+	"\x05epoch\x18\x06 \x01(\x04R\x05epoch\"7\n" +
 	"\x12ShardAdminResponse\x12!\n" +
 	"\fcommit_index\x18\x01 \x01(\x04R\vcommitIndex*\x88\x01\n" +
 	"\aOutcome\x12\x17\n" +
@@ -2579,7 +2755,7 @@ func file_grid_proto_rawDescGZIP() []byte {
 }
 
 var file_grid_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_grid_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_grid_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_grid_proto_goTypes = []any{
 	(Outcome)(0),               // 0: l4xg.grid.v1.Outcome
 	(State)(0),                 // 1: l4xg.grid.v1.State
@@ -2602,15 +2778,16 @@ var file_grid_proto_goTypes = []any{
 	(*BatchResponse)(nil),      // 18: l4xg.grid.v1.BatchResponse
 	(*StatusRequest)(nil),      // 19: l4xg.grid.v1.StatusRequest
 	(*ShardStatus)(nil),        // 20: l4xg.grid.v1.ShardStatus
-	(*StatusResponse)(nil),     // 21: l4xg.grid.v1.StatusResponse
-	(*ClusterMapRequest)(nil),  // 22: l4xg.grid.v1.ClusterMapRequest
-	(*ClusterNode)(nil),        // 23: l4xg.grid.v1.ClusterNode
-	(*ClusterShard)(nil),       // 24: l4xg.grid.v1.ClusterShard
-	(*ClusterMapResponse)(nil), // 25: l4xg.grid.v1.ClusterMapResponse
-	(*DrainRequest)(nil),       // 26: l4xg.grid.v1.DrainRequest
-	(*DrainResponse)(nil),      // 27: l4xg.grid.v1.DrainResponse
-	(*ShardAdminRequest)(nil),  // 28: l4xg.grid.v1.ShardAdminRequest
-	(*ShardAdminResponse)(nil), // 29: l4xg.grid.v1.ShardAdminResponse
+	(*GroupMember)(nil),        // 21: l4xg.grid.v1.GroupMember
+	(*StatusResponse)(nil),     // 22: l4xg.grid.v1.StatusResponse
+	(*ClusterMapRequest)(nil),  // 23: l4xg.grid.v1.ClusterMapRequest
+	(*ClusterNode)(nil),        // 24: l4xg.grid.v1.ClusterNode
+	(*ClusterShard)(nil),       // 25: l4xg.grid.v1.ClusterShard
+	(*ClusterMapResponse)(nil), // 26: l4xg.grid.v1.ClusterMapResponse
+	(*DrainRequest)(nil),       // 27: l4xg.grid.v1.DrainRequest
+	(*DrainResponse)(nil),      // 28: l4xg.grid.v1.DrainResponse
+	(*ShardAdminRequest)(nil),  // 29: l4xg.grid.v1.ShardAdminRequest
+	(*ShardAdminResponse)(nil), // 30: l4xg.grid.v1.ShardAdminResponse
 }
 var file_grid_proto_depIdxs = []int32{
 	4,  // 0: l4xg.grid.v1.OpError.redirect:type_name -> l4xg.grid.v1.Redirect
@@ -2628,41 +2805,42 @@ var file_grid_proto_depIdxs = []int32{
 	11, // 12: l4xg.grid.v1.Op.forget:type_name -> l4xg.grid.v1.ForgetRequest
 	16, // 13: l4xg.grid.v1.BatchRequest.ops:type_name -> l4xg.grid.v1.Op
 	13, // 14: l4xg.grid.v1.BatchResponse.results:type_name -> l4xg.grid.v1.OpResult
-	20, // 15: l4xg.grid.v1.StatusResponse.shards:type_name -> l4xg.grid.v1.ShardStatus
-	23, // 16: l4xg.grid.v1.ClusterMapResponse.nodes:type_name -> l4xg.grid.v1.ClusterNode
-	24, // 17: l4xg.grid.v1.ClusterMapResponse.shards:type_name -> l4xg.grid.v1.ClusterShard
-	3,  // 18: l4xg.grid.v1.ShardAdminRequest.action:type_name -> l4xg.grid.v1.ShardAdminAction
-	5,  // 19: l4xg.grid.v1.Grid.Reserve:input_type -> l4xg.grid.v1.ReserveRequest
-	6,  // 20: l4xg.grid.v1.Grid.Complete:input_type -> l4xg.grid.v1.CompleteRequest
-	7,  // 21: l4xg.grid.v1.Grid.Fail:input_type -> l4xg.grid.v1.FailRequest
-	8,  // 22: l4xg.grid.v1.Grid.Release:input_type -> l4xg.grid.v1.ReleaseRequest
-	9,  // 23: l4xg.grid.v1.Grid.Extend:input_type -> l4xg.grid.v1.ExtendRequest
-	10, // 24: l4xg.grid.v1.Grid.Get:input_type -> l4xg.grid.v1.GetRequest
-	11, // 25: l4xg.grid.v1.Grid.Forget:input_type -> l4xg.grid.v1.ForgetRequest
-	17, // 26: l4xg.grid.v1.Grid.Batch:input_type -> l4xg.grid.v1.BatchRequest
-	19, // 27: l4xg.grid.v1.Grid.Status:input_type -> l4xg.grid.v1.StatusRequest
-	14, // 28: l4xg.grid.v1.Grid.Audit:input_type -> l4xg.grid.v1.AuditRequest
-	22, // 29: l4xg.grid.v1.Grid.ClusterMap:input_type -> l4xg.grid.v1.ClusterMapRequest
-	26, // 30: l4xg.grid.v1.Grid.Drain:input_type -> l4xg.grid.v1.DrainRequest
-	28, // 31: l4xg.grid.v1.Grid.ShardAdmin:input_type -> l4xg.grid.v1.ShardAdminRequest
-	13, // 32: l4xg.grid.v1.Grid.Reserve:output_type -> l4xg.grid.v1.OpResult
-	13, // 33: l4xg.grid.v1.Grid.Complete:output_type -> l4xg.grid.v1.OpResult
-	13, // 34: l4xg.grid.v1.Grid.Fail:output_type -> l4xg.grid.v1.OpResult
-	13, // 35: l4xg.grid.v1.Grid.Release:output_type -> l4xg.grid.v1.OpResult
-	13, // 36: l4xg.grid.v1.Grid.Extend:output_type -> l4xg.grid.v1.OpResult
-	13, // 37: l4xg.grid.v1.Grid.Get:output_type -> l4xg.grid.v1.OpResult
-	13, // 38: l4xg.grid.v1.Grid.Forget:output_type -> l4xg.grid.v1.OpResult
-	18, // 39: l4xg.grid.v1.Grid.Batch:output_type -> l4xg.grid.v1.BatchResponse
-	21, // 40: l4xg.grid.v1.Grid.Status:output_type -> l4xg.grid.v1.StatusResponse
-	15, // 41: l4xg.grid.v1.Grid.Audit:output_type -> l4xg.grid.v1.AuditRecord
-	25, // 42: l4xg.grid.v1.Grid.ClusterMap:output_type -> l4xg.grid.v1.ClusterMapResponse
-	27, // 43: l4xg.grid.v1.Grid.Drain:output_type -> l4xg.grid.v1.DrainResponse
-	29, // 44: l4xg.grid.v1.Grid.ShardAdmin:output_type -> l4xg.grid.v1.ShardAdminResponse
-	32, // [32:45] is the sub-list for method output_type
-	19, // [19:32] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	21, // 15: l4xg.grid.v1.ShardStatus.group:type_name -> l4xg.grid.v1.GroupMember
+	20, // 16: l4xg.grid.v1.StatusResponse.shards:type_name -> l4xg.grid.v1.ShardStatus
+	24, // 17: l4xg.grid.v1.ClusterMapResponse.nodes:type_name -> l4xg.grid.v1.ClusterNode
+	25, // 18: l4xg.grid.v1.ClusterMapResponse.shards:type_name -> l4xg.grid.v1.ClusterShard
+	3,  // 19: l4xg.grid.v1.ShardAdminRequest.action:type_name -> l4xg.grid.v1.ShardAdminAction
+	5,  // 20: l4xg.grid.v1.Grid.Reserve:input_type -> l4xg.grid.v1.ReserveRequest
+	6,  // 21: l4xg.grid.v1.Grid.Complete:input_type -> l4xg.grid.v1.CompleteRequest
+	7,  // 22: l4xg.grid.v1.Grid.Fail:input_type -> l4xg.grid.v1.FailRequest
+	8,  // 23: l4xg.grid.v1.Grid.Release:input_type -> l4xg.grid.v1.ReleaseRequest
+	9,  // 24: l4xg.grid.v1.Grid.Extend:input_type -> l4xg.grid.v1.ExtendRequest
+	10, // 25: l4xg.grid.v1.Grid.Get:input_type -> l4xg.grid.v1.GetRequest
+	11, // 26: l4xg.grid.v1.Grid.Forget:input_type -> l4xg.grid.v1.ForgetRequest
+	17, // 27: l4xg.grid.v1.Grid.Batch:input_type -> l4xg.grid.v1.BatchRequest
+	19, // 28: l4xg.grid.v1.Grid.Status:input_type -> l4xg.grid.v1.StatusRequest
+	14, // 29: l4xg.grid.v1.Grid.Audit:input_type -> l4xg.grid.v1.AuditRequest
+	23, // 30: l4xg.grid.v1.Grid.ClusterMap:input_type -> l4xg.grid.v1.ClusterMapRequest
+	27, // 31: l4xg.grid.v1.Grid.Drain:input_type -> l4xg.grid.v1.DrainRequest
+	29, // 32: l4xg.grid.v1.Grid.ShardAdmin:input_type -> l4xg.grid.v1.ShardAdminRequest
+	13, // 33: l4xg.grid.v1.Grid.Reserve:output_type -> l4xg.grid.v1.OpResult
+	13, // 34: l4xg.grid.v1.Grid.Complete:output_type -> l4xg.grid.v1.OpResult
+	13, // 35: l4xg.grid.v1.Grid.Fail:output_type -> l4xg.grid.v1.OpResult
+	13, // 36: l4xg.grid.v1.Grid.Release:output_type -> l4xg.grid.v1.OpResult
+	13, // 37: l4xg.grid.v1.Grid.Extend:output_type -> l4xg.grid.v1.OpResult
+	13, // 38: l4xg.grid.v1.Grid.Get:output_type -> l4xg.grid.v1.OpResult
+	13, // 39: l4xg.grid.v1.Grid.Forget:output_type -> l4xg.grid.v1.OpResult
+	18, // 40: l4xg.grid.v1.Grid.Batch:output_type -> l4xg.grid.v1.BatchResponse
+	22, // 41: l4xg.grid.v1.Grid.Status:output_type -> l4xg.grid.v1.StatusResponse
+	15, // 42: l4xg.grid.v1.Grid.Audit:output_type -> l4xg.grid.v1.AuditRecord
+	26, // 43: l4xg.grid.v1.Grid.ClusterMap:output_type -> l4xg.grid.v1.ClusterMapResponse
+	28, // 44: l4xg.grid.v1.Grid.Drain:output_type -> l4xg.grid.v1.DrainResponse
+	30, // 45: l4xg.grid.v1.Grid.ShardAdmin:output_type -> l4xg.grid.v1.ShardAdminResponse
+	33, // [33:46] is the sub-list for method output_type
+	20, // [20:33] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_grid_proto_init() }
@@ -2689,7 +2867,7 @@ func file_grid_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_grid_proto_rawDesc), len(file_grid_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
