@@ -154,70 +154,41 @@ func (n *Node) admit(ctx context.Context, m *Map, alive map[NodeID]NodeMeta) err
 	return nil
 }
 
-// reconcileControl keeps the control group's membership: every node of
-// the map that is not removed is a member (non-voters receive the map),
-// removed nodes and voters dead past the grace period leave it, and alive
-// non-voters are promoted while the group has fewer voters than
-// controlVoters of the serving nodes.
+// reconcileControl executes PlanControl's changes of the control group's
+// membership, each logged at info.
 func (n *Node) reconcileControl(ctx context.Context, m *Map, alive map[NodeID]bool, deadFor func(NodeID) bool) error {
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return err
 	}
-	members := map[NodeID]raft.ServerSuffrage{}
+	var members []GroupMember
 	for _, s := range f.Configuration().Servers {
-		members[NodeID(s.ID)] = s.Suffrage
+		members = append(members, GroupMember{ID: NodeID(s.ID), Voter: s.Suffrage == raft.Voter})
 	}
-	if m.Nodes[n.cfg.ID].State == NodeRemoved {
-		// A leader cannot remove itself cleanly: hand the group over and
-		// let the next leader remove this node.
-		if err := n.raft.LeadershipTransfer().Error(); err != nil {
-			return fmt.Errorf("control group: hand over from a removed node: %w", err)
+	const timeout = 10 * time.Second
+	for _, c := range PlanControl(m, n.cfg.ID, members, alive, deadFor) {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-		return nil
-	}
-	timeout := 10 * time.Second
-	serving := 0
-	for _, id := range m.sortedNodeIDs() {
-		info := m.Nodes[id]
-		_, member := members[id]
-		switch {
-		case info.State == NodeRemoved || deadFor(id):
-			if member && id != n.cfg.ID {
-				if err := n.raft.RemoveServer(raft.ServerID(id), 0, timeout).Error(); err != nil {
-					return fmt.Errorf("control group: remove %s: %w", id, err)
-				}
-				delete(members, id)
-			}
-			continue
-		case !member && alive[id]:
-			if err := n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(info.RaftAddr), 0, timeout).Error(); err != nil {
-				return fmt.Errorf("control group: add %s: %w", id, err)
-			}
-			members[id] = raft.Nonvoter
+		id, addr := raft.ServerID(c.Node), raft.ServerAddress(c.RaftAddr)
+		var err error
+		switch c.Action {
+		case ControlAddNonvoter:
+			err = n.raft.AddNonvoter(id, addr, 0, timeout).Error()
+		case ControlPromote:
+			err = n.raft.AddVoter(id, addr, 0, timeout).Error()
+		case ControlRemove:
+			err = n.raft.RemoveServer(id, 0, timeout).Error()
+		case ControlHandOver:
+			err = n.raft.LeadershipTransfer().Error()
 		}
-		if info.State == NodeActive {
-			serving++
+		if err != nil {
+			return fmt.Errorf("control group: %v: %w", c, err)
 		}
-	}
-	voters := 0
-	for _, s := range members {
-		if s == raft.Voter {
-			voters++
+		n.cfg.Logger.Info("control group changed", "action", c.Action.String(), "node", c.Node, "why", c.Why)
+		if c.Action == ControlHandOver {
+			return nil
 		}
-	}
-	for _, id := range sortedKeys(members) {
-		if voters >= controlVoters(serving) {
-			break
-		}
-		if members[id] == raft.Voter || !alive[id] || m.Nodes[id].State != NodeActive {
-			continue
-		}
-		if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(m.Nodes[id].RaftAddr), 0, timeout).Error(); err != nil {
-			return fmt.Errorf("control group: promote %s: %w", id, err)
-		}
-		n.cfg.Logger.Info("control group voter added", "node", id)
-		voters++
 	}
 	return nil
 }
