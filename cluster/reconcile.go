@@ -15,11 +15,18 @@ import (
 // on a different shard.
 const maxParallelMoves = 4
 
+// moveTimeout bounds one move. A move cut short leaves its shard's group
+// and map set apart, which the next round's plan repairs.
+const moveTimeout = 60 * time.Second
+
 // controlLoop runs the reconciler while this node leads the control group.
 // Each round: bootstrap the map if there is none, admit the nodes gossip
-// shows, keep the control group's voters, remove drained nodes, then plan
-// and execute moves, at most one per shard at a time. A new leader first
-// applies a barrier, so it plans from every entry committed before it.
+// shows, keep the control group's membership, remove drained nodes, then
+// observe the shard groups, plan and execute moves, at most one per shard
+// at a time. A new leader first applies a barrier, so it plans from every
+// entry committed before it. A round is fenced by the term it runs under:
+// its context ends as soon as this node stops leading or the term changes
+// (watchLeadership), and every shard admin request carries that term.
 func (n *Node) controlLoop() {
 	defer n.wg.Done()
 	t := time.NewTicker(n.cfg.ReconcileInterval)
@@ -57,16 +64,48 @@ func (n *Node) controlLoop() {
 			term, grace = cur, &Grace{Period: n.cfg.GracePeriod}
 			lastLead = time.Time{}
 		}
-		ctx, cancel := context.WithCancel(done)
+		ctx, cancel := context.WithCancel(withFence(done, term))
+		watched := n.watchLeadership(ctx, cancel, term)
 		if err := n.reconcile(ctx, grace); err != nil && ctx.Err() == nil {
 			n.cfg.Logger.Info("reconcile", "err", err)
 		}
-		if now := n.cfg.Clock(); now.Sub(lastLead) > 5*time.Second {
+		if now := n.cfg.Clock(); now.Sub(lastLead) > 5*time.Second && ctx.Err() == nil {
 			lastLead = now
 			n.restoreLeaders(ctx)
 		}
 		cancel()
+		<-watched
 	}
+}
+
+// leadershipPoll is how often a round checks that its node still leads
+// the control group in the round's term.
+const leadershipPoll = 50 * time.Millisecond
+
+// watchLeadership cancels the round (cancel) once this node no longer
+// leads the control group or its term is no longer term. The returned
+// channel is closed when the watcher has ended, which it does when ctx
+// ends.
+func (n *Node) watchLeadership(ctx context.Context, cancel context.CancelFunc, term uint64) <-chan struct{} {
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(leadershipPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if n.raft.State() != raft.Leader || n.raft.CurrentTerm() != term {
+				n.cfg.Logger.Info("control leadership lost: the round stops", "term", term)
+				cancel()
+				return
+			}
+		}
+	}()
+	return ended
 }
 
 // reconcile runs one round; see controlLoop.
@@ -98,7 +137,11 @@ func (n *Node) reconcile(ctx context.Context, grace *Grace) error {
 			n.cfg.Logger.Info("drained node removed", "node", id)
 		}
 	}
-	moves := Plan(n.Map(), aliveSet, deadFor)
+	m = n.Map()
+	moves := PlanGroups(m, aliveSet, deadFor, n.observeGroups(ctx, m))
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
 	if len(moves) == 0 {
 		return nil
 	}
@@ -194,8 +237,12 @@ func (n *Node) reconcileControl(ctx context.Context, m *Map, alive map[NodeID]bo
 }
 
 // executeRound runs the first move of each shard in moves, up to
-// maxParallelMoves at once, and waits for them.
+// maxParallelMoves at once, and waits for them. A move refused with
+// ErrStaleFence (a shard's node knows a later control term: this node
+// does not lead any more) or ErrNotControlLeader stops the round.
 func (n *Node) executeRound(ctx context.Context, moves []Move) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	seen := map[int]bool{}
 	var first []Move
 	for _, mv := range moves {
@@ -211,13 +258,22 @@ func (n *Node) executeRound(ctx context.Context, moves []Move) error {
 		errs []error
 	)
 	for _, mv := range first {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
 		wg.Add(1)
-		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			mctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			mctx, cancel := context.WithTimeout(ctx, moveTimeout)
 			defer cancel()
 			if err := n.execute(mctx, mv); err != nil {
+				if errors.Is(err, ErrStaleFence) || errors.Is(err, ErrNotControlLeader) {
+					stop()
+				}
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("%v: %w", mv, err))
 				mu.Unlock()
