@@ -135,8 +135,11 @@ type Node struct {
 	incarnation uint64
 	// acted is the highest map epoch the replica loop has acted on, kept
 	// in the control group's stable store (actedKey); only that loop
-	// touches it.
-	acted uint64
+	// changes it.
+	acted atomic.Uint64
+	// replicaRounds counts the replica loop's rounds, admitRounds the
+	// control leader's admission passes (tests follow the loops by them).
+	replicaRounds, admitRounds atomic.Uint64
 	// leadTerm is the control term in which this node, leading, applied a
 	// barrier: its map is then the current one (CurrentEpoch).
 	leadTerm atomic.Uint64
@@ -251,7 +254,8 @@ func (n *Node) loadIdentity() error {
 	if err != nil && !errors.Is(err, raftlog.ErrKeyNotFound) {
 		return fmt.Errorf("cluster: acted epoch: %w", err)
 	}
-	n.incarnation, n.acted = inc, acted
+	n.incarnation = inc
+	n.acted.Store(acted)
 	return nil
 }
 

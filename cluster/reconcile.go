@@ -203,6 +203,7 @@ func (n *Node) admit(ctx context.Context, m *Map, alive map[NodeID]NodeMeta) err
 		}
 		n.cfg.Logger.Info("node admitted", "node", id, "grpc", want.GRPCAddr, "raft", want.RaftAddr)
 	}
+	n.admitRounds.Add(1)
 	return nil
 }
 

@@ -71,6 +71,7 @@ func (n *Node) replicaLoop() {
 // replicaRound syncs the replicas from the current map and records the
 // node's readiness.
 func (n *Node) replicaRound(ctx context.Context) {
+	defer n.replicaRounds.Add(1)
 	m, err := n.currentMap(ctx)
 	if err != nil {
 		n.setReady(fmt.Sprintf("map not current: %v", err))
@@ -98,7 +99,7 @@ func (n *Node) currentMap(ctx context.Context) (*Map, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotCurrent, err)
 	}
-	want = max(want, n.acted)
+	want = max(want, n.acted.Load())
 	m := n.ctl.Map()
 	switch {
 	case m == nil:
@@ -176,13 +177,13 @@ func (n *Node) syncReplicas(ctx context.Context, m *Map) error {
 	if err := n.checkHostable(m); err != nil {
 		return err
 	}
-	if m.Epoch > n.acted {
+	if m.Epoch > n.acted.Load() {
 		// Written before acting: after a restart, nothing older than
 		// what this node already acted on is current.
 		if err := n.store.SetUint64(actedKey, m.Epoch); err != nil {
 			return fmt.Errorf("record acted epoch %d: %w", m.Epoch, err)
 		}
-		n.acted = m.Epoch
+		n.acted.Store(m.Epoch)
 	}
 	host := n.cfg.Host
 	var errs []error
