@@ -214,6 +214,8 @@ func TestStaleMapDoesNotPurgeLiveReplica(t *testing.T) {
 		switch {
 		case c.Node(victim).Host().Shard(s) != live:
 			return ""
+		case n.Map().Epoch < epoch:
+			return fmt.Sprintf("%s has the map at epoch %d, want %d", c.ID(victim), n.Map().Epoch, epoch)
 		case n.ActedEpoch() < epoch:
 			return fmt.Sprintf("%s acted on epoch %d, want %d", c.ID(victim), n.ActedEpoch(), epoch)
 		case rounds == 0:
