@@ -71,7 +71,7 @@ func decodeMeta(b []byte) (NodeMeta, byte, error) {
 	}
 	r := &reader{b: b}
 	v := r.byte()
-	if r.err == nil && v < metaVersion {
+	if r.err == nil && v < 1 {
 		r.fail("metadata version %d", v)
 	}
 	flags := r.byte()

@@ -74,7 +74,13 @@ func (n *Node) replicaRound(ctx context.Context) {
 	defer n.replicaRounds.Add(1)
 	m, err := n.currentMap(ctx)
 	if err != nil {
-		n.setReady(fmt.Sprintf("map not current: %v", err))
+		// A removed node is usually out of the control group too, so its
+		// map stops at its removal: that is final for this incarnation.
+		if own := n.ctl.Map(); own != nil && own.Nodes[n.cfg.ID].State == NodeRemoved {
+			n.setReady(fmt.Sprintf("removed from the cluster (map epoch %d)", own.Epoch))
+			return
+		}
+		n.setReady(err.Error())
 		return
 	}
 	if err := n.syncReplicas(ctx, m); err != nil && ctx.Err() == nil && !errors.Is(err, errHostableLogged) {
