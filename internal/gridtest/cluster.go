@@ -238,7 +238,8 @@ func (c *Cluster) unstable() string {
 		err := n.node.WaitReady(ctx)
 		cancel()
 		if err != nil {
-			return n.id + " not ready"
+			_, why := n.node.Cluster().Readiness()
+			return n.id + " not ready: " + why
 		}
 	}
 	if m == nil {
