@@ -235,3 +235,33 @@ func TestStaleMapDoesNotPurgeLiveReplica(t *testing.T) {
 	}
 	checkDuplicates(t, cl, tokens)
 }
+
+// Defect 1 end to end: a cluster grown from 3 to 4 nodes (replicas move
+// onto the new node and off the others) is restarted node by node. Each
+// restarting node replays the control log from its start; it must act on
+// none of that history: after each restart every shard's group has exactly
+// the map's replicas as voters and one leader, and every completed key
+// still answers DUPLICATE with its token.
+func TestGrowThenRollingRestart(t *testing.T) {
+	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Replicas: 3, Shards: 8})
+	cl := dialAll(t, c)
+	tokens := completeKeys(t, cl, 60)
+	i := c.Add()
+	waitFor(t, 90*time.Second, func() string {
+		if n := replicasOn(c.Map(), c.ID(i)); n != 6 {
+			return fmt.Sprintf("%s holds %d replicas, want 6", c.ID(i), n)
+		}
+		return ""
+	})
+	c.WaitStable(60 * time.Second)
+	for k := range 4 {
+		c.Restart(k)
+		c.WaitStable(60 * time.Second)
+		for s := range 8 {
+			if l := c.Leaders(s); len(l) > 1 {
+				t.Fatalf("after restarting %s: shard %d led by %v", c.ID(k), s, l)
+			}
+		}
+		checkDuplicates(t, cl, tokens)
+	}
+}
