@@ -163,8 +163,14 @@ func TestClusterMapAndStatus(t *testing.T) {
 	f := tc.nodes[2]
 	fc := dial(t, f.addr)
 	st, err := fc.Status(ctx(t), &gridpb.StatusRequest{})
-	if err != nil || st.MapEpoch != testEpoch || st.ShardCount != testShards || st.ControlState != "Follower" || len(st.Shards) != testShards {
+	if err != nil || st.MapEpoch != testEpoch || st.ShardCount != testShards || st.ControlState != "Follower" || len(st.Shards) != testShards ||
+		st.NodeState != "active" {
 		t.Fatalf("status: %v %v", st, err)
+	}
+	for _, sh := range st.Shards {
+		if sh.Suffrage != "voter" || len(sh.Group) != 3 || !sh.ConfigCommitted || sh.ConfigIndex == 0 {
+			t.Errorf("shard %d of a static 3-voter group: %v", sh.Id, sh)
+		}
 	}
 
 	// f's map: preferred leaders that are not the real ones, a draining
@@ -356,6 +362,15 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 		if err != nil || !ok || st.RaftState != "Follower" || st.Leader != n1.id || st.Commit == 0 {
 			t.Errorf("ShardStatus of n0's replica of shard 0: %+v %v %v", st, ok, err)
 		}
+		both := []cluster.GroupMember{{ID: n0.id, Voter: true}, {ID: n1.id, Voter: true}}
+		if !slices.Equal(st.Group, both) || !st.ConfigCommitted || st.ConfigIndex == 0 || st.ConfigIndex > st.Commit ||
+			st.LastContact < 0 || st.Role(n0.id) != "voter" || st.Role(n2.id) != "none" {
+			t.Errorf("n0's view of shard 0's group: %+v, want %v committed, a last contact", st, both)
+		}
+		lst, _, err := p.ShardStatus(ctx(t), n1.addr, 0)
+		if err != nil || lst.LastContact != 0 || !slices.Equal(lst.Group, both) || lst.ConfigIndex != st.ConfigIndex {
+			t.Errorf("the leader n1's view of shard 0's group: %+v %v, want %v at index %d, last contact 0", lst, err, both, st.ConfigIndex)
+		}
 		if _, ok, err := p.ShardStatus(ctx(t), n2.addr, 0); ok || err != nil {
 			t.Errorf("ShardStatus of a shard n2 does not hold: ok=%v %v", ok, err)
 		}
@@ -366,6 +381,10 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 		commit, err := p.ShardAdmin(ctx(t), n1.addr, cluster.AdminRequest{Shard: 0, Action: cluster.AdminRemoveServer, Node: n0.id})
 		if err != nil || commit == 0 {
 			t.Fatalf("remove n0 through the leader: %d %v", commit, err)
+		}
+		lst, _, err = p.ShardStatus(ctx(t), n1.addr, 0)
+		if err != nil || !slices.Equal(lst.Group, both[1:]) || !lst.ConfigCommitted || lst.ConfigIndex <= st.ConfigIndex || lst.Role(n0.id) != "none" {
+			t.Errorf("the leader's view after removing n0: %+v %v", lst, err)
 		}
 		if err := p.Close(); err != nil {
 			t.Errorf("close: %v", err)

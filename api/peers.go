@@ -1,9 +1,11 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -97,10 +99,12 @@ func (p *Peers) ShardAdmin(ctx context.Context, addr string, req cluster.AdminRe
 		return 0, err
 	}
 	resp, err := c.ShardAdmin(ctx, &gridpb.ShardAdminRequest{
-		Shard:    uint32(req.Shard),
-		Action:   adminActionPB(req.Action),
-		NodeId:   string(req.Node),
-		RaftAddr: req.RaftAddr,
+		Shard:       uint32(req.Shard),
+		Action:      adminActionPB(req.Action),
+		NodeId:      string(req.Node),
+		RaftAddr:    req.RaftAddr,
+		ControlTerm: req.Fence.ControlTerm,
+		Epoch:       req.Fence.Epoch,
 	})
 	if err != nil {
 		if redirectOf(err) != nil {
@@ -124,17 +128,33 @@ func (p *Peers) ShardStatus(ctx context.Context, addr string, shard int) (cluste
 	}
 	for _, s := range resp.GetShards() {
 		if int(s.GetId()) == shard {
-			return cluster.ReplicaStatus{
-				RaftState: s.GetRaftState(),
-				Leader:    cluster.NodeID(s.GetLeader()),
-				Applied:   s.GetAppliedIndex(),
-				Commit:    s.GetCommitIndex(),
-				Last:      s.GetLastIndex(),
-				Term:      s.GetTerm(),
-			}, true, nil
+			return replicaStatus(s), true, nil
 		}
 	}
 	return cluster.ReplicaStatus{}, false, nil
+}
+
+// replicaStatus is the cluster's form of a node's ShardStatus.
+func replicaStatus(s *gridpb.ShardStatus) cluster.ReplicaStatus {
+	st := cluster.ReplicaStatus{
+		RaftState:       s.GetRaftState(),
+		Leader:          cluster.NodeID(s.GetLeader()),
+		Applied:         s.GetAppliedIndex(),
+		Commit:          s.GetCommitIndex(),
+		Last:            s.GetLastIndex(),
+		Term:            s.GetTerm(),
+		ConfigIndex:     s.GetConfigIndex(),
+		ConfigCommitted: s.GetConfigCommitted(),
+		LastContact:     -1,
+	}
+	if ms := s.GetLastContactMs(); ms >= 0 {
+		st.LastContact = time.Duration(ms) * time.Millisecond
+	}
+	for _, m := range s.GetGroup() {
+		st.Group = append(st.Group, cluster.GroupMember{ID: cluster.NodeID(m.GetId()), Voter: m.GetVoter()})
+	}
+	slices.SortFunc(st.Group, func(a, b cluster.GroupMember) int { return cmp.Compare(a.ID, b.ID) })
+	return st
 }
 
 // adminActionPB converts a cluster action to the protocol's.
