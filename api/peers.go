@@ -90,9 +90,10 @@ func (p *Peers) Close() error {
 	return errors.Join(errs...)
 }
 
-// ShardAdmin runs req on the node at addr with the ShardAdmin RPC. A node
-// that answers with a Redirect does not lead the shard:
-// cluster.ErrNotShardLeader.
+// ShardAdmin runs req on the node at addr with the ShardAdmin RPC, fenced
+// by req.Fence. A node that answers with a Redirect does not lead the
+// shard: cluster.ErrNotShardLeader; one that knows a later control term
+// refuses the request: cluster.ErrStaleFence.
 func (p *Peers) ShardAdmin(ctx context.Context, addr string, req cluster.AdminRequest) (uint64, error) {
 	c, err := p.client(addr)
 	if err != nil {
@@ -109,6 +110,9 @@ func (p *Peers) ShardAdmin(ctx context.Context, addr string, req cluster.AdminRe
 	if err != nil {
 		if redirectOf(err) != nil {
 			return 0, fmt.Errorf("%w: %s of shard %d at %s: %v", cluster.ErrNotShardLeader, req.Action, req.Shard, addr, err)
+		}
+		if sentinel := fromStatus(err); sentinel != nil {
+			return 0, fmt.Errorf("%w: %s of shard %d at %s under control term %d: %v", sentinel, req.Action, req.Shard, addr, req.Fence.ControlTerm, err)
 		}
 		return 0, fmt.Errorf("api: %s of shard %d at %s: %w", req.Action, req.Shard, addr, err)
 	}
