@@ -301,6 +301,11 @@ func (n *Node) ControlLeader() NodeID {
 	return NodeID(id)
 }
 
+// ControlTerm is the latest term of the control group this node knows.
+// Every node is a voter or non-voter of the control group, so it hears of
+// each new term from the group's leader.
+func (n *Node) ControlTerm() uint64 { return n.raft.CurrentTerm() }
+
 // ControlState is this node's standing in the control group: leader,
 // follower, candidate, nonvoter (a member that does not vote), none (not a
 // member yet) or shutdown.
