@@ -41,9 +41,9 @@ type MembershipConfig struct {
 	// Clock stamps Member.Since. Default time.Now.
 	Clock  func() time.Time
 	Timing GossipTiming
-	// Seeds are gossip addresses (ip:port) of members to join: tried at
-	// Start until one answers, and again whenever a known member is not
-	// alive (see reconnect.go).
+	// Seeds are gossip addresses (host:port; memberlist resolves names) of
+	// members to join: tried from Start until one answers, and again
+	// whenever a known member is not alive (see reconnect.go).
 	Seeds []string
 	// Faults injects network faults into the gossip traffic (tests only).
 	Faults *GossipFaults
@@ -116,11 +116,6 @@ func (c MembershipConfig) validate() error {
 	if c.AdvertiseAddr != "" {
 		if _, _, err := splitIPPort(c.AdvertiseAddr); err != nil {
 			return fmt.Errorf("advertise address: %w", err)
-		}
-	}
-	for _, s := range c.Seeds {
-		if _, _, err := splitIPPort(s); err != nil {
-			return fmt.Errorf("seed: %w", err)
 		}
 	}
 	if c.Meta.ID != c.NodeID {
