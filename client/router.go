@@ -58,9 +58,12 @@ const (
 	refreshInterval = 100 * time.Millisecond
 	// fetchTimeout bounds one ClusterMap RPC to one node.
 	fetchTimeout = 2 * time.Second
-	// downFor is how long a node that failed a send is avoided when its
-	// shard has another replica to ask.
-	downFor = time.Second
+	// downFor is how long a node that failed a send (unreachable, no answer
+	// within the send timeout, refusing to serve) is avoided when its shard
+	// has another replica to ask: about an election and a half, so that a
+	// frozen leader is not asked again before its followers have elected
+	// another.
+	downFor = 2 * time.Second
 	// minLeaderWait is the least pause after a Redirect that named no
 	// leader (leaderWait).
 	minLeaderWait = 10 * time.Millisecond
@@ -239,12 +242,19 @@ func (r *router) isDown(addr string) bool {
 
 // redirected learns from a Redirect that node from answered: the shard's
 // leader, or that from does not lead it; a map refresh when the Redirect
-// names no other leader or carries a newer epoch.
-func (r *router) redirected(from string, rd *gridpb.Redirect) {
+// names no other leader or carries a newer epoch. A node that refuses to
+// serve at all (starting, not a member, removed) is avoided like an
+// unreachable one. It returns the leader to send the operation to next, or
+// "" when the Redirect names none, or names a node that is avoided: the
+// caller then pauses and asks the shard's other replicas.
+func (r *router) redirected(from string, rd *gridpb.Redirect) string {
 	leader := namedLeader(from, rd)
+	if refusesAll(rd) {
+		r.unreachable(from)
+	}
 	r.mu.Lock()
 	refresh := r.mode != modeCluster || rd.GetEpoch() > r.epoch || leader == ""
-	if r.mode == modeCluster && int(rd.GetShard()) < len(r.shards) {
+	if r.mode == modeCluster && int(rd.GetShard()) < len(r.shards) && !nodeWide(rd) {
 		sh := &r.shards[rd.GetShard()]
 		switch {
 		case leader != "":
@@ -253,10 +263,36 @@ func (r *router) redirected(from string, rd *gridpb.Redirect) {
 			sh.leader = ""
 		}
 	}
+	if leader != "" && r.isDown(leader) {
+		// A follower names a leader this client could not reach: most
+		// likely the node that just failed, before the election ends.
+		leader, refresh = "", true
+	}
 	r.mu.Unlock()
 	if refresh {
 		r.refresh()
 	}
+	return leader
+}
+
+// refusesAll reports a Redirect of a node that cannot serve any operation
+// now: it is starting, is not a member, or was removed.
+func refusesAll(rd *gridpb.Redirect) bool {
+	switch rd.GetReason() {
+	case gridpb.ReasonStarting, gridpb.ReasonNotMember, gridpb.ReasonRemoved:
+		return true
+	}
+	return false
+}
+
+// nodeWide reports a Redirect about the node rather than the shard: its
+// shard field says nothing (the node has no map, or must not serve).
+func nodeWide(rd *gridpb.Redirect) bool {
+	switch rd.GetReason() {
+	case gridpb.ReasonStarting, gridpb.ReasonRemoved:
+		return true
+	}
+	return false
 }
 
 // namedLeader is the leader a Redirect from the node at from sends an
@@ -270,7 +306,10 @@ func namedLeader(from string, rd *gridpb.Redirect) string {
 	return ""
 }
 
-// unreachable notes that a send to addr failed as unavailable.
+// unreachable notes that a send to addr failed as unavailable, or that the
+// node refused to serve: it is avoided for downFor, no shard is taken to be
+// led by it until a Redirect or the map says so again, and the map is
+// refreshed.
 func (r *router) unreachable(addr string) {
 	if r.fixed {
 		return
@@ -283,8 +322,21 @@ func (r *router) unreachable(addr string) {
 		}
 	}
 	r.down[addr] = now
+	for i := range r.shards {
+		if r.shards[i].leader == addr {
+			r.shards[i].leader = ""
+		}
+	}
 	r.mu.Unlock()
 	r.refresh()
+}
+
+// clustered reports whether operations are routed by a cluster map, so
+// that a failed node has others to stand in for it.
+func (r *router) clustered() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.mode == modeCluster
 }
 
 // refresh starts a map fetch in the background unless one runs already,
@@ -470,41 +522,44 @@ func (c *Client) askMap(ctx context.Context, addr string) (*gridpb.ClusterMapRes
 
 // send sends op once: to its shard's leader, following Redirects. sent
 // reports whether a node may have applied it; it is false when every node
-// that answered refused it with a Redirect.
+// that answered refused it with a Redirect, or the request never left.
 func (c *Client) send(ctx context.Context, op *gridpb.Op) (*gridpb.OpResult, bool, error) {
 	k := routeKey{op: op}
 	addr, err := c.r.target(ctx, &k, 0)
 	if err != nil {
-		return nil, false, fmt.Errorf("client: outcome unknown: %w", err)
+		return nil, false, err
 	}
-	unknown := 0 // Redirects that named no leader
+	unknown := 0 // Redirects that named no leader to follow
 	for hop := 0; ; hop++ {
 		n, err := c.nodes.get(addr)
 		if err != nil {
 			return nil, false, nodeErr(addr, err)
 		}
-		res, err := c.sendTo(ctx, n, op)
+		res, err := c.sendOnce(ctx, n, op)
 		rd := redirectOf(err)
 		if rd == nil {
-			if errors.Is(err, ErrUnavailable) {
+			if retryable(err) {
 				c.r.unreachable(addr)
 			}
-			return res, true, err
+			return res, !neverSent(err), err
 		}
-		c.r.redirected(addr, rd)
+		next := c.r.redirected(addr, rd)
 		if hop == maxRedirects {
 			return nil, false, tooManyRedirects(rd)
 		}
-		if next := namedLeader(addr, rd); next != "" {
+		if next != "" {
 			addr = next
 			continue
 		}
 		unknown++
 		if err := c.pause(ctx, c.leaderWait(unknown)); err != nil {
+			if err != ErrClosed {
+				err = ctxDone(ctx)
+			}
 			return nil, false, err
 		}
 		if addr, err = c.r.target(ctx, &k, unknown); err != nil {
-			return nil, false, fmt.Errorf("client: outcome unknown: %w", err)
+			return nil, false, err
 		}
 	}
 }
