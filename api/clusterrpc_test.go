@@ -56,9 +56,9 @@ func TestStandaloneClusterRPCs(t *testing.T) {
 
 // TestStartingNodeRefusesWithRedirect: a cluster node without a map (it
 // is starting, or restarting and has not caught up) cannot route: its
-// operations and its map are UNAVAILABLE with a Redirect whose reason is
-// "starting" and which names no leader (nothing was applied, another node
-// can serve); its Status still answers.
+// operations are UNAVAILABLE with a Redirect whose reason is "starting"
+// and which names no leader (nothing was applied, another node can serve);
+// its map is UNAVAILABLE, and its Status still answers.
 func TestStartingNodeRefusesWithRedirect(t *testing.T) {
 	view := &testView{self: "a", controlLeader: ""}
 	n := startViewNode(t, view, listen(t))
@@ -77,7 +77,9 @@ func TestStartingNodeRefusesWithRedirect(t *testing.T) {
 	_, err = c.Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{reserveOp([]byte("k"))}})
 	starting("batch", err)
 	_, err = c.ClusterMap(ctx(t), &gridpb.ClusterMapRequest{})
-	starting("cluster map", err)
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), want) {
+		t.Errorf("cluster map: %v, want UNAVAILABLE %q", err, want)
+	}
 	st, err := c.Status(ctx(t), &gridpb.StatusRequest{})
 	if err != nil || st.MapEpoch != 0 || st.ShardCount != testShards || st.ControlState != "Follower" {
 		t.Errorf("status: %v %v", st, err)

@@ -83,8 +83,7 @@ type router struct {
 }
 
 // router returns the routing of a request; a cluster node without a map
-// cannot route anything: it refuses with a Redirect whose reason is
-// "starting" (nothing was applied, another node can serve).
+// cannot route anything (errStarting).
 func (s *Server) router(ctx context.Context) (*router, error) {
 	r := &router{s: s}
 	if s.opts.Cluster == nil {
@@ -92,17 +91,22 @@ func (s *Server) router(ctx context.Context) (*router, error) {
 	}
 	r.self = s.opts.Cluster.Self()
 	if r.m = s.opts.Cluster.Map(); r.m == nil {
-		return nil, nodeRefusal(gridpb.ReasonStarting, 0, errStarting)
+		return nil, errStarting
 	}
 	r.forward = !headerSet(ctx, MetadataRedirect) && !headerSet(ctx, MetadataForwarded)
 	return r, nil
 }
 
-// opRouter is the router of an operation RPC (Batch and the unary ones): a
-// node the map says was removed must not serve, and refuses with a
-// Redirect whose reason is "removed".
+// opRouter is the router of an operation RPC (Batch and the unary ones).
+// A node that cannot serve any operation refuses with a Redirect naming no
+// leader, so that the client asks another node: reason "starting" without
+// a map, "removed" when the map says the cluster removed it (it must not
+// serve).
 func (s *Server) opRouter(ctx context.Context) (*router, error) {
 	r, err := s.router(ctx)
+	if errors.Is(err, errStarting) {
+		return nil, nodeRefusal(gridpb.ReasonStarting, 0, err)
+	}
 	if err != nil || r.m == nil {
 		return r, err
 	}

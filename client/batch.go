@@ -144,7 +144,7 @@ func (b *batchRun) round(ctx context.Context, idx []int) []int {
 		slices.Sort(idx)
 		if len(idx) > 0 && hop == maxRedirects {
 			for _, i := range idx {
-				b.errs[i] = tooManyRedirects(redirectOf(b.errs[i]))
+				b.errs[i] = tooManyRedirects(b.errs[i])
 			}
 			retry = append(retry, idx...)
 			break

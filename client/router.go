@@ -102,9 +102,10 @@ type router struct {
 	epoch      uint64
 	slots      uint32
 	shards     []shardRoute
-	members    []string             // the map's nodes, those seen alive first
-	down       map[string]time.Time // nodes that failed a send, and when
-	refreshing chan struct{}        // closed when the running fetch ends; nil if none
+	members    []string                   // the map's nodes, those seen alive first
+	last       *gridpb.ClusterMapResponse // the map installed last (modeCluster); read only
+	down       map[string]time.Time       // nodes that failed a send, and when
+	refreshing chan struct{}              // closed when the running fetch ends; nil if none
 	lastFetch  time.Time
 	stopped    bool
 }
@@ -242,9 +243,9 @@ func (r *router) isDown(addr string) bool {
 
 // redirected learns from a Redirect that node from answered: the shard's
 // leader, or that from does not lead it; a map refresh when the Redirect
-// names no other leader or carries a newer epoch. A node that refuses to
-// serve at all (starting, not a member, removed) is avoided like an
-// unreachable one. It returns the leader to send the operation to next, or
+// names no other leader, carries a newer epoch or says the node holds no
+// replica of the shard (not a member). A node that refuses to serve at all
+// (starting, removed) is avoided like an unreachable one. It returns the leader to send the operation to next, or
 // "" when the Redirect names none, or names a node that is avoided: the
 // caller then pauses and asks the shard's other replicas.
 func (r *router) redirected(from string, rd *gridpb.Redirect) string {
@@ -253,8 +254,10 @@ func (r *router) redirected(from string, rd *gridpb.Redirect) string {
 		r.unreachable(from)
 	}
 	r.mu.Lock()
-	refresh := r.mode != modeCluster || rd.GetEpoch() > r.epoch || leader == ""
-	if r.mode == modeCluster && int(rd.GetShard()) < len(r.shards) && !nodeWide(rd) {
+	// A node that holds no replica of the shard was asked: the client's
+	// map is behind, too.
+	refresh := r.mode != modeCluster || rd.GetEpoch() > r.epoch || leader == "" || rd.GetReason() == gridpb.ReasonNotMember
+	if r.mode == modeCluster && int(rd.GetShard()) < len(r.shards) && !refusesAll(rd) {
 		sh := &r.shards[rd.GetShard()]
 		switch {
 		case leader != "":
@@ -276,18 +279,8 @@ func (r *router) redirected(from string, rd *gridpb.Redirect) string {
 }
 
 // refusesAll reports a Redirect of a node that cannot serve any operation
-// now: it is starting, is not a member, or was removed.
+// now: it is starting or was removed. Its shard field says nothing.
 func refusesAll(rd *gridpb.Redirect) bool {
-	switch rd.GetReason() {
-	case gridpb.ReasonStarting, gridpb.ReasonNotMember, gridpb.ReasonRemoved:
-		return true
-	}
-	return false
-}
-
-// nodeWide reports a Redirect about the node rather than the shard: its
-// shard field says nothing (the node has no map, or must not serve).
-func nodeWide(rd *gridpb.Redirect) bool {
 	switch rd.GetReason() {
 	case gridpb.ReasonStarting, gridpb.ReasonRemoved:
 		return true
@@ -451,7 +444,7 @@ func (r *router) install(from string, m *gridpb.ClusterMapResponse) error {
 	if r.mode == modeCluster && m.GetEpoch() < r.epoch {
 		return fmt.Errorf("%w: epoch %d, the client holds %d", errStaleMap, m.GetEpoch(), r.epoch)
 	}
-	r.mode, r.epoch, r.slots, r.shards, r.members = modeCluster, m.GetEpoch(), slots, shards, members
+	r.mode, r.epoch, r.slots, r.shards, r.members, r.last = modeCluster, m.GetEpoch(), slots, shards, members, m
 	return nil
 }
 
@@ -545,7 +538,7 @@ func (c *Client) send(ctx context.Context, op *gridpb.Op) (*gridpb.OpResult, boo
 		}
 		next := c.r.redirected(addr, rd)
 		if hop == maxRedirects {
-			return nil, false, tooManyRedirects(rd)
+			return nil, false, tooManyRedirects(err)
 		}
 		if next != "" {
 			addr = next
@@ -581,11 +574,13 @@ func nodeErr(addr string, err error) error {
 }
 
 // tooManyRedirects is the error of a send that was still redirected after
-// maxRedirects redirects: leadership moves, or the nodes' maps disagree. It
-// is retried like any Unavailable answer.
-func tooManyRedirects(rd *gridpb.Redirect) error {
-	return fmt.Errorf("%w: shard %d: still redirected after %d redirects (last to leader %q at %q, map epoch %d)",
-		ErrUnavailable, rd.GetShard(), maxRedirects, rd.GetLeaderId(), rd.GetLeaderAddr(), rd.GetEpoch())
+// maxRedirects redirects (last is the last refusal): leadership moves, the
+// nodes' maps disagree, or no node asked can serve. It is retried like any
+// Unavailable answer; nothing was applied.
+func tooManyRedirects(last error) error {
+	rd := redirectOf(last)
+	return fmt.Errorf("%w: shard %d: still redirected after %d redirects (last to leader %q at %q, map epoch %d: %v)",
+		ErrUnavailable, rd.GetShard(), maxRedirects, rd.GetLeaderId(), rd.GetLeaderAddr(), rd.GetEpoch(), last)
 }
 
 // ClusterMap returns the cluster map as a node holds it, from the first of
