@@ -66,12 +66,12 @@ type ClusterConfig struct {
 	HeartbeatTimeout time.Duration
 	// Faults injects network faults into the Raft traffic (tests only).
 	Faults *raftlog.Faults
-	// WrapRemote, if set, wraps the cluster.Remote the control leader
-	// reaches the other nodes with (tests only: to watch what it sends).
-	WrapRemote func(cluster.Remote) cluster.Remote
 	// GossipFaults injects network faults into the gossip traffic (tests
 	// only).
 	GossipFaults *cluster.GossipFaults
+	// WrapRemote, if set, wraps the cluster.Remote the control leader
+	// reaches the other nodes with (tests only: to watch what it sends).
+	WrapRemote func(cluster.Remote) cluster.Remote
 }
 
 // Node is a running single node: host, gRPC server and HTTP server.
