@@ -171,3 +171,30 @@ func TestInterruptedAddIsRepaired(t *testing.T) {
 	}
 	c.WaitStable(2 * time.Minute)
 }
+
+// The control group grows to 5 voters once the cluster has 5 active nodes
+// (DESIGN section 5): the two nodes that join a 3-node cluster are
+// promoted by the control leader's plan.
+func TestControlGroupFiveVoters(t *testing.T) {
+	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Shards: 2})
+	c.Add()
+	c.Add()
+	waitFor(t, 60*time.Second, func() string {
+		voters := 0
+		var states []string
+		for i := range 5 {
+			st := "down"
+			if n := c.Node(i); n != nil {
+				st = n.Cluster().ControlState()
+			}
+			if st == "leader" || st == "follower" {
+				voters++
+			}
+			states = append(states, st)
+		}
+		if voters != 5 {
+			return fmt.Sprintf("%d control voters, want 5: %v", voters, states)
+		}
+		return ""
+	})
+}
