@@ -67,6 +67,9 @@ func startLoad(t *testing.T, cl *client.Client, workers int) *load {
 				key := fmt.Sprintf("w%d-%d", w, i)
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				r, err := cl.Reserve(ctx, "load", key)
+				if err == nil && r.Outcome != client.OutcomeAcquired {
+					err = fmt.Errorf("reserve of a fresh key answered %v", r.Outcome)
+				}
 				if err == nil {
 					_, err = cl.Complete(ctx, "load", key, r.Token)
 				}
