@@ -33,7 +33,8 @@ type testView struct {
 	m             *cluster.Map
 	alive         map[cluster.NodeID]bool
 	controlLeader cluster.NodeID
-	drain         func(ctx context.Context, id cluster.NodeID) (cluster.DrainStatus, error)
+	controlTerm   uint64
+	drain         func(ctx context.Context, id cluster.NodeID, force bool) (cluster.DrainStatus, error)
 }
 
 var _ api.ClusterView = (*testView)(nil)
@@ -72,14 +73,31 @@ func (v *testView) ControlState() string {
 	return "Follower"
 }
 
-func (v *testView) Drain(ctx context.Context, id cluster.NodeID) (cluster.DrainStatus, error) {
+func (v *testView) ControlTerm() uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.controlTerm
+}
+
+func (v *testView) Drain(ctx context.Context, id cluster.NodeID, force bool) (cluster.DrainStatus, error) {
 	v.mu.Lock()
 	drain := v.drain
 	v.mu.Unlock()
 	if drain == nil {
 		return cluster.DrainStatus{}, fmt.Errorf("%w (leader: %q)", cluster.ErrNotControlLeader, v.ControlLeader())
 	}
-	return drain(ctx, id)
+	return drain(ctx, id, force)
+}
+
+func (v *testView) Ready() bool { return v.Map() != nil }
+
+// CurrentEpoch: the view's map is current on the node it names leader.
+func (v *testView) CurrentEpoch() (uint64, bool) {
+	m := v.Map()
+	if m == nil || v.ControlLeader() != v.self {
+		return 0, false
+	}
+	return m.Epoch, true
 }
 
 // Test cluster geometry: few slots and two shards keep keys easy to place.
@@ -87,6 +105,8 @@ const (
 	testSlots  = 64
 	testShards = 2
 	testEpoch  = 7
+	// testTerm is the control term every test node knows.
+	testTerm = 3
 )
 
 // testNode is one node of a test cluster: a shard host replicating over
@@ -170,7 +190,7 @@ func startCluster(t *testing.T, n int, sets [][]int, tune ...func(*shard.HostCon
 			t.Fatal(err)
 		}
 		node.host = host
-		node.view = &testView{self: node.id, m: tc.m.Clone(), alive: map[cluster.NodeID]bool{}, controlLeader: tc.nodes[0].id}
+		node.view = &testView{self: node.id, m: tc.m.Clone(), alive: map[cluster.NodeID]bool{}, controlLeader: tc.nodes[0].id, controlTerm: testTerm}
 		for _, other := range tc.nodes {
 			node.view.alive[other.id] = true
 		}

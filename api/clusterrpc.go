@@ -34,6 +34,9 @@ func (s *Server) ClusterMap(ctx context.Context, _ *gridpb.ClusterMapRequest) (*
 		NodeId:        string(r.self),
 		ControlLeader: string(cv.ControlLeader()),
 	}
+	if e, ok := cv.CurrentEpoch(); ok {
+		resp.CurrentEpoch = e
+	}
 	for _, id := range slices.Sorted(maps.Keys(m.Nodes)) {
 		n := m.Nodes[id]
 		resp.Nodes = append(resp.Nodes, &gridpb.ClusterNode{
@@ -74,7 +77,10 @@ func (s *Server) standaloneMap() *gridpb.ClusterMapResponse {
 }
 
 // Drain marks a node draining (node_id "" is this node). Only the control
-// group's leader can; any other node forwards the request to it once.
+// group's leader can; any other node forwards the request to it once,
+// force included. Without force, a drain that would leave fewer active
+// nodes than the replica count is refused (FailedPrecondition, saying why
+// and how to force it).
 func (s *Server) Drain(ctx context.Context, req *gridpb.DrainRequest) (*gridpb.DrainResponse, error) {
 	cv := s.opts.Cluster
 	if cv == nil {
@@ -87,12 +93,12 @@ func (s *Server) Drain(ctx context.Context, req *gridpb.DrainRequest) (*gridpb.D
 	if err := id.Validate(); err != nil {
 		return nil, toStatus(fmt.Errorf("%w: %w", errBadNodeID, err))
 	}
-	st, err := cv.Drain(ctx, id)
+	st, err := cv.Drain(ctx, id, req.GetForce())
 	switch {
 	case err == nil:
 		return &gridpb.DrainResponse{NodeId: string(st.Node), State: st.State.String(), ReplicasLeft: uint32(st.ReplicasLeft), Epoch: st.Epoch}, nil
 	case errors.Is(err, cluster.ErrNotControlLeader) && !headerSet(ctx, MetadataForwarded):
-		return s.forwardDrain(ctx, id, err)
+		return s.forwardDrain(ctx, id, req.GetForce(), err)
 	case errors.Is(err, cluster.ErrRejected):
 		if m := cv.Map(); m != nil {
 			if _, known := m.Nodes[id]; !known {
@@ -105,7 +111,7 @@ func (s *Server) Drain(ctx context.Context, req *gridpb.DrainRequest) (*gridpb.D
 
 // forwardDrain sends a drain of node id to the control leader; notLeader
 // is this node's refusal, the answer when the leader cannot be reached.
-func (s *Server) forwardDrain(ctx context.Context, id cluster.NodeID, notLeader error) (*gridpb.DrainResponse, error) {
+func (s *Server) forwardDrain(ctx context.Context, id cluster.NodeID, force bool, notLeader error) (*gridpb.DrainResponse, error) {
 	cv := s.opts.Cluster
 	leader, m := cv.ControlLeader(), cv.Map()
 	if leader == "" || leader == cv.Self() || m == nil || m.Nodes[leader].GRPCAddr == "" {
@@ -116,7 +122,7 @@ func (s *Server) forwardDrain(ctx context.Context, id cluster.NodeID, notLeader 
 	if err != nil {
 		return nil, toStatus(notLeader)
 	}
-	resp, err := c.Drain(forwardedContext(ctx), &gridpb.DrainRequest{NodeId: string(id)})
+	resp, err := c.Drain(forwardedContext(ctx), &gridpb.DrainRequest{NodeId: string(id), Force: force})
 	if err != nil {
 		return nil, toStatus(forwardError(err, to))
 	}
@@ -124,10 +130,17 @@ func (s *Server) forwardDrain(ctx context.Context, id cluster.NodeID, notLeader 
 }
 
 // ShardAdmin changes the Raft configuration of a shard this node leads.
-// A node that does not lead it answers UNAVAILABLE with a Redirect; it is
-// never forwarded (the control leader looks for the shard's leader itself).
+// A valid request fenced by a control term older than the one this node
+// knows is refused with FAILED_PRECONDITION (cluster.ErrStaleFence) before
+// anything is done: its sender no longer leads the control group. So is one
+// without a fence (control term 0): every sender in the tree fences its
+// requests, and an unfenced one cannot be told from a deposed leader's.
+// A node that does not lead the shard answers UNAVAILABLE with a Redirect;
+// it is never forwarded (the control leader looks for the shard's leader
+// itself).
 func (s *Server) ShardAdmin(ctx context.Context, req *gridpb.ShardAdminRequest) (*gridpb.ShardAdminResponse, error) {
-	if s.opts.Cluster == nil {
+	cv := s.opts.Cluster
+	if cv == nil {
 		return nil, toStatus(fmt.Errorf("%w: its shard groups have this node as their only voter", errStandalone))
 	}
 	r, err := s.router(ctx)
@@ -135,6 +148,9 @@ func (s *Server) ShardAdmin(ctx context.Context, req *gridpb.ShardAdminRequest) 
 		return nil, toStatus(err)
 	}
 	if err := validateAdmin(req, r.m.Shards); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := checkFence(req, cv.ControlTerm()); err != nil {
 		return nil, toStatus(err)
 	}
 	r.forward = false
@@ -168,6 +184,21 @@ func (s *Server) ShardAdmin(ctx context.Context, req *gridpb.ShardAdminRequest) 
 		return nil, toStatus(err) // the shard's error names the shard and the change
 	}
 	return &gridpb.ShardAdminResponse{CommitIndex: sh.CommitIndex()}, nil
+}
+
+// checkFence refuses a ShardAdmin request planned under a control term
+// older than known, the latest this node knows, or under none.
+func checkFence(req *gridpb.ShardAdminRequest, known uint64) error {
+	term := req.GetControlTerm()
+	switch {
+	case term == 0:
+		return fmt.Errorf("%w: %s of shard %d carries no control term (this node knows term %d)",
+			cluster.ErrStaleFence, req.GetAction(), req.GetShard(), known)
+	case term < known:
+		return fmt.Errorf("%w: %s of shard %d planned under control term %d (epoch %d); this node knows term %d",
+			cluster.ErrStaleFence, req.GetAction(), req.GetShard(), term, req.GetEpoch(), known)
+	}
+	return nil
 }
 
 // validateAdmin checks a ShardAdmin request against a map of shards shards.
