@@ -253,9 +253,10 @@ func (r *router) isDown(addr string) bool {
 // leader, or that from does not lead it; a map refresh when the Redirect
 // names no other leader, carries a newer epoch or says the node holds no
 // replica of the shard (not a member). A node that refuses to serve at all
-// (starting, removed) is avoided like an unreachable one. It returns the leader to send the operation to next, or
-// "" when the Redirect names none, or names a node that is avoided: the
-// caller then pauses and asks the shard's other replicas.
+// (starting, removed) is avoided like an unreachable one. It returns the
+// leader to send the operation to next, or "" when the Redirect names none,
+// or names a node that is avoided: the caller then pauses and asks the
+// shard's other replicas.
 func (r *router) redirected(from string, rd *gridpb.Redirect) string {
 	leader := namedLeader(from, rd)
 	if refusesAll(rd) {
