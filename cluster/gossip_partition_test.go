@@ -50,6 +50,21 @@ func TestClusterGossipPartitionHeals(t *testing.T) {
 	waitUntil(t, 20*time.Second, "node 1 alone, nodes 2 and 3 together", func() bool {
 		return sees(c, 0, 0) && sees(c, 1, 1, 2) && sees(c, 2, 1, 2)
 	})
+	// Hold the partition until the broadcasts of the deaths have gone out
+	// (memberlist sends each a few times, to the dead too): a heal within
+	// that window heals through them, a longer partition only by rejoining.
+	var marks [3]uint64
+	for i := range marks {
+		marks[i] = c.Node(i).Cluster().GossipDrains()
+	}
+	waitUntil(t, 20*time.Second, "100 more broadcast drains on every node", func() bool {
+		for i := range marks {
+			if c.Node(i).Cluster().GossipDrains() < marks[i]+100 {
+				return false
+			}
+		}
+		return true
+	})
 	c.Heal()
 	waitUntil(t, 20*time.Second, "every node sees every node alive", func() bool {
 		return sees(c, 0, 0, 1, 2) && sees(c, 1, 0, 1, 2) && sees(c, 2, 0, 1, 2)
