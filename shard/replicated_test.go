@@ -29,7 +29,7 @@ type netHosts struct {
 	hosts  []*Host
 	muxes  []*raftlog.Mux
 	faults []*raftlog.Faults
-	clocks []*fakeClock         // each host's own clock
+	clocks []*fakeClock          // each host's own clock
 	tune   func(cfg *HostConfig) // adjusts each host's config; nil: none
 }
 
