@@ -100,7 +100,7 @@ func (s *Shard) ensureCommitted(ctx context.Context, what string) error {
 		return err
 	}
 	timeout := enqueueTimeout(ctx)
-	return s.await(ctx, what+" (in the configuration already: committing it)", func() error {
+	return s.await(ctx, what+" (the latest configuration shows it: waiting for its commit)", func() error {
 		return s.raft.Barrier(timeout).Error()
 	})
 }
