@@ -66,6 +66,12 @@ type ClusterConfig struct {
 	HeartbeatTimeout time.Duration
 	// Faults injects network faults into the Raft traffic (tests only).
 	Faults *raftlog.Faults
+	// GossipFaults injects network faults into the gossip traffic (tests
+	// only).
+	GossipFaults *cluster.GossipFaults
+	// WrapRemote, if set, wraps the cluster.Remote the control leader
+	// reaches the other nodes with (tests only: to watch what it sends).
+	WrapRemote func(cluster.Remote) cluster.Remote
 }
 
 // Node is a running single node: host, gRPC server and HTTP server.
@@ -182,12 +188,16 @@ func (n *Node) open(reg *prometheus.Registry) error {
 		httpAddr = n.httpLis.Addr().String()
 	}
 	peers := NewPeers()
+	var remote cluster.Remote = peers
+	if cc.WrapRemote != nil {
+		remote = cc.WrapRemote(peers)
+	}
 	cn, err := cluster.Start(cluster.Config{
 		ID: cluster.NodeID(hc.NodeID), GRPCAddr: grpcAddr, HTTPAddr: httpAddr,
 		Host: host, Mux: mux, Logs: host.Logs(), SnapshotDir: filepath.Join(hc.DataDir, "snapshots"),
-		GossipListen: cc.GossipListen, GossipAdvertise: cc.GossipAdvertise, Join: cc.Join,
+		GossipListen: cc.GossipListen, GossipAdvertise: cc.GossipAdvertise, Join: cc.Join, GossipFaults: cc.GossipFaults,
 		BootstrapExpect: cc.BootstrapExpect, Replicas: cc.Replicas, GracePeriod: cc.GracePeriod,
-		Gossip: cc.Gossip, HeartbeatTimeout: cc.HeartbeatTimeout, Remote: peers, Logger: cfg.Logger,
+		Gossip: cc.Gossip, HeartbeatTimeout: cc.HeartbeatTimeout, Remote: remote, Logger: cfg.Logger,
 	})
 	if err != nil {
 		peers.Close()
@@ -218,8 +228,8 @@ func (n *Node) RaftAddr() string {
 func (n *Node) Cluster() *cluster.Node { return n.cluster }
 
 // ready reports whether the node serves: standalone, every shard leads;
-// in a cluster, the node holds the map and each of its replicas knows a
-// leader.
+// in a cluster, cluster.Node.Ready: its map is current, it is not removed,
+// and each replica the map gives it is a voter caught up with its leader.
 func (n *Node) ready() bool {
 	if n.cluster != nil {
 		return n.cluster.Ready()
@@ -254,7 +264,13 @@ func (n *Node) httpHandler(reg *prometheus.Registry) http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !n.ready() {
+		if n.cluster != nil {
+			// Cached by the cluster runtime's replica loop: cheap.
+			if ok, why := n.cluster.Readiness(); !ok {
+				http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+				return
+			}
+		} else if !n.ready() {
 			http.Error(w, "not ready: not every shard has a serving leader", http.StatusServiceUnavailable)
 			return
 		}

@@ -143,7 +143,7 @@ func (s *Server) Batch(ctx context.Context, r *gridpb.BatchRequest) (*gridpb.Bat
 		return nil, toStatus(err)
 	}
 	s.metrics.batchOps.Observe(float64(len(ops)))
-	rt, err := s.router(ctx)
+	rt, err := s.opRouter(ctx)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -168,6 +168,7 @@ func (s *Server) Status(ctx context.Context, _ *gridpb.StatusRequest) (*gridpb.S
 				resp.NodeState = info.State.String()
 			}
 		}
+		resp.Ready = cv.Ready()
 		resp.ControlState = cv.ControlState()
 		resp.ShardCount = uint32(set.Shards)
 	}
