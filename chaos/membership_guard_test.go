@@ -1,0 +1,20 @@
+package chaos_test
+
+// waitsFor says which issue 10 defect, fixed in another change, a failing
+// check of TestMembershipRandomized is known to wait for ("" when none):
+// such a failure is logged with the run's state and skips the seed (at
+// once when the step or the settle failed, at the seed's end otherwise),
+// while every other check still fails the test. check is "step",
+// "settle", "groups", "duplicates", "callers" or "history"; st the step
+// it followed. An entry goes when its defect's fix is merged.
+func waitsFor(check string, st step) string {
+	switch {
+	case check == "callers":
+		return "waits for issue 10 defect 6: with its default retry policy (4 sends, about 350 ms of backoff) the routing client gives up during a failover (connection refused)"
+	case check == "settle" && st.Kind == stepKillControlMidMove:
+		return "waits for issue 10 defects 2 and 3: an add interrupted by a control-leader change is never repaired (groups of 2 voters, or a non-voter never promoted, while the map lists 3)"
+	case check == "step" && st.Kind == stepDrainRefused:
+		return "waits for issue 10 defect 9: a drain that leaves fewer than R active nodes is accepted"
+	}
+	return ""
+}
