@@ -249,10 +249,8 @@ func (r *memberRun) check(k int) {
 // configuration (when the leader reports commitment).
 func (r *memberRun) checkGroups() error {
 	m := r.c.Map()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	for s, set := range m.ShardReplicas {
-		g, err := r.c.LeaderGroup(ctx, s)
+		g, err := r.leaderGroup(s)
 		if err != nil {
 			return err
 		}
@@ -270,6 +268,22 @@ func (r *memberRun) checkGroups() error {
 		}
 	}
 	return nil
+}
+
+// leaderGroup is shard s's group as its leader reports it. A leadership
+// may be moving (the planner hands preferred leaderships back): the leader
+// is asked again, for up to 15 s.
+func (r *memberRun) leaderGroup(s int) (gridtest.Group, error) {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		g, err := r.c.LeaderGroup(ctx, s)
+		cancel()
+		if err == nil || time.Now().After(deadline) {
+			return g, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // fail reports a failed check after step k, with what is needed to replay
