@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"slices"
@@ -219,14 +220,9 @@ func (r *memberRun) check(k int) {
 	if err := r.load.checkDuplicates(acked); err != nil {
 		r.fail(k, "duplicates", err)
 	}
-	if fresh := errs[r.errsSeen:]; len(fresh) > 0 {
-		r.errsSeen = len(errs)
-		var b strings.Builder
-		for _, err := range fresh[:min(5, len(fresh))] {
-			fmt.Fprintf(&b, "\n\t%v", err)
-		}
-		r.fail(k, "callers", fmt.Errorf("%d callers of the default routing client saw an error during the step:%s", len(fresh), b.String()))
-	}
+	fresh := errs[r.errsSeen:]
+	r.errsSeen = len(errs)
+	r.checkCallers(k, fresh)
 	if r.illegal {
 		return
 	}
@@ -242,6 +238,33 @@ func (r *memberRun) check(k int) {
 	}
 	r.logf("checked after step %d: replicas per node %v; %d Completes acknowledged, all DUPLICATE; history of %d operations (%d unknown) linearizable",
 		k+1, replicaCounts(r.c.Map()), len(acked), st.Ops, st.Unknown)
+}
+
+// checkCallers reports the errors callers of the default routing client
+// saw during step k: the client gave up (unavailable, or the call's
+// deadline passed), check "unavailable"; anything else, check "callers".
+func (r *memberRun) checkCallers(k int, errs []error) {
+	var gaveUp, other []error
+	for _, err := range errs {
+		if errors.Is(err, client.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+			gaveUp = append(gaveUp, err)
+		} else {
+			other = append(other, err)
+		}
+	}
+	list := func(errs []error) string {
+		var b strings.Builder
+		for _, err := range errs[:min(5, len(errs))] {
+			fmt.Fprintf(&b, "\n\t%v", err)
+		}
+		return b.String()
+	}
+	if len(gaveUp) > 0 {
+		r.fail(k, "unavailable", fmt.Errorf("%d calls of the default routing client gave up during the step:%s", len(gaveUp), list(gaveUp)))
+	}
+	if len(other) > 0 {
+		r.fail(k, "callers", fmt.Errorf("%d calls of the default routing client failed during the step:%s", len(other), list(other)))
+	}
 }
 
 // checkGroups checks that each shard's group, as its leader reports it,
