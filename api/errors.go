@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -34,7 +35,7 @@ func code(err error) codes.Code {
 		return codes.InvalidArgument
 	case errors.Is(err, errUnknownNode):
 		return codes.NotFound
-	case errors.Is(err, errStandalone), errors.Is(err, cluster.ErrRejected):
+	case errors.Is(err, errStandalone), errors.Is(err, cluster.ErrRejected), errors.Is(err, cluster.ErrStaleFence):
 		return codes.FailedPrecondition
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
@@ -42,7 +43,7 @@ func code(err error) codes.Code {
 		return codes.Canceled
 	case errors.Is(err, shard.ErrNotLeader), errors.Is(err, shard.ErrClosed),
 		errors.Is(err, shard.ErrOutcomeUnknown), errors.Is(err, errNotHosted),
-		errors.Is(err, errNotBootstrapped), errors.Is(err, errForwardUnknown),
+		errors.Is(err, errStarting), errors.Is(err, errRemoved), errors.Is(err, errForwardUnknown),
 		errors.Is(err, cluster.ErrNotControlLeader), errors.Is(err, cluster.ErrNotShardLeader):
 		return codes.Unavailable
 	}
@@ -68,7 +69,35 @@ func toStatus(err error) error {
 	if st, ok := status.FromError(err); ok {
 		return st.Err()
 	}
+	if errors.Is(err, cluster.ErrStaleFence) {
+		info := &errdetails.ErrorInfo{Reason: reasonStaleFence, Domain: errorDomain}
+		if st, derr := status.New(code(err), err.Error()).WithDetails(info); derr == nil {
+			return st.Err()
+		}
+	}
 	return status.Error(code(err), err.Error())
+}
+
+// The ErrorInfo that marks a refusal for a stale fence, so that the
+// sender's Peers gets cluster.ErrStaleFence back (fromStatus).
+const (
+	errorDomain      = "grid.l4xg"
+	reasonStaleFence = "STALE_FENCE"
+)
+
+// fromStatus returns the sentinel a peer's status error stands for, or nil:
+// cluster.ErrStaleFence for a refused stale fence.
+func fromStatus(err error) error {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.FailedPrecondition {
+		return nil
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errorDomain && info.GetReason() == reasonStaleFence {
+			return cluster.ErrStaleFence
+		}
+	}
+	return nil
 }
 
 // errResult is the failure of one operation of a batch.
@@ -98,14 +127,19 @@ func redirectOf(err error) *gridpb.Redirect {
 }
 
 // redirectError is the refusal of an operation this node cannot serve
-// (cause is errNotHosted or shard.ErrNotLeader): nothing was applied, and
-// to says where to send it.
+// (cause is errNotHosted, shard.ErrNotLeader, errStarting or errRemoved):
+// nothing was applied, and to says where to send it, or why this node
+// serves nothing (to.Reason).
 type redirectError struct {
 	to    *gridpb.Redirect
 	cause error
 }
 
 func (e *redirectError) Error() string {
+	switch e.to.Reason {
+	case gridpb.ReasonStarting, gridpb.ReasonRemoved:
+		return e.cause.Error() // about the node, not a shard
+	}
 	if e.to.LeaderId == "" {
 		return fmt.Sprintf("shard %d has no known leader: %v", e.to.Shard, e.cause)
 	}
@@ -125,9 +159,13 @@ var (
 	// errNotHosted: this node holds no replica of the operation's shard.
 	// Nothing was applied.
 	errNotHosted = errors.New("api: shard not hosted on this node")
-	// errNotBootstrapped: a cluster node has no map yet, so it cannot
-	// route anything.
-	errNotBootstrapped = errors.New("api: cluster not bootstrapped yet")
+	// errStarting: a cluster node has no map yet (it is starting, or
+	// restarting and has not caught up with the cluster), so it can
+	// neither serve nor forward. Nothing was applied.
+	errStarting = errors.New("api: node is starting and has no cluster map yet; nothing was applied, another node can serve")
+	// errRemoved: the cluster map says this node was removed: it serves
+	// nothing. Nothing was applied.
+	errRemoved = errors.New("api: node was removed from the cluster and serves nothing; nothing was applied, another node can serve")
 	// errForwardUnknown: a forwarded call failed on its way (transport
 	// error, the peer gone): the peer may have applied it.
 	errForwardUnknown = errors.New("api: forwarded call failed, outcome unknown")

@@ -66,6 +66,12 @@ type ClusterConfig struct {
 	HeartbeatTimeout time.Duration
 	// Faults injects network faults into the Raft traffic (tests only).
 	Faults *raftlog.Faults
+	// GossipFaults injects network faults into the gossip traffic (tests
+	// only).
+	GossipFaults *cluster.GossipFaults
+	// WrapRemote, if set, wraps the cluster.Remote the control leader
+	// reaches the other nodes with (tests only: to watch what it sends).
+	WrapRemote func(cluster.Remote) cluster.Remote
 }
 
 // Node is a running single node: host, gRPC server and HTTP server.
@@ -144,7 +150,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 // the cluster gossips the client address.
 func (n *Node) open(reg *prometheus.Registry) error {
 	cfg := n.cfg
-	opts := Options{Version: cfg.Version, Registry: reg}
+	opts := Options{Version: cfg.Version, Registry: reg, Ready: n.ready}
 	if cfg.Cluster == nil {
 		host, err := shard.OpenHost(cfg.Host)
 		if err != nil {
@@ -182,12 +188,16 @@ func (n *Node) open(reg *prometheus.Registry) error {
 		httpAddr = n.httpLis.Addr().String()
 	}
 	peers := NewPeers()
+	var remote cluster.Remote = peers
+	if cc.WrapRemote != nil {
+		remote = cc.WrapRemote(peers)
+	}
 	cn, err := cluster.Start(cluster.Config{
 		ID: cluster.NodeID(hc.NodeID), GRPCAddr: grpcAddr, HTTPAddr: httpAddr,
 		Host: host, Mux: mux, Logs: host.Logs(), SnapshotDir: filepath.Join(hc.DataDir, "snapshots"),
-		GossipListen: cc.GossipListen, GossipAdvertise: cc.GossipAdvertise, Join: cc.Join,
+		GossipListen: cc.GossipListen, GossipAdvertise: cc.GossipAdvertise, Join: cc.Join, GossipFaults: cc.GossipFaults,
 		BootstrapExpect: cc.BootstrapExpect, Replicas: cc.Replicas, GracePeriod: cc.GracePeriod,
-		Gossip: cc.Gossip, HeartbeatTimeout: cc.HeartbeatTimeout, Remote: peers, Logger: cfg.Logger,
+		Gossip: cc.Gossip, HeartbeatTimeout: cc.HeartbeatTimeout, Remote: remote, Logger: cfg.Logger,
 	})
 	if err != nil {
 		peers.Close()

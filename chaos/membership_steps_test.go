@@ -216,15 +216,21 @@ func (r *memberRun) elsewhere(l led) bool {
 // unknown outcome go on, then waits until holdOps more history operations
 // have ended (up to holdMax).
 func (r *memberRun) holdUnder(l led) {
+	r.holdUntil(func() bool { return r.elsewhere(l) },
+		fmt.Sprintf("others lead what %s led (shards %v, control %v)", r.c.ID(l.node), l.shards, l.control))
+}
+
+// holdUntil is holdUnder with the condition cond, described by what.
+func (r *memberRun) holdUntil(cond func() bool, what string) {
 	start := time.Now()
 	deadline := start.Add(15 * time.Second)
-	for !r.elsewhere(l) && time.Now().Before(deadline) {
+	for !cond() && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if r.elsewhere(l) {
-		r.logf("others lead what %s led (shards %v, control %v) after %v", r.c.ID(l.node), l.shards, l.control, time.Since(start).Round(time.Millisecond))
+	if cond() {
+		r.logf("%s after %v", what, time.Since(start).Round(time.Millisecond))
 	} else {
-		r.logf("others do not lead all %s led (shards %v, control %v) after %v", r.c.ID(l.node), l.shards, l.control, time.Since(start).Round(time.Millisecond))
+		r.logf("not yet after %v: %s", time.Since(start).Round(time.Millisecond), what)
 	}
 	r.hist.g.raise()
 	from := r.hist.done.Load()
@@ -246,23 +252,24 @@ func (r *memberRun) kill(i int) error {
 	return nil
 }
 
-// netFaults cuts and heals one kind of traffic between the nodes.
-type netFaults interface {
-	Partition(groups ...[]int)
-	Heal()
-}
+// netFaults cuts one kind of traffic between the nodes, which Heal
+// restores.
+type netFaults func(groups ...[]int)
 
-// netFaults returns what cuts traffic k, and a note when it cuts less than
-// k. The harness partitions Raft only for now: gossip cuts are Raft cuts.
-func (r *memberRun) netFaults(k netKind) (netFaults, string) {
-	if k == netRaft {
-		return r.c, ""
+// netFaults returns what cuts traffic k.
+func (r *memberRun) netFaults(k netKind) netFaults {
+	switch k {
+	case netRaft:
+		return r.c.PartitionRaft
+	case netGossip:
+		return r.c.PartitionGossip
+	default:
+		return r.c.Partition
 	}
-	return r.c, "gossip is not cut: the harness partitions Raft only"
 }
 
 func (r *memberRun) isolate(i int, k netKind) error {
-	nf, note := r.netFaults(k)
+	partition := r.netFaults(k)
 	var rest []int
 	for j := range r.c.Addrs() {
 		if j != i {
@@ -270,12 +277,28 @@ func (r *memberRun) isolate(i int, k netKind) error {
 		}
 	}
 	l := r.ledBy(i)
-	r.logf("cutting %s off (%v; leads shards %v, control %v) %s", r.c.ID(i), k, l.shards, l.control, note)
-	nf.Partition(rest)
-	r.holdUnder(l)
-	nf.Heal()
+	r.logf("cutting %s off (%v; leads shards %v, control %v)", r.c.ID(i), k, l.shards, l.control)
+	partition(rest)
+	if k == netGossip { // Raft goes on: the others see the node fail
+		id := cluster.NodeID(r.c.ID(i))
+		r.holdUntil(func() bool { return r.nobodySees(id) }, fmt.Sprintf("no other node sees %s alive", id))
+	} else {
+		r.holdUnder(l)
+	}
+	r.c.Heal()
 	r.logf("healed")
 	return nil
+}
+
+// nobodySees reports whether no running node but id sees id alive by
+// gossip.
+func (r *memberRun) nobodySees(id cluster.NodeID) bool {
+	for j := range r.c.Addrs() {
+		if n := r.c.Node(j); n != nil && cluster.NodeID(r.c.ID(j)) != id && n.Cluster().Alive()[id] {
+			return false
+		}
+	}
+	return true
 }
 
 // killControlMidMove starts st.Move, waits (up to 30 s) until a shard's
