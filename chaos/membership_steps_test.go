@@ -331,6 +331,21 @@ func (r *memberRun) killControlMidMove(st step) error {
 	} else {
 		r.logf("no move seen within 30 s: killing the control leader %s anyway", r.c.ID(ctl))
 	}
+	if st.Move == stepDrain && ctl == st.Node {
+		// The draining node leads the control group. Killed, it may be
+		// removed before it is back, and a removed node never serves:
+		// it is started without waiting for it, then stopped once the
+		// map says it is removed.
+		l := r.ledBy(ctl)
+		r.logf("killing %s (leads shards %v, control %v), which is draining", r.c.ID(ctl), l.shards, l.control)
+		r.c.Kill(ctl)
+		r.holdUnder(l)
+		if err := r.c.Launch(ctl); err != nil {
+			return err
+		}
+		r.logf("%s started again", r.c.ID(ctl))
+		return r.finishDrain(st.Node)
+	}
 	if err := r.kill(ctl); err != nil {
 		return err
 	}
