@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/l4xg/grid/client"
+	"github.com/l4xg/grid/keyspace"
+)
+
+// failoverLoad is client load on a cluster: on every shard, workers
+// reserve and complete fresh keys of that shard, one at a time. It keeps
+// the keys whose Complete was acknowledged and, once the fault is marked,
+// each shard's time from the fault to its first acknowledged write among
+// those sent after the fault.
+type failoverLoad struct {
+	c             *client.Client
+	ns            string
+	slots, shards int
+
+	faultAt  atomic.Int64   // UnixNano of the fault; 0 before
+	firstAck []atomic.Int64 // by shard: ns from the fault to its first acknowledged write sent after it; 0 none yet
+	lastErr  []atomic.Value // by shard: string, the last failed write sent after the fault
+	failed   atomic.Int64   // calls that failed (unavailable, outcome unknown)
+
+	mu    sync.Mutex
+	acked []ackedKey
+}
+
+type ackedKey struct {
+	key        string
+	shard      int
+	afterFault bool // its Complete was sent after the fault
+}
+
+func newFailoverLoad(c *client.Client, m client.ClusterMap) *failoverLoad {
+	return &failoverLoad{c: c, ns: fmt.Sprintf("failover-%d", time.Now().UnixNano()),
+		slots: m.Slots, shards: m.ShardCount,
+		firstAck: make([]atomic.Int64, m.ShardCount), lastErr: make([]atomic.Value, m.ShardCount)}
+}
+
+func (l *failoverLoad) shardOf(key string) int {
+	slot := keyspace.RecordDigest(l.ns, []byte(key), nil).Slot(uint32(l.slots))
+	return int(uint64(slot) * uint64(l.shards) / uint64(l.slots))
+}
+
+// run starts perShard workers on every shard; they stop when ctx ends and
+// wg is done.
+func (l *failoverLoad) run(ctx context.Context, wg *sync.WaitGroup, perShard int) {
+	for s := range l.shards {
+		for w := range perShard {
+			wg.Go(func() {
+				for i := 0; ctx.Err() == nil; i++ {
+					if key := fmt.Sprintf("s%d-w%d-%d", s, w, i); l.shardOf(key) == s {
+						l.write(ctx, key, s)
+					}
+				}
+			})
+		}
+	}
+}
+
+// markFault starts the clock of the fault.
+func (l *failoverLoad) markFault() { l.faultAt.Store(time.Now().UnixNano()) }
+
+// write reserves and completes key of shard, noting what was acknowledged.
+func (l *failoverLoad) write(ctx context.Context, key string, shard int) {
+	opCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	sent := time.Now()
+	r, err := l.c.Reserve(opCtx, l.ns, key, client.WithLease(time.Minute))
+	if err != nil || r.Outcome != client.OutcomeAcquired {
+		// Unavailable during the failover, or BUSY after a resend that
+		// may have been granted: the key is left alone.
+		l.failure(shard, sent, fmt.Sprintf("reserve %s: outcome %v, error %v", key, r.Outcome, err))
+		return
+	}
+	l.acknowledged(shard, sent)
+	sent = time.Now()
+	if _, err := l.c.Complete(opCtx, l.ns, key, r.Token, client.WithResult([]byte(key))); err != nil {
+		l.failure(shard, sent, fmt.Sprintf("complete %s: %v", key, err))
+		return
+	}
+	after := l.acknowledged(shard, sent)
+	l.mu.Lock()
+	l.acked = append(l.acked, ackedKey{key: key, shard: shard, afterFault: after})
+	l.mu.Unlock()
+}
+
+func (l *failoverLoad) failure(shard int, sent time.Time, what string) {
+	l.failed.Add(1)
+	if f := l.faultAt.Load(); f != 0 && sent.UnixNano() >= f {
+		l.lastErr[shard].Store(what)
+	}
+}
+
+// acknowledged notes an acknowledged write to shard sent at sent; it
+// reports whether it was sent after the fault.
+func (l *failoverLoad) acknowledged(shard int, sent time.Time) bool {
+	fault := l.faultAt.Load()
+	if fault == 0 || sent.UnixNano() < fault {
+		return false
+	}
+	took := time.Now().UnixNano() - fault
+	first := &l.firstAck[shard]
+	for {
+		old := first.Load()
+		if old != 0 && old <= took || first.CompareAndSwap(old, took) {
+			return true
+		}
+	}
+}
+
+// recovered is the time from the fault until every shard had acknowledged
+// a write sent after it; false while one has not.
+func (l *failoverLoad) recovered() (time.Duration, bool) {
+	var worst int64
+	for s := range l.firstAck {
+		took := l.firstAck[s].Load()
+		if took == 0 {
+			return 0, false
+		}
+		worst = max(worst, took)
+	}
+	return time.Duration(worst), true
+}
+
+// waiting says which shards have acknowledged no write since the fault,
+// and the last error of each.
+func (l *failoverLoad) waiting() string {
+	out := ""
+	for s := range l.firstAck {
+		if l.firstAck[s].Load() == 0 {
+			out += fmt.Sprintf("shard %d (last error: %v); ", s, l.lastErr[s].Load())
+		}
+	}
+	return out
+}
+
+// completedOn counts the acknowledged Completes of each shard.
+func (l *failoverLoad) completedOn() []int {
+	n := make([]int, l.shards)
+	for _, k := range l.ackedKeys() {
+		n[k.shard]++
+	}
+	return n
+}
+
+func (l *failoverLoad) ackedKeys() []ackedKey {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.acked)
+}
