@@ -105,9 +105,9 @@ func runFault(tb testing.TB, pc *procCluster, c *client.Client, f fault, target 
 		return run.node >= 0
 	})
 	run.led = pc.ledBy(ctx, run.node)
-	l.markFault()
 	start := time.Now()
 	f.do(pc, run.node)
+	l.markFault(start)
 	undone := false
 	undo := func() {
 		if !undone {
@@ -122,7 +122,7 @@ func runFault(tb testing.TB, pc *procCluster, c *client.Client, f fault, target 
 		undo()
 	}
 	waitFor(tb, 30*time.Second, fmt.Sprintf("a write acknowledged by every shard after %s of node-%d", f.name, run.node+1),
-		recovered, l.waiting)
+		recovered, l.progress)
 	run.took, _ = l.recovered()
 	if !undone {
 		run.undone = time.Since(start)
@@ -130,7 +130,7 @@ func runFault(tb testing.TB, pc *procCluster, c *client.Client, f fault, target 
 	// More load after the failover, so that keys completed after the
 	// fault, in every shard, are checked too.
 	before := len(l.ackedKeys())
-	waitFor(tb, 30*time.Second, "completed keys after the failover", func() bool { return len(l.ackedKeys()) >= before+50 })
+	waitFor(tb, 30*time.Second, "completed keys after the failover", func() bool { return len(l.ackedKeys()) >= before+50 }, l.progress)
 	undo()
 	stopLoad()
 	wg.Wait()

@@ -22,7 +22,8 @@ type failoverLoad struct {
 	ns            string
 	slots, shards int
 
-	faultAt  atomic.Int64   // UnixNano of the fault; 0 before
+	faultAt  atomic.Int64   // UnixNano of the start of the fault; 0 before
+	inEffect atomic.Int64   // UnixNano when the fault was in effect: writes sent from then on are after it
 	firstAck []atomic.Int64 // by shard: ns from the fault to its first acknowledged write sent after it; 0 none yet
 	lastErr  []atomic.Value // by shard: string, the last failed write sent after the fault
 	failed   atomic.Int64   // calls that failed (unavailable, outcome unknown)
@@ -64,8 +65,13 @@ func (l *failoverLoad) run(ctx context.Context, wg *sync.WaitGroup, perShard int
 	}
 }
 
-// markFault starts the clock of the fault.
-func (l *failoverLoad) markFault() { l.faultAt.Store(time.Now().UnixNano()) }
+// markFault notes a fault started at start and in effect now: only
+// writes sent from now on count as sent after it, and times are measured
+// from start.
+func (l *failoverLoad) markFault(start time.Time) {
+	l.faultAt.Store(start.UnixNano())
+	l.inEffect.Store(time.Now().UnixNano())
+}
 
 // write reserves and completes key of shard, noting what was acknowledged.
 func (l *failoverLoad) write(ctx context.Context, key string, shard int) {
@@ -93,7 +99,7 @@ func (l *failoverLoad) write(ctx context.Context, key string, shard int) {
 
 func (l *failoverLoad) failure(shard int, sent time.Time, what string) {
 	l.failed.Add(1)
-	if f := l.faultAt.Load(); f != 0 && sent.UnixNano() >= f {
+	if f := l.inEffect.Load(); f != 0 && sent.UnixNano() >= f {
 		l.lastErr[shard].Store(what)
 	}
 }
@@ -101,11 +107,10 @@ func (l *failoverLoad) failure(shard int, sent time.Time, what string) {
 // acknowledged notes an acknowledged write to shard sent at sent; it
 // reports whether it was sent after the fault.
 func (l *failoverLoad) acknowledged(shard int, sent time.Time) bool {
-	fault := l.faultAt.Load()
-	if fault == 0 || sent.UnixNano() < fault {
+	if f := l.inEffect.Load(); f == 0 || sent.UnixNano() < f {
 		return false
 	}
-	took := time.Now().UnixNano() - fault
+	took := time.Now().UnixNano() - l.faultAt.Load()
 	first := &l.firstAck[shard]
 	for {
 		old := first.Load()
@@ -129,14 +134,14 @@ func (l *failoverLoad) recovered() (time.Duration, bool) {
 	return time.Duration(worst), true
 }
 
-// waiting says which shards have acknowledged no write since the fault,
-// and the last error of each.
-func (l *failoverLoad) waiting() string {
+// progress says, for each shard, whether it has acknowledged a write
+// since the fault, its completed keys and its last error since the fault.
+func (l *failoverLoad) progress() string {
 	out := ""
+	done := l.completedOn()
 	for s := range l.firstAck {
-		if l.firstAck[s].Load() == 0 {
-			out += fmt.Sprintf("shard %d (last error: %v); ", s, l.lastErr[s].Load())
-		}
+		out += fmt.Sprintf("shard %d: writable again %v, %d keys completed, last error %v; ",
+			s, l.firstAck[s].Load() != 0, done[s], l.lastErr[s].Load())
 	}
 	return out
 }

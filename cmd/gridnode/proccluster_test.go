@@ -117,8 +117,19 @@ func (pc *procCluster) restart(i int) {
 	pc.waitReady(i)
 }
 
-// pause freezes node i's process with SIGSTOP.
-func (pc *procCluster) pause(i int) { pc.signal(i, syscall.SIGSTOP) }
+// pause freezes node i's process with SIGSTOP, and returns once the
+// kernel reports it stopped.
+func (pc *procCluster) pause(i int) {
+	pc.tb.Helper()
+	pc.signal(i, syscall.SIGSTOP)
+	stat := fmt.Sprintf("/proc/%d/stat", pc.nodes[i].p.cmd.Process.Pid)
+	waitFor(pc.tb, 5*time.Second, pc.nodes[i].id+" stopped", func() bool {
+		b, err := os.ReadFile(stat)
+		// The state follows the command name, which is in parentheses.
+		end := strings.LastIndex(string(b), ") ")
+		return err == nil && end >= 0 && strings.HasPrefix(string(b[end+2:]), "T")
+	})
+}
 
 // resume lets node i's process run again with SIGCONT.
 func (pc *procCluster) resume(i int) { pc.signal(i, syscall.SIGCONT) }
