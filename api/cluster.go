@@ -23,6 +23,13 @@ type ClusterView interface {
 	ControlState() string
 	// Drain marks node id draining (the planner then moves its replicas
 	// away and removes it). Only the control leader can; elsewhere it
-	// fails with cluster.ErrNotControlLeader.
-	Drain(ctx context.Context, id cluster.NodeID) (cluster.DrainStatus, error)
+	// fails with cluster.ErrNotControlLeader. Unless force, it refuses a
+	// drain that would leave fewer active nodes than the replica count
+	// (cluster.ErrUnderReplicated).
+	Drain(ctx context.Context, id cluster.NodeID, force bool) (cluster.DrainStatus, error)
+	// Ready reports whether the node serves (cluster.Node.Ready).
+	Ready() bool
+	// CurrentEpoch is the current map's epoch, known only to the control
+	// leader once caught up (ok false elsewhere).
+	CurrentEpoch() (uint64, bool)
 }

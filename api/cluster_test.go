@@ -33,7 +33,7 @@ type testView struct {
 	m             *cluster.Map
 	alive         map[cluster.NodeID]bool
 	controlLeader cluster.NodeID
-	drain         func(ctx context.Context, id cluster.NodeID) (cluster.DrainStatus, error)
+	drain         func(ctx context.Context, id cluster.NodeID, force bool) (cluster.DrainStatus, error)
 }
 
 var _ api.ClusterView = (*testView)(nil)
@@ -72,14 +72,25 @@ func (v *testView) ControlState() string {
 	return "Follower"
 }
 
-func (v *testView) Drain(ctx context.Context, id cluster.NodeID) (cluster.DrainStatus, error) {
+func (v *testView) Drain(ctx context.Context, id cluster.NodeID, force bool) (cluster.DrainStatus, error) {
 	v.mu.Lock()
 	drain := v.drain
 	v.mu.Unlock()
 	if drain == nil {
 		return cluster.DrainStatus{}, fmt.Errorf("%w (leader: %q)", cluster.ErrNotControlLeader, v.ControlLeader())
 	}
-	return drain(ctx, id)
+	return drain(ctx, id, force)
+}
+
+func (v *testView) Ready() bool { return v.Map() != nil }
+
+// CurrentEpoch: the view's map is current on the node it names leader.
+func (v *testView) CurrentEpoch() (uint64, bool) {
+	m := v.Map()
+	if m == nil || v.ControlLeader() != v.self {
+		return 0, false
+	}
+	return m.Epoch, true
 }
 
 // Test cluster geometry: few slots and two shards keep keys easy to place.

@@ -34,6 +34,9 @@ func (s *Server) ClusterMap(ctx context.Context, _ *gridpb.ClusterMapRequest) (*
 		NodeId:        string(r.self),
 		ControlLeader: string(cv.ControlLeader()),
 	}
+	if e, ok := cv.CurrentEpoch(); ok {
+		resp.CurrentEpoch = e
+	}
 	for _, id := range slices.Sorted(maps.Keys(m.Nodes)) {
 		n := m.Nodes[id]
 		resp.Nodes = append(resp.Nodes, &gridpb.ClusterNode{
@@ -74,7 +77,10 @@ func (s *Server) standaloneMap() *gridpb.ClusterMapResponse {
 }
 
 // Drain marks a node draining (node_id "" is this node). Only the control
-// group's leader can; any other node forwards the request to it once.
+// group's leader can; any other node forwards the request to it once,
+// force included. Without force, a drain that would leave fewer active
+// nodes than the replica count is refused (FailedPrecondition, saying why
+// and how to force it).
 func (s *Server) Drain(ctx context.Context, req *gridpb.DrainRequest) (*gridpb.DrainResponse, error) {
 	cv := s.opts.Cluster
 	if cv == nil {
@@ -87,12 +93,12 @@ func (s *Server) Drain(ctx context.Context, req *gridpb.DrainRequest) (*gridpb.D
 	if err := id.Validate(); err != nil {
 		return nil, toStatus(fmt.Errorf("%w: %w", errBadNodeID, err))
 	}
-	st, err := cv.Drain(ctx, id)
+	st, err := cv.Drain(ctx, id, req.GetForce())
 	switch {
 	case err == nil:
 		return &gridpb.DrainResponse{NodeId: string(st.Node), State: st.State.String(), ReplicasLeft: uint32(st.ReplicasLeft), Epoch: st.Epoch}, nil
 	case errors.Is(err, cluster.ErrNotControlLeader) && !headerSet(ctx, MetadataForwarded):
-		return s.forwardDrain(ctx, id, err)
+		return s.forwardDrain(ctx, id, req.GetForce(), err)
 	case errors.Is(err, cluster.ErrRejected):
 		if m := cv.Map(); m != nil {
 			if _, known := m.Nodes[id]; !known {
@@ -105,7 +111,7 @@ func (s *Server) Drain(ctx context.Context, req *gridpb.DrainRequest) (*gridpb.D
 
 // forwardDrain sends a drain of node id to the control leader; notLeader
 // is this node's refusal, the answer when the leader cannot be reached.
-func (s *Server) forwardDrain(ctx context.Context, id cluster.NodeID, notLeader error) (*gridpb.DrainResponse, error) {
+func (s *Server) forwardDrain(ctx context.Context, id cluster.NodeID, force bool, notLeader error) (*gridpb.DrainResponse, error) {
 	cv := s.opts.Cluster
 	leader, m := cv.ControlLeader(), cv.Map()
 	if leader == "" || leader == cv.Self() || m == nil || m.Nodes[leader].GRPCAddr == "" {
@@ -116,7 +122,7 @@ func (s *Server) forwardDrain(ctx context.Context, id cluster.NodeID, notLeader 
 	if err != nil {
 		return nil, toStatus(notLeader)
 	}
-	resp, err := c.Drain(forwardedContext(ctx), &gridpb.DrainRequest{NodeId: string(id)})
+	resp, err := c.Drain(forwardedContext(ctx), &gridpb.DrainRequest{NodeId: string(id), Force: force})
 	if err != nil {
 		return nil, toStatus(forwardError(err, to))
 	}

@@ -96,11 +96,14 @@ func TestDrainForwardedToControlLeader(t *testing.T) {
 	var mu sync.Mutex
 	var drained []cluster.NodeID
 	leader := &testView{self: "b", m: m.Clone(), controlLeader: "b",
-		drain: func(_ context.Context, id cluster.NodeID) (cluster.DrainStatus, error) {
+		drain: func(_ context.Context, id cluster.NodeID, force bool) (cluster.DrainStatus, error) {
 			if _, ok := m.Nodes[id]; !ok {
 				return cluster.DrainStatus{}, fmt.Errorf("%w: no node %q in the map", cluster.ErrRejected, id)
 			}
 			mu.Lock()
+			if force {
+				id += "!" // forced: the forward carried force
+			}
 			drained = append(drained, id)
 			mu.Unlock()
 			return cluster.DrainStatus{Node: id, State: cluster.NodeDraining, ReplicasLeft: 1, Epoch: 4}, nil
@@ -113,12 +116,12 @@ func TestDrainForwardedToControlLeader(t *testing.T) {
 	if err != nil || resp.NodeId != "a" || resp.State != "draining" || resp.ReplicasLeft != 1 || resp.Epoch != 4 {
 		t.Fatalf("drain of self through a follower: %v %v", resp, err)
 	}
-	if resp, err := a.Drain(ctx(t), &gridpb.DrainRequest{NodeId: "b"}); err != nil || resp.NodeId != "b" {
-		t.Fatalf("drain of b through a follower: %v %v", resp, err)
+	if resp, err := a.Drain(ctx(t), &gridpb.DrainRequest{NodeId: "b", Force: true}); err != nil || resp.NodeId != "b!" {
+		t.Fatalf("forced drain of b through a follower: %v %v", resp, err)
 	}
 	mu.Lock()
-	if fmt.Sprint(drained) != "[a b]" {
-		t.Errorf("the control leader drained %v, want [a b]", drained)
+	if fmt.Sprint(drained) != "[a b!]" {
+		t.Errorf("the control leader drained %v, want [a b!] (b forced)", drained)
 	}
 	mu.Unlock()
 

@@ -218,8 +218,8 @@ func (n *Node) RaftAddr() string {
 func (n *Node) Cluster() *cluster.Node { return n.cluster }
 
 // ready reports whether the node serves: standalone, every shard leads;
-// in a cluster, the node holds the map and each of its replicas knows a
-// leader.
+// in a cluster, cluster.Node.Ready: its map is current, it is not removed,
+// and each replica the map gives it is a voter caught up with its leader.
 func (n *Node) ready() bool {
 	if n.cluster != nil {
 		return n.cluster.Ready()
@@ -254,7 +254,13 @@ func (n *Node) httpHandler(reg *prometheus.Registry) http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !n.ready() {
+		if n.cluster != nil {
+			// Cached by the cluster runtime's replica loop: cheap.
+			if ok, why := n.cluster.Readiness(); !ok {
+				http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+				return
+			}
+		} else if !n.ready() {
 			http.Error(w, "not ready: not every shard has a serving leader", http.StatusServiceUnavailable)
 			return
 		}

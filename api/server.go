@@ -160,7 +160,11 @@ func (s *Server) Status(ctx context.Context, _ *gridpb.StatusRequest) (*gridpb.S
 	if cv := s.opts.Cluster; cv != nil {
 		if m := cv.Map(); m != nil {
 			resp.MapEpoch = m.Epoch
+			if info, ok := m.Nodes[cv.Self()]; ok {
+				resp.NodeState = info.State.String()
+			}
 		}
+		resp.Ready = cv.Ready()
 		resp.ControlState = cv.ControlState()
 		resp.ShardCount = uint32(set.Shards)
 	}

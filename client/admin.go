@@ -26,15 +26,30 @@ type DrainStatus struct {
 // state is removed. A standalone node refuses it (gRPC FailedPrecondition),
 // as the cluster does a node it does not know (NotFound); both are
 // returned as they came, readable with status.Code.
-func (c *Client) Drain(ctx context.Context, nodeID string) (DrainStatus, error) {
+func (c *Client) Drain(ctx context.Context, nodeID string, opts ...DrainOption) (DrainStatus, error) {
+	req := &gridpb.DrainRequest{NodeId: nodeID}
+	for _, o := range opts {
+		o(req)
+	}
 	var resp *gridpb.DrainResponse
 	_, err := c.retry(ctx, func(ctx context.Context) error {
 		var err error
-		resp, err = c.seed.rpc.Drain(ctx, &gridpb.DrainRequest{NodeId: nodeID})
+		resp, err = c.seed.rpc.Drain(ctx, req)
 		return err
 	})
 	if err != nil {
 		return DrainStatus{}, err
 	}
 	return DrainStatus{NodeID: resp.GetNodeId(), State: resp.GetState(), ReplicasLeft: int(resp.GetReplicasLeft()), Epoch: resp.GetEpoch()}, nil
+}
+
+// DrainOption tunes a Drain request.
+type DrainOption func(*gridpb.DrainRequest)
+
+// DrainForce drains the node even when the remaining active nodes are
+// fewer than the cluster's replica count: without it the cluster refuses
+// such a drain (FailedPrecondition), since every shard the node holds
+// would then run with fewer replicas.
+func DrainForce() DrainOption {
+	return func(r *gridpb.DrainRequest) { r.Force = true }
 }

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +34,11 @@ func TestDrain(t *testing.T) {
 	}
 	third, first := dial(cl.Addrs()[2]), dial(cl.Addrs()[0])
 
-	st, err := third.Drain(ctx, "")
+	// 3 nodes, 3 replicas: draining one would under-replicate every shard.
+	if _, err := third.Drain(ctx, ""); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "force") {
+		t.Fatalf("unforced drain of one of 3 nodes with 3 replicas: %v, want FailedPrecondition saying how to force", err)
+	}
+	st, err := third.Drain(ctx, "", client.DrainForce())
 	if err != nil || st.NodeID != "node-3" || st.State != "draining" && st.State != "removed" || st.Epoch == 0 {
 		t.Fatalf("drain of the dialled node: %+v %v", st, err)
 	}

@@ -67,13 +67,20 @@ func (s *NodeState) UnmarshalText(b []byte) error {
 	return fmt.Errorf("%w: node state %q", ErrInvalidMap, b)
 }
 
-// NodeInfo is what the map records about a node: its addresses and state.
+// NodeInfo is what the map records about a node: its addresses, its state
+// and the incarnation of its data directory.
+//
+// Incarnation is the random id a node's data directory took at its first
+// start (see NodeMeta): a node that comes back under the same id with a
+// wiped directory has a new one. 0 means unknown (a map written before
+// incarnations).
 type NodeInfo struct {
-	ID       NodeID    `json:"id"`
-	GRPCAddr string    `json:"grpc_addr"`
-	RaftAddr string    `json:"raft_addr"`
-	HTTPAddr string    `json:"http_addr,omitempty"`
-	State    NodeState `json:"state"`
+	ID          NodeID    `json:"id"`
+	GRPCAddr    string    `json:"grpc_addr"`
+	RaftAddr    string    `json:"raft_addr"`
+	HTTPAddr    string    `json:"http_addr,omitempty"`
+	State       NodeState `json:"state"`
+	Incarnation uint64    `json:"incarnation,omitempty"`
 }
 
 // Limits of a map, checked by Validate and by the decoder.
@@ -92,6 +99,16 @@ const (
 // briefly hold Replicas+1 nodes while a move adds before it removes.
 // Leaders, when not nil, holds one leader hint per shard ("" = unknown).
 //
+// Generation[s] counts the changes of shard s's replica set (a replica
+// added or removed) since the shard was created; nil means all 0. The set
+// of a shard at generation 0 is the one its group was created with, by the
+// bootstrap map: each of those replicas bootstraps the group with exactly
+// that set (Raft accepts the same configuration from every voter). At any
+// later generation the group exists somewhere, and a replica without state
+// starts empty and waits for the group's leader to add it: a shard group
+// is bootstrapped only at cluster creation. Maps decoded from version 1
+// (written before generations) have every shard at generation 1.
+//
 // A Map is a value: methods never retain or share its slices, and Clone
 // gives a deep copy. It is not safe for concurrent mutation.
 type Map struct {
@@ -102,6 +119,21 @@ type Map struct {
 	Nodes         map[NodeID]NodeInfo `json:"nodes"`
 	ShardReplicas [][]NodeID          `json:"shard_replicas"`
 	Leaders       []NodeID            `json:"leaders,omitempty"`
+	Generation    []uint64            `json:"generation,omitempty"`
+}
+
+// Created reports whether shard s's replica set is still the one its group
+// was created with (generation 0).
+func (m *Map) Created(s int) bool {
+	return m.Generation == nil || m.Generation[s] == 0
+}
+
+// bumpGeneration records a change of shard s's replica set.
+func (m *Map) bumpGeneration(s int) {
+	if m.Generation == nil {
+		m.Generation = make([]uint64, m.Shards)
+	}
+	m.Generation[s]++
 }
 
 // ShardOfSlot maps a slot to its shard: contiguous slot ranges per shard,
@@ -124,6 +156,7 @@ func (m *Map) Clone() *Map {
 		}
 	}
 	c.Leaders = slices.Clone(m.Leaders)
+	c.Generation = slices.Clone(m.Generation)
 	return &c
 }
 
@@ -149,6 +182,8 @@ func (m *Map) validate() error {
 		return fmt.Errorf("%d replica sets for %d shards", len(m.ShardReplicas), m.Shards)
 	case m.Leaders != nil && len(m.Leaders) != m.Shards:
 		return fmt.Errorf("%d leader hints for %d shards", len(m.Leaders), m.Shards)
+	case m.Generation != nil && len(m.Generation) != m.Shards:
+		return fmt.Errorf("%d generations for %d shards", len(m.Generation), m.Shards)
 	}
 	for id, n := range m.Nodes {
 		if err := validateNode(id, n); err != nil {
@@ -214,7 +249,11 @@ func (m *Map) sortedNodeIDs() []NodeID {
 	return slices.Sorted(maps.Keys(m.Nodes))
 }
 
-const mapVersion = 1
+// mapVersion 2 adds each node's incarnation (after its state) and the
+// shards' generations (after the leader hints: flag 0 for nil, or 1 and a
+// uvarint per shard). Version 1 still decodes: incarnations 0, every shard
+// at generation 1.
+const mapVersion = 2
 
 // MarshalBinary encodes a valid map canonically: equal maps give equal
 // bytes.
@@ -246,29 +285,46 @@ func (m *Map) appendTo(buf []byte) []byte {
 		}
 	}
 	if m.Leaders == nil {
+		buf = append(buf, 0)
+	} else {
+		buf = append(buf, 1)
+		for _, id := range m.Leaders {
+			v := uint64(0)
+			if id != "" {
+				v = index[id] + 1
+			}
+			buf = binary.AppendUvarint(buf, v)
+		}
+	}
+	if m.Generation == nil {
 		return append(buf, 0)
 	}
 	buf = append(buf, 1)
-	for _, id := range m.Leaders {
-		v := uint64(0)
-		if id != "" {
-			v = index[id] + 1
-		}
-		buf = binary.AppendUvarint(buf, v)
+	for _, g := range m.Generation {
+		buf = binary.AppendUvarint(buf, g)
 	}
 	return buf
 }
 
+// appendNodeInfo appends n in the current encoding: ID, GRPCAddr,
+// RaftAddr, HTTPAddr, the state byte, then the incarnation (uvarint).
 func appendNodeInfo(buf []byte, n NodeInfo) []byte {
 	buf = appendString(buf, string(n.ID))
 	buf = appendString(buf, n.GRPCAddr)
 	buf = appendString(buf, n.RaftAddr)
 	buf = appendString(buf, n.HTTPAddr)
-	return append(buf, byte(n.State))
+	buf = append(buf, byte(n.State))
+	return binary.AppendUvarint(buf, n.Incarnation)
 }
 
-func readNodeInfo(r *reader) NodeInfo {
-	return NodeInfo{ID: NodeID(r.string()), GRPCAddr: r.string(), RaftAddr: r.string(), HTTPAddr: r.string(), State: NodeState(r.byte())}
+// readNodeInfo reads a NodeInfo; without incarnation (version 1
+// encodings) it has none.
+func readNodeInfo(r *reader, incarnation bool) NodeInfo {
+	n := NodeInfo{ID: NodeID(r.string()), GRPCAddr: r.string(), RaftAddr: r.string(), HTTPAddr: r.string(), State: NodeState(r.byte())}
+	if incarnation {
+		n.Incarnation = r.uvarint(^uint64(0))
+	}
+	return n
 }
 
 // UnmarshalBinary decodes a map and validates it; the receiver is
@@ -296,8 +352,9 @@ func DecodeMap(b []byte) (*Map, error) {
 }
 
 func readMap(r *reader) (*Map, error) {
-	if v := r.byte(); r.err == nil && v != mapVersion {
-		r.fail("map version %d, this binary reads %d", v, mapVersion)
+	v := r.byte()
+	if r.err == nil && (v < 1 || v > mapVersion) {
+		r.fail("map version %d, this binary reads 1..%d", v, mapVersion)
 	}
 	m := &Map{Epoch: r.uvarint(^uint64(0))}
 	m.Slots = uint32(r.uvarint(MaxSlots))
@@ -307,7 +364,7 @@ func readMap(r *reader) (*Map, error) {
 	ids := make([]NodeID, n)
 	m.Nodes = make(map[NodeID]NodeInfo, n)
 	for i := range ids {
-		info := readNodeInfo(r)
+		info := readNodeInfo(r, v >= 2)
 		if i > 0 && r.err == nil && info.ID <= ids[i-1] {
 			r.fail("node ids not sorted")
 		}
@@ -334,10 +391,38 @@ func readMap(r *reader) (*Map, error) {
 		}
 	}
 	readLeaders(r, m, ids)
+	if v >= 2 {
+		readGenerations(r, m)
+	} else if r.err == nil {
+		// Written before generations: the shards' groups were created by
+		// their first replica, so none is at its creation set any more.
+		m.Generation = make([]uint64, m.Shards)
+		for s := range m.Generation {
+			m.Generation[s] = 1
+		}
+	}
 	if r.err != nil {
 		return nil, r.err
 	}
 	return m, m.Validate()
+}
+
+func readGenerations(r *reader, m *Map) {
+	switch flag := r.byte(); {
+	case r.err != nil || flag == 0:
+		return
+	case flag != 1:
+		r.fail("generations flag %d", flag)
+		return
+	}
+	if uint64(m.Shards) > uint64(len(r.b)) {
+		r.fail("truncated generations")
+		return
+	}
+	m.Generation = make([]uint64, m.Shards)
+	for s := range m.Generation {
+		m.Generation[s] = r.uvarint(^uint64(0))
+	}
 }
 
 func readLeaders(r *reader, m *Map, ids []NodeID) {

@@ -19,7 +19,9 @@ const (
 	// CmdBootstrap installs the first map (epoch 1). Once only.
 	CmdBootstrap CommandType = iota + 1
 	// CmdNodeJoin adds a node as active, or updates the addresses of a
-	// known one (a removed node that joins again becomes active).
+	// known one. A removed node becomes active again only with a new
+	// incarnation (a wiped data directory); with the one it was removed
+	// under it is rejected.
 	CmdNodeJoin
 	// CmdNodeDrain marks a node draining: the planner moves its replicas
 	// away and it receives none.
@@ -51,8 +53,10 @@ type Command struct {
 	Shard int      // SetLeaderHint
 }
 
-// commandVersion 1: version byte, type byte, then the type's payload.
-const commandVersion = 1
+// commandVersion 2: version byte, type byte, then the type's payload.
+// Version 2 changed one payload: NodeJoin's NodeInfo carries the node's
+// incarnation. Version 1 entries (older logs) still decode, with none.
+const commandVersion = 2
 
 // MarshalBinary encodes c for the control log.
 func (c Command) MarshalBinary() ([]byte, error) {
@@ -86,8 +90,9 @@ func (c Command) MarshalBinary() ([]byte, error) {
 // ErrInvalidMap for a bootstrap map that breaks an invariant).
 func DecodeCommand(b []byte) (Command, error) {
 	r := &reader{b: b}
-	if v := r.byte(); r.err == nil && v != commandVersion {
-		r.fail("command version %d, this binary reads %d", v, commandVersion)
+	v := r.byte()
+	if r.err == nil && (v < 1 || v > commandVersion) {
+		r.fail("command version %d, this binary reads 1..%d", v, commandVersion)
 	}
 	c := Command{Type: CommandType(r.byte())}
 	if r.err != nil {
@@ -101,7 +106,7 @@ func DecodeCommand(b []byte) (Command, error) {
 		}
 		c.Map = m
 	case CmdNodeJoin:
-		c.Node = readNodeInfo(r)
+		c.Node = readNodeInfo(r, v >= 2)
 	case CmdNodeDrain, CmdNodeRemove:
 		c.ID = NodeID(r.string())
 	case CmdApplyMove:

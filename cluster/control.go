@@ -122,6 +122,9 @@ func apply(cur *Map, cmd Command) (*Map, error) {
 		err = next.setState(cmd.ID, NodeRemoved)
 	case CmdApplyMove:
 		err = next.applyMove(cmd.Move)
+		if err == nil && !sameMembers(cur.ShardReplicas[cmd.Move.Shard], next.ShardReplicas[cmd.Move.Shard]) {
+			next.bumpGeneration(cmd.Move.Shard)
+		}
 	case CmdSetLeaderHint:
 		err = next.setLeaderHint(cmd.Shard, cmd.ID)
 	default:
@@ -148,11 +151,31 @@ func mapsEqual(a, b *Map) bool {
 	return string(ea) == string(eb)
 }
 
+// sameMembers reports whether two replica sets hold the same nodes, in
+// any order.
+func sameMembers(a, b []NodeID) bool {
+	return len(a) == len(b) && !slices.ContainsFunc(a, func(id NodeID) bool { return !slices.Contains(b, id) })
+}
+
+// join records n's addresses and incarnation. A new node is active. A
+// removed node is admitted again (active, holding nothing) only under a
+// new incarnation: the same one stays removed. A node still in the
+// cluster keeps its incarnation: one that changed means its data is gone,
+// and it is refused until drained and removed. (A join without incarnation,
+// from a log written before incarnations, admits it as it always did.)
 func (m *Map) join(n NodeInfo) error {
 	old, known := m.Nodes[n.ID]
 	n.State = NodeActive
-	if known && old.State != NodeRemoved {
+	switch {
+	case known && old.State == NodeRemoved && n.Incarnation != 0 && n.Incarnation == old.Incarnation:
+		return fmt.Errorf("%w: node %q was removed under incarnation %x; only a wiped data directory (a new incarnation) is admitted again", ErrRejected, n.ID, n.Incarnation)
+	case known && old.State != NodeRemoved && old.Incarnation != 0 && n.Incarnation != 0 && n.Incarnation != old.Incarnation:
+		return fmt.Errorf("%w: node %q is %v under incarnation %x and came back with a wiped data directory (incarnation %x): drain it (it holds nothing it can serve), then it is admitted again", ErrRejected, n.ID, old.State, old.Incarnation, n.Incarnation)
+	case known && old.State != NodeRemoved:
 		n.State = old.State
+		if n.Incarnation == 0 {
+			n.Incarnation = old.Incarnation
+		}
 	}
 	m.Nodes[n.ID] = n
 	return nil // Validate checks the id and addresses

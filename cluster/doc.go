@@ -6,8 +6,9 @@
 // # Membership: gossip informs, it never decides
 //
 // Membership wraps hashicorp/memberlist. Each node gossips a small,
-// versioned NodeMeta (its id and its gRPC, Raft and HTTP addresses) and
-// learns who is alive, who left and who is dead. Gossip is only an input:
+// versioned NodeMeta (its id, its gRPC, Raft and HTTP addresses, and the
+// incarnation of its data directory) and learns who is alive, who left and
+// who is dead. Gossip is only an input:
 // a partitioned minority sees the majority "dead", and if that view could
 // move shards, both sides would. So no replica moves, no node is drained
 // and no node is removed on gossip alone. Those decisions are commands in
@@ -22,10 +23,11 @@
 // # The control group and the map
 //
 // A small Raft group (3 voters, 5 for larger clusters, fewer while the
-// cluster is smaller) holds the Map: the nodes with their addresses and
-// state (active, draining, removed), the replica set of every shard with
-// its preferred leader first, leader hints for routing, and an epoch bumped
-// by every change. Slot and shard counts are hard settings fixed at
+// cluster is smaller) holds the Map: the nodes with their addresses, state
+// (active, draining, removed) and incarnation, the replica set of every
+// shard with its preferred leader first and its generation (how many
+// times the set changed since the shard was created), leader hints for
+// routing, and an epoch bumped by every change. Slot and shard counts are hard settings fixed at
 // bootstrap; a slot maps to shard slot*shards/slots, the same contiguous
 // ranges as a single node (shard.Host.SlotShard).
 //
@@ -37,6 +39,48 @@
 // cannot decode halts it rather than let voters diverge. Snapshots carry
 // the map in its canonical encoding, and Restore decodes into fresh state
 // before swapping.
+//
+// # Replicas follow the current map
+//
+// The control group snapshots only every 1024 entries, so a restarting
+// node re-applies the control log and its map walks through history. Each
+// node's replica loop therefore acts only on a current map: one whose
+// epoch has reached the current epoch the control leader reports now (a
+// read-index over the ClusterMap RPC; the leader's own map once it has
+// applied a barrier in its term) and the epoch the node last acted on,
+// which it keeps in the control group's stable store. A follower's own
+// commit index proves nothing here: catching up, it takes min(leader's
+// commit, last index received), which its applied index equals between
+// batches. While its map is not current a node starts and stops nothing;
+// at start it resumes every replica it has state for.
+//
+// Shard groups are created once, by the bootstrap map, which carries the
+// first replica sets (as the planner places them on the empty cluster):
+// each of those replicas bootstraps its group with exactly that set, and
+// only while the shard is at generation 0 and the node is the incarnation
+// the map knows. Any later replica starts empty and waits for the group's
+// leader to add it. A replica the current map no longer lists is purged
+// (stopped, its Raft log, term and vote deleted) only once the shard's
+// leader reports a committed configuration without it.
+//
+// A node is ready (/readyz) when its map is current, it is in the map and
+// not removed, and each replica the map gives it is a voter of its group
+// within 64 entries of its leader's commit index (asked of the leader). A
+// non-voter still copying the log is not ready. The replica loop computes
+// this and caches it.
+//
+// # Draining, removal and coming back
+//
+// Drain refuses to drain an active node when the other active nodes are
+// fewer than the replica count (every shard it holds would run
+// under-replicated) unless forced. A drained node is removed from the map
+// and the control group; it keeps running, says it is removed and is not
+// ready. Started again on the same data directory it stays removed. A data
+// directory takes a random incarnation at its first start: a node that
+// comes back under a removed id with a wiped directory gossips a new one
+// and is admitted again, active and empty. A node still in the map that
+// comes back wiped is not admitted (its replicas' state is gone): it hosts
+// nothing until it is drained, then it is admitted afresh.
 //
 // # Placement
 //
@@ -60,15 +104,17 @@
 // fewer replicas than it did or than its target:
 //
 //  1. commit {Shard, Add} to the map: the new node sees the map and starts
-//     an empty replica of the shard;
+//     an empty replica of the shard (a shard with no replica left is not
+//     given one: groups are created only with the cluster);
 //  2. add the new replica to the shard's Raft group and wait until it has
 //     caught up with the leader's log (AddNonvoter, then AddVoter once
 //     caught up, so commits never wait on a replica still copying a
 //     snapshot);
 //  3. if Remove leads the shard, transfer leadership to the move's Leader;
 //     RemoveServer(Remove);
-//  4. commit {Shard, Remove, Leader}: the old node stops its replica and
-//     deletes its data.
+//  4. commit {Shard, Remove, Leader}: the old node, once the shard's
+//     leader reports the removal committed, stops its replica and deletes
+//     its data.
 //
 // Leader-only moves commit the new preferred leader, then transfer
 // leadership to it. After each move the leader plans again from the new

@@ -24,4 +24,12 @@ var (
 	// the current map (unknown node, stale move, bootstrap twice). The map
 	// is unchanged and its epoch not bumped.
 	ErrRejected = errors.New("cluster: control command rejected")
+	// ErrUnderReplicated: a drain would leave fewer active nodes than the
+	// map's replica count, so shards would run with fewer replicas. It
+	// comes wrapped with ErrRejected; force the drain to go ahead.
+	ErrUnderReplicated = errors.New("cluster: drain would under-replicate")
+	// ErrNotCurrent: this node's map has not caught up with the control
+	// leader's current one (or no leader answered): the node does not act
+	// on it.
+	ErrNotCurrent = errors.New("cluster: map not current")
 )

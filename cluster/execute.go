@@ -39,20 +39,21 @@ func (n *Node) execute(ctx context.Context, mv Move) error {
 // addReplica commits the new replica to the map, waits until its node runs
 // it, then has the shard's leader add it as a non-voter, waits until it has
 // applied everything committed before, and promotes it to voter: commits
-// never wait on a replica that is still copying a snapshot. The first
-// replica of a new shard bootstraps its group alone instead.
+// never wait on a replica that is still copying a snapshot. A shard with
+// no replica is not given one: shard groups are created only with the
+// cluster (bootstrapMap), and a shard whose replicas are all gone has lost
+// its data, which is an operator's matter.
 func (n *Node) addReplica(ctx context.Context, mv Move) error {
 	m := n.Map()
-	first := len(m.ShardReplicas[mv.Shard]) == 0
+	if len(m.ShardReplicas[mv.Shard]) == 0 {
+		return fmt.Errorf("shard %d has no replica to copy from: shard groups are created only with the cluster", mv.Shard)
+	}
 	if !slices.Contains(m.ShardReplicas[mv.Shard], mv.Add) {
 		if _, err := n.propose(ctx, Command{Type: CmdApplyMove, Move: Move{Shard: mv.Shard, Add: mv.Add}}); err != nil {
 			return err
 		}
 	}
 	info := n.Map().Nodes[mv.Add]
-	if first {
-		return n.waitReplica(ctx, info, mv.Shard, func(st ReplicaStatus) bool { return st.RaftState == "Leader" })
-	}
 	if err := n.waitReplica(ctx, info, mv.Shard, func(ReplicaStatus) bool { return true }); err != nil {
 		return err
 	}

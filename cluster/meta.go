@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/hashicorp/memberlist"
@@ -9,21 +10,29 @@ import (
 // NodeMeta is what a node gossips about itself as memberlist node metadata:
 // its id and the addresses other nodes and clients reach it on. Gossip only
 // informs; a node enters the cluster map through the control group.
+//
+// Incarnation is the random id of the node's data directory, made at its
+// first start and kept there (never 0 from this binary; 0 from a node of
+// version 1): a node that comes back under its old id with a wiped
+// directory gossips a new one, which is how the control leader tells it
+// from the node it removed.
 type NodeMeta struct {
-	ID       NodeID
-	GRPCAddr string
-	RaftAddr string
-	HTTPAddr string
+	ID          NodeID
+	GRPCAddr    string
+	RaftAddr    string
+	HTTPAddr    string
+	Incarnation uint64
 }
 
-// metaVersion 1: version byte, flags byte, then ID, GRPCAddr, RaftAddr,
-// HTTPAddr as uvarint-length-prefixed strings. Flag metaLeaving marks a
+// metaVersion 2: version byte, flags byte, then ID, GRPCAddr, RaftAddr,
+// HTTPAddr as uvarint-length-prefixed strings, then (from version 2) the
+// incarnation as a uvarint. Flag metaLeaving marks a
 // node that is leaving on purpose: memberlist reports a departure without
 // saying whether the node left or died, so Leave gossips this flag first. A later version may only append fields:
 // a reader takes the fields it knows from any version >= 1 and ignores what
 // follows, so mixed-version clusters keep gossiping during an upgrade.
 const (
-	metaVersion = 1
+	metaVersion = 2
 	metaLeaving = 1 << 0
 )
 
@@ -42,6 +51,7 @@ func (m NodeMeta) encode(flags byte) ([]byte, error) {
 	b = appendString(b, m.GRPCAddr)
 	b = appendString(b, m.RaftAddr)
 	b = appendString(b, m.HTTPAddr)
+	b = binary.AppendUvarint(b, m.Incarnation)
 	if len(b) > memberlist.MetaMaxSize {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrMeta, len(b), memberlist.MetaMaxSize)
 	}
@@ -61,15 +71,18 @@ func decodeMeta(b []byte) (NodeMeta, byte, error) {
 	}
 	r := &reader{b: b}
 	v := r.byte()
-	if r.err == nil && v < metaVersion {
+	if r.err == nil && v < 1 {
 		r.fail("metadata version %d", v)
 	}
 	flags := r.byte()
-	if v == metaVersion && flags&^metaLeaving != 0 {
+	if v <= metaVersion && flags&^metaLeaving != 0 {
 		r.fail("unknown metadata flags %#x", flags)
 	}
 	m := NodeMeta{ID: NodeID(r.string()), GRPCAddr: r.string(), RaftAddr: r.string(), HTTPAddr: r.string()}
-	if v == metaVersion {
+	if v >= 2 {
+		m.Incarnation = r.uvarint(^uint64(0))
+	}
+	if v <= metaVersion {
 		r.done()
 	}
 	if r.err == nil {

@@ -2,12 +2,15 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -128,10 +131,36 @@ type Node struct {
 	quit chan struct{}
 	wg   sync.WaitGroup
 
+	// incarnation is this node's data directory's (see NodeMeta).
+	incarnation uint64
+	// acted is the highest map epoch the replica loop has acted on, kept
+	// in the control group's stable store (actedKey); only that loop
+	// changes it.
+	acted atomic.Uint64
+	// replicaRounds counts the replica loop's rounds, admitRounds the
+	// control leader's admission passes (tests follow the loops by them).
+	replicaRounds, admitRounds atomic.Uint64
+	// leadTerm is the control term in which this node, leading, applied a
+	// barrier: its map is then the current one (CurrentEpoch).
+	leadTerm atomic.Uint64
+	// ready caches the replica loop's readiness verdict (Ready).
+	ready atomic.Bool
+
 	mu          sync.Mutex
-	settingsErr error // the map's hard settings differ from the host's
-	closeOnce   sync.Once
+	settingsErr error  // the map's hard settings differ from the host's
+	notReady    string // why the node is not ready ("" when it is)
+	// loggedOnce holds, per node, the incarnation a refusal to admit it
+	// was last logged for: each is logged once.
+	loggedOnce map[NodeID]uint64
+	closeOnce  sync.Once
 }
+
+// Keys of the control group's stable store that the runtime keeps beside
+// Raft's own.
+var (
+	incarnationKey = []byte("grid.Incarnation")
+	actedKey       = []byte("grid.ActedEpoch")
+)
 
 var _ interface {
 	Self() NodeID
@@ -143,13 +172,19 @@ func Start(cfg Config) (*Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, ctl: NewControl(), wake: make(chan struct{}, 1), quit: make(chan struct{})}
+	n := &Node{cfg: cfg, ctl: NewControl(), wake: make(chan struct{}, 1), quit: make(chan struct{}), loggedOnce: map[NodeID]uint64{}}
 	if err := n.startControl(); err != nil {
 		return nil, err
 	}
+	if err := n.loadIdentity(); err != nil {
+		n.stopControl()
+		return nil, err
+	}
+	n.resumeReplicas()
 	ms, err := NewMembership(MembershipConfig{
 		NodeID: cfg.ID, BindAddr: cfg.GossipListen, AdvertiseAddr: cfg.GossipAdvertise,
-		Meta:   NodeMeta{ID: cfg.ID, GRPCAddr: cfg.GRPCAddr, RaftAddr: cfg.Mux.Addr().String(), HTTPAddr: cfg.HTTPAddr},
+		Meta: NodeMeta{ID: cfg.ID, GRPCAddr: cfg.GRPCAddr, RaftAddr: cfg.Mux.Addr().String(), HTTPAddr: cfg.HTTPAddr,
+			Incarnation: n.incarnation},
 		Logger: cfg.Logger, Timing: cfg.Gossip, Clock: cfg.Clock,
 		OnEvent: func(Event) { n.poke() },
 	})
@@ -195,6 +230,37 @@ func (n *Node) startControl() error {
 	n.raft, n.trans, n.snaps = r, trans, snaps
 	return nil
 }
+
+// loadIdentity reads this data directory's incarnation, making it at the
+// first start, and the epoch the replica loop last acted on. Both live in
+// the control group's stable store, which a wiped directory loses.
+func (n *Node) loadIdentity() error {
+	inc, err := n.store.GetUint64(incarnationKey)
+	if errors.Is(err, raftlog.ErrKeyNotFound) {
+		var b [8]byte
+		for inc == 0 {
+			if _, err := rand.Read(b[:]); err != nil {
+				return fmt.Errorf("cluster: incarnation: %w", err)
+			}
+			inc = binary.BigEndian.Uint64(b[:])
+		}
+		err = n.store.SetUint64(incarnationKey, inc)
+		n.cfg.Logger.Info("data directory incarnation created", "incarnation", fmt.Sprintf("%x", inc))
+	}
+	if err != nil {
+		return fmt.Errorf("cluster: incarnation: %w", err)
+	}
+	acted, err := n.store.GetUint64(actedKey)
+	if err != nil && !errors.Is(err, raftlog.ErrKeyNotFound) {
+		return fmt.Errorf("cluster: acted epoch: %w", err)
+	}
+	n.incarnation = inc
+	n.acted.Store(acted)
+	return nil
+}
+
+// Incarnation is the id of this node's data directory (see NodeMeta).
+func (n *Node) Incarnation() uint64 { return n.incarnation }
 
 func (n *Node) stopControl() {
 	if err := n.raft.Shutdown().Error(); err != nil {
@@ -266,24 +332,49 @@ func (n *Node) SettingsError() error {
 	return n.settingsErr
 }
 
-// Ready reports whether this node has the map and every replica the map
-// gives it runs and knows its leader.
-func (n *Node) Ready() bool {
-	m := n.Map()
-	if m == nil || n.SettingsError() != nil {
-		return false
+// Ready reports whether this node serves: its map is the current one (see
+// the replica loop), it is in the map and not removed, and each replica
+// the map gives it runs as a voter of its group within maxReadyLag
+// entries of its leader's commit. The replica loop computes it; reading
+// it is cheap.
+func (n *Node) Ready() bool { return n.ready.Load() }
+
+// Readiness is Ready with the reason when not ready.
+func (n *Node) Readiness() (bool, string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ready.Load(), n.notReady
+}
+
+// State is this node's state in its map (0 before it is in one).
+func (n *Node) State() NodeState {
+	if m := n.Map(); m != nil {
+		return m.Nodes[n.cfg.ID].State
 	}
-	for s, set := range m.ShardReplicas {
-		if slices.Contains(set, n.cfg.ID) && n.cfg.Host.Shard(s) == nil {
-			return false
-		}
+	return 0
+}
+
+// CurrentEpoch is the epoch of the current map, known only to the control
+// group's leader once it has applied every entry committed before its
+// term (a barrier): ok is false elsewhere. Other nodes ask the leader for
+// it (Remote.ControlEpoch) before they act on their map.
+func (n *Node) CurrentEpoch() (uint64, bool) {
+	if n.raft.State() != raft.Leader || n.leadTerm.Load() != n.raft.CurrentTerm() {
+		return 0, false
 	}
-	return n.cfg.Host.HasLeader()
+	m := n.ctl.Map()
+	if m == nil {
+		return 0, false
+	}
+	return m.Epoch, true
 }
 
 // Drain marks node id draining: the planner moves its replicas away, then
-// the node is removed from the map. Only the control leader can.
-func (n *Node) Drain(ctx context.Context, id NodeID) (DrainStatus, error) {
+// the node is removed from the map. Only the control leader can. Unless
+// force, it refuses (ErrUnderReplicated, wrapped with ErrRejected) to
+// drain an active node when the other active nodes are fewer than the
+// map's replica count: the shards could not keep their replicas.
+func (n *Node) Drain(ctx context.Context, id NodeID, force bool) (DrainStatus, error) {
 	if n.raft.State() != raft.Leader {
 		return DrainStatus{}, fmt.Errorf("%w (leader: %q)", ErrNotControlLeader, n.ControlLeader())
 	}
@@ -294,6 +385,10 @@ func (n *Node) Drain(ctx context.Context, id NodeID) (DrainStatus, error) {
 	if info, ok := m.Nodes[id]; !ok {
 		return DrainStatus{}, fmt.Errorf("%w: no node %q in the map", ErrRejected, id)
 	} else if info.State == NodeActive {
+		if left := activeNodes(m) - 1; !force && left < m.Replicas {
+			return DrainStatus{}, fmt.Errorf("%w: %w: draining %s leaves %d active nodes for %d replicas per shard, so every shard it holds would keep only %d; add a node first, or force the drain (gridnode drain --force)",
+				ErrRejected, ErrUnderReplicated, id, left, m.Replicas, left)
+		}
 		if _, err := n.propose(ctx, Command{Type: CmdNodeDrain, ID: id}); err != nil {
 			return DrainStatus{}, err
 		}
@@ -307,6 +402,17 @@ func (n *Node) Drain(ctx context.Context, id NodeID) (DrainStatus, error) {
 		}
 	}
 	return st, nil
+}
+
+// activeNodes counts the map's active nodes.
+func activeNodes(m *Map) int {
+	k := 0
+	for _, info := range m.Nodes {
+		if info.State == NodeActive {
+			k++
+		}
+	}
+	return k
 }
 
 // propose commits cmd through the control group; it must lead.

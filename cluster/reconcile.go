@@ -117,11 +117,14 @@ func (n *Node) aliveMeta() map[NodeID]NodeMeta {
 }
 
 func infoOf(meta NodeMeta) NodeInfo {
-	return NodeInfo{ID: meta.ID, GRPCAddr: meta.GRPCAddr, RaftAddr: meta.RaftAddr, HTTPAddr: meta.HTTPAddr, State: NodeActive}
+	return NodeInfo{ID: meta.ID, GRPCAddr: meta.GRPCAddr, RaftAddr: meta.RaftAddr, HTTPAddr: meta.HTTPAddr, State: NodeActive, Incarnation: meta.Incarnation}
 }
 
-// bootstrapMap commits the first map: every node gossip shows alive, the
-// host's hard settings, and empty replica sets that the planner fills.
+// bootstrapMap commits the first map: every node gossip shows alive, with
+// its incarnation, the host's hard settings, and every shard's replica set
+// as the planner places it on an empty cluster (initialSets). That map
+// records the shards' creation: each replica it lists bootstraps its
+// group with exactly that set, and no shard group is created afterwards.
 func (n *Node) bootstrapMap(ctx context.Context, alive map[NodeID]NodeMeta) error {
 	set := n.cfg.Host.Settings()
 	m := &Map{Slots: set.Slots, Shards: set.Shards, Replicas: n.cfg.Replicas,
@@ -129,6 +132,7 @@ func (n *Node) bootstrapMap(ctx context.Context, alive map[NodeID]NodeMeta) erro
 	for id, meta := range alive {
 		m.Nodes[id] = infoOf(meta)
 	}
+	m = initialSets(m)
 	if _, err := n.propose(ctx, Command{Type: CmdBootstrap, Map: m}); err != nil && !errors.Is(err, ErrRejected) {
 		return err
 	}
@@ -136,14 +140,62 @@ func (n *Node) bootstrapMap(ctx context.Context, alive map[NodeID]NodeMeta) erro
 	return nil
 }
 
+// initialSets returns m with the replica sets the planner converges to
+// from m (every node alive): its moves, the first of each shard per round
+// as the executor runs them, applied until it plans none. Pure.
+func initialSets(m *Map) *Map {
+	m = m.Clone()
+	alive := map[NodeID]bool{}
+	for id := range m.Nodes {
+		alive[id] = true
+	}
+	never := func(NodeID) bool { return false }
+	for range 4 * (m.Replicas + 2) * max(1, len(m.Nodes)) {
+		moves := Plan(m, alive, never)
+		if len(moves) == 0 {
+			break
+		}
+		seen := map[int]bool{}
+		for _, mv := range moves {
+			if seen[mv.Shard] {
+				continue
+			}
+			seen[mv.Shard] = true
+			if err := m.applyMove(mv); err != nil {
+				panic(fmt.Sprintf("cluster: initial placement: %v: %v", mv, err))
+			}
+		}
+	}
+	m.Generation = nil // every shard at its creation set
+	return m
+}
+
 // admit records in the map every alive node it lacks, or whose addresses
-// changed. A removed node is not admitted again: it must come back under
-// a new id, with an empty data directory.
+// changed. A removed node comes back only with a wiped data directory: it
+// is admitted again (active, empty) when it gossips an incarnation other
+// than the one it was removed under; with the same one it stays removed.
+// A node still in the cluster that gossips a new incarnation lost its data:
+// it is left as the map has it (it hosts nothing) until it is drained.
+// Each refusal is logged once per incarnation.
 func (n *Node) admit(ctx context.Context, m *Map, alive map[NodeID]NodeMeta) error {
 	for _, id := range sortedKeys(alive) {
-		want := infoOf(alive[id])
+		meta := alive[id]
+		want := infoOf(meta)
 		old, known := m.Nodes[id]
-		if known && (old.State == NodeRemoved || old.GRPCAddr == want.GRPCAddr && old.RaftAddr == want.RaftAddr && old.HTTPAddr == want.HTTPAddr) {
+		switch {
+		case !known:
+		case old.State == NodeRemoved && (meta.Incarnation == 0 || meta.Incarnation == old.Incarnation):
+			n.logOnce(id, meta.Incarnation, "removed node is up again with the data directory it was removed with: it stays removed (wipe its data directory to bring it back empty)",
+				"node", id, "incarnation", fmt.Sprintf("%x", meta.Incarnation))
+			continue
+		case old.State == NodeRemoved:
+			n.cfg.Logger.Info("removed node is back with a wiped data directory: admitting it again",
+				"node", id, "was", fmt.Sprintf("%x", old.Incarnation), "incarnation", fmt.Sprintf("%x", meta.Incarnation))
+		case old.Incarnation != 0 && meta.Incarnation != 0 && old.Incarnation != meta.Incarnation:
+			n.logOnce(id, meta.Incarnation, "node is up with a wiped data directory while the map still gives it replicas: it hosts nothing until drained (gridnode drain --force), then it is admitted again",
+				"node", id, "state", old.State, "map_incarnation", fmt.Sprintf("%x", old.Incarnation), "incarnation", fmt.Sprintf("%x", meta.Incarnation))
+			continue
+		case old.GRPCAddr == want.GRPCAddr && old.RaftAddr == want.RaftAddr && old.HTTPAddr == want.HTTPAddr && (meta.Incarnation == 0 || meta.Incarnation == old.Incarnation):
 			continue
 		}
 		if _, err := n.propose(ctx, Command{Type: CmdNodeJoin, Node: want}); err != nil {
@@ -151,7 +203,20 @@ func (n *Node) admit(ctx context.Context, m *Map, alive map[NodeID]NodeMeta) err
 		}
 		n.cfg.Logger.Info("node admitted", "node", id, "grpc", want.GRPCAddr, "raft", want.RaftAddr)
 	}
+	n.admitRounds.Add(1)
 	return nil
+}
+
+// logOnce logs msg at warn for node id's incarnation inc, unless it did for
+// that incarnation already.
+func (n *Node) logOnce(id NodeID, inc uint64, msg string, args ...any) {
+	n.mu.Lock()
+	last, seen := n.loggedOnce[id]
+	n.loggedOnce[id] = inc
+	n.mu.Unlock()
+	if !seen || last != inc {
+		n.cfg.Logger.Warn(msg, args...)
+	}
 }
 
 // reconcileControl keeps the control group's membership: every node of

@@ -111,6 +111,11 @@ type Remote interface {
 	// ShardStatus returns what the node at addr says about its replica of
 	// shard; ok is false when it holds none.
 	ShardStatus(ctx context.Context, addr string, shard int) (st ReplicaStatus, ok bool, err error)
+	// ControlEpoch asks the node at addr for the current map's epoch
+	// (Node.CurrentEpoch); it fails, wrapping ErrNotControlLeader, unless
+	// that node leads the control group and has applied every entry
+	// committed before its term.
+	ControlEpoch(ctx context.Context, addr string) (uint64, error)
 }
 
 // DrainStatus is a node's standing after a drain request.

@@ -160,7 +160,7 @@ func TestJoinAndDrainUnderLoad(t *testing.T) {
 	if leader < 0 {
 		t.Fatal("no control leader")
 	}
-	if _, err := c.Node(leader).Cluster().Drain(ctx, cluster.NodeID(drained)); err != nil {
+	if _, err := c.Node(leader).Cluster().Drain(ctx, cluster.NodeID(drained), false); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 60*time.Second, func() string {

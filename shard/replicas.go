@@ -3,6 +3,7 @@ package shard
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -27,6 +28,49 @@ import (
 // Starts and stops of the same id are serialized; requests for other
 // shards are never held up by them.
 func (h *Host) StartReplica(id int, bootstrap bool) (*Shard, error) {
+	return h.startReplica(id, bootstrap, nil)
+}
+
+// BootstrapReplica starts the local replica of shard id as StartReplica
+// does, and with no Raft state on disk creates the group with voters as
+// its configuration (each with its Mux address; this node among them).
+// Every initial voter of a group must bootstrap it with the same voters:
+// Raft accepts that configuration from each of them, and from no other.
+// A replica with state resumes from it.
+func (h *Host) BootstrapReplica(id int, voters []raft.Server) (*Shard, error) {
+	if len(voters) == 0 {
+		return nil, fmt.Errorf("shard %d: bootstrap replica: no voters", id)
+	}
+	return h.startReplica(id, true, voters)
+}
+
+// HasState reports whether the replica of shard id has Raft state on disk
+// here (a log, a term or a snapshot) that a start would resume, with no
+// purge of it pending.
+func (h *Host) HasState(id int) (bool, error) {
+	if err := h.checkID(id); err != nil {
+		return false, err
+	}
+	h.lifecycle[id].Lock()
+	defer h.lifecycle[id].Unlock()
+	if _, err := os.Stat(h.purgeMarker(id)); err == nil {
+		return false, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("shard %d: %w", id, err)
+	}
+	g := h.logs.Group(uint64(id))
+	snaps, err := raftlog.NewSnapshotStore(h.snapshotDir(), uint64(id), 2, io.Discard)
+	if err != nil {
+		return false, fmt.Errorf("shard %d: %w", id, err)
+	}
+	has, err := raft.HasExistingState(g, g, snaps)
+	if err != nil {
+		return false, fmt.Errorf("shard %d: %w", id, err)
+	}
+	return has, nil
+}
+
+func (h *Host) startReplica(id int, bootstrap bool, voters []raft.Server) (*Shard, error) {
 	if err := h.checkID(id); err != nil {
 		return nil, err
 	}
@@ -41,7 +85,7 @@ func (h *Host) StartReplica(id int, bootstrap bool) (*Shard, error) {
 	if s != nil {
 		return s, nil
 	}
-	s, err := h.openShard(id, bootstrap)
+	s, err := h.openShard(id, bootstrap, voters)
 	if err != nil {
 		return nil, err
 	}
@@ -92,8 +136,9 @@ func (h *Host) checkID(id int) error {
 }
 
 // openShard opens the local replica of shard i, on the Mux when there is
-// one, after finishing an interrupted purge of it.
-func (h *Host) openShard(i int, bootstrap bool) (*Shard, error) {
+// one, after finishing an interrupted purge of it. A bootstrap creates the
+// group with voters, or HostConfig.Peers when nil.
+func (h *Host) openShard(i int, bootstrap bool, voters []raft.Server) (*Shard, error) {
 	if _, err := os.Stat(h.purgeMarker(i)); err == nil {
 		if err := h.purge(i); err != nil {
 			return nil, err
@@ -125,6 +170,9 @@ func (h *Host) openShard(i int, bootstrap bool) (*Shard, error) {
 		HeartbeatTimeout: cfg.HeartbeatTimeout,
 		Logger:           cfg.Logger,
 		Metrics:          h.metrics,
+	}
+	if voters != nil {
+		scfg.Peers = voters
 	}
 	if trans != nil {
 		scfg.Transport = trans

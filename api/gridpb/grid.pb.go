@@ -2147,6 +2147,11 @@ type ClusterMapResponse struct {
 	// The answering node and the control group's leader as it knows it.
 	NodeId        string `protobuf:"bytes,8,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	ControlLeader string `protobuf:"bytes,9,opt,name=control_leader,json=controlLeader,proto3" json:"control_leader,omitempty"`
+	// Set only by the control group's leader once it has applied every
+	// entry committed before its term: the epoch of the current map (0
+	// elsewhere). A node acts on its replicas only once its own map has
+	// reached it, never on the history a restart replays.
+	CurrentEpoch  uint64 `protobuf:"varint,10,opt,name=current_epoch,json=currentEpoch,proto3" json:"current_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2242,6 +2247,13 @@ func (x *ClusterMapResponse) GetControlLeader() string {
 		return x.ControlLeader
 	}
 	return ""
+}
+
+func (x *ClusterMapResponse) GetCurrentEpoch() uint64 {
+	if x != nil {
+		return x.CurrentEpoch
+	}
+	return 0
 }
 
 type DrainRequest struct {
@@ -2663,7 +2675,7 @@ const file_grid_proto_rawDesc = "" +
 	"\fClusterShard\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\tR\breplicas\x12\x16\n" +
-	"\x06leader\x18\x03 \x01(\tR\x06leader\"\xc2\x02\n" +
+	"\x06leader\x18\x03 \x01(\tR\x06leader\"\xe7\x02\n" +
 	"\x12ClusterMapResponse\x12\x1e\n" +
 	"\n" +
 	"standalone\x18\x01 \x01(\bR\n" +
@@ -2676,7 +2688,9 @@ const file_grid_proto_rawDesc = "" +
 	"\x05nodes\x18\x06 \x03(\v2\x19.l4xg.grid.v1.ClusterNodeR\x05nodes\x122\n" +
 	"\x06shards\x18\a \x03(\v2\x1a.l4xg.grid.v1.ClusterShardR\x06shards\x12\x17\n" +
 	"\anode_id\x18\b \x01(\tR\x06nodeId\x12%\n" +
-	"\x0econtrol_leader\x18\t \x01(\tR\rcontrolLeader\"=\n" +
+	"\x0econtrol_leader\x18\t \x01(\tR\rcontrolLeader\x12#\n" +
+	"\rcurrent_epoch\x18\n" +
+	" \x01(\x04R\fcurrentEpoch\"=\n" +
 	"\fDrainRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"y\n" +

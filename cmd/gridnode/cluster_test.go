@@ -106,7 +106,12 @@ func TestCLIOnACluster(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "node-9") {
 		t.Fatalf("drain of an unknown node: exit %d: %s", code, stderr)
 	}
-	code, stdout, stderr = cli(t, "drain", "--addr", addrs[0], "--node", "node-3", "--wait", "--timeout", "60s")
+	// 3 nodes, 3 replicas: refused unless forced, saying why and how.
+	code, _, stderr = cli(t, "drain", "--addr", addrs[0], "--node", "node-3", "--wait")
+	if code == 0 || !strings.Contains(stderr, "under-replicate") || !strings.Contains(stderr, "--force") {
+		t.Fatalf("unforced drain of one of 3 nodes with 3 replicas: exit %d: %s", code, stderr)
+	}
+	code, stdout, stderr = cli(t, "drain", "--addr", addrs[0], "--node", "node-3", "--wait", "--force", "--timeout", "60s")
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
 	if code != 0 || !strings.HasPrefix(lines[0], "node node-3: draining") || !strings.HasPrefix(lines[len(lines)-1], "node node-3: removed, 0 replicas left") {
 		t.Fatalf("drain --wait: exit %d\n%s%s", code, stdout, stderr)

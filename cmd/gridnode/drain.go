@@ -28,17 +28,22 @@ type drainJSON struct {
 func bindDrain(fs *flag.FlagSet) func() (cliCustom, error) {
 	node := fs.String("node", "", "id of the node to drain (default: the node --addr points at)")
 	wait := fs.Bool("wait", false, "wait until the node is removed from the cluster map (within --timeout)")
+	force := fs.Bool("force", false, "drain even when the remaining nodes are fewer than the replica count (the shards then run under-replicated)")
 	return func() (cliCustom, error) {
 		return func(ctx context.Context, c *client.Client, o cliOutput) int {
-			return runDrain(ctx, c, o, *node, *wait)
+			return runDrain(ctx, c, o, *node, *wait, *force)
 		}, nil
 	}
 }
 
 // runDrain asks for the drain and, with wait, follows it until the node is
 // removed from the map.
-func runDrain(ctx context.Context, c *client.Client, o cliOutput, node string, wait bool) int {
-	st, err := c.Drain(ctx, node)
+func runDrain(ctx context.Context, c *client.Client, o cliOutput, node string, wait, force bool) int {
+	var opts []client.DrainOption
+	if force {
+		opts = append(opts, client.DrainForce())
+	}
+	st, err := c.Drain(ctx, node, opts...)
 	if err != nil {
 		return o.fail(fmt.Errorf("drain %s: %w", orSelf(node), err), cliExitCode(err))
 	}

@@ -420,6 +420,26 @@ func (c *Cluster) StartNodes(idx ...int) error {
 	return errors.Join(errs...)
 }
 
+// Launch starts node i, which is down, on its data directory and
+// addresses, and returns without waiting for it to serve (a node that
+// cannot serve yet: cut off, or removed from the cluster).
+func (c *Cluster) Launch(i int) error {
+	if c.Node(i) != nil {
+		return fmt.Errorf("gridtest: start %s: it runs", c.nodes[i].id)
+	}
+	c.nodes[i].faults.Resume()
+	return c.start(i, 0)
+}
+
+// Wipe deletes the data directory of node i, which is down: it starts
+// again as a new incarnation under the same id and addresses.
+func (c *Cluster) Wipe(i int) error {
+	if c.Node(i) != nil {
+		return fmt.Errorf("gridtest: wipe %s: it runs", c.nodes[i].id)
+	}
+	return os.RemoveAll(c.nodes[i].dir)
+}
+
 // Partition cuts the Raft traffic between the groups; nodes not named are
 // isolated alone.
 func (c *Cluster) Partition(groups ...[]int) {

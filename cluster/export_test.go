@@ -1,0 +1,23 @@
+package cluster
+
+import "context"
+
+// Hooks for the runtime tests (package cluster_test).
+
+// SnapshotControl snapshots the control group's state now: a restart then
+// restores this map and replays every later entry.
+func (n *Node) SnapshotControl() error { return n.raft.Snapshot().Error() }
+
+// AdmitRounds counts the admission passes this node ran as control leader.
+func (n *Node) AdmitRounds() uint64 { return n.admitRounds.Load() }
+
+// ActedEpoch is the highest map epoch the replica loop acted on.
+func (n *Node) ActedEpoch() uint64 { return n.acted.Load() }
+
+// ProposeForTest commits cmd through the control group; n must lead it.
+func (n *Node) ProposeForTest(ctx context.Context, cmd Command) (uint64, error) {
+	return n.propose(ctx, cmd)
+}
+
+// ReplicaRounds counts the replica loop's rounds.
+func (n *Node) ReplicaRounds() uint64 { return n.replicaRounds.Load() }

@@ -1,0 +1,90 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/internal/gridtest"
+)
+
+// A drained node keeps running removed: it says so and is not ready.
+// Started again on the same data directory it stays removed; started
+// with a wiped one (a new incarnation) under the same id, it is admitted
+// again and receives replicas.
+func TestRemovedNodeComesBackWiped(t *testing.T) {
+	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 4, Replicas: 3, Shards: 4})
+	cl := dialAll(t, c)
+	tokens := completeKeys(t, cl, 20)
+	const x = 3
+	id := cluster.NodeID(c.ID(x))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := controlLeader(t, c).Drain(ctx, id, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, func() string {
+		if st := c.Map().Nodes[id].State; st != cluster.NodeRemoved {
+			return fmt.Sprintf("%s is %v", id, st)
+		}
+		return ""
+	})
+	waitFor(t, 10*time.Second, func() string {
+		n := c.Node(x).Cluster()
+		if n.State() != cluster.NodeRemoved || n.Ready() {
+			return fmt.Sprintf("removed node: state %v, ready %v", n.State(), n.Ready())
+		}
+		return ""
+	})
+	inc := c.Node(x).Cluster().Incarnation()
+
+	// Same data directory: the control leader sees it alive again and
+	// leaves it removed, round after round.
+	c.Stop(x)
+	if err := c.Launch(x); err != nil {
+		t.Fatal(err)
+	}
+	leader := controlLeader(t, c)
+	waitFor(t, 30*time.Second, func() string {
+		if !leader.Alive()[id] {
+			return fmt.Sprintf("%s not alive in the control leader's gossip view", id)
+		}
+		return ""
+	})
+	rounds := leader.AdmitRounds()
+	waitFor(t, 30*time.Second, func() string {
+		if leader.AdmitRounds() < rounds+2 {
+			return "two admission rounds"
+		}
+		return ""
+	})
+	if st := leader.Map().Nodes[id]; st.State != cluster.NodeRemoved || st.Incarnation != inc {
+		t.Fatalf("%s restarted on its data directory: %+v, want removed under incarnation %x", id, st, inc)
+	}
+
+	// Wiped: admitted again, empty, and given its share.
+	c.Stop(x)
+	if err := c.Wipe(x); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartNodes(x); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Node(x).Cluster().Incarnation(); got == inc {
+		t.Fatalf("wiped data directory kept incarnation %x", inc)
+	}
+	waitFor(t, 60*time.Second, func() string {
+		m := c.Map()
+		if st := m.Nodes[id].State; st != cluster.NodeActive {
+			return fmt.Sprintf("%s is %v", id, st)
+		}
+		if n := replicasOn(m, string(id)); n != 3 {
+			return fmt.Sprintf("%s holds %d replicas, want 3", id, n)
+		}
+		return ""
+	})
+	c.WaitStable(60 * time.Second)
+	checkDuplicates(t, cl, tokens)
+}

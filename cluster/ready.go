@@ -1,0 +1,85 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/hashicorp/raft"
+)
+
+// notCaughtUp says why this node is not ready with m, its current map, or
+// "" when it is: it is in m and not removed, it may host replicas
+// (checkHostable), and each replica m gives it runs, is a voter of its
+// group, and has applied its leader's commit index within maxReadyLag
+// entries. A non-voter is not ready, even one the map lists: it is still
+// copying the log and counts toward no quorum. A replica's own commit
+// index says little (a follower catching up takes min(leader's commit,
+// last index received), equal to its applied index between batches), so
+// the leader is asked for its commit index.
+func (n *Node) notCaughtUp(ctx context.Context, m *Map) string {
+	info, ok := m.Nodes[n.cfg.ID]
+	switch {
+	case !ok:
+		return fmt.Sprintf("not in the cluster map yet (epoch %d)", m.Epoch)
+	case info.State == NodeRemoved:
+		return fmt.Sprintf("removed from the cluster (map epoch %d)", m.Epoch)
+	}
+	if err := n.SettingsError(); err != nil {
+		return err.Error()
+	}
+	for s, rs := range m.ShardReplicas {
+		if !slices.Contains(rs, n.cfg.ID) {
+			continue
+		}
+		if why := n.replicaBehind(ctx, m, s); why != "" {
+			return fmt.Sprintf("shard %d: %s", s, why)
+		}
+	}
+	return ""
+}
+
+// replicaBehind says why this node's replica of shard s is not caught up
+// ("" when it is).
+func (n *Node) replicaBehind(ctx context.Context, m *Map, s int) string {
+	r := n.cfg.Host.Shard(s)
+	if r == nil {
+		return "replica not running"
+	}
+	servers, err := r.Configuration()
+	if err != nil {
+		return err.Error()
+	}
+	i := slices.IndexFunc(servers, func(srv raft.Server) bool { return srv.ID == raft.ServerID(n.cfg.ID) })
+	switch {
+	case i < 0:
+		return "not a member of its group yet"
+	case servers[i].Suffrage != raft.Voter:
+		return "a non-voter of its group, still catching up"
+	case r.IsLeader():
+		return ""
+	}
+	leader, _ := r.Leader()
+	if leader == "" {
+		return "no leader known"
+	}
+	addr := m.Nodes[NodeID(leader)].GRPCAddr
+	if addr == "" {
+		return fmt.Sprintf("leader %s not in the map", leader)
+	}
+	cctx, cancel := context.WithTimeout(ctx, replicaAskTimeout)
+	st, ok, err := n.cfg.Remote.ShardStatus(cctx, addr, s)
+	cancel()
+	switch {
+	case err != nil:
+		return fmt.Sprintf("leader %s: %v", leader, err)
+	case !ok || st.RaftState != "Leader":
+		return fmt.Sprintf("%s does not lead the group any more", leader)
+	}
+	// Read after the leader's commit: the lag is not understated.
+	applied := r.Status().AppliedIndex
+	if st.Commit > applied+maxReadyLag {
+		return fmt.Sprintf("applied index %d, %d behind its leader's commit %d", applied, st.Commit-applied, st.Commit)
+	}
+	return ""
+}

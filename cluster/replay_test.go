@@ -1,0 +1,237 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/l4xg/grid/client"
+	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/internal/gridtest"
+)
+
+// completeKeys reserves and completes n fresh keys through cl and returns
+// each key's token.
+func completeKeys(t *testing.T, cl *client.Client, n int) map[string]uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tokens := map[string]uint64{}
+	for i := range n {
+		key := fmt.Sprintf("k%d", i)
+		r, err := cl.Reserve(ctx, "t", key)
+		if err != nil || r.Outcome != client.OutcomeAcquired {
+			t.Fatalf("reserve %s: %v %v", key, r.Outcome, err)
+		}
+		if _, err := cl.Complete(ctx, "t", key, r.Token); err != nil {
+			t.Fatal(err)
+		}
+		tokens[key] = r.Token
+	}
+	return tokens
+}
+
+// checkDuplicates checks that every completed key answers DUPLICATE with
+// the token it was completed under.
+func checkDuplicates(t *testing.T, cl *client.Client, tokens map[string]uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for key, tok := range tokens {
+		r, err := cl.Reserve(ctx, "t", key)
+		if err != nil || r.Outcome != client.OutcomeDuplicate || r.Token != tok {
+			t.Fatalf("%s: %v token %d (%v), want DUPLICATE token %d", key, r.Outcome, r.Token, err, tok)
+		}
+	}
+}
+
+// controlLeader is the control group's leader's runtime.
+func controlLeader(t *testing.T, c *gridtest.Cluster) *cluster.Node {
+	t.Helper()
+	var leader *cluster.Node
+	waitFor(t, 10*time.Second, func() string {
+		for i := range len(c.Addrs()) {
+			if n := c.Node(i); n != nil && n.Cluster().ControlState() == "leader" {
+				leader = n.Cluster()
+				return ""
+			}
+		}
+		return "no control leader"
+	})
+	return leader
+}
+
+func others(c *gridtest.Cluster, n, except int) []int {
+	var out []int
+	for i := range n {
+		if i != except {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// Defect 1 (a): a node restarting from an old control snapshot replays a
+// map in which it alone holds a shard that has moved away since (and whose
+// replica it deleted). It must not bootstrap a second, one-voter group for
+// that shard: such a group would lead and grant keys the real group holds
+// COMPLETED. The node is cut off from the control group's Raft while it
+// starts, so its map stays the historical one for as long as the test
+// looks.
+func TestRestartReplayDoesNotBootstrapAgain(t *testing.T) {
+	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 2, Replicas: 1, Shards: 8})
+	cl := dialAll(t, c)
+	tokens := completeKeys(t, cl, 40)
+	old := make([]*cluster.Map, 2)
+	for i := range 2 {
+		// Raft refuses to snapshot before the FSM has applied an entry
+		// after the latest configuration change: commit one (a join that
+		// repeats what the map knows changes nothing).
+		ctl := controlLeader(t, c)
+		self := ctl.Map().Nodes[ctl.Self()]
+		if _, err := ctl.ProposeForTest(context.Background(), cluster.Command{Type: cluster.CmdNodeJoin, Node: self}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, func() string {
+			if err := c.Node(i).Cluster().SnapshotControl(); err != nil {
+				return err.Error()
+			}
+			return ""
+		})
+		old[i] = c.Node(i).Cluster().Map()
+	}
+	third := c.Add()
+	c.WaitStable(60 * time.Second)
+	waitFor(t, 60*time.Second, func() string {
+		if n := replicasOn(c.Map(), c.ID(third)); n < 2 {
+			return fmt.Sprintf("%s holds %d replicas, want 2 or more", c.ID(third), n)
+		}
+		return ""
+	})
+	c.WaitStable(60 * time.Second)
+
+	// x alone held shard s at its snapshot and has given it away; it still
+	// holds shard u > s (the old code synced shards in order: by the time
+	// u runs, s would have been bootstrapped).
+	now := c.Map()
+	x, s, u := -1, -1, -1
+	for i := range 2 {
+		id := cluster.NodeID(c.ID(i))
+		for sh := range now.Shards {
+			if s < 0 && slices.Equal(old[i].ShardReplicas[sh], []cluster.NodeID{id}) && !slices.Contains(now.ShardReplicas[sh], id) {
+				s = sh
+			}
+			if s >= 0 && sh > s && slices.Contains(now.ShardReplicas[sh], id) {
+				u = sh
+				break
+			}
+		}
+		if s >= 0 && u >= 0 {
+			x = i
+			break
+		}
+		s, u = -1, -1
+	}
+	if x < 0 {
+		t.Fatalf("no node gave away a shard it held alone at its snapshot and holds a later one: snapshots %v %v, now %v",
+			old[0].ShardReplicas, old[1].ShardReplicas, now.ShardReplicas)
+	}
+
+	c.Stop(x)
+	c.Partition(others(c, 3, x)) // x alone: no control leader reaches it
+	if err := c.Launch(x); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, func() string {
+		if n := c.Node(x); n == nil || n.Host().Shard(u) == nil {
+			return fmt.Sprintf("%s does not run its replica of shard %d", c.ID(x), u)
+		}
+		return ""
+	})
+	// A replica x resumes from its own state (one its group dropped and x
+	// has not deleted yet) is no second group: its configuration names
+	// the group's new members, which do not vote for it. A bootstrapped
+	// one has x as its only voter, and leads.
+	if r := c.Node(x).Host().Shard(s); r != nil {
+		servers, err := r.Configuration()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if alone := len(servers) == 1 && string(servers[0].ID) == c.ID(x); alone || r.Status().LastIndex <= 1 {
+			t.Errorf("%s replayed epoch %d and bootstrapped shard %d again (configuration %v, last index %d): a second group of a shard that lives on %v",
+				c.ID(x), old[x].Epoch, s, servers, r.Status().LastIndex, now.ShardReplicas[s])
+		}
+	}
+	if c.Node(x).Cluster().Ready() {
+		t.Errorf("%s is ready while its map (epoch %d) is not current", c.ID(x), c.Node(x).Cluster().Map().Epoch)
+	}
+	c.Heal()
+	c.WaitStable(60 * time.Second)
+	checkDuplicates(t, cl, tokens)
+	if got := c.Leaders(s); len(got) != 1 || !slices.Contains(c.Replicas(s), got[0]) {
+		t.Fatalf("shard %d led by %v, replicas %v", s, got, c.Replicas(s))
+	}
+}
+
+// Defect 1 (b): a map that leaves a node out of a shard while the shard's
+// group still has it as a voter (what a restarting node replays from its
+// history) must not make the node stop and delete its replica: its Raft
+// log, term and vote are what the group counts on. The node purges only
+// once the group's committed configuration has dropped it.
+func TestStaleMapDoesNotPurgeLiveReplica(t *testing.T) {
+	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Replicas: 2, Shards: 4})
+	cl := dialAll(t, c)
+	tokens := completeKeys(t, cl, 40)
+	m := c.Map()
+	const s = 0
+	set := m.ShardReplicas[s]
+	victim := c.Index(string(set[1]))
+	var spare cluster.NodeID
+	for id := range m.Nodes {
+		if !slices.Contains(set, id) {
+			spare = id
+		}
+	}
+	live := c.Node(victim).Host().Shard(s)
+	before := live.Status()
+
+	// The map moves the victim's replica to spare; the group is not told.
+	ctl := controlLeader(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	epoch, err := ctl.ProposeForTest(ctx, cluster.Command{Type: cluster.CmdApplyMove,
+		Move: cluster.Move{Shard: s, Add: spare, Remove: set[1]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the victim has acted on that map, and finished a round
+	// after it.
+	var rounds uint64
+	waitFor(t, 10*time.Second, func() string {
+		n := c.Node(victim).Cluster()
+		switch {
+		case c.Node(victim).Host().Shard(s) != live:
+			return ""
+		case n.Map().Epoch < epoch:
+			return fmt.Sprintf("%s has the map at epoch %d, want %d", c.ID(victim), n.Map().Epoch, epoch)
+		case n.ActedEpoch() < epoch:
+			return fmt.Sprintf("%s acted on epoch %d, want %d", c.ID(victim), n.ActedEpoch(), epoch)
+		case rounds == 0:
+			rounds = n.ReplicaRounds()
+		}
+		if n.ReplicaRounds() < rounds+2 {
+			return "a round after acting"
+		}
+		return ""
+	})
+	if got := c.Node(victim).Host().Shard(s); got != live {
+		t.Fatalf("%s stopped its replica of shard %d (term %d, last index %d) on a map that left it out while its group still counts on it",
+			c.ID(victim), s, before.Term, before.LastIndex)
+	}
+	if st := live.Status(); st.Term < before.Term || st.LastIndex < before.LastIndex {
+		t.Fatalf("replica state went back: term %d→%d, last index %d→%d", before.Term, st.Term, before.LastIndex, st.LastIndex)
+	}
+	checkDuplicates(t, cl, tokens)
+}
