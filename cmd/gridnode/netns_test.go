@@ -44,6 +44,7 @@ func newNetLab(tb testing.TB, n int) *netLab {
 	if _, err := exec.LookPath("ip"); err != nil {
 		tb.Skipf("isolation needs network namespaces: no ip command (%v)", err)
 	}
+	sweepLabs(tb)
 	tag := fmt.Sprintf("%d-%04x", os.Getpid(), rand.N(1<<16))
 	l := &netLab{tb: tb, subnet: freeSubnet(tb), bridge: "gridfo-" + tag + "-br",
 		rootDev: fmt.Sprintf("gf%d%04x", os.Getpid()%1000000, rand.N(1<<16))}
@@ -70,6 +71,29 @@ func newNetLab(tb testing.TB, n int) *netLab {
 	l.ip("addr", "add", l.addr(labClientHost)+"/24", "dev", l.rootDev)
 	l.ip("link", "set", l.rootDev, "up")
 	return l
+}
+
+// sweepLabs deletes the namespaces of labs whose test process is gone (a
+// test binary killed by its timeout runs no Cleanup). Deleting a lab's
+// bridge namespace deletes the root namespace's veth too.
+func sweepLabs(tb testing.TB) {
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		name, _, _ := strings.Cut(line, " ")
+		rest, ok := strings.CutPrefix(name, "gridfo-")
+		pid, _, _ := strings.Cut(rest, "-")
+		if !ok || pid == "" {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + pid); os.IsNotExist(err) {
+			if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
+				tb.Logf("removing the stale namespace %s: %v: %s", name, err, out)
+			}
+		}
+	}
 }
 
 // freeSubnet picks a 10.a.b.0/24 that no address of the root namespace is
