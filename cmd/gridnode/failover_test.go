@@ -22,10 +22,11 @@ import (
 
 // faultHold bounds how long a fault is held while waiting for every shard
 // to acknowledge a write: past it the fault is undone (the node restarted,
-// resumed or reconnected) and the wait goes on. It is kept below the
-// cluster's 30 s grace period, after which a missing node's replicas
-// would be replaced.
-const faultHold = 10 * time.Second
+// resumed or reconnected) and the wait goes on. It is longer than a
+// write's timeout (writeTimeout), so that a client that recovers only once
+// its calls time out shows as such, and below the cluster's 30 s grace
+// period, after which a missing node's replicas would be replaced.
+const faultHold = 15 * time.Second
 
 // fault is one kind of failure of a node, and what undoes it.
 type fault struct {

@@ -38,6 +38,9 @@ type ackedKey struct {
 	afterFault bool // its Complete was sent after the fault
 }
 
+// writeTimeout bounds each call of the load, as an application would.
+const writeTimeout = 10 * time.Second
+
 func newFailoverLoad(c *client.Client, m client.ClusterMap) *failoverLoad {
 	return &failoverLoad{c: c, ns: fmt.Sprintf("failover-%d", time.Now().UnixNano()),
 		slots: m.Slots, shards: m.ShardCount,
@@ -75,7 +78,7 @@ func (l *failoverLoad) markFault(start time.Time) {
 
 // write reserves and completes key of shard, noting what was acknowledged.
 func (l *failoverLoad) write(ctx context.Context, key string, shard int) {
-	opCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	opCtx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 	sent := time.Now()
 	r, err := l.c.Reserve(opCtx, l.ns, key, client.WithLease(time.Minute))
