@@ -125,9 +125,6 @@ func runFault(tb testing.TB, pc *procCluster, c *client.Client, f fault, target 
 	waitFor(tb, 30*time.Second, fmt.Sprintf("a write acknowledged by every shard after %s of node-%d", f.name, run.node+1),
 		recovered, l.progress)
 	run.took, _ = l.recovered()
-	if !undone {
-		run.undone = time.Since(start)
-	}
 	// More load after the failover, so that keys completed after the
 	// fault, in every shard, are checked too.
 	before := len(l.ackedKeys())
@@ -138,18 +135,6 @@ func runFault(tb testing.TB, pc *procCluster, c *client.Client, f fault, target 
 	tb.Logf("%s: %d calls failed over the run (unavailable, or outcome unknown)", f.name, l.failed.Load())
 	checkDuplicates(ctx, tb, c, l.ns, l.ackedKeys(), run.led)
 	return run
-}
-
-// holds polls cond for up to d and reports whether it held.
-func holds(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond) // a poll interval
-	}
-	return true
 }
 
 // checkDuplicates reserves every acknowledged key again: each must answer
