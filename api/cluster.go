@@ -21,6 +21,9 @@ type ClusterView interface {
 	ControlLeader() cluster.NodeID
 	// ControlState is this node's Raft state in the control group.
 	ControlState() string
+	// ControlTerm is the latest control group term this node knows; shard
+	// admin requests fenced by an older one are refused.
+	ControlTerm() uint64
 	// Drain marks node id draining (the planner then moves its replicas
 	// away and removes it). Only the control leader can; elsewhere it
 	// fails with cluster.ErrNotControlLeader. Unless force, it refuses a

@@ -33,6 +33,7 @@ type testView struct {
 	m             *cluster.Map
 	alive         map[cluster.NodeID]bool
 	controlLeader cluster.NodeID
+	controlTerm   uint64
 	drain         func(ctx context.Context, id cluster.NodeID, force bool) (cluster.DrainStatus, error)
 }
 
@@ -72,6 +73,12 @@ func (v *testView) ControlState() string {
 	return "Follower"
 }
 
+func (v *testView) ControlTerm() uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.controlTerm
+}
+
 func (v *testView) Drain(ctx context.Context, id cluster.NodeID, force bool) (cluster.DrainStatus, error) {
 	v.mu.Lock()
 	drain := v.drain
@@ -98,6 +105,8 @@ const (
 	testSlots  = 64
 	testShards = 2
 	testEpoch  = 7
+	// testTerm is the control term every test node knows.
+	testTerm = 3
 )
 
 // testNode is one node of a test cluster: a shard host replicating over
@@ -181,7 +190,7 @@ func startCluster(t *testing.T, n int, sets [][]int, tune ...func(*shard.HostCon
 			t.Fatal(err)
 		}
 		node.host = host
-		node.view = &testView{self: node.id, m: tc.m.Clone(), alive: map[cluster.NodeID]bool{}, controlLeader: tc.nodes[0].id}
+		node.view = &testView{self: node.id, m: tc.m.Clone(), alive: map[cluster.NodeID]bool{}, controlLeader: tc.nodes[0].id, controlTerm: testTerm}
 		for _, other := range tc.nodes {
 			node.view.alive[other.id] = true
 		}

@@ -130,10 +130,17 @@ func (s *Server) forwardDrain(ctx context.Context, id cluster.NodeID, force bool
 }
 
 // ShardAdmin changes the Raft configuration of a shard this node leads.
-// A node that does not lead it answers UNAVAILABLE with a Redirect; it is
-// never forwarded (the control leader looks for the shard's leader itself).
+// A valid request fenced by a control term older than the one this node
+// knows is refused with FAILED_PRECONDITION (cluster.ErrStaleFence) before
+// anything is done: its sender no longer leads the control group. So is one
+// without a fence (control term 0): every sender in the tree fences its
+// requests, and an unfenced one cannot be told from a deposed leader's.
+// A node that does not lead the shard answers UNAVAILABLE with a Redirect;
+// it is never forwarded (the control leader looks for the shard's leader
+// itself).
 func (s *Server) ShardAdmin(ctx context.Context, req *gridpb.ShardAdminRequest) (*gridpb.ShardAdminResponse, error) {
-	if s.opts.Cluster == nil {
+	cv := s.opts.Cluster
+	if cv == nil {
 		return nil, toStatus(fmt.Errorf("%w: its shard groups have this node as their only voter", errStandalone))
 	}
 	r, err := s.router(ctx)
@@ -141,6 +148,9 @@ func (s *Server) ShardAdmin(ctx context.Context, req *gridpb.ShardAdminRequest) 
 		return nil, toStatus(err)
 	}
 	if err := validateAdmin(req, r.m.Shards); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := checkFence(req, cv.ControlTerm()); err != nil {
 		return nil, toStatus(err)
 	}
 	r.forward = false
@@ -174,6 +184,21 @@ func (s *Server) ShardAdmin(ctx context.Context, req *gridpb.ShardAdminRequest) 
 		return nil, toStatus(err) // the shard's error names the shard and the change
 	}
 	return &gridpb.ShardAdminResponse{CommitIndex: sh.CommitIndex()}, nil
+}
+
+// checkFence refuses a ShardAdmin request planned under a control term
+// older than known, the latest this node knows, or under none.
+func checkFence(req *gridpb.ShardAdminRequest, known uint64) error {
+	term := req.GetControlTerm()
+	switch {
+	case term == 0:
+		return fmt.Errorf("%w: %s of shard %d carries no control term (this node knows term %d)",
+			cluster.ErrStaleFence, req.GetAction(), req.GetShard(), known)
+	case term < known:
+		return fmt.Errorf("%w: %s of shard %d planned under control term %d (epoch %d); this node knows term %d",
+			cluster.ErrStaleFence, req.GetAction(), req.GetShard(), term, req.GetEpoch(), known)
+	}
+	return nil
 }
 
 // validateAdmin checks a ShardAdmin request against a map of shards shards.

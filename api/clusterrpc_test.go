@@ -166,8 +166,14 @@ func TestClusterMapAndStatus(t *testing.T) {
 	f := tc.nodes[2]
 	fc := dial(t, f.addr)
 	st, err := fc.Status(ctx(t), &gridpb.StatusRequest{})
-	if err != nil || st.MapEpoch != testEpoch || st.ShardCount != testShards || st.ControlState != "Follower" || len(st.Shards) != testShards {
+	if err != nil || st.MapEpoch != testEpoch || st.ShardCount != testShards || st.ControlState != "Follower" || len(st.Shards) != testShards ||
+		st.NodeState != "active" {
 		t.Fatalf("status: %v %v", st, err)
+	}
+	for _, sh := range st.Shards {
+		if sh.Suffrage != "voter" || len(sh.Group) != 3 || !sh.ConfigCommitted || sh.ConfigIndex == 0 {
+			t.Errorf("shard %d of a static 3-voter group: %v", sh.Id, sh)
+		}
 	}
 
 	// f's map: preferred leaders that are not the real ones, a draining
@@ -254,7 +260,8 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 	}
 	c0, c1, c2 := dial(t, n0.addr), dial(t, n1.addr), dial(t, n2.addr)
 	admin := func(c gridpb.GridClient, action gridpb.ShardAdminAction, n *testNode) (*gridpb.ShardAdminResponse, error) {
-		return c.ShardAdmin(ctx(t), &gridpb.ShardAdminRequest{Shard: 0, Action: action, NodeId: string(n.id), RaftAddr: n.mux.Addr().String()})
+		return c.ShardAdmin(ctx(t), &gridpb.ShardAdminRequest{Shard: 0, Action: action, NodeId: string(n.id), RaftAddr: n.mux.Addr().String(),
+			ControlTerm: testTerm, Epoch: testEpoch})
 	}
 
 	t.Run("bad input is INVALID_ARGUMENT", func(t *testing.T) {
@@ -299,6 +306,41 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 		_, err = admin(c1, gridpb.ShardAdminAction_REMOVE_SERVER, n0)
 		if status.Code(err) != codes.Unavailable || !sameRedirect(redirectDetail(err), 0, n0) {
 			t.Errorf("shard admin on the follower n1: %v, want a Redirect to n0", err)
+		}
+	})
+
+	t.Run("a stale or missing fence is refused and changes nothing", func(t *testing.T) {
+		p := api.NewPeers()
+		defer p.Close()
+		before, err := n0.host.Shard(0).Configuration()
+		if err != nil {
+			t.Fatal(err)
+		}
+		add := cluster.AdminRequest{Shard: 0, Action: cluster.AdminAddNonvoter, Node: n2.id, RaftAddr: n2.mux.Addr().String()}
+		for _, f := range []cluster.Fence{{ControlTerm: testTerm - 1, Epoch: testEpoch}, {}} {
+			add.Fence = f
+			_, err := p.ShardAdmin(ctx(t), n0.addr, add)
+			if !errors.Is(err, cluster.ErrStaleFence) || errors.Is(err, cluster.ErrNotShardLeader) {
+				t.Errorf("add n2 to shard 0 under %+v (n0 knows term %d): %v, want ErrStaleFence", f, testTerm, err)
+			}
+			_, err = c0.ShardAdmin(ctx(t), &gridpb.ShardAdminRequest{Shard: 0, Action: gridpb.ShardAdminAction_TRANSFER_LEADERSHIP,
+				NodeId: string(n1.id), RaftAddr: n1.mux.Addr().String(), ControlTerm: f.ControlTerm, Epoch: f.Epoch})
+			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "control term") {
+				t.Errorf("transfer under %+v: %v, want FAILED_PRECONDITION naming the control term", f, err)
+			}
+		}
+		if l := tc.leader(0); l != n0 {
+			t.Fatalf("shard 0 led by %s after refused transfers, want n0", l.id)
+		}
+		after, err := n0.host.Shard(0).Configuration()
+		if err != nil || !slices.Equal(after, before) {
+			t.Fatalf("configuration after refused changes: %v %v, want %v", after, err, before)
+		}
+		// A later term than the receiver knows is not stale: the receiver
+		// has not heard of the new term yet.
+		rm := cluster.AdminRequest{Shard: 0, Action: cluster.AdminRemoveServer, Node: "n9", Fence: cluster.Fence{ControlTerm: testTerm + 1}}
+		if _, err := p.ShardAdmin(ctx(t), n0.addr, rm); err != nil {
+			t.Errorf("remove a non-member under a later term: %v", err)
 		}
 	})
 
@@ -355,20 +397,34 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 	t.Run("peers: shard status and shard admin", func(t *testing.T) {
 		p := api.NewPeers()
 		defer p.Close()
+		fence := cluster.Fence{ControlTerm: testTerm, Epoch: testEpoch}
 		st, ok, err := p.ShardStatus(ctx(t), n0.addr, 0)
 		if err != nil || !ok || st.RaftState != "Follower" || st.Leader != n1.id || st.Commit == 0 {
 			t.Errorf("ShardStatus of n0's replica of shard 0: %+v %v %v", st, ok, err)
 		}
+		both := []cluster.GroupMember{{ID: n0.id, Voter: true}, {ID: n1.id, Voter: true}}
+		if !slices.Equal(st.Group, both) || !st.ConfigCommitted || st.ConfigIndex == 0 || st.ConfigIndex > st.Commit ||
+			st.LastContact < 0 || st.Role(n0.id) != "voter" || st.Role(n2.id) != "none" {
+			t.Errorf("n0's view of shard 0's group: %+v, want %v committed, a last contact", st, both)
+		}
+		lst, _, err := p.ShardStatus(ctx(t), n1.addr, 0)
+		if err != nil || lst.LastContact != 0 || !slices.Equal(lst.Group, both) || lst.ConfigIndex != st.ConfigIndex {
+			t.Errorf("the leader n1's view of shard 0's group: %+v %v, want %v at index %d, last contact 0", lst, err, both, st.ConfigIndex)
+		}
 		if _, ok, err := p.ShardStatus(ctx(t), n2.addr, 0); ok || err != nil {
 			t.Errorf("ShardStatus of a shard n2 does not hold: ok=%v %v", ok, err)
 		}
-		_, err = p.ShardAdmin(ctx(t), n0.addr, cluster.AdminRequest{Shard: 0, Action: cluster.AdminRemoveServer, Node: n0.id})
+		_, err = p.ShardAdmin(ctx(t), n0.addr, cluster.AdminRequest{Shard: 0, Action: cluster.AdminRemoveServer, Node: n0.id, Fence: fence})
 		if !errors.Is(err, cluster.ErrNotShardLeader) {
 			t.Errorf("ShardAdmin on a follower: %v, want ErrNotShardLeader", err)
 		}
-		commit, err := p.ShardAdmin(ctx(t), n1.addr, cluster.AdminRequest{Shard: 0, Action: cluster.AdminRemoveServer, Node: n0.id})
+		commit, err := p.ShardAdmin(ctx(t), n1.addr, cluster.AdminRequest{Shard: 0, Action: cluster.AdminRemoveServer, Node: n0.id, Fence: fence})
 		if err != nil || commit == 0 {
 			t.Fatalf("remove n0 through the leader: %d %v", commit, err)
+		}
+		lst, _, err = p.ShardStatus(ctx(t), n1.addr, 0)
+		if err != nil || !slices.Equal(lst.Group, both[1:]) || !lst.ConfigCommitted || lst.ConfigIndex <= st.ConfigIndex || lst.Role(n0.id) != "none" {
+			t.Errorf("the leader's view after removing n0: %+v %v", lst, err)
 		}
 		if err := p.Close(); err != nil {
 			t.Errorf("close: %v", err)

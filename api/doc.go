@@ -28,4 +28,9 @@
 // the outcome is unknown. Peers (peers.go) pools the connections to the
 // other nodes, for forwarding and as the cluster.Remote the control leader
 // moves replicas with.
+//
+// Status reports, for each replica, its suffrage and its group's
+// configuration as it knows it (with the configuration's index, whether it
+// is committed, and the time since it last heard from its leader), and for
+// the node its state in the map and its readiness as /readyz reports it.
 package api

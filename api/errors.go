@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -34,7 +35,7 @@ func code(err error) codes.Code {
 		return codes.InvalidArgument
 	case errors.Is(err, errUnknownNode):
 		return codes.NotFound
-	case errors.Is(err, errStandalone), errors.Is(err, cluster.ErrRejected):
+	case errors.Is(err, errStandalone), errors.Is(err, cluster.ErrRejected), errors.Is(err, cluster.ErrStaleFence):
 		return codes.FailedPrecondition
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
@@ -68,7 +69,35 @@ func toStatus(err error) error {
 	if st, ok := status.FromError(err); ok {
 		return st.Err()
 	}
+	if errors.Is(err, cluster.ErrStaleFence) {
+		info := &errdetails.ErrorInfo{Reason: reasonStaleFence, Domain: errorDomain}
+		if st, derr := status.New(code(err), err.Error()).WithDetails(info); derr == nil {
+			return st.Err()
+		}
+	}
 	return status.Error(code(err), err.Error())
+}
+
+// The ErrorInfo that marks a refusal for a stale fence, so that the
+// sender's Peers gets cluster.ErrStaleFence back (fromStatus).
+const (
+	errorDomain      = "grid.l4xg"
+	reasonStaleFence = "STALE_FENCE"
+)
+
+// fromStatus returns the sentinel a peer's status error stands for, or nil:
+// cluster.ErrStaleFence for a refused stale fence.
+func fromStatus(err error) error {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.FailedPrecondition {
+		return nil
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errorDomain && info.GetReason() == reasonStaleFence {
+			return cluster.ErrStaleFence
+		}
+	}
+	return nil
 }
 
 // errResult is the failure of one operation of a batch.

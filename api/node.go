@@ -66,6 +66,9 @@ type ClusterConfig struct {
 	HeartbeatTimeout time.Duration
 	// Faults injects network faults into the Raft traffic (tests only).
 	Faults *raftlog.Faults
+	// GossipFaults injects network faults into the gossip traffic (tests
+	// only).
+	GossipFaults *cluster.GossipFaults
 }
 
 // Node is a running single node: host, gRPC server and HTTP server.
@@ -144,7 +147,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 // the cluster gossips the client address.
 func (n *Node) open(reg *prometheus.Registry) error {
 	cfg := n.cfg
-	opts := Options{Version: cfg.Version, Registry: reg}
+	opts := Options{Version: cfg.Version, Registry: reg, Ready: n.ready}
 	if cfg.Cluster == nil {
 		host, err := shard.OpenHost(cfg.Host)
 		if err != nil {
@@ -185,7 +188,7 @@ func (n *Node) open(reg *prometheus.Registry) error {
 	cn, err := cluster.Start(cluster.Config{
 		ID: cluster.NodeID(hc.NodeID), GRPCAddr: grpcAddr, HTTPAddr: httpAddr,
 		Host: host, Mux: mux, Logs: host.Logs(), SnapshotDir: filepath.Join(hc.DataDir, "snapshots"),
-		GossipListen: cc.GossipListen, GossipAdvertise: cc.GossipAdvertise, Join: cc.Join,
+		GossipListen: cc.GossipListen, GossipAdvertise: cc.GossipAdvertise, Join: cc.Join, GossipFaults: cc.GossipFaults,
 		BootstrapExpect: cc.BootstrapExpect, Replicas: cc.Replicas, GracePeriod: cc.GracePeriod,
 		Gossip: cc.Gossip, HeartbeatTimeout: cc.HeartbeatTimeout, Remote: peers, Logger: cfg.Logger,
 	})

@@ -1,9 +1,11 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -88,23 +90,29 @@ func (p *Peers) Close() error {
 	return errors.Join(errs...)
 }
 
-// ShardAdmin runs req on the node at addr with the ShardAdmin RPC. A node
-// that answers with a Redirect does not lead the shard:
-// cluster.ErrNotShardLeader.
+// ShardAdmin runs req on the node at addr with the ShardAdmin RPC, fenced
+// by req.Fence. A node that answers with a Redirect does not lead the
+// shard: cluster.ErrNotShardLeader; one that knows a later control term
+// refuses the request: cluster.ErrStaleFence.
 func (p *Peers) ShardAdmin(ctx context.Context, addr string, req cluster.AdminRequest) (uint64, error) {
 	c, err := p.client(addr)
 	if err != nil {
 		return 0, err
 	}
 	resp, err := c.ShardAdmin(ctx, &gridpb.ShardAdminRequest{
-		Shard:    uint32(req.Shard),
-		Action:   adminActionPB(req.Action),
-		NodeId:   string(req.Node),
-		RaftAddr: req.RaftAddr,
+		Shard:       uint32(req.Shard),
+		Action:      adminActionPB(req.Action),
+		NodeId:      string(req.Node),
+		RaftAddr:    req.RaftAddr,
+		ControlTerm: req.Fence.ControlTerm,
+		Epoch:       req.Fence.Epoch,
 	})
 	if err != nil {
 		if redirectOf(err) != nil {
 			return 0, fmt.Errorf("%w: %s of shard %d at %s: %v", cluster.ErrNotShardLeader, req.Action, req.Shard, addr, err)
+		}
+		if sentinel := fromStatus(err); sentinel != nil {
+			return 0, fmt.Errorf("%w: %s of shard %d at %s under control term %d: %v", sentinel, req.Action, req.Shard, addr, req.Fence.ControlTerm, err)
 		}
 		return 0, fmt.Errorf("api: %s of shard %d at %s: %w", req.Action, req.Shard, addr, err)
 	}
@@ -124,17 +132,33 @@ func (p *Peers) ShardStatus(ctx context.Context, addr string, shard int) (cluste
 	}
 	for _, s := range resp.GetShards() {
 		if int(s.GetId()) == shard {
-			return cluster.ReplicaStatus{
-				RaftState: s.GetRaftState(),
-				Leader:    cluster.NodeID(s.GetLeader()),
-				Applied:   s.GetAppliedIndex(),
-				Commit:    s.GetCommitIndex(),
-				Last:      s.GetLastIndex(),
-				Term:      s.GetTerm(),
-			}, true, nil
+			return replicaStatus(s), true, nil
 		}
 	}
 	return cluster.ReplicaStatus{}, false, nil
+}
+
+// replicaStatus is the cluster's form of a node's ShardStatus.
+func replicaStatus(s *gridpb.ShardStatus) cluster.ReplicaStatus {
+	st := cluster.ReplicaStatus{
+		RaftState:       s.GetRaftState(),
+		Leader:          cluster.NodeID(s.GetLeader()),
+		Applied:         s.GetAppliedIndex(),
+		Commit:          s.GetCommitIndex(),
+		Last:            s.GetLastIndex(),
+		Term:            s.GetTerm(),
+		ConfigIndex:     s.GetConfigIndex(),
+		ConfigCommitted: s.GetConfigCommitted(),
+		LastContact:     -1,
+	}
+	if ms := s.GetLastContactMs(); ms >= 0 {
+		st.LastContact = time.Duration(ms) * time.Millisecond
+	}
+	for _, m := range s.GetGroup() {
+		st.Group = append(st.Group, cluster.GroupMember{ID: cluster.NodeID(m.GetId()), Voter: m.GetVoter()})
+	}
+	slices.SortFunc(st.Group, func(a, b cluster.GroupMember) int { return cmp.Compare(a.ID, b.ID) })
+	return st
 }
 
 // adminActionPB converts a cluster action to the protocol's.

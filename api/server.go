@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -31,6 +32,9 @@ type Options struct {
 	// Cluster: the server makes its own and closes it on Shutdown; one
 	// given here is the caller's to close.
 	Peers *Peers
+	// Ready is the node's readiness as /readyz reports it, for Status;
+	// nil reports not ready.
+	Ready func() bool
 }
 
 // Server implements the Grid gRPC service over the shards of a host. The
@@ -168,22 +172,40 @@ func (s *Server) Status(ctx context.Context, _ *gridpb.StatusRequest) (*gridpb.S
 		resp.ControlState = cv.ControlState()
 		resp.ShardCount = uint32(set.Shards)
 	}
+	if s.opts.Ready != nil {
+		resp.Ready = s.opts.Ready()
+	}
 	for _, sh := range s.host.Shards() {
-		st := sh.Status()
-		resp.Shards = append(resp.Shards, &gridpb.ShardStatus{
-			Id:           uint32(st.ID),
-			RaftState:    st.RaftState,
-			Leader:       st.Leader,
-			Keys:         uint64(st.Keys),
-			HotBytes:     uint64(st.HotBytes),
-			AppliedIndex: st.AppliedIndex,
-			CommitIndex:  st.CommitIndex,
-			LastIndex:    st.LastIndex,
-			StampUnixMs:  st.Stamp,
-			Term:         st.Term,
-			ColdKeys:     uint64(st.Cold.Keys),
-			ColdBytes:    uint64(st.Cold.Bytes),
-		})
+		resp.Shards = append(resp.Shards, shardStatusPB(sh.Status()))
 	}
 	return resp, nil
+}
+
+// shardStatusPB is the protocol's form of a replica's Status.
+func shardStatusPB(st shard.Status) *gridpb.ShardStatus {
+	out := &gridpb.ShardStatus{
+		Id:              uint32(st.ID),
+		RaftState:       st.RaftState,
+		Leader:          st.Leader,
+		Keys:            uint64(st.Keys),
+		HotBytes:        uint64(st.HotBytes),
+		AppliedIndex:    st.AppliedIndex,
+		CommitIndex:     st.CommitIndex,
+		LastIndex:       st.LastIndex,
+		StampUnixMs:     st.Stamp,
+		Term:            st.Term,
+		ColdKeys:        uint64(st.Cold.Keys),
+		ColdBytes:       uint64(st.Cold.Bytes),
+		Suffrage:        st.Suffrage,
+		ConfigIndex:     st.ConfigIndex,
+		ConfigCommitted: st.ConfigCommitted,
+		LastContactMs:   -1,
+	}
+	if st.LastContact >= 0 {
+		out.LastContactMs = st.LastContact.Milliseconds()
+	}
+	for _, srv := range st.Group { // sorted by id
+		out.Group = append(out.Group, &gridpb.GroupMember{Id: string(srv.ID), Voter: srv.Suffrage == raft.Voter})
+	}
+	return out
 }

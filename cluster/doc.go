@@ -16,9 +16,35 @@
 // a majority of the control voters; a minority side cannot commit anything.
 //
 // memberlist v0.5.4 is used because v0.7.0 pulls in a go-metrics that does
-// not build beside hashicorp/raft v1.7.2. It reports no suspicion events
-// and does not tell a departure from a death, so Leave first gossips a
-// leaving flag in the metadata; members are alive, left or dead.
+// not build beside hashicorp/raft v1.7.2 (v0.6.0 builds, but bounds only
+// the push/pull header). It reports no suspicion events and does not tell
+// a departure from a death, so Leave first gossips a leaving flag in the
+// metadata; members are alive, left or dead.
+//
+// memberlist v0.5.4 trusts lengths and version lists from the wire: a
+// push/pull header with Nodes -1, a user message of 1<<62 bytes, a node
+// state or an alive packet with three protocol versions each panic one of
+// its goroutines, which kills the process. Membership therefore runs it on
+// a guard transport (gossiptransport.go) around its NetTransport: every UDP
+// packet and the first message of every TCP stream, accepted or dialed, is
+// checked against bounds (gossipframe.go) before memberlist decodes it,
+// through the label, compression and checksum wrappers as memberlist walks
+// them; a refused one is dropped or its stream closed, logged at warn and
+// counted (RefusedFrames). Encrypted streams are refused, as gossip
+// encryption is off. The same transport injects the partitions of tests
+// (GossipFaults).
+//
+// memberlist never contacts a member it has declared dead, so after a
+// partition both sides would stay split for good. Membership rejoins by
+// itself, as Consul's retry-join and serf's reconnect do (reconnect.go):
+// while any known member is not alive, every ReconnectInterval (3 s,
+// jittered) it joins up to three of the dead members (not those that left)
+// and the seeds (the node's Join list). The push/pull of a join carries
+// both views: a member that finds itself dead refutes it with a higher
+// incarnation, which the next round carries back, so a pair heals even
+// while its UDP path stays broken (memberlist then logs "was able to
+// connect over TCP but UDP probes failed", and its probes pass through their
+// TCP fallback).
 //
 // # The control group and the map
 //

@@ -111,7 +111,7 @@ func (n *Node) transferTo(ctx context.Context, shard int, target NodeID) error {
 	if target != "" {
 		req.RaftAddr = n.Map().Nodes[target].RaftAddr
 	}
-	_, err = n.cfg.Remote.ShardAdmin(ctx, addr, req)
+	_, err = n.shardAdmin(ctx, addr, req)
 	return err
 }
 
@@ -134,7 +134,7 @@ func (n *Node) restoreLeaders(ctx context.Context) {
 		st, ok, err := n.cfg.Remote.ShardStatus(cctx, pref.GRPCAddr, s)
 		if err == nil && ok && st.RaftState != "Leader" && st.Leader != "" && st.Leader != pref.ID {
 			if cur, known := m.Nodes[st.Leader]; known {
-				_, err = n.cfg.Remote.ShardAdmin(cctx, cur.GRPCAddr, AdminRequest{Shard: s, Action: AdminTransferLeadership, Node: pref.ID, RaftAddr: pref.RaftAddr})
+				_, err = n.shardAdmin(cctx, cur.GRPCAddr, AdminRequest{Shard: s, Action: AdminTransferLeadership, Node: pref.ID, RaftAddr: pref.RaftAddr})
 				if err == nil {
 					n.cfg.Logger.Info("leadership restored to preferred leader", "shard", s, "node", pref.ID)
 				}
@@ -152,7 +152,7 @@ func (n *Node) adminOnLeader(ctx context.Context, req AdminRequest) (uint64, err
 		if err != nil {
 			return 0, err
 		}
-		commit, err := n.cfg.Remote.ShardAdmin(ctx, addr, req)
+		commit, err := n.shardAdmin(ctx, addr, req)
 		if err == nil || !errors.Is(err, ErrNotShardLeader) {
 			return commit, err
 		}
@@ -160,6 +160,16 @@ func (n *Node) adminOnLeader(ctx context.Context, req AdminRequest) (uint64, err
 			return 0, err
 		}
 	}
+}
+
+// shardAdmin sends req to the node at addr, fenced by this node's current
+// control term and map epoch.
+func (n *Node) shardAdmin(ctx context.Context, addr string, req AdminRequest) (uint64, error) {
+	req.Fence = Fence{ControlTerm: n.raft.CurrentTerm()}
+	if m := n.Map(); m != nil {
+		req.Fence.Epoch = m.Epoch
+	}
+	return n.cfg.Remote.ShardAdmin(ctx, addr, req)
 }
 
 // findLeader asks the shard's replicas (as the map lists them) which of

@@ -21,3 +21,13 @@ func (n *Node) ProposeForTest(ctx context.Context, cmd Command) (uint64, error) 
 
 // ReplicaRounds counts the replica loop's rounds.
 func (n *Node) ReplicaRounds() uint64 { return n.replicaRounds.Load() }
+
+// ReadinessNow computes the node's readiness from its map now, as the
+// replica loop does each round ("" when ready).
+func (n *Node) ReadinessNow(ctx context.Context) string {
+	m, err := n.currentMap(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	return n.notCaughtUp(ctx, m)
+}

@@ -34,8 +34,11 @@ func (d delegate) NodeMeta(limit int) []byte {
 	return bytes.Clone(d.m.meta)
 }
 
-func (delegate) NotifyMsg([]byte)                {}
-func (delegate) GetBroadcasts(int, int) [][]byte { return nil }
+func (delegate) NotifyMsg([]byte) {}
+func (d delegate) GetBroadcasts(int, int) [][]byte {
+	d.m.drains.Add(1)
+	return nil
+}
 func (delegate) LocalState(bool) []byte          { return nil }
 func (delegate) MergeRemoteState([]byte, bool)   {}
 func (e events) NotifyJoin(n *memberlist.Node)   { e.m.record(EventJoin, n) }

@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/internal/gridtest"
 )
@@ -38,6 +42,16 @@ func TestRemovedNodeComesBackWiped(t *testing.T) {
 		}
 		return ""
 	})
+	// Its Status says so too.
+	conn, err := grpc.NewClient(c.Addrs()[x], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := gridpb.NewGridClient(conn).Status(ctx, &gridpb.StatusRequest{})
+	conn.Close()
+	if err != nil || st.GetNodeState() != "removed" || st.GetReady() {
+		t.Fatalf("status of the removed node: state %q ready %v (%v)", st.GetNodeState(), st.GetReady(), err)
+	}
 	inc := c.Node(x).Cluster().Incarnation()
 
 	// Same data directory: the control leader sees it alive again and

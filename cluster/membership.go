@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -40,6 +41,12 @@ type MembershipConfig struct {
 	// Clock stamps Member.Since. Default time.Now.
 	Clock  func() time.Time
 	Timing GossipTiming
+	// Seeds are gossip addresses (host:port; memberlist resolves names) of
+	// members to join: tried from Start until one answers, and again
+	// whenever a known member is not alive (see reconnect.go).
+	Seeds []string
+	// Faults injects network faults into the gossip traffic (tests only).
+	Faults *GossipFaults
 }
 
 // GossipTiming tunes failure detection. Zero fields take the values of
@@ -58,22 +65,35 @@ type GossipTiming struct {
 	// never; ours is DefaultDeadNodeReclaim. A node that left can always
 	// come back.
 	DeadNodeReclaim time.Duration
+	// ReconnectInterval is the mean time between two rounds of rejoining
+	// dead members and the seeds, while a known member is not alive
+	// (jittered by ±50%). Default DefaultReconnectInterval.
+	ReconnectInterval time.Duration
+	// ReconnectTimeout is how long a dead member is tried again before it
+	// is given up (the seeds are always tried). Default
+	// DefaultReconnectTimeout.
+	ReconnectTimeout time.Duration
 }
 
-// DefaultDeadNodeReclaim is GossipTiming.DeadNodeReclaim's default.
-const DefaultDeadNodeReclaim = 10 * time.Second
+// Defaults of GossipTiming.
+const (
+	DefaultDeadNodeReclaim   = 10 * time.Second
+	DefaultReconnectInterval = 3 * time.Second
+	DefaultReconnectTimeout  = 24 * time.Hour
+)
 
 // FastGossipTiming suits tests on loopback: failures are declared within
 // about a second.
 func FastGossipTiming() GossipTiming {
 	return GossipTiming{
-		ProbeInterval:    100 * time.Millisecond,
-		ProbeTimeout:     50 * time.Millisecond,
-		GossipInterval:   20 * time.Millisecond,
-		PushPullInterval: time.Second,
-		SuspicionMult:    2,
-		TCPTimeout:       250 * time.Millisecond,
-		DeadNodeReclaim:  200 * time.Millisecond,
+		ProbeInterval:     100 * time.Millisecond,
+		ProbeTimeout:      50 * time.Millisecond,
+		GossipInterval:    20 * time.Millisecond,
+		PushPullInterval:  time.Second,
+		SuspicionMult:     2,
+		TCPTimeout:        250 * time.Millisecond,
+		DeadNodeReclaim:   200 * time.Millisecond,
+		ReconnectInterval: 300 * time.Millisecond,
 	}
 }
 
@@ -106,7 +126,8 @@ func (c MembershipConfig) validate() error {
 	}
 	t := c.Timing
 	if t.ProbeInterval < 0 || t.ProbeTimeout < 0 || t.GossipInterval < 0 || t.PushPullInterval < 0 ||
-		t.SuspicionMult < 0 || t.TCPTimeout < 0 || t.DeadNodeReclaim < 0 {
+		t.SuspicionMult < 0 || t.TCPTimeout < 0 || t.DeadNodeReclaim < 0 ||
+		t.ReconnectInterval < 0 || t.ReconnectTimeout < 0 {
 		return fmt.Errorf("negative gossip timing %+v", t)
 	}
 	return nil
@@ -124,6 +145,12 @@ func (c MembershipConfig) withDefaults() MembershipConfig {
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now
+	}
+	if c.Timing.ReconnectInterval == 0 {
+		c.Timing.ReconnectInterval = DefaultReconnectInterval
+	}
+	if c.Timing.ReconnectTimeout == 0 {
+		c.Timing.ReconnectTimeout = DefaultReconnectTimeout
 	}
 	return c
 }
@@ -204,9 +231,14 @@ type Event struct {
 // Start and Shutdown, so none of those calls meets a half-started or
 // shut-down memberlist (whose Leave panics after Shutdown).
 type Membership struct {
-	cfg  MembershipConfig
-	life sync.RWMutex
-	ml   *memberlist.Memberlist // set once by Start, under life
+	cfg   MembershipConfig
+	life  sync.RWMutex
+	ml    *memberlist.Memberlist // set once by Start, under life
+	trans *gossipTransport       // set once by Start, under life
+	// drains counts memberlist's calls for broadcasts: one a message it
+	// sends, and one a gossip round and target. A test that waits for it
+	// to advance knows the queued broadcasts have gone out.
+	drains atomic.Uint64
 
 	mu       sync.Mutex
 	addr     string
@@ -216,7 +248,8 @@ type Membership struct {
 	shutdown bool
 	wake     chan struct{}
 	stop     chan struct{}
-	done     chan struct{}
+	done     chan struct{} // closed when dispatch has returned
+	loops    sync.WaitGroup
 }
 
 // NewMembership validates cfg; Start begins gossip.
@@ -244,11 +277,23 @@ func (m *Membership) Start() error {
 		return nil
 	}
 	mc := m.memberlistConfig()
-	ml, err := memberlist.Create(mc)
+	trans, err := newGossipTransport(mc.BindAddr, mc.BindPort, m.cfg.Faults, m.cfg.Logger, mc.Logger)
 	if err != nil {
 		return fmt.Errorf("cluster: start membership on %s: %w", m.cfg.BindAddr, err)
 	}
-	m.ml = ml
+	if mc.BindPort == 0 {
+		mc.BindPort = trans.Port()
+		if m.cfg.AdvertiseAddr == "" {
+			mc.AdvertisePort = mc.BindPort
+		}
+	}
+	mc.Transport = trans
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		_ = trans.Shutdown()
+		return fmt.Errorf("cluster: start membership on %s: %w", m.cfg.BindAddr, err)
+	}
+	m.ml, m.trans = ml, trans
 	m.mu.Lock()
 	// With port 0, memberlist has written the bound port into mc.
 	m.addr = net.JoinHostPort(mc.AdvertiseAddr, strconv.Itoa(mc.AdvertisePort))
@@ -261,6 +306,8 @@ func (m *Membership) Start() error {
 	} else {
 		close(m.done)
 	}
+	m.loops.Add(1)
+	go m.reconnectLoop()
 	return nil
 }
 
@@ -337,6 +384,17 @@ func (m *Membership) Join(addrs []string) (int, error) {
 		return nil
 	})
 	return n, err
+}
+
+// RefusedFrames counts the gossip packets and stream messages refused
+// before memberlist decoded them (see checkStream, checkPacket).
+func (m *Membership) RefusedFrames() uint64 {
+	m.life.RLock()
+	defer m.life.RUnlock()
+	if m.trans == nil {
+		return 0
+	}
+	return m.trans.Refused()
 }
 
 // Members returns every member this node has heard of, itself included,
@@ -421,10 +479,11 @@ func (m *Membership) Shutdown() error {
 		m.life.Unlock()
 		return nil
 	}
+	close(m.stop)
 	err := m.ml.Shutdown()
 	m.life.Unlock()
-	close(m.stop)
 	<-m.done
+	m.loops.Wait()
 	if err != nil {
 		return fmt.Errorf("cluster: shutdown membership: %w", err)
 	}

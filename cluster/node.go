@@ -50,8 +50,11 @@ type Config struct {
 	GossipListen    string
 	GossipAdvertise string
 	// Join lists gossip addresses of existing members; the node retries
-	// them in the background until one answers.
+	// them in the background until one answers, and again whenever a
+	// member is not alive (MembershipConfig.Seeds).
 	Join []string
+	// GossipFaults injects faults into the gossip traffic (tests only).
+	GossipFaults *GossipFaults
 	// BootstrapExpect: a new cluster forms once this many nodes have met
 	// through gossip. 0 means this node never bootstraps a cluster; it
 	// waits to be added to an existing one.
@@ -186,6 +189,7 @@ func Start(cfg Config) (*Node, error) {
 		Meta: NodeMeta{ID: cfg.ID, GRPCAddr: cfg.GRPCAddr, RaftAddr: cfg.Mux.Addr().String(), HTTPAddr: cfg.HTTPAddr,
 			Incarnation: n.incarnation},
 		Logger: cfg.Logger, Timing: cfg.Gossip, Clock: cfg.Clock,
+		Seeds: cfg.Join, Faults: cfg.GossipFaults,
 		OnEvent: func(Event) { n.poke() },
 	})
 	if err == nil {
@@ -197,7 +201,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n.ms = ms
 	n.wg.Add(3)
-	go n.joinLoop()
+	go n.bootstrapLoop()
 	go n.replicaLoop()
 	go n.controlLoop()
 	return n, nil
@@ -300,6 +304,11 @@ func (n *Node) ControlLeader() NodeID {
 	_, id := n.raft.LeaderWithID()
 	return NodeID(id)
 }
+
+// ControlTerm is the latest term of the control group this node knows.
+// Every node is a voter or non-voter of the control group, so it hears of
+// each new term from the group's leader.
+func (n *Node) ControlTerm() uint64 { return n.raft.CurrentTerm() }
 
 // ControlState is this node's standing in the control group: leader,
 // follower, candidate, nonvoter (a member that does not vote), none (not a
@@ -462,26 +471,19 @@ func (n *Node) Close() error {
 	return nil
 }
 
-// joinLoop contacts the Join addresses until one answers, then bootstraps
-// the control group if this node is one of the first BootstrapExpect.
-func (n *Node) joinLoop() {
+// bootstrapLoop bootstraps the control group once this node is one of
+// the first BootstrapExpect met through gossip (Membership joins the Join
+// addresses, and rejoins, by itself).
+func (n *Node) bootstrapLoop() {
 	defer n.wg.Done()
-	joined := len(n.cfg.Join) == 0
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
 	for {
-		if !joined {
-			if _, err := n.ms.Join(n.cfg.Join); err != nil {
-				n.cfg.Logger.Debug("join", "err", err)
-			} else {
-				joined = true
-			}
-		}
 		done, err := n.tryBootstrap()
 		if err != nil {
 			n.cfg.Logger.Warn("bootstrap", "err", err)
 		}
-		if joined && done {
+		if done {
 			return
 		}
 		select {

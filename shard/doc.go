@@ -72,4 +72,13 @@
 // replica it replaces being removed. A replica stopping with its node
 // (Close, StopReplica without purge) hands leadership over first; a purged
 // one does not.
+//
+// Status carries each replica's view of its group (GroupView): the latest
+// configuration it has, this replica's suffrage in it, the configuration's
+// log index and whether that index is committed, and how long ago it heard
+// from its leader. hashicorp/raft 1.7.2 does not expose a configuration's
+// index (GetConfiguration's Index is always 0), so the FSM records the
+// configuration entries it applies and the configuration of each snapshot
+// it restores; a newer configuration not applied yet is found by reading
+// the end of the log back, at most configScanLimit entries.
 package shard

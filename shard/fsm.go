@@ -33,7 +33,36 @@ type fsm struct {
 
 	// snapshotPause is how long the last Snapshot held the apply loop (ns).
 	snapshotPause atomic.Int64
+	// conf is the latest group configuration this replica has applied (so
+	// it is committed), from a configuration entry or a restored
+	// snapshot's metadata (snapConf, called after each Restore); nil
+	// before any. Raft 1.7.2 does not expose a configuration's index.
+	conf     atomic.Pointer[appliedConfig]
+	snapConf func() (uint64, raft.Configuration, bool)
 }
+
+// appliedConfig is a committed group configuration and its log index.
+type appliedConfig struct {
+	index   uint64
+	servers []raft.Server
+}
+
+// noteConfig records configuration c at index unless a later one is known.
+func (f *fsm) noteConfig(index uint64, c raft.Configuration) {
+	next := &appliedConfig{index: index, servers: c.Clone().Servers}
+	for {
+		cur := f.conf.Load()
+		if cur != nil && cur.index >= index {
+			return
+		}
+		if f.conf.CompareAndSwap(cur, next) {
+			return
+		}
+	}
+}
+
+// config returns the latest applied configuration (nil before any).
+func (f *fsm) config() *appliedConfig { return f.conf.Load() }
 
 var (
 	_ raft.BatchingFSM = (*fsm)(nil)
@@ -55,6 +84,9 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := make([]interface{}, len(logs))
 	entries := make([]keyspace.Entry, len(logs))
 	for i, l := range logs {
+		if l.Type == raft.LogConfiguration {
+			f.noteConfig(l.Index, raft.DecodeConfiguration(l.Data))
+		}
 		if l.Type != raft.LogCommand {
 			continue
 		}
@@ -134,6 +166,11 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		m.UseCold(f.cold)
 	}
 	f.m = m
+	if f.snapConf != nil {
+		if index, c, ok := f.snapConf(); ok {
+			f.noteConfig(index, c)
+		}
+	}
 	return nil
 }
 

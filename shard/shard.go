@@ -108,6 +108,7 @@ type Shard struct {
 	fsm   *fsm
 	prop  *proposer
 	store *raftlog.GroupStore
+	logs  raft.LogStore // the log through Raft's cache: store
 
 	// readyTerm is the term whose first entry (a barrier) this replica has
 	// applied as leader: only then is it reported ready.
@@ -146,6 +147,7 @@ func Open(cfg Config) (*Shard, error) {
 		return ids, err
 	}
 	s := &Shard{cfg: cfg, fsm: newFSM(cfg.Cold, coldFiles, retained), store: cfg.Logs.Group(cfg.ID), quit: make(chan struct{})}
+	s.fsm.snapConf = func() (uint64, raft.Configuration, bool) { return latestSnapshotConfig(snaps) }
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
 	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
@@ -169,6 +171,7 @@ func Open(cfg Config) (*Shard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
 	}
+	s.logs = logs
 	trans := cfg.Transport
 	if trans == nil {
 		_, trans = raft.NewInmemTransport(raft.ServerAddress(fmt.Sprintf("%s/shard-%d", cfg.NodeID, cfg.ID)))
@@ -359,6 +362,8 @@ type Status struct {
 	Cold         tiering.ShardStats // zero without a cold tier
 	// SnapshotPause is how long the last snapshot held the apply loop.
 	SnapshotPause time.Duration
+	// The group as this replica knows it (see GroupView).
+	GroupView
 }
 
 // Status describes the replica.
@@ -384,6 +389,7 @@ func (s *Shard) Status() Status {
 		st.Cold = s.cfg.Cold.Stats()
 	}
 	st.SnapshotPause = time.Duration(s.fsm.snapshotPause.Load())
+	st.GroupView = s.groupView(st.CommitIndex)
 	return st
 }
 

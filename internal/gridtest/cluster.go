@@ -43,11 +43,14 @@ type ClusterOptions struct {
 }
 
 // Cluster is a cluster of real nodes in one process: each has its own data
-// directory, gRPC, Raft (mux) and gossip ports on loopback, and its own
+// directory, gRPC, Raft (mux) and gossip ports on loopback, its own
 // raftlog.Faults, through which the test partitions and pauses the Raft
-// traffic. Gossip is not partitioned: it only informs, and nothing moves on
-// it within the grace period. Node indexes are 0..n-1; a node keeps its
-// addresses across restarts.
+// traffic, and its own cluster.GossipFaults, through which Partition cuts
+// its gossip too (PartitionRaft leaves gossip up). With gossip cut, each
+// side sees the other dead; nothing moves on that within the grace period
+// (default 30 s), and after Heal the nodes rejoin each other by themselves.
+// Pause stalls the Raft traffic only. Node indexes are 0..n-1; a node keeps
+// its addresses across restarts.
 type Cluster struct {
 	t     testing.TB
 	opts  ClusterOptions
@@ -60,6 +63,7 @@ type clusterNode struct {
 	dir                string
 	grpc, raft, gossip string
 	faults             *raftlog.Faults
+	gossipFaults       *cluster.GossipFaults
 	node               *api.Node // nil while down
 	wedged             bool      // its last stop hung: it cannot start again
 }
@@ -98,7 +102,7 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 func newClusterNode(root string, i int) *clusterNode {
 	id := fmt.Sprintf("node-%d", i+1)
 	return &clusterNode{
-		id: id, dir: filepath.Join(root, id), faults: &raftlog.Faults{},
+		id: id, dir: filepath.Join(root, id), faults: &raftlog.Faults{}, gossipFaults: &cluster.GossipFaults{},
 		grpc: "127.0.0.1:0", raft: "127.0.0.1:0", gossip: "127.0.0.1:0",
 	}
 }
@@ -131,7 +135,7 @@ func (c *Cluster) start(i, expect int) error {
 			RaftListen: n.raft, GossipListen: n.gossip, Join: join,
 			BootstrapExpect: expect, Replicas: c.opts.Replicas, GracePeriod: c.opts.GracePeriod,
 			Gossip: cluster.FastGossipTiming(), HeartbeatTimeout: c.opts.HeartbeatTimeout,
-			Faults: n.faults,
+			Faults: n.faults, GossipFaults: n.gossipFaults,
 		},
 	})
 	if err != nil {
@@ -238,7 +242,8 @@ func (c *Cluster) unstable() string {
 		err := n.node.WaitReady(ctx)
 		cancel()
 		if err != nil {
-			return n.id + " not ready"
+			_, why := n.node.Cluster().Readiness()
+			return n.id + " not ready: " + why
 		}
 	}
 	if m == nil {
@@ -440,9 +445,17 @@ func (c *Cluster) Wipe(i int) error {
 	return os.RemoveAll(c.nodes[i].dir)
 }
 
-// Partition cuts the Raft traffic between the groups; nodes not named are
-// isolated alone.
-func (c *Cluster) Partition(groups ...[]int) {
+// Partition cuts the Raft and the gossip traffic between the groups; nodes
+// not named are isolated alone. Partitions add up until Heal.
+func (c *Cluster) Partition(groups ...[]int) { c.partition(true, groups) }
+
+// PartitionRaft is Partition for the Raft traffic alone: gossip stays up,
+// and every node goes on seeing every other alive.
+func (c *Cluster) PartitionRaft(groups ...[]int) { c.partition(false, groups) }
+
+func (c *Cluster) partition(gossip bool, groups [][]int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	group := make([]int, len(c.nodes))
 	for i := range group {
 		group[i] = -1 - i // alone
@@ -456,16 +469,22 @@ func (c *Cluster) Partition(groups ...[]int) {
 		for j, b := range c.nodes {
 			if i != j && group[i] != group[j] {
 				a.faults.Block(b.raft)
+				if gossip {
+					a.gossipFaults.Block(b.gossip)
+				}
 			}
 		}
 	}
 }
 
-// Heal restores every Raft link and resumes paused nodes.
+// Heal restores every Raft and gossip link and resumes paused nodes.
 func (c *Cluster) Heal() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, n := range c.nodes {
 		n.faults.Heal()
 		n.faults.Resume()
+		n.gossipFaults.Heal()
 	}
 }
 

@@ -1,0 +1,238 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// gossipTransport is memberlist's NetTransport behind a guard: every UDP
+// packet and the first message read from every TCP stream, accepted or
+// dialed, is checked (checkPacket, checkStream) before memberlist decodes
+// it, and a refused one is dropped, its stream closed, logged at warn and
+// counted. It also injects the test faults of a GossipFaults.
+type gossipTransport struct {
+	nt      *memberlist.NetTransport
+	faults  *GossipFaults
+	logger  *slog.Logger
+	refused atomic.Uint64
+
+	packets chan *memberlist.Packet
+	streams chan net.Conn
+	stop    chan struct{} // closed first by Shutdown: deliver nothing more
+	dead    chan struct{} // closed once the NetTransport has shut down
+	once    sync.Once
+	wg      sync.WaitGroup
+}
+
+var _ memberlist.NodeAwareTransport = (*gossipTransport)(nil)
+
+// errGossipCut: a stream dial refused by GossipFaults.
+var errGossipCut = errors.New("cluster: gossip peer cut off (fault injection)")
+
+// newGossipTransport listens on ip:port (TCP and UDP; port 0 picks one
+// port free for both, with a few tries, as memberlist does).
+func newGossipTransport(ip string, port int, faults *GossipFaults, logger *slog.Logger, mlog *log.Logger) (*gossipTransport, error) {
+	tries := 1
+	if port == 0 {
+		tries = 10
+	}
+	var nt *memberlist.NetTransport
+	var err error
+	for range tries {
+		nt, err = memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{ip}, BindPort: port, Logger: mlog})
+		if err == nil || !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	t := &gossipTransport{
+		nt: nt, faults: faults, logger: logger,
+		packets: make(chan *memberlist.Packet), streams: make(chan net.Conn),
+		stop: make(chan struct{}), dead: make(chan struct{}),
+	}
+	t.wg.Add(2)
+	go t.forwardPackets()
+	go t.forwardStreams()
+	return t, nil
+}
+
+// Port is the bound port.
+func (t *gossipTransport) Port() int { return t.nt.GetAutoBindPort() }
+
+// Refused counts the packets and stream messages refused so far.
+func (t *gossipTransport) Refused() uint64 { return t.refused.Load() }
+
+func (t *gossipTransport) refuse(err error, from net.Addr) {
+	t.refused.Add(1)
+	t.logger.Warn("cluster: gossip frame refused", "from", from.String(), "err", err)
+}
+
+func (t *gossipTransport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error) {
+	return t.nt.FinalAdvertiseAddr(ip, port)
+}
+
+func (t *gossipTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+	if t.faults.dropsPacket(addr) {
+		return time.Now(), nil // lost on the way, as UDP may be
+	}
+	return t.nt.WriteTo(b, addr)
+}
+
+func (t *gossipTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	if t.faults.dropsPacket(a.Addr) {
+		return time.Now(), nil
+	}
+	return t.nt.WriteToAddress(b, a)
+}
+
+func (t *gossipTransport) PacketCh() <-chan *memberlist.Packet { return t.packets }
+
+func (t *gossipTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	return t.DialAddressTimeout(memberlist.Address{Addr: addr}, timeout)
+}
+
+func (t *gossipTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	if t.faults.refusesDial(a.Addr) {
+		return nil, fmt.Errorf("dial %s: %w", a.Addr, errGossipCut)
+	}
+	c, err := t.nt.DialAddressTimeout(a, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &checkedConn{Conn: c, t: t}, nil
+}
+
+func (t *gossipTransport) StreamCh() <-chan net.Conn { return t.streams }
+
+// Shutdown stops delivering, then shuts the NetTransport down; the
+// forwarders keep draining it until it has (its listeners block on
+// unbuffered channels).
+func (t *gossipTransport) Shutdown() error {
+	var err error
+	t.once.Do(func() {
+		close(t.stop)
+		err = t.nt.Shutdown()
+		close(t.dead)
+		t.wg.Wait()
+	})
+	return err
+}
+
+func (t *gossipTransport) forwardPackets() {
+	defer t.wg.Done()
+	for {
+		var p *memberlist.Packet
+		select {
+		case p = <-t.nt.PacketCh():
+		case <-t.dead:
+			return
+		}
+		if t.faults.dropsPacket(p.From.String()) {
+			continue
+		}
+		if err := checkPacket(p.Buf); err != nil {
+			t.refuse(err, p.From)
+			continue
+		}
+		select {
+		case t.packets <- p:
+		case <-t.stop:
+		}
+	}
+}
+
+func (t *gossipTransport) forwardStreams() {
+	defer t.wg.Done()
+	for {
+		var c net.Conn
+		select {
+		case c = <-t.nt.StreamCh():
+		case <-t.dead:
+			return
+		}
+		if t.faults.refusesAccept() {
+			_ = c.Close()
+			continue
+		}
+		select {
+		case t.streams <- &checkedConn{Conn: c, t: t}:
+		case <-t.stop:
+			_ = c.Close()
+		}
+	}
+}
+
+// checkedConn checks the first message read from a stream before handing
+// its bytes on: memberlist reads one message a stream in each direction,
+// and sets the deadline that bounds the check. Like a net.Conn, it is read
+// from one goroutine at a time.
+type checkedConn struct {
+	net.Conn
+	t       *gossipTransport
+	checked bool
+	pending []byte // read by the check, not yet handed on
+	err     error  // the check's failure, returned once pending is out
+}
+
+func (c *checkedConn) Read(p []byte) (int, error) {
+	if !c.checked {
+		c.checked = true
+		rec := &capReader{r: c.Conn, left: maxGossipStream}
+		err := checkStream(rec)
+		c.pending = rec.buf
+		switch {
+		case rec.over:
+			err = refuse("stream message longer than %d bytes", maxGossipStream)
+			fallthrough
+		case errors.Is(err, ErrGossipFrame):
+			c.t.refuse(err, c.Conn.RemoteAddr())
+			_ = c.Conn.Close()
+			c.pending, c.err = nil, err
+		case err != nil && !(errors.Is(err, io.EOF) && len(c.pending) == 0):
+			c.pending, c.err = nil, err // a read failed: the message is lost anyway
+		}
+	}
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		return n, nil
+	}
+	if c.err != nil {
+		return 0, c.err
+	}
+	return c.Conn.Read(p)
+}
+
+// capReader records what it reads and refuses to read past left bytes.
+type capReader struct {
+	r    io.Reader
+	left int
+	buf  []byte
+	over bool // a read past left was refused
+}
+
+func (r *capReader) Read(p []byte) (int, error) {
+	if r.left <= 0 {
+		r.over = true
+		return 0, refuse("stream message longer than %d bytes", maxGossipStream)
+	}
+	if len(p) > r.left {
+		p = p[:r.left]
+	}
+	n, err := r.r.Read(p)
+	r.left -= n
+	r.buf = append(r.buf, p[:n]...)
+	return n, err
+}
