@@ -54,21 +54,28 @@ func TestStandaloneClusterRPCs(t *testing.T) {
 	}
 }
 
-// TestNotBootstrapped: a cluster node without a map cannot route: its
-// operations and its map are UNAVAILABLE, its Status still answers.
-func TestNotBootstrapped(t *testing.T) {
+// TestStartingNodeRefusesWithRedirect: a cluster node without a map (it
+// is starting, or restarting and has not caught up) cannot route: its
+// operations are UNAVAILABLE with a Redirect whose reason is "starting"
+// and which names no leader (nothing was applied, another node can serve);
+// its map is UNAVAILABLE, and its Status still answers.
+func TestStartingNodeRefusesWithRedirect(t *testing.T) {
 	view := &testView{self: "a", controlLeader: ""}
 	n := startViewNode(t, view, listen(t))
 	c := dial(t, n.addr)
-	want := "cluster not bootstrapped yet"
+	want := "node is starting and has no cluster map yet"
+	starting := func(what string, err error) {
+		t.Helper()
+		rd := redirectDetail(err)
+		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), want) || rd == nil ||
+			rd.Reason != gridpb.ReasonStarting || rd.LeaderAddr != "" {
+			t.Errorf("%s: %v (redirect %v), want UNAVAILABLE %q with a Redirect, reason %q", what, err, rd, want, gridpb.ReasonStarting)
+		}
+	}
 	_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: []byte("k")})
-	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), want) {
-		t.Errorf("reserve: %v, want UNAVAILABLE %q", err, want)
-	}
+	starting("reserve", err)
 	_, err = c.Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{reserveOp([]byte("k"))}})
-	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), want) {
-		t.Errorf("batch: %v, want UNAVAILABLE %q", err, want)
-	}
+	starting("batch", err)
 	_, err = c.ClusterMap(ctx(t), &gridpb.ClusterMapRequest{})
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), want) {
 		t.Errorf("cluster map: %v, want UNAVAILABLE %q", err, want)
@@ -76,6 +83,25 @@ func TestNotBootstrapped(t *testing.T) {
 	st, err := c.Status(ctx(t), &gridpb.StatusRequest{})
 	if err != nil || st.MapEpoch != 0 || st.ShardCount != testShards || st.ControlState != "Follower" {
 		t.Errorf("status: %v %v", st, err)
+	}
+}
+
+// TestRemovedNodeRefusesWithRedirect: a node whose map says it was removed
+// serves no operation (reason "removed", no leader named), though it holds
+// replicas by its own data. (A node holding no replica of a shard that
+// does not forward says "not a member": TestShardAdminAndShardsNotHostedHere.)
+func TestRemovedNodeRefusesWithRedirect(t *testing.T) {
+	lisA, lisB := listen(t), listen(t)
+	m := &cluster.Map{Epoch: 9, Slots: testSlots, Shards: testShards, Replicas: 1, Nodes: map[cluster.NodeID]cluster.NodeInfo{
+		"a": {ID: "a", GRPCAddr: lisA.Addr().String(), State: cluster.NodeRemoved},
+		"b": {ID: "b", GRPCAddr: lisB.Addr().String(), State: cluster.NodeActive},
+	}, ShardReplicas: [][]cluster.NodeID{{"b"}, {"b"}}}
+	a := startViewNode(t, &testView{self: "a", m: m.Clone(), controlLeader: "b"}, lisA)
+	_, err := dial(t, a.addr).Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: []byte("k"), LeaseMs: 1000})
+	rd := redirectDetail(err)
+	if status.Code(err) != codes.Unavailable || rd == nil || rd.Reason != gridpb.ReasonRemoved || rd.LeaderAddr != "" ||
+		rd.Epoch != 9 || !strings.Contains(err.Error(), "removed from the cluster") {
+		t.Errorf("reserve on a removed node: %v (redirect %v), want UNAVAILABLE, reason %q", err, rd, gridpb.ReasonRemoved)
 	}
 }
 
@@ -370,8 +396,9 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, r := range resp.Results {
-			if r.Error == nil || !sameRedirect(r.Error.Redirect, 0, n0) || !strings.Contains(r.Error.Message, "not hosted") {
-				t.Errorf("op %d with grid-redirect on n2: %v, want a Redirect to n0 saying shard 0 is not hosted there", i, r)
+			if r.Error == nil || !sameRedirect(r.Error.Redirect, 0, n0) || !strings.Contains(r.Error.Message, "not hosted") ||
+				r.Error.Redirect.Reason != gridpb.ReasonNotMember {
+				t.Errorf("op %d with grid-redirect on n2: %v, want a Redirect to n0 saying shard 0 is not hosted there (reason %q)", i, r, gridpb.ReasonNotMember)
 			}
 		}
 	})

@@ -43,7 +43,7 @@ func code(err error) codes.Code {
 		return codes.Canceled
 	case errors.Is(err, shard.ErrNotLeader), errors.Is(err, shard.ErrClosed),
 		errors.Is(err, shard.ErrOutcomeUnknown), errors.Is(err, errNotHosted),
-		errors.Is(err, errNotBootstrapped), errors.Is(err, errForwardUnknown),
+		errors.Is(err, errStarting), errors.Is(err, errRemoved), errors.Is(err, errForwardUnknown),
 		errors.Is(err, cluster.ErrNotControlLeader), errors.Is(err, cluster.ErrNotShardLeader):
 		return codes.Unavailable
 	}
@@ -127,14 +127,19 @@ func redirectOf(err error) *gridpb.Redirect {
 }
 
 // redirectError is the refusal of an operation this node cannot serve
-// (cause is errNotHosted or shard.ErrNotLeader): nothing was applied, and
-// to says where to send it.
+// (cause is errNotHosted, shard.ErrNotLeader, errStarting or errRemoved):
+// nothing was applied, and to says where to send it, or why this node
+// serves nothing (to.Reason).
 type redirectError struct {
 	to    *gridpb.Redirect
 	cause error
 }
 
 func (e *redirectError) Error() string {
+	switch e.to.Reason {
+	case gridpb.ReasonStarting, gridpb.ReasonRemoved:
+		return e.cause.Error() // about the node, not a shard
+	}
 	if e.to.LeaderId == "" {
 		return fmt.Sprintf("shard %d has no known leader: %v", e.to.Shard, e.cause)
 	}
@@ -154,9 +159,13 @@ var (
 	// errNotHosted: this node holds no replica of the operation's shard.
 	// Nothing was applied.
 	errNotHosted = errors.New("api: shard not hosted on this node")
-	// errNotBootstrapped: a cluster node has no map yet, so it cannot
-	// route anything.
-	errNotBootstrapped = errors.New("api: cluster not bootstrapped yet")
+	// errStarting: a cluster node has no map yet (it is starting, or
+	// restarting and has not caught up with the cluster), so it can
+	// neither serve nor forward. Nothing was applied.
+	errStarting = errors.New("api: node is starting and has no cluster map yet; nothing was applied, another node can serve")
+	// errRemoved: the cluster map says this node was removed: it serves
+	// nothing. Nothing was applied.
+	errRemoved = errors.New("api: node was removed from the cluster and serves nothing; nothing was applied, another node can serve")
 	// errForwardUnknown: a forwarded call failed on its way (transport
 	// error, the peer gone): the peer may have applied it.
 	errForwardUnknown = errors.New("api: forwarded call failed, outcome unknown")

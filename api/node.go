@@ -69,6 +69,9 @@ type ClusterConfig struct {
 	// GossipFaults injects network faults into the gossip traffic (tests
 	// only).
 	GossipFaults *cluster.GossipFaults
+	// WrapRemote, if set, wraps the cluster.Remote the control leader
+	// reaches the other nodes with (tests only: to watch what it sends).
+	WrapRemote func(cluster.Remote) cluster.Remote
 }
 
 // Node is a running single node: host, gRPC server and HTTP server.
@@ -185,12 +188,16 @@ func (n *Node) open(reg *prometheus.Registry) error {
 		httpAddr = n.httpLis.Addr().String()
 	}
 	peers := NewPeers()
+	var remote cluster.Remote = peers
+	if cc.WrapRemote != nil {
+		remote = cc.WrapRemote(peers)
+	}
 	cn, err := cluster.Start(cluster.Config{
 		ID: cluster.NodeID(hc.NodeID), GRPCAddr: grpcAddr, HTTPAddr: httpAddr,
 		Host: host, Mux: mux, Logs: host.Logs(), SnapshotDir: filepath.Join(hc.DataDir, "snapshots"),
 		GossipListen: cc.GossipListen, GossipAdvertise: cc.GossipAdvertise, Join: cc.Join, GossipFaults: cc.GossipFaults,
 		BootstrapExpect: cc.BootstrapExpect, Replicas: cc.Replicas, GracePeriod: cc.GracePeriod,
-		Gossip: cc.Gossip, HeartbeatTimeout: cc.HeartbeatTimeout, Remote: peers, Logger: cfg.Logger,
+		Gossip: cc.Gossip, HeartbeatTimeout: cc.HeartbeatTimeout, Remote: remote, Logger: cfg.Logger,
 	})
 	if err != nil {
 		peers.Close()

@@ -42,6 +42,14 @@ import (
 // stale map on either side cannot make a request bounce between nodes; the
 // leader's answers are returned as they are.
 //
+// A node that cannot serve at all refuses every operation with a Redirect
+// naming no leader, with a reason: "starting" when it has no map yet (it is
+// starting, or restarting and has not caught up), "removed" when its map
+// says the cluster removed it (it must not serve). A node holding no
+// replica of the shard that does not forward says "not a member" beside
+// the leader it knows. Each of these, like every Redirect, proves that
+// nothing was applied (gridpb.Reason*).
+//
 // Why resending is safe in one case and not in the other:
 //
 //   - shard.ErrNotLeader means the replica refused the proposal before it
@@ -75,18 +83,44 @@ type router struct {
 }
 
 // router returns the routing of a request; a cluster node without a map
-// cannot route anything.
+// cannot route anything (errStarting).
 func (s *Server) router(ctx context.Context) (*router, error) {
 	r := &router{s: s}
 	if s.opts.Cluster == nil {
 		return r, nil
 	}
-	if r.m = s.opts.Cluster.Map(); r.m == nil {
-		return nil, errNotBootstrapped
-	}
 	r.self = s.opts.Cluster.Self()
+	if r.m = s.opts.Cluster.Map(); r.m == nil {
+		return nil, errStarting
+	}
 	r.forward = !headerSet(ctx, MetadataRedirect) && !headerSet(ctx, MetadataForwarded)
 	return r, nil
+}
+
+// opRouter is the router of an operation RPC (Batch and the unary ones).
+// A node that cannot serve any operation refuses with a Redirect naming no
+// leader, so that the client asks another node: reason "starting" without
+// a map, "removed" when the map says the cluster removed it (it must not
+// serve).
+func (s *Server) opRouter(ctx context.Context) (*router, error) {
+	r, err := s.router(ctx)
+	if errors.Is(err, errStarting) {
+		return nil, nodeRefusal(gridpb.ReasonStarting, 0, err)
+	}
+	if err != nil || r.m == nil {
+		return r, err
+	}
+	if info, ok := r.m.Nodes[r.self]; ok && info.State == cluster.NodeRemoved {
+		return nil, nodeRefusal(gridpb.ReasonRemoved, r.m.Epoch, errRemoved)
+	}
+	return r, nil
+}
+
+// nodeRefusal is the refusal of every operation by a node that cannot
+// serve now (reason starting or removed): a Redirect naming no leader, so
+// that the client asks another node.
+func nodeRefusal(reason string, epoch uint64, cause error) error {
+	return &redirectError{to: &gridpb.Redirect{Epoch: epoch, Reason: reason}, cause: cause}
 }
 
 // headerSet reports whether the request carries header key with value "1".
@@ -158,7 +192,11 @@ func (r *router) elsewhere(id int, local *shard.Shard, cause error) (to peer, re
 	}
 	leader := r.leaderOf(id, local)
 	addr := r.m.Nodes[leader].GRPCAddr
-	refusal = &redirectError{to: &gridpb.Redirect{Shard: uint32(id), LeaderId: string(leader), LeaderAddr: addr, Epoch: r.m.Epoch}, cause: cause}
+	rd := &gridpb.Redirect{Shard: uint32(id), LeaderId: string(leader), LeaderAddr: addr, Epoch: r.m.Epoch}
+	if errors.Is(cause, errNotHosted) {
+		rd.Reason = gridpb.ReasonNotMember
+	}
+	refusal = &redirectError{to: rd, cause: cause}
 	if r.forward && leader != "" && leader != r.self && addr != "" {
 		to = peer{id: leader, addr: addr}
 	}
@@ -189,7 +227,7 @@ func serveOne[R any](ctx context.Context, s *Server, req R, validate func(R) (ta
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	r, err := s.router(ctx)
+	r, err := s.opRouter(ctx)
 	if err != nil {
 		return nil, toStatus(err)
 	}

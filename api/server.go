@@ -143,7 +143,7 @@ func (s *Server) Batch(ctx context.Context, r *gridpb.BatchRequest) (*gridpb.Bat
 		return nil, toStatus(err)
 	}
 	s.metrics.batchOps.Observe(float64(len(ops)))
-	rt, err := s.router(ctx)
+	rt, err := s.opRouter(ctx)
 	if err != nil {
 		return nil, toStatus(err)
 	}

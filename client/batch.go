@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
 	"google.golang.org/protobuf/proto"
@@ -59,12 +60,17 @@ func (c *Client) Batch(ctx context.Context, ops []Op) ([]Result, []error, error)
 		pending[i] = i
 	}
 	p := c.cfg.retry
+	first := time.Now()
 	for attempt := 1; len(pending) > 0; attempt++ {
 		retry := b.round(ctx, pending)
-		if len(retry) == 0 || attempt >= p.Attempts {
+		if len(retry) == 0 {
 			break
 		}
-		if c.pause(ctx, p.backoff(attempt)) != nil {
+		ceiling, ok := p.again(attempt, time.Since(first))
+		if !ok {
+			break
+		}
+		if c.pause(ctx, jitter(ceiling)) != nil {
 			stopped := b.stopped(ctx)
 			for _, i := range retry {
 				if b.noReply[i] {
@@ -138,7 +144,7 @@ func (b *batchRun) round(ctx context.Context, idx []int) []int {
 		slices.Sort(idx)
 		if len(idx) > 0 && hop == maxRedirects {
 			for _, i := range idx {
-				b.errs[i] = tooManyRedirects(redirectOf(b.errs[i]))
+				b.errs[i] = tooManyRedirects(b.errs[i])
 			}
 			retry = append(retry, idx...)
 			break
@@ -223,10 +229,12 @@ func (b *batchRun) sendGroup(ctx context.Context, addr string, idx []int) (out g
 		for j := range chunk {
 			chunk[j] = ops[start+j].pb
 		}
-		resp, err := b.c.batchRPC(ctx, n, chunk)
+		resp, err := b.c.batchOnce(ctx, n, chunk)
 		if err != nil && redirectOf(err) == nil {
 			// The RPC failed as a whole: its operations may have been
-			// applied, and those behind it wait for the next round.
+			// applied (unless it never left), and those behind it wait
+			// for the next round.
+			left := !neverSent(err)
 			if ctx.Err() != nil {
 				err = ctxDone(ctx)
 			}
@@ -234,7 +242,7 @@ func (b *batchRun) sendGroup(ctx context.Context, addr string, idx []int) (out g
 				b.c.r.unreachable(addr)
 			}
 			for _, i := range idx[start:end] {
-				b.sent[i] = true
+				b.sent[i] = b.sent[i] || left
 			}
 			for _, i := range idx[start:] {
 				b.noAnswer(i, err)
@@ -272,8 +280,7 @@ func (b *batchRun) sendGroup(ctx context.Context, addr string, idx []int) (out g
 // settle records the answer of the node at from to operation i.
 func (b *batchRun) settle(i int, from string, res *gridpb.OpResult, err error) verdict {
 	if rd := redirectOf(err); rd != nil {
-		b.c.r.redirected(from, rd)
-		b.errs[i], b.noReply[i], b.next[i] = err, false, namedLeader(from, rd)
+		b.errs[i], b.noReply[i], b.next[i] = err, false, b.c.r.redirected(from, rd)
 		if b.next[i] == "" {
 			b.unknown[i]++
 		}

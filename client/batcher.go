@@ -20,7 +20,8 @@ import (
 //
 // A caller waits for its own answer or for its context. A call whose context
 // ended while queued is dropped before sending; once sent it cannot be
-// recalled, so its outcome is unknown to the caller. A Batch RPC is cancelled
+// recalled, so its outcome is unknown to the caller; one still queued is
+// reported as never sent. A Batch RPC is cancelled
 // only when every caller in it has gone, or when the batcher is closed.
 type batcher struct {
 	rpc      func(context.Context, *gridpb.BatchRequest) (*gridpb.BatchResponse, error)
@@ -49,6 +50,9 @@ type call struct {
 	done chan struct{}
 	res  *gridpb.OpResult
 	err  error
+	// taken is set, under the batcher's lock, when a Batch RPC took the
+	// call; one whose context ends before that is never sent.
+	taken bool
 }
 
 func newBatcher(rpc func(context.Context, *gridpb.BatchRequest) (*gridpb.BatchResponse, error), maxOps, inFlight int) *batcher {
@@ -90,8 +94,15 @@ func (b *batcher) submit(ctx context.Context, op *gridpb.Op) (*gridpb.OpResult, 
 		case <-cl.done: // the answer came too
 			return cl.res, cl.err
 		default:
-			return nil, ctxErr(ctx)
 		}
+		b.mu.Lock()
+		taken := cl.taken
+		b.mu.Unlock()
+		if !taken {
+			// take skips a call whose context has ended: it never leaves.
+			return nil, unsent(ctxDone(ctx))
+		}
+		return nil, ctxErr(ctx)
 	}
 }
 
@@ -137,6 +148,7 @@ func (b *batcher) take() []*call {
 		if cl.ctx.Err() != nil {
 			continue
 		}
+		cl.taken = true
 		batch = append(batch, cl)
 		bytes += cl.size
 	}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -112,7 +114,9 @@ func (c *Client) openNode(addr string) (*node, error) {
 	n := &node{addr: addr, conn: conn, rpc: gridpb.NewGridClient(conn)}
 	if c.cfg.batching {
 		n.b = newBatcher(func(ctx context.Context, req *gridpb.BatchRequest) (*gridpb.BatchResponse, error) {
-			return n.rpc.Batch(c.outgoing(ctx), req)
+			var left leftCheck
+			resp, err := n.rpc.Batch(c.outgoing(ctx), req, left.option())
+			return resp, left.mark(err)
 		}, c.cfg.maxBatch, c.cfg.maxInFlight)
 	}
 	return n, nil
@@ -178,12 +182,50 @@ func (c *Client) sendTo(ctx context.Context, n *node, op *gridpb.Op) (*gridpb.Op
 		return n.b.submit(ctx, op)
 	}
 	var res *gridpb.OpResult
+	var left leftCheck
 	err := c.call(ctx, func(ctx context.Context) error {
 		var err error
-		res, err = unary(c.outgoing(ctx), n.rpc, op)
-		return err
+		res, err = unary(c.outgoing(ctx), n.rpc, op, left.option())
+		return left.mark(err)
 	})
 	return res, err
+}
+
+// sendOnce is one send of op to node n, bounded by the send timeout on a
+// cluster. A send without an answer by then fails as unavailable (and may
+// have been applied, unless it never left).
+func (c *Client) sendOnce(ctx context.Context, n *node, op *gridpb.Op) (*gridpb.OpResult, error) {
+	d := c.sendTimeout()
+	if d == 0 {
+		return c.sendTo(ctx, n, op)
+	}
+	sctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	res, err := c.sendTo(sctx, n, op)
+	return res, timedOut(ctx, sctx, n.addr, d, err)
+}
+
+// sendTimeout is the bound of one send: the configured one on a cluster,
+// none where there is no other node to go to.
+func (c *Client) sendTimeout() time.Duration {
+	if !c.r.clustered() {
+		return 0
+	}
+	return c.cfg.sendTimeout
+}
+
+// timedOut turns the error of a send whose own deadline (sctx) passed while
+// the caller's ctx lasts into an Unavailable naming the node. The send may
+// have been applied, unless it never left.
+func timedOut(ctx, sctx context.Context, addr string, d time.Duration, err error) error {
+	if err == nil || sctx.Err() == nil || ctx.Err() != nil {
+		return err
+	}
+	e := fmt.Errorf("%w: %s did not answer within the send timeout %v", ErrUnavailable, addr, d)
+	if neverSent(err) {
+		return unsent(e)
+	}
+	return e
 }
 
 // retry runs a unary RPC under the retry policy; see call.
@@ -208,30 +250,75 @@ func (c *Client) call(ctx context.Context, rpc func(context.Context) error) erro
 	return fromRPC(ctx, err)
 }
 
-// retryLoop calls send until it succeeds, fails for good, the attempts of the
-// policy are spent or ctx ends. send reports whether the grid may have
+// leftCheck tells whether an RPC reached a connection: a call option that
+// gRPC fills in only when the request was given to a transport. An RPC
+// that failed without one (connection refused, still connecting at its
+// deadline) never left, so nothing was applied.
+type leftCheck struct{ p peer.Peer }
+
+func (l *leftCheck) option() grpc.CallOption { return grpc.Peer(&l.p) }
+
+// mark marks err unsent when the RPC never left.
+func (l *leftCheck) mark(err error) error {
+	if err != nil && l.p.Addr == nil {
+		return unsent(err)
+	}
+	return err
+}
+
+// retryLoop calls send until it succeeds, fails for good, the retry
+// policy says no more, or ctx ends. send reports whether the grid may have
 // applied what it sent; retryLoop returns how many sends may have.
+//
+// The outcome rule: once a send may have been applied, a later failure
+// (the grid still unavailable when the policy gives up, ctx ended, the
+// client closed) is labelled outcome unknown, because no later answer
+// proved what became of that send. A call whose sends were all refused
+// unapplied (Redirects, requests that never left) fails without the label.
 func (c *Client) retryLoop(ctx context.Context, send func() (sent bool, err error)) (int, error) {
 	p := c.cfg.retry
 	sends := 0
+	first := time.Now()
 	for attempt := 1; ; attempt++ {
 		if c.root.Err() != nil {
-			return sends, ErrClosed
+			return sends, unknownIf(sends > 0, ErrClosed)
 		}
 		sent, err := send()
 		if sent {
 			sends++
 		}
-		if err == nil || !retryable(err) || attempt >= p.Attempts {
-			return sends, err
+		if err == nil {
+			return sends, nil
 		}
-		if perr := c.pause(ctx, p.backoff(attempt)); perr != nil {
-			if perr == ErrClosed {
-				return sends, perr
+		if !retryable(err) {
+			return sends, unknownIf(sends > 0 && gaveUp(err), err)
+		}
+		ceiling, ok := p.again(attempt, time.Since(first))
+		if !ok {
+			return sends, unknownIf(sends > 0, err)
+		}
+		if perr := c.pause(ctx, jitter(ceiling)); perr != nil {
+			if perr != ErrClosed {
+				perr = fmt.Errorf("%w (last error: %w)", ctxDone(ctx), err)
 			}
-			return sends, fmt.Errorf("%w (last error: %w)", perr, err)
+			return sends, unknownIf(sends > 0, perr)
 		}
 	}
+}
+
+// gaveUp reports an error that is no answer of the grid: the caller's
+// context ended or the client closed.
+func gaveUp(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrClosed)
+}
+
+// unknownIf labels err outcome unknown when maybe is set (a send may have
+// been applied), unless it is labelled already.
+func unknownIf(maybe bool, err error) error {
+	if !maybe || errors.Is(err, errUnknown) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errUnknown, err)
 }
 
 // pause waits d. It fails with ctxErr when ctx ends first and with ErrClosed
@@ -250,22 +337,22 @@ func (c *Client) pause(ctx context.Context, d time.Duration) error {
 }
 
 // unary sends one operation as its own RPC.
-func unary(ctx context.Context, rpc gridpb.GridClient, op *gridpb.Op) (*gridpb.OpResult, error) {
+func unary(ctx context.Context, rpc gridpb.GridClient, op *gridpb.Op, opts ...grpc.CallOption) (*gridpb.OpResult, error) {
 	switch o := op.GetOp().(type) {
 	case *gridpb.Op_Reserve:
-		return rpc.Reserve(ctx, o.Reserve)
+		return rpc.Reserve(ctx, o.Reserve, opts...)
 	case *gridpb.Op_Complete:
-		return rpc.Complete(ctx, o.Complete)
+		return rpc.Complete(ctx, o.Complete, opts...)
 	case *gridpb.Op_Fail:
-		return rpc.Fail(ctx, o.Fail)
+		return rpc.Fail(ctx, o.Fail, opts...)
 	case *gridpb.Op_Release:
-		return rpc.Release(ctx, o.Release)
+		return rpc.Release(ctx, o.Release, opts...)
 	case *gridpb.Op_Extend:
-		return rpc.Extend(ctx, o.Extend)
+		return rpc.Extend(ctx, o.Extend, opts...)
 	case *gridpb.Op_Get:
-		return rpc.Get(ctx, o.Get)
+		return rpc.Get(ctx, o.Get, opts...)
 	case *gridpb.Op_Forget:
-		return rpc.Forget(ctx, o.Forget)
+		return rpc.Forget(ctx, o.Forget, opts...)
 	default:
 		return nil, status.Error(codes.InvalidArgument, "empty operation")
 	}

@@ -43,6 +43,10 @@ var (
 	// *PanicError.
 	ErrHandlerPanic = errors.New("client: handler panicked")
 
+	// errUnknown labels the failure of a call one of whose sends may have
+	// been applied: what became of the operation is not known.
+	errUnknown = errors.New("client: outcome unknown")
+
 	// errProtocol: the server answered something this client cannot read.
 	errProtocol = errors.New("client: protocol error")
 )
@@ -163,11 +167,40 @@ func redirectOf(err error) *gridpb.Redirect {
 	return nil
 }
 
+// unsentError is the failure of a request that never left the client: no
+// connection took it (refused, still connecting when the send's deadline
+// came, queued in a batcher). Nothing was applied.
+type unsentError struct{ err error }
+
+func (e *unsentError) Error() string { return e.err.Error() }
+func (e *unsentError) Unwrap() error { return e.err }
+
+// unsent marks err as the failure of a request that never left.
+func unsent(err error) error {
+	if err == nil || neverSent(err) {
+		return err
+	}
+	return &unsentError{err: err}
+}
+
+// neverSent reports an error of a request that never left the client.
+func neverSent(err error) bool {
+	var u *unsentError
+	return errors.As(err, &u)
+}
+
 // fromRPC maps an error of a gRPC call. ctx is the caller's context: when it
-// is done, its error wins over the status the transport made of it.
+// is done, its error wins over the status the transport made of it. An
+// error marked unsent stays marked.
 func fromRPC(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
+	}
+	if u, ok := err.(*unsentError); ok {
+		if ctx.Err() != nil {
+			return unsent(ctxDone(ctx))
+		}
+		return unsent(fromRPC(ctx, u.err))
 	}
 	if ctx.Err() != nil {
 		return ctxErr(ctx)
@@ -192,7 +225,7 @@ func fromRPC(ctx context.Context, err error) error {
 // ctxErr is the error of a call whose context ended before its answer came:
 // the operation may or may not have taken effect on the grid.
 func ctxErr(ctx context.Context) error {
-	return fmt.Errorf("client: outcome unknown: %w", ctxDone(ctx))
+	return fmt.Errorf("%w: %w", errUnknown, ctxDone(ctx))
 }
 
 // ctxDone is the error of an ended context with its cause, if it has one.
@@ -202,6 +235,13 @@ func ctxDone(ctx context.Context) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", err, cause)
+}
+
+// refusedUnapplied reports a refusal that proves nothing was applied: a
+// Redirect (the node does not lead the shard, or cannot serve at all:
+// starting, not a member, removed), or a request that never left.
+func refusedUnapplied(err error) bool {
+	return redirectOf(err) != nil || neverSent(err)
 }
 
 // retryable reports whether a failed call may be sent again: the grid was

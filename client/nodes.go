@@ -76,13 +76,27 @@ func (s *nodeSet) close() error {
 // checks that it answers every operation.
 func (c *Client) batchRPC(ctx context.Context, n *node, ops []*gridpb.Op) (*gridpb.BatchResponse, error) {
 	var resp *gridpb.BatchResponse
+	var left leftCheck
 	err := c.call(ctx, func(ctx context.Context) error {
 		var err error
-		resp, err = n.rpc.Batch(c.outgoing(ctx), &gridpb.BatchRequest{Ops: ops})
-		return err
+		resp, err = n.rpc.Batch(c.outgoing(ctx), &gridpb.BatchRequest{Ops: ops}, left.option())
+		return left.mark(err)
 	})
 	if err == nil && len(resp.GetResults()) != len(ops) {
 		err = fmt.Errorf("%w: %d results for %d operations", errProtocol, len(resp.GetResults()), len(ops))
 	}
 	return resp, err
+}
+
+// batchOnce is batchRPC bounded by the send timeout on a cluster, as
+// sendOnce is for one operation.
+func (c *Client) batchOnce(ctx context.Context, n *node, ops []*gridpb.Op) (*gridpb.BatchResponse, error) {
+	d := c.sendTimeout()
+	if d == 0 {
+		return c.batchRPC(ctx, n, ops)
+	}
+	sctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	resp, err := c.batchRPC(sctx, n, ops)
+	return resp, timedOut(ctx, sctx, n.addr, d, err)
 }

@@ -27,19 +27,43 @@ const (
 	// DefaultRetention is how long Process keeps a completed key.
 	DefaultRetention = 7 * 24 * time.Hour
 
+	// DefaultRetryBudget is how long after its first send a call that finds
+	// the grid unavailable is still sent again (DefaultRetryPolicy).
+	DefaultRetryBudget = 10 * time.Second
+	// DefaultSendTimeout bounds one send of an operation to one node of a
+	// cluster (WithSendTimeout). A healthy leader answers a full batch well
+	// within it, a group commit taking tens of milliseconds; a frozen or cut
+	// off one never does, and the node is then avoided.
+	DefaultSendTimeout = 1500 * time.Millisecond
+
 	defaultMaxInFlight = 8
 )
 
 // DefaultRetryPolicy is the retry policy of a Client without WithRetryPolicy:
-// 4 sends, backoff from 50 ms doubling up to 1 s.
+// sends for up to 10 s after the first one, with a backoff from 25 ms
+// doubling up to 500 ms between them. An election of a shard's leader after
+// its node died or froze takes about a second (a follower names the old
+// leader for 0.5 to 1 s first), so the budget rides through one with room to
+// spare.
 func DefaultRetryPolicy() RetryPolicy {
-	return RetryPolicy{Attempts: 4, BaseBackoff: 50 * time.Millisecond, MaxBackoff: time.Second}
+	return RetryPolicy{Budget: DefaultRetryBudget, BaseBackoff: 25 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}
 }
 
-// RetryPolicy says how a call that found the grid unavailable is sent again:
-// up to Attempts sends in all, waiting a capped exponential backoff with
-// jitter between them. Attempts <= 1 disables retries.
+// RetryPolicy says how a call that found the grid unavailable is sent again,
+// after a capped exponential backoff with jitter, always within the call's
+// context:
+//
+//   - Budget > 0: while less than Budget has passed since the call's first
+//     send (the send after the last backoff must start within it);
+//   - Attempts > 0: up to Attempts sends in all;
+//   - both: whichever bound comes first. Neither (or Attempts == 1) sends
+//     once, without retries.
+//
+// Sends refused with a Redirect (the node does not lead the shard, or is
+// starting, not a member, removed) are followed at once and are not sends
+// of the policy: only a send that may have reached a leader counts.
 type RetryPolicy struct {
+	Budget      time.Duration
 	Attempts    int
 	BaseBackoff time.Duration
 	MaxBackoff  time.Duration
@@ -47,8 +71,8 @@ type RetryPolicy struct {
 
 // Validate reports a policy that cannot be used.
 func (p RetryPolicy) Validate() error {
-	if p.BaseBackoff < 0 || p.MaxBackoff < 0 {
-		return fmt.Errorf("%w: retry backoff must not be negative", ErrInvalidArgument)
+	if p.BaseBackoff < 0 || p.MaxBackoff < 0 || p.Budget < 0 || p.Attempts < 0 {
+		return fmt.Errorf("%w: retry budget, attempts and backoff must not be negative", ErrInvalidArgument)
 	}
 	if p.MaxBackoff < p.BaseBackoff {
 		return fmt.Errorf("%w: retry max backoff %v below base backoff %v", ErrInvalidArgument, p.MaxBackoff, p.BaseBackoff)
@@ -56,15 +80,45 @@ func (p RetryPolicy) Validate() error {
 	return nil
 }
 
-// backoff is the wait before send number attempt+1 (attempt >= 1): the base
-// doubled per attempt, capped, then jittered over its upper half so that
-// clients that failed together do not come back together.
-func (p RetryPolicy) backoff(attempt int) time.Duration {
+// again decides whether a call whose send number attempt (>= 1) failed as
+// unavailable, elapsed after its first send, is sent again, and the most it
+// waits before that send (backoff jitters below it). It is pure: the policy
+// as data.
+func (p RetryPolicy) again(attempt int, elapsed time.Duration) (ceiling time.Duration, ok bool) {
+	if p.Budget <= 0 && p.Attempts <= 0 {
+		return 0, false
+	}
+	if p.Attempts > 0 && attempt >= p.Attempts {
+		return 0, false
+	}
+	ceiling = p.ceiling(attempt)
+	if p.Budget > 0 {
+		left := p.Budget - elapsed
+		if left <= 0 {
+			return 0, false
+		}
+		ceiling = min(ceiling, left)
+	}
+	return ceiling, true
+}
+
+// ceiling is the backoff before send number attempt+1 before jitter: the
+// base doubled per attempt, capped.
+func (p RetryPolicy) ceiling(attempt int) time.Duration {
 	d := p.BaseBackoff
 	for i := 1; i < attempt && d < p.MaxBackoff; i++ {
 		d *= 2
 	}
-	d = min(d, p.MaxBackoff)
+	return min(d, p.MaxBackoff)
+}
+
+// backoff is the wait before send number attempt+1 (attempt >= 1): the
+// ceiling jittered over its upper half so that clients that failed together
+// do not come back together.
+func (p RetryPolicy) backoff(attempt int) time.Duration { return jitter(p.ceiling(attempt)) }
+
+// jitter draws a wait in [d/2, d].
+func jitter(d time.Duration) time.Duration {
 	if d <= 1 {
 		return d
 	}
@@ -79,6 +133,7 @@ type config struct {
 	maxBatch    int
 	maxInFlight int
 	retry       RetryPolicy
+	sendTimeout time.Duration // 0: none
 	dialOpts    []grpc.DialOption
 	clock       func() time.Time
 }
@@ -90,6 +145,7 @@ func defaultConfig() config {
 		maxBatch:    MaxBatchSize,
 		maxInFlight: defaultMaxInFlight,
 		retry:       DefaultRetryPolicy(),
+		sendTimeout: DefaultSendTimeout,
 		clock:       time.Now,
 	}
 }
@@ -100,6 +156,9 @@ func (c *config) validate() error {
 	}
 	if c.maxInFlight < 1 {
 		return fmt.Errorf("%w: max in-flight batches %d must be at least 1", ErrInvalidArgument, c.maxInFlight)
+	}
+	if c.sendTimeout < 0 {
+		return fmt.Errorf("%w: negative send timeout %v", ErrInvalidArgument, c.sendTimeout)
 	}
 	if c.clock == nil {
 		return fmt.Errorf("%w: nil clock", ErrInvalidArgument)
@@ -136,6 +195,18 @@ func WithMaxInFlight(n int) Option {
 // WithRetryPolicy sets how calls that found the grid unavailable are retried
 // (default DefaultRetryPolicy()).
 func WithRetryPolicy(p RetryPolicy) Option { return func(c *config) { c.retry = p } }
+
+// WithSendTimeout bounds each send of an operation (or of a Batch RPC) to a
+// node of a cluster (default DefaultSendTimeout; 0 turns it off). A send
+// without an answer by then fails as unavailable, may have been applied,
+// and the node is avoided for a while and the map refreshed, so that the
+// retry goes to another replica of the shard, which answers or redirects to
+// the new leader: a frozen or cut-off leader does not pin calls for the
+// length of its fault. Keep it well above the time a loaded leader takes to
+// answer a full batch. A standalone node, or a client built WithoutRouting,
+// has nowhere else to send, and its sends are bounded by the call's context
+// only.
+func WithSendTimeout(d time.Duration) Option { return func(c *config) { c.sendTimeout = d } }
 
 // WithDialOptions passes options to grpc.NewClient, after the client's own
 // (plaintext transport, a receive limit that fits a full batch of results,

@@ -15,6 +15,8 @@ func TestDialValidatesOptions(t *testing.T) {
 		"retry":        WithRetryPolicy(RetryPolicy{Attempts: 3, BaseBackoff: time.Second, MaxBackoff: time.Millisecond}),
 		"nil clock":    WithClock(nil),
 		"neg. backoff": WithRetryPolicy(RetryPolicy{Attempts: 3, BaseBackoff: -1}),
+		"neg. budget":  WithRetryPolicy(RetryPolicy{Budget: -time.Second}),
+		"neg. timeout": WithSendTimeout(-time.Second),
 	} {
 		if _, err := Dial(context.Background(), "127.0.0.1:1", opt); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
@@ -34,6 +36,47 @@ func TestBackoffIsCappedAndJittered(t *testing.T) {
 	}
 	if d := (RetryPolicy{}).backoff(3); d != 0 {
 		t.Fatalf("zero policy backoff %v", d)
+	}
+}
+
+// TestRetryPolicyAgain: the retry policy as data. For a send number and the
+// time since the first send: whether the call is sent again, and the most
+// the backoff waits before that send.
+func TestRetryPolicyAgain(t *testing.T) {
+	const ms = time.Millisecond
+	def := DefaultRetryPolicy()
+	counted := RetryPolicy{Attempts: 4, BaseBackoff: 50 * ms, MaxBackoff: time.Second}
+	both := RetryPolicy{Budget: time.Second, Attempts: 3, BaseBackoff: 100 * ms, MaxBackoff: 400 * ms}
+	for _, tc := range []struct {
+		name    string
+		p       RetryPolicy
+		attempt int
+		elapsed time.Duration
+		ok      bool
+		ceiling time.Duration
+	}{
+		{"default: first retry at once", def, 1, 0, true, 25 * ms},
+		{"default: doubling", def, 3, 300 * ms, true, 100 * ms},
+		{"default: capped", def, 9, 3 * time.Second, true, 500 * ms},
+		{"default: many sends within the budget", def, 40, 9 * time.Second, true, 500 * ms},
+		{"default: the last backoff ends at the budget", def, 40, 9800 * ms, true, 200 * ms},
+		{"default: budget spent", def, 12, 10 * time.Second, false, 0},
+		{"default: an election is ridden through", def, 6, 1500 * ms, true, 500 * ms},
+		{"counted: third send", counted, 2, 5 * time.Second, true, 100 * ms},
+		{"counted: attempts spent", counted, 4, 0, false, 0},
+		{"both: attempts first", both, 3, 100 * ms, false, 0},
+		{"both: budget first", both, 2, 1100 * ms, false, 0},
+		{"both: within both", both, 2, 500 * ms, true, 200 * ms},
+		{"one attempt", RetryPolicy{Attempts: 1, Budget: time.Minute}, 1, 0, false, 0},
+		{"zero policy sends once", RetryPolicy{}, 1, 0, false, 0},
+	} {
+		ceiling, ok := tc.p.again(tc.attempt, tc.elapsed)
+		if ok != tc.ok || ceiling != tc.ceiling {
+			t.Errorf("%s: again(%d, %v) = %v, %v; want %v, %v", tc.name, tc.attempt, tc.elapsed, ceiling, ok, tc.ceiling, tc.ok)
+		}
+	}
+	if def.Budget < 8*time.Second || DefaultSendTimeout*4 > def.Budget {
+		t.Errorf("default budget %v and send timeout %v: an election must fit with room to spare", def.Budget, DefaultSendTimeout)
 	}
 }
 

@@ -58,9 +58,12 @@ const (
 	refreshInterval = 100 * time.Millisecond
 	// fetchTimeout bounds one ClusterMap RPC to one node.
 	fetchTimeout = 2 * time.Second
-	// downFor is how long a node that failed a send is avoided when its
-	// shard has another replica to ask.
-	downFor = time.Second
+	// downFor is how long a node that failed a send (unreachable, no answer
+	// within the send timeout, refusing to serve) is avoided when its shard
+	// has another replica to ask: about an election and a half, so that a
+	// frozen leader is not asked again before its followers have elected
+	// another.
+	downFor = 2 * time.Second
 	// minLeaderWait is the least pause after a Redirect that named no
 	// leader (leaderWait).
 	minLeaderWait = 10 * time.Millisecond
@@ -99,9 +102,10 @@ type router struct {
 	epoch      uint64
 	slots      uint32
 	shards     []shardRoute
-	members    []string             // the map's nodes, those seen alive first
-	down       map[string]time.Time // nodes that failed a send, and when
-	refreshing chan struct{}        // closed when the running fetch ends; nil if none
+	members    []string                   // the map's nodes, those seen alive first
+	last       *gridpb.ClusterMapResponse // the map installed last (modeCluster); read only
+	down       map[string]time.Time       // nodes that failed a send, and when
+	refreshing chan struct{}              // closed when the running fetch ends; nil if none
 	lastFetch  time.Time
 	stopped    bool
 }
@@ -239,12 +243,21 @@ func (r *router) isDown(addr string) bool {
 
 // redirected learns from a Redirect that node from answered: the shard's
 // leader, or that from does not lead it; a map refresh when the Redirect
-// names no other leader or carries a newer epoch.
-func (r *router) redirected(from string, rd *gridpb.Redirect) {
+// names no other leader, carries a newer epoch or says the node holds no
+// replica of the shard (not a member). A node that refuses to serve at all
+// (starting, removed) is avoided like an unreachable one. It returns the leader to send the operation to next, or
+// "" when the Redirect names none, or names a node that is avoided: the
+// caller then pauses and asks the shard's other replicas.
+func (r *router) redirected(from string, rd *gridpb.Redirect) string {
 	leader := namedLeader(from, rd)
+	if refusesAll(rd) {
+		r.unreachable(from)
+	}
 	r.mu.Lock()
-	refresh := r.mode != modeCluster || rd.GetEpoch() > r.epoch || leader == ""
-	if r.mode == modeCluster && int(rd.GetShard()) < len(r.shards) {
+	// A node that holds no replica of the shard was asked: the client's
+	// map is behind, too.
+	refresh := r.mode != modeCluster || rd.GetEpoch() > r.epoch || leader == "" || rd.GetReason() == gridpb.ReasonNotMember
+	if r.mode == modeCluster && int(rd.GetShard()) < len(r.shards) && !refusesAll(rd) {
 		sh := &r.shards[rd.GetShard()]
 		switch {
 		case leader != "":
@@ -253,10 +266,26 @@ func (r *router) redirected(from string, rd *gridpb.Redirect) {
 			sh.leader = ""
 		}
 	}
+	if leader != "" && r.isDown(leader) {
+		// A follower names a leader this client could not reach: most
+		// likely the node that just failed, before the election ends.
+		leader, refresh = "", true
+	}
 	r.mu.Unlock()
 	if refresh {
 		r.refresh()
 	}
+	return leader
+}
+
+// refusesAll reports a Redirect of a node that cannot serve any operation
+// now: it is starting or was removed. Its shard field says nothing.
+func refusesAll(rd *gridpb.Redirect) bool {
+	switch rd.GetReason() {
+	case gridpb.ReasonStarting, gridpb.ReasonRemoved:
+		return true
+	}
+	return false
 }
 
 // namedLeader is the leader a Redirect from the node at from sends an
@@ -270,7 +299,10 @@ func namedLeader(from string, rd *gridpb.Redirect) string {
 	return ""
 }
 
-// unreachable notes that a send to addr failed as unavailable.
+// unreachable notes that a send to addr failed as unavailable, or that the
+// node refused to serve: it is avoided for downFor, no shard is taken to be
+// led by it until a Redirect or the map says so again, and the map is
+// refreshed.
 func (r *router) unreachable(addr string) {
 	if r.fixed {
 		return
@@ -283,8 +315,21 @@ func (r *router) unreachable(addr string) {
 		}
 	}
 	r.down[addr] = now
+	for i := range r.shards {
+		if r.shards[i].leader == addr {
+			r.shards[i].leader = ""
+		}
+	}
 	r.mu.Unlock()
 	r.refresh()
+}
+
+// clustered reports whether operations are routed by a cluster map, so
+// that a failed node has others to stand in for it.
+func (r *router) clustered() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.mode == modeCluster
 }
 
 // refresh starts a map fetch in the background unless one runs already,
@@ -399,7 +444,7 @@ func (r *router) install(from string, m *gridpb.ClusterMapResponse) error {
 	if r.mode == modeCluster && m.GetEpoch() < r.epoch {
 		return fmt.Errorf("%w: epoch %d, the client holds %d", errStaleMap, m.GetEpoch(), r.epoch)
 	}
-	r.mode, r.epoch, r.slots, r.shards, r.members = modeCluster, m.GetEpoch(), slots, shards, members
+	r.mode, r.epoch, r.slots, r.shards, r.members, r.last = modeCluster, m.GetEpoch(), slots, shards, members, m
 	return nil
 }
 
@@ -470,41 +515,44 @@ func (c *Client) askMap(ctx context.Context, addr string) (*gridpb.ClusterMapRes
 
 // send sends op once: to its shard's leader, following Redirects. sent
 // reports whether a node may have applied it; it is false when every node
-// that answered refused it with a Redirect.
+// that answered refused it with a Redirect, or the request never left.
 func (c *Client) send(ctx context.Context, op *gridpb.Op) (*gridpb.OpResult, bool, error) {
 	k := routeKey{op: op}
 	addr, err := c.r.target(ctx, &k, 0)
 	if err != nil {
-		return nil, false, fmt.Errorf("client: outcome unknown: %w", err)
+		return nil, false, err
 	}
-	unknown := 0 // Redirects that named no leader
+	unknown := 0 // Redirects that named no leader to follow
 	for hop := 0; ; hop++ {
 		n, err := c.nodes.get(addr)
 		if err != nil {
 			return nil, false, nodeErr(addr, err)
 		}
-		res, err := c.sendTo(ctx, n, op)
+		res, err := c.sendOnce(ctx, n, op)
 		rd := redirectOf(err)
 		if rd == nil {
-			if errors.Is(err, ErrUnavailable) {
+			if retryable(err) {
 				c.r.unreachable(addr)
 			}
-			return res, true, err
+			return res, !neverSent(err), err
 		}
-		c.r.redirected(addr, rd)
+		next := c.r.redirected(addr, rd)
 		if hop == maxRedirects {
-			return nil, false, tooManyRedirects(rd)
+			return nil, false, tooManyRedirects(err)
 		}
-		if next := namedLeader(addr, rd); next != "" {
+		if next != "" {
 			addr = next
 			continue
 		}
 		unknown++
 		if err := c.pause(ctx, c.leaderWait(unknown)); err != nil {
+			if err != ErrClosed {
+				err = ctxDone(ctx)
+			}
 			return nil, false, err
 		}
 		if addr, err = c.r.target(ctx, &k, unknown); err != nil {
-			return nil, false, fmt.Errorf("client: outcome unknown: %w", err)
+			return nil, false, err
 		}
 	}
 }
@@ -526,11 +574,13 @@ func nodeErr(addr string, err error) error {
 }
 
 // tooManyRedirects is the error of a send that was still redirected after
-// maxRedirects redirects: leadership moves, or the nodes' maps disagree. It
-// is retried like any Unavailable answer.
-func tooManyRedirects(rd *gridpb.Redirect) error {
-	return fmt.Errorf("%w: shard %d: still redirected after %d redirects (last to leader %q at %q, map epoch %d)",
-		ErrUnavailable, rd.GetShard(), maxRedirects, rd.GetLeaderId(), rd.GetLeaderAddr(), rd.GetEpoch())
+// maxRedirects redirects (last is the last refusal): leadership moves, the
+// nodes' maps disagree, or no node asked can serve. It is retried like any
+// Unavailable answer; nothing was applied.
+func tooManyRedirects(last error) error {
+	rd := redirectOf(last)
+	return fmt.Errorf("%w: shard %d: still redirected after %d redirects (last to leader %q at %q, map epoch %d: %v)",
+		ErrUnavailable, rd.GetShard(), maxRedirects, rd.GetLeaderId(), rd.GetLeaderAddr(), rd.GetEpoch(), last)
 }
 
 // ClusterMap returns the cluster map as a node holds it, from the first of

@@ -345,12 +345,12 @@ func TestUnreachableLeaderIsAvoidedAndTheMapRefreshed(t *testing.T) {
 		}
 		fc.nodes[1].shutdown()
 		fc.move(1, 2, true)
+		// The send to the lost leader fails (refused, or reset on a
+		// connection it was already on: then it counts as possibly
+		// applied); the retry is applied by node 2, once.
 		r, sends, err := c.one(ctx, ReserveOp("ns", fc.keyOn(1, 1)))
-		if err != nil || r.Outcome != OutcomeAcquired {
-			t.Fatalf("reserve: %v %v", r.Outcome, err)
-		}
-		if sends < 2 {
-			t.Fatalf("%d sends counted; the failed send to the lost leader may have been applied", sends)
+		if err != nil || r.Outcome != OutcomeAcquired || sends < 1 {
+			t.Fatalf("reserve: %v %v, %d sends", r.Outcome, err, sends)
 		}
 		if got := receivedKeys(fc.nodes[2], "reserve"); len(got) != 1 || got[0] != fc.keyOn(1, 1) {
 			t.Fatalf("node 2 applied %v", got)

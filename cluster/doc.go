@@ -48,8 +48,8 @@
 //
 // # The control group and the map
 //
-// A small Raft group (3 voters, 5 for larger clusters, fewer while the
-// cluster is smaller) holds the Map: the nodes with their addresses, state
+// A small Raft group (5 voters from 5 active nodes, 3 for 3 or 4, 1 below:
+// see Placement) holds the Map: the nodes with their addresses, state
 // (active, draining, removed) and incarnation, the replica set of every
 // shard with its preferred leader first and its generation (how many
 // times the set changed since the shard was created), leader hints for
@@ -110,24 +110,64 @@
 //
 // # Placement
 //
-// Plan is a pure function of the map, the gossip view (alive, see
-// AliveSet) and deadFor, which says whether a node has been missing longer
-// than the grace period (default 30 s). The control leader answers deadFor
-// with a Grace fed by gossip and its own clock; a new control leader
-// starts with a fresh Grace, which can only delay a replacement. Nothing moves while a node is
-// merely unresponsive: within the grace period its replicas stay and it
-// just receives none. Past it, its replicas are replaced. A draining node
-// loses all its replicas, a joining node takes its share until replica
-// counts per node differ by at most one, and preferred leaderships are
-// spread the same way. Only replicas that must move do, and ties are
-// broken by node id, so every voter that became leader would make the
-// same plan.
+// PlanGroups is a pure function of the map, the gossip view (alive, see
+// AliveSet), deadFor, which says whether a node has been missing longer
+// than the grace period (default 30 s), and each shard's observed group:
+// its committed Raft configuration (voters and non-voters) as its leader
+// reports it, or unknown when no leader answered or its configuration is
+// not committed. The control leader answers deadFor with a Grace fed by
+// gossip and its own clock; a new control leader starts with a fresh
+// Grace, which can only delay a replacement.
+//
+// It repairs before it balances. A shard whose map set and group differ
+// (a move cut short by a new control leader, the move timeout, or a node
+// lost during its catch-up) is set right first: a surplus replica the
+// group does not count as a voter is dropped before any real member; a map
+// member that is not a voter is added again (non-voter, catch up, voter)
+// while it is eligible, and dropped from the map otherwise; a group member
+// the map does not list is removed from the group, but never so that the
+// group keeps no majority of live voters. A shard whose group is unknown,
+// or whose live voters are no majority, is left alone: its group has no
+// leader to change its configuration, and bringing it back is an
+// operator's decision (or takes its nodes coming back).
+//
+// Then the placement. Nothing moves while a node is merely unresponsive:
+// within the grace period its replicas stay and it just receives none.
+// Past it, its replicas are replaced. A draining node loses all its
+// replicas, a joining node takes its share until replica counts per node
+// differ by at most one, and preferred leaderships are spread the same way
+// over voters. Only replicas that must move do, and ties are broken by
+// node id, so every voter that became leader would make the same plan.
+// Plan is PlanGroups for groups that match the map (a new cluster's
+// creation sets).
+//
+// The control group's own membership is planned the same way, by the pure
+// PlanControl: every node of the map that is not removed is a member
+// (non-voters receive the map); alive active non-voters are promoted until
+// the group has 5 voters from 5 active nodes up, 3 for 3 or 4, 1 below; a
+// voter dead past the grace period leaves only once replaced, never below
+// 3 voters and never so that the group keeps no majority of live voters
+// (a gossip view that sees everyone dead cannot shrink the group to its
+// leader); removed nodes leave. The leader executes the changes and logs
+// each at info.
 //
 // # Executing a move
 //
-// The control leader executes at most one move per shard at a time (up to
-// four shards at once), add before remove, so a shard never serves from
-// fewer replicas than it did or than its target:
+// Each round of the control leader is fenced by the control term it runs
+// in: the round ends as soon as its node stops leading or the term
+// changes (checked every 50 ms and before every request), and every shard
+// admin request carries Fence{ControlTerm, Epoch}, which a node that knows
+// a later term refuses with ErrStaleFence, which stops the round as well.
+// Map proposals of a deposed leader fail in Raft. So two control leaders
+// never change one shard's group at once for long, and what a stopped
+// round leaves half done the next one repairs from the observed groups.
+//
+// A round observes the groups (asking each shard's replicas, up to eight
+// shards at once, which of them leads, and that leader for its
+// configuration), plans, and executes at most one move per shard at a
+// time (up to four shards at once, each bounded by 60 s), add before
+// remove, so a shard never serves from fewer replicas than it did or than
+// its target:
 //
 //  1. commit {Shard, Add} to the map: the new node sees the map and starts
 //     an empty replica of the shard (a shard with no replica left is not
@@ -142,13 +182,10 @@
 //     leader reports the removal committed, stops its replica and deletes
 //     its data.
 //
-// Leader-only moves commit the new preferred leader, then transfer
-// leadership to it. After each move the leader plans again from the new
-// map; a move interrupted between its halves leaves a replica set one too
-// large, which the next plan shrinks. The planner never removes a shard's
-// last replica and leaves alone a shard whose serving replicas are not a
-// majority of its set: its group has no leader to change its
-// configuration, and bringing it back is an operator's decision. The shard group's own Raft
-// configuration is what serves; the map follows it, one committed step at
-// a time.
+// A rejoin is steps 2 alone (the map lists the node already), an eviction
+// step 3 alone (the map no longer lists it). Leader-only moves commit the
+// new preferred leader, then transfer leadership to it. The planner never
+// removes a shard's last replica. The shard group's own Raft configuration
+// is what serves; the map follows it, one committed step at a time, and
+// where the two part the next plan brings them together again.
 package cluster

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // pollInterval is how often the executor looks again while it waits for a
@@ -13,10 +16,18 @@ import (
 const pollInterval = 50 * time.Millisecond
 
 // execute carries one move out, add before remove (see Move and the
-// package documentation). Each step is idempotent, so a move interrupted
-// by a failure or a new control leader is finished, or undone, by a later
-// plan.
+// package documentation). Each step is idempotent, and the next plan is
+// made from the groups as they are, so a move interrupted by a failure or
+// a new control leader is finished, or undone, by a later plan. A rejoin
+// is the group half of an add (the map lists the node already), an
+// eviction the group half of a remove (the map no longer lists it).
 func (n *Node) execute(ctx context.Context, mv Move) error {
+	switch {
+	case mv.Rejoin != "":
+		return n.addReplica(ctx, Move{Shard: mv.Shard, Add: mv.Rejoin})
+	case mv.Evict != "":
+		return n.removeFromGroup(ctx, mv.Shard, mv.Evict, "")
+	}
 	if mv.Add != "" {
 		if err := n.addReplica(ctx, mv); err != nil {
 			return err
@@ -68,27 +79,11 @@ func (n *Node) addReplica(ctx context.Context, mv Move) error {
 	return err
 }
 
-// removeReplica hands the shard's leadership away from the leaving
-// replica, removes it from the group, and only then commits its removal
-// from the map, upon which its node deletes the replica.
+// removeReplica removes the leaving replica from the group
+// (removeFromGroup), and only then commits its removal from the map, upon
+// which its node deletes the replica.
 func (n *Node) removeReplica(ctx context.Context, mv Move) error {
-	for {
-		leader, _, err := n.findLeader(ctx, mv.Shard)
-		if err != nil {
-			return err
-		}
-		if leader != mv.Remove {
-			break
-		}
-		to := mv.Leader
-		if to == mv.Remove {
-			to = ""
-		}
-		if err := n.transferTo(ctx, mv.Shard, to); err != nil {
-			return err
-		}
-	}
-	if _, err := n.adminOnLeader(ctx, AdminRequest{Shard: mv.Shard, Action: AdminRemoveServer, Node: mv.Remove}); err != nil {
+	if err := n.removeFromGroup(ctx, mv.Shard, mv.Remove, mv.Leader); err != nil {
 		return err
 	}
 	if _, err := n.propose(ctx, Command{Type: CmdApplyMove, Move: Move{Shard: mv.Shard, Remove: mv.Remove, Leader: mv.Leader}}); err != nil {
@@ -98,6 +93,28 @@ func (n *Node) removeReplica(ctx context.Context, mv Move) error {
 		return n.transferTo(ctx, mv.Shard, mv.Leader)
 	}
 	return nil
+}
+
+// removeFromGroup hands the shard's leadership away from id (to to, or
+// any other voter) while id leads, then removes id from the group.
+func (n *Node) removeFromGroup(ctx context.Context, shard int, id, to NodeID) error {
+	if to == id {
+		to = ""
+	}
+	for {
+		leader, _, err := n.findLeader(ctx, shard)
+		if err != nil {
+			return err
+		}
+		if leader != id {
+			break
+		}
+		if err := n.transferTo(ctx, shard, to); err != nil {
+			return err
+		}
+	}
+	_, err := n.adminOnLeader(ctx, AdminRequest{Shard: shard, Action: AdminRemoveServer, Node: id})
+	return err
 }
 
 // transferTo makes target lead shard (target "" = any other voter), unless
@@ -162,34 +179,107 @@ func (n *Node) adminOnLeader(ctx context.Context, req AdminRequest) (uint64, err
 	}
 }
 
-// shardAdmin sends req to the node at addr, fenced by this node's current
-// control term and map epoch.
-func (n *Node) shardAdmin(ctx context.Context, addr string, req AdminRequest) (uint64, error) {
-	req.Fence = Fence{ControlTerm: n.raft.CurrentTerm()}
-	if m := n.Map(); m != nil {
-		req.Fence.Epoch = m.Epoch
-	}
-	return n.cfg.Remote.ShardAdmin(ctx, addr, req)
-}
-
-// findLeader asks the shard's replicas (as the map lists them) which of
-// them leads, until one does or ctx ends.
+// findLeader looks for the shard's leader (leaderOf) until one answers
+// or ctx ends.
 func (n *Node) findLeader(ctx context.Context, shard int) (NodeID, string, error) {
 	for {
-		m := n.Map()
-		for _, id := range m.ShardReplicas[shard] {
-			info := m.Nodes[id]
-			cctx, cancel := context.WithTimeout(ctx, time.Second)
-			st, ok, err := n.cfg.Remote.ShardStatus(cctx, info.GRPCAddr, shard)
-			cancel()
-			if err == nil && ok && st.RaftState == "Leader" {
-				return id, info.GRPCAddr, nil
-			}
+		if id, addr, _, ok := n.leaderOf(ctx, n.Map(), shard); ok {
+			return id, addr, nil
 		}
 		if err := sleep(ctx, pollInterval); err != nil {
 			return "", "", fmt.Errorf("no leader of shard %d: %w", shard, err)
 		}
 	}
+}
+
+// leaderOf asks the shard's replicas, as m lists them, which of them
+// leads, and then the leader they name when m does not list it (a group
+// member the map dropped); each asked for at most statusTimeout. It
+// returns the leader's status.
+func (n *Node) leaderOf(ctx context.Context, m *Map, shard int) (NodeID, string, ReplicaStatus, bool) {
+	ask := slices.Clone(m.ShardReplicas[shard])
+	asked := map[NodeID]bool{}
+	for len(ask) > 0 && ctx.Err() == nil {
+		id := ask[0]
+		ask = ask[1:]
+		info, known := m.Nodes[id]
+		if asked[id] || !known {
+			continue
+		}
+		asked[id] = true
+		cctx, cancel := context.WithTimeout(ctx, statusTimeout)
+		st, ok, err := n.cfg.Remote.ShardStatus(cctx, info.GRPCAddr, shard)
+		cancel()
+		switch {
+		case err != nil || !ok:
+		case st.RaftState == "Leader":
+			return id, info.GRPCAddr, st, true
+		case st.Leader != "" && !asked[st.Leader]:
+			ask = append(ask, st.Leader)
+		}
+	}
+	return "", "", ReplicaStatus{}, false
+}
+
+// statusTimeout bounds one status request to a node.
+const statusTimeout = time.Second
+
+// maxParallelObserve bounds the shards observed at once.
+const maxParallelObserve = 8
+
+// observeGroups returns every shard's group as its leader reports it
+// (GroupOf), asking up to maxParallelObserve shards at once. A shard with
+// no replica, or whose leader did not answer, is unknown. A leader that
+// reports no configuration at all (a node from before groups were
+// reported) is taken to have the map's set as its voters, as the planner
+// did before.
+func (n *Node) observeGroups(ctx context.Context, m *Map) []Group {
+	groups := make([]Group, len(m.ShardReplicas))
+	sem := make(chan struct{}, maxParallelObserve)
+	var wg sync.WaitGroup
+	for s, set := range m.ShardReplicas {
+		if len(set) == 0 {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			_, _, st, ok := n.leaderOf(ctx, m, s)
+			switch {
+			case !ok:
+			case len(st.Group) == 0:
+				groups[s] = Group{Known: true, Voters: slices.Clone(set)}
+			default:
+				groups[s] = GroupOf(st)
+			}
+		}()
+	}
+	wg.Wait()
+	return groups
+}
+
+// fenceKey carries the control term a round was planned under.
+type fenceKey struct{}
+
+// withFence returns ctx carrying the control term of the round it runs.
+func withFence(ctx context.Context, term uint64) context.Context {
+	return context.WithValue(ctx, fenceKey{}, term)
+}
+
+// shardAdmin sends req to the node at addr fenced by the round's control
+// term (from ctx) and the current map epoch: a node that knows a later
+// term refuses it with ErrStaleFence.
+func (n *Node) shardAdmin(ctx context.Context, addr string, req AdminRequest) (uint64, error) {
+	term, _ := ctx.Value(fenceKey{}).(uint64)
+	if n.raft.State() != raft.Leader || n.raft.CurrentTerm() != term {
+		return 0, fmt.Errorf("%w: %s of shard %d planned in control term %d", ErrNotControlLeader, req.Action, req.Shard, term)
+	}
+	req.Fence = Fence{ControlTerm: term}
+	if m := n.Map(); m != nil {
+		req.Fence.Epoch = m.Epoch
+	}
+	return n.cfg.Remote.ShardAdmin(ctx, addr, req)
 }
 
 // waitReplica polls the node's replica of shard until cond holds. It gives

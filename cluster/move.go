@@ -23,9 +23,23 @@ type Move struct {
 	// a replica once the move is done. When Remove is the preferred leader
 	// and Leader is empty, the first remaining replica by id takes over.
 	Leader NodeID `json:"leader,omitempty"`
+	// Rejoin is a node the map lists that the shard's group does not count
+	// as a voter (an add that was interrupted): the executor adds it again
+	// (non-voter, catch up, voter). The map does not change.
+	Rejoin NodeID `json:"rejoin,omitempty"`
+	// Evict is a member of the shard's group that the map does not list:
+	// the executor removes it from the group. The map does not change.
+	Evict NodeID `json:"evict,omitempty"`
 }
 
+// regroups reports whether mv changes only the shard's group (Rejoin or
+// Evict), never the map; such a move is not committed to the map.
+func (mv Move) regroups() bool { return mv.Rejoin != "" || mv.Evict != "" }
+
 func (mv Move) String() string {
+	if mv.regroups() {
+		return fmt.Sprintf("shard %d: rejoin %q evict %q", mv.Shard, mv.Rejoin, mv.Evict)
+	}
 	return fmt.Sprintf("shard %d: +%q -%q leader %q", mv.Shard, mv.Add, mv.Remove, mv.Leader)
 }
 
@@ -75,6 +89,8 @@ func (m *Map) checkMove(mv Move) error {
 	}
 	set := m.ShardReplicas[mv.Shard]
 	switch {
+	case mv.regroups():
+		return fmt.Errorf("a group-only move changes no map")
 	case mv.Add == "" && mv.Remove == "" && mv.Leader == "":
 		return fmt.Errorf("empty move")
 	case mv.Add != "" && mv.Add == mv.Remove:

@@ -534,12 +534,3 @@ func (n *Node) tryBootstrap() (bool, error) {
 	}
 	return true, nil
 }
-
-// controlVoters is the control group's voter count for a cluster of
-// active nodes: 1 below 3 nodes, then 3.
-func controlVoters(active int) int {
-	if active < 3 {
-		return 1
-	}
-	return 3
-}

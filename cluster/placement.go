@@ -4,44 +4,63 @@ import (
 	"slices"
 )
 
-// Plan computes the moves that bring m to a balanced placement. It is pure
-// and deterministic: no I/O, no clock, no randomness, ties broken by node
-// id, so every caller with the same inputs gets the same plan.
+// Plan is PlanGroups for shard groups that are exactly what the map says
+// (MapGroups): the placement of a cluster whose every move has completed,
+// such as a new one.
+func Plan(m *Map, alive map[NodeID]bool, deadFor func(NodeID) bool) []Move {
+	return PlanGroups(m, alive, deadFor, MapGroups(m))
+}
+
+// PlanGroups computes the moves that repair the shard groups and then
+// bring m to a balanced placement. It is pure and deterministic: no I/O,
+// no clock, no randomness, ties broken by node id, so every caller with
+// the same inputs gets the same plan.
 //
 // alive is the gossip view (a node missing from it is not alive); deadFor
-// reports whether a node has been dead longer than the grace period. Plan
-// never modifies m. The moves are meant to be executed in order, one at a
-// time, each add before remove (see Move); after executing some or all of
-// them the control leader plans again from the new map.
+// reports whether a node has been dead longer than the grace period;
+// groups[s] is shard s's group as observed (a shard beyond len(groups) is
+// unknown). PlanGroups modifies none of them. The moves are meant to be
+// executed in order, one at a time, each add before remove (see Move);
+// after executing some or all of them the control leader observes the
+// groups and plans again.
 //
 // Rules, in the order the planner applies them:
 //
 //  1. Shrink: a shard with more than its target count (a move interrupted
-//     between its halves, or fewer nodes) drops its surplus: dead replicas
-//     first, then those on draining nodes, then the most loaded node's.
-//  2. Repair: a replica on a node that is draining or dead past the grace
+//     between its halves, or fewer nodes) drops its surplus: replicas its
+//     group does not count as voters first, then dead ones, then those on
+//     draining nodes, then the most loaded node's.
+//  2. Regroup: a map member that is not a voter of its group is added
+//     again (Rejoin: non-voter, catch up, voter) while it is eligible, and
+//     dropped from the map otherwise; a group member the map does not list
+//     is removed from the group (Evict), unless that would leave the group
+//     without a majority of live voters.
+//  3. Repair: a replica on a node that is draining or dead past the grace
 //     period is replaced by one on the least loaded eligible node (active,
 //     alive, not dead past grace). With no replacement available, a dead
 //     replica is dropped, and a live draining one only while the shard
 //     keeps its target count.
-//  3. Fill: a shard under its target count gains replicas on the least
+//  4. Fill: a shard under its target count gains replicas on the least
 //     loaded eligible nodes. The target is min(R, active nodes not dead past
 //     grace).
-//  4. Balance: while the replica counts of eligible nodes differ by more
+//  5. Balance: while the replica counts of eligible nodes differ by more
 //     than one, a replica moves from the most to the least loaded node.
-//  5. Leaders: a shard whose preferred leader is not eligible gets an
+//  6. Leaders: a shard whose preferred leader is not eligible gets an
 //     eligible one; then preferred leaderships move along chains of shards
 //     until their counts per eligible node differ by at most one.
 //
 // A node that is active and not alive but still within the grace period
 // keeps its replicas and receives none: nothing moves on a suspicion alone.
-// A shard's last replica never goes (its data would go with it), and a
-// shard whose serving replicas are not a majority of its set is left alone
-// (its group has no leader to change its configuration; that takes an
-// operator).
-func Plan(m *Map, alive map[NodeID]bool, deadFor func(NodeID) bool) []Move {
-	p := newPlanner(m, alive, deadFor)
+// A shard's last replica never goes (its data would go with it). A shard
+// whose group is unknown (no leader answered with a committed
+// configuration), or whose group's live voters are not a majority of its
+// voters, is left alone: its group has no leader to change its
+// configuration (that takes an operator, or time). A shard with no replica
+// at all is given its first one.
+func PlanGroups(m *Map, alive map[NodeID]bool, deadFor func(NodeID) bool, groups []Group) []Move {
+	p := newPlanner(m, alive, deadFor, groups)
 	p.shrink()
+	p.regroup()
 	p.repair()
 	p.fill()
 	p.balance()
@@ -49,6 +68,51 @@ func Plan(m *Map, alive map[NodeID]bool, deadFor func(NodeID) bool) []Move {
 	p.balanceLeaders()
 	return p.moves
 }
+
+// Group is a shard group's Raft configuration as the control leader
+// observed it. Known is false when no leader answered with a committed
+// configuration; Voters and Nonvoters are then meaningless.
+type Group struct {
+	Known     bool
+	Voters    []NodeID
+	Nonvoters []NodeID
+}
+
+// MapGroups returns, for every shard of m, a known group whose voters are
+// exactly the map's replica set.
+func MapGroups(m *Map) []Group {
+	out := make([]Group, len(m.ShardReplicas))
+	for s, set := range m.ShardReplicas {
+		out[s] = Group{Known: true, Voters: slices.Clone(set)}
+	}
+	return out
+}
+
+// GroupOf turns what a shard's leader reports into a Group: known only
+// when the replica leads and its configuration is committed.
+func GroupOf(st ReplicaStatus) Group {
+	if st.RaftState != "Leader" || !st.ConfigCommitted || len(st.Group) == 0 {
+		return Group{}
+	}
+	g := Group{Known: true}
+	for _, mb := range st.Group {
+		if mb.Voter {
+			g.Voters = append(g.Voters, mb.ID)
+		} else {
+			g.Nonvoters = append(g.Nonvoters, mb.ID)
+		}
+	}
+	return g
+}
+
+// group is the planner's working copy of one shard's group: what it will
+// be once the moves planned so far are executed.
+type group struct {
+	known  bool
+	voters map[NodeID]bool // true: voter, false: non-voter
+}
+
+func (g *group) isVoter(id NodeID) bool { return g.known && g.voters[id] }
 
 type planner struct {
 	w        *Map
@@ -60,10 +124,25 @@ type planner struct {
 	load     map[NodeID]int
 	leads    map[NodeID]int
 	moves    []Move
+	groups   []group // per shard
 }
 
-func newPlanner(m *Map, alive map[NodeID]bool, deadFor func(NodeID) bool) *planner {
+func newPlanner(m *Map, alive map[NodeID]bool, deadFor func(NodeID) bool, groups []Group) *planner {
 	p := &planner{w: m.Clone(), alive: alive, deadFor: deadFor, keep: map[NodeID]bool{}, load: map[NodeID]int{}, leads: map[NodeID]int{}}
+	p.groups = make([]group, len(p.w.ShardReplicas))
+	for s := range p.groups {
+		if s >= len(groups) || !groups[s].Known {
+			continue
+		}
+		g := group{known: true, voters: map[NodeID]bool{}}
+		for _, id := range groups[s].Nonvoters {
+			g.voters[id] = false
+		}
+		for _, id := range groups[s].Voters {
+			g.voters[id] = true
+		}
+		p.groups[s] = g
+	}
 	counted := 0
 	for _, id := range p.w.sortedNodeIDs() {
 		if p.w.Nodes[id].State != NodeActive || deadFor(id) {
@@ -105,15 +184,56 @@ func (p *planner) liveCount(s int) int {
 }
 
 // canChange reports whether shard s can change its replica set: its Raft
-// group needs a leader, so a majority of its replicas must serve. An empty
-// set (before bootstrap) is created from scratch.
+// group needs a leader, so its group must be known and a majority of its
+// voters must serve. An empty set (before bootstrap) is created from
+// scratch.
 func (p *planner) canChange(s int) bool {
-	n := len(p.w.ShardReplicas[s])
-	return n == 0 || 2*p.liveCount(s) > n
+	if len(p.w.ShardReplicas[s]) == 0 {
+		return true
+	}
+	g := p.groups[s]
+	if !g.known {
+		return false
+	}
+	voters, live := p.voterCount(s, "")
+	return 2*live > voters
 }
 
-// apply records mv and applies it to the working map.
+// voterCount counts shard s's group voters, and the live ones among them,
+// leaving out without.
+func (p *planner) voterCount(s int, without NodeID) (voters, live int) {
+	for id, voter := range p.groups[s].voters {
+		if !voter || id == without {
+			continue
+		}
+		voters++
+		if p.live(id) {
+			live++
+		}
+	}
+	return voters, live
+}
+
+// apply records mv and applies it to the working map and groups: once
+// executed, an added or rejoined replica is a voter, a removed or evicted
+// one is no member.
 func (p *planner) apply(mv Move) {
+	g := &p.groups[mv.Shard]
+	if g.voters == nil {
+		g.voters = map[NodeID]bool{}
+	}
+	for _, id := range []NodeID{mv.Add, mv.Rejoin} {
+		if id != "" {
+			g.voters[id] = true
+		}
+	}
+	for _, id := range []NodeID{mv.Remove, mv.Evict} {
+		delete(g.voters, id)
+	}
+	if mv.Rejoin != "" || mv.Evict != "" {
+		p.moves = append(p.moves, mv) // the map does not change
+		return
+	}
 	set := p.w.ShardReplicas[mv.Shard]
 	oldLeader := NodeID("")
 	if len(set) > 0 {
@@ -174,7 +294,7 @@ func (p *planner) successor(s int, leaving, add NodeID) NodeID {
 	slices.Sort(cands)
 	best := NodeID("")
 	for _, id := range cands {
-		if id == leaving || !p.isEligible(id) {
+		if id == leaving || !p.isEligible(id) || id != add && !p.groups[s].isVoter(id) {
 			continue
 		}
 		if best == "" || p.leads[id] < p.leads[best] {
@@ -222,7 +342,7 @@ func (p *planner) shrink() {
 		for len(p.w.ShardReplicas[s]) > max(p.target, 1) && p.canChange(s) {
 			victim := NodeID("")
 			for _, id := range p.w.ShardReplicas[s] {
-				if victim == "" || p.worse(id, victim) {
+				if victim == "" || p.worse(s, id, victim) {
 					victim = id
 				}
 			}
@@ -231,10 +351,14 @@ func (p *planner) shrink() {
 	}
 }
 
-// worse reports whether a replica on a is a better one to drop than on b:
-// dead before live, draining before active, then more loaded, then the
-// larger id.
-func (p *planner) worse(a, b NodeID) bool {
+// worse reports whether shard s's replica on a is a better one to drop
+// than on b: one its group does not count as a voter before a voter, dead
+// before live, draining before active, then more loaded, then the larger
+// id.
+func (p *planner) worse(s int, a, b NodeID) bool {
+	if va, vb := p.groups[s].isVoter(a), p.groups[s].isVoter(b); va != vb {
+		return !va
+	}
 	if la, lb := p.live(a), p.live(b); la != lb {
 		return !la
 	}
@@ -245,6 +369,39 @@ func (p *planner) worse(a, b NodeID) bool {
 		return p.load[a] > p.load[b]
 	}
 	return a > b
+}
+
+// regroup makes each shard's group and map set agree (see PlanGroups,
+// rule 2): re-adds or drops map members that are not voters, then evicts
+// group members the map does not list while a majority of live voters
+// remains.
+func (p *planner) regroup() {
+	for s := range p.w.ShardReplicas {
+		if len(p.w.ShardReplicas[s]) == 0 || !p.canChange(s) {
+			continue
+		}
+		for _, id := range slices.Clone(p.w.ShardReplicas[s]) {
+			switch {
+			case p.groups[s].isVoter(id):
+			case p.isEligible(id):
+				p.apply(Move{Shard: s, Rejoin: id})
+			case len(p.w.ShardReplicas[s]) > 1:
+				p.apply(p.move(s, "", id))
+			}
+		}
+		for _, id := range sortedKeys(p.groups[s].voters) {
+			if slices.Contains(p.w.ShardReplicas[s], id) {
+				continue
+			}
+			if p.groups[s].voters[id] {
+				voters, live := p.voterCount(s, id)
+				if voters == 0 || 2*live <= voters {
+					continue
+				}
+			}
+			p.apply(Move{Shard: s, Evict: id})
+		}
+	}
 }
 
 func (p *planner) fill() {
@@ -310,7 +467,7 @@ func (p *planner) shardToShed(hi, lo NodeID) int {
 // alive, draining, dead past grace) an eligible one when it has one.
 func (p *planner) fixLeaders() {
 	for s, rs := range p.w.ShardReplicas {
-		if len(rs) == 0 || p.isEligible(rs[0]) {
+		if len(rs) == 0 || p.isEligible(rs[0]) || !p.canChange(s) {
 			continue
 		}
 		if c := p.successor(s, rs[0], ""); c != "" {
@@ -364,11 +521,11 @@ func (p *planner) leaderChain(src NodeID) []Move {
 		u := queue[0]
 		queue = queue[1:]
 		for s, rs := range p.w.ShardReplicas {
-			if len(rs) == 0 || rs[0] != u {
+			if len(rs) == 0 || rs[0] != u || !p.canChange(s) {
 				continue
 			}
 			for _, v := range rs[1:] {
-				if _, seen := prev[v]; seen || !p.isEligible(v) {
+				if _, seen := prev[v]; seen || !p.isEligible(v) || !p.groups[s].isVoter(v) {
 					continue
 				}
 				prev[v] = edge{shard: s, from: u}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"maps"
+
 	"github.com/cockroachdb/datadriven"
 	"github.com/hashicorp/raft"
 )
@@ -24,9 +26,16 @@ import (
 //	dead ID                      missing longer than the grace period
 //	back ID                      alive again
 //	drain ID / remove ID         CmdNodeDrain / CmdNodeRemove
-//	plan                         the moves Plan returns, in order
-//	converge                     plan and execute until the plan is empty
-//	map                          replica sets (preferred leader first) and per-node counts
+//	group S voters=(..) [nonvoters=(..)] | group S unknown
+//	                             shard S's observed group from now on (until
+//	                             then it is the map's set, all voters)
+//	commit S [add=ID] [remove=ID] a half move committed to the map only
+//	plan                         the moves PlanGroups returns, in order
+//	converge                     plan and execute until the plan is empty:
+//	                             map halves through the FSM, and the
+//	                             observed groups follow every move
+//	map                          replica sets (preferred leader first), the
+//	                             observed groups that differ, per-node counts
 func TestPlanDataDriven(t *testing.T) {
 	datadriven.Walk(t, "testdata/plan", func(t *testing.T, path string) {
 		var d *ddWorld
@@ -45,6 +54,9 @@ type ddWorld struct {
 	alive map[NodeID]bool
 	dead  map[NodeID]bool
 	index uint64
+	// groups holds the shards whose observed group was set by the script;
+	// the others' groups are their map sets.
+	groups map[int]*Group
 }
 
 func newDDWorld(t *testing.T, td *datadriven.TestData) *ddWorld {
@@ -52,7 +64,7 @@ func newDDWorld(t *testing.T, td *datadriven.TestData) *ddWorld {
 	td.ScanArgs(t, "shards", &shards)
 	td.ScanArgs(t, "replicas", &replicas)
 	w := newWorld(shards, replicas, nodeIDs(strings.Fields(td.Input))...)
-	d := &ddWorld{c: NewControl(), alive: w.alive, dead: w.dead}
+	d := &ddWorld{c: NewControl(), alive: w.alive, dead: w.dead, groups: map[int]*Group{}}
 	d.apply(t, Command{Type: CmdBootstrap, Map: w.m})
 	return d
 }
@@ -96,9 +108,24 @@ func (d *ddWorld) run(t *testing.T, td *datadriven.TestData) string {
 		return d.result(d.apply(t, Command{Type: CmdNodeDrain, ID: id}))
 	case "remove":
 		return d.result(d.apply(t, Command{Type: CmdNodeRemove, ID: id}))
+	case "group":
+		return d.setGroup(t, td)
+	case "commit":
+		var s int
+		fmt.Sscan(td.CmdArgs[0].Key, &s)
+		mv := Move{Shard: s}
+		for _, a := range td.CmdArgs[1:] {
+			switch a.Key {
+			case "add":
+				mv.Add = NodeID(a.Vals[0])
+			case "remove":
+				mv.Remove = NodeID(a.Vals[0])
+			}
+		}
+		return d.result(d.apply(t, Command{Type: CmdApplyMove, Move: mv}))
 	case "plan":
 		var b strings.Builder
-		for _, mv := range Plan(d.c.Map(), d.alive, func(id NodeID) bool { return d.dead[id] }) {
+		for _, mv := range d.plan() {
 			fmt.Fprintln(&b, showMove(mv))
 		}
 		if b.Len() == 0 {
@@ -132,6 +159,12 @@ func showMove(mv Move) string {
 	if mv.Leader != "" {
 		parts = append(parts, "leader="+string(mv.Leader))
 	}
+	if mv.Rejoin != "" {
+		parts = append(parts, "rejoin="+string(mv.Rejoin))
+	}
+	if mv.Evict != "" {
+		parts = append(parts, "evict="+string(mv.Evict))
+	}
 	return fmt.Sprintf("s%d: %s", mv.Shard, strings.Join(parts, " "))
 }
 
@@ -140,11 +173,16 @@ func showMove(mv Move) string {
 func (d *ddWorld) converge(t *testing.T) string {
 	moves, rounds := 0, 0
 	for ; rounds < 5; rounds++ {
-		plan := Plan(d.c.Map(), d.alive, func(id NodeID) bool { return d.dead[id] })
+		plan := d.plan()
 		if len(plan) == 0 {
 			return fmt.Sprintf("%d moves in %d rounds\n%s", moves, rounds, d.show())
 		}
 		for _, mv := range plan {
+			d.follow(mv)
+			if mv.regroups() {
+				moves++
+				continue
+			}
 			halves := []Move{mv}
 			if mv.Add != "" && mv.Remove != "" {
 				halves = []Move{{Shard: mv.Shard, Add: mv.Add}, {Shard: mv.Shard, Remove: mv.Remove, Leader: mv.Leader}}
@@ -179,6 +217,9 @@ func (d *ddWorld) show() string {
 		}
 		b.WriteString("\n")
 	}
+	for _, s := range slices.Sorted(maps.Keys(d.groups)) {
+		fmt.Fprintf(&b, "group s%d: %s\n", s, showGroup(*d.groups[s]))
+	}
 	for _, id := range slices.Sorted(func(yield func(NodeID) bool) {
 		for id := range m.Nodes {
 			if !yield(id) {
@@ -196,4 +237,78 @@ func (d *ddWorld) show() string {
 		fmt.Fprintf(&b, "%s: %s %s replicas=%d leads=%d\n", id, m.Nodes[id].State, gossip, load[id], leads[id])
 	}
 	return b.String()
+}
+
+func (d *ddWorld) plan() []Move {
+	m := d.c.Map()
+	groups := MapGroups(m)
+	for s, g := range d.groups {
+		groups[s] = *g
+	}
+	return PlanGroups(m, d.alive, func(id NodeID) bool { return d.dead[id] }, groups)
+}
+
+func (d *ddWorld) setGroup(t *testing.T, td *datadriven.TestData) string {
+	var s int
+	if _, err := fmt.Sscan(td.CmdArgs[0].Key, &s); err != nil {
+		t.Fatalf("group: shard %q: %v", td.CmdArgs[0].Key, err)
+	}
+	g := &Group{}
+	for _, a := range td.CmdArgs[1:] {
+		switch a.Key {
+		case "unknown":
+		case "voters":
+			g.Known, g.Voters = true, nodeIDs(a.Vals)
+		case "nonvoters":
+			g.Known, g.Nonvoters = true, nodeIDs(a.Vals)
+		default:
+			t.Fatalf("group: unknown argument %q", a.Key)
+		}
+	}
+	d.groups[s] = g
+	return showGroup(*g)
+}
+
+// follow changes the observed group of mv's shard, if the script set one,
+// as executing mv would: an added or rejoined node becomes a voter, a
+// removed or evicted one leaves.
+func (d *ddWorld) follow(mv Move) {
+	g := d.groups[mv.Shard]
+	if g == nil || !g.Known {
+		return
+	}
+	drop := func(ids []NodeID, id NodeID) []NodeID {
+		return slices.DeleteFunc(ids, func(x NodeID) bool { return x == id })
+	}
+	for _, id := range []NodeID{mv.Add, mv.Rejoin} {
+		if id != "" && !slices.Contains(g.Voters, id) {
+			g.Nonvoters = drop(g.Nonvoters, id)
+			g.Voters = append(g.Voters, id)
+			slices.Sort(g.Voters)
+		}
+	}
+	for _, id := range []NodeID{mv.Remove, mv.Evict} {
+		if id != "" {
+			g.Voters, g.Nonvoters = drop(g.Voters, id), drop(g.Nonvoters, id)
+		}
+	}
+}
+
+func showGroup(g Group) string {
+	if !g.Known {
+		return "unknown"
+	}
+	out := "voters=" + strings.Join(ids2str(g.Voters), ",")
+	if len(g.Nonvoters) > 0 {
+		out += " nonvoters=" + strings.Join(ids2str(g.Nonvoters), ",")
+	}
+	return out
+}
+
+func ids2str(ids []NodeID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = string(id)
+	}
+	return out
 }

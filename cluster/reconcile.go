@@ -15,11 +15,18 @@ import (
 // on a different shard.
 const maxParallelMoves = 4
 
+// moveTimeout bounds one move. A move cut short leaves its shard's group
+// and map set apart, which the next round's plan repairs.
+const moveTimeout = 60 * time.Second
+
 // controlLoop runs the reconciler while this node leads the control group.
 // Each round: bootstrap the map if there is none, admit the nodes gossip
-// shows, keep the control group's voters, remove drained nodes, then plan
-// and execute moves, at most one per shard at a time. A new leader first
-// applies a barrier, so it plans from every entry committed before it.
+// shows, keep the control group's membership, remove drained nodes, then
+// observe the shard groups, plan and execute moves, at most one per shard
+// at a time. A new leader first applies a barrier, so it plans from every
+// entry committed before it. A round is fenced by the term it runs under:
+// its context ends as soon as this node stops leading or the term changes
+// (watchLeadership), and every shard admin request carries that term.
 func (n *Node) controlLoop() {
 	defer n.wg.Done()
 	t := time.NewTicker(n.cfg.ReconcileInterval)
@@ -57,16 +64,48 @@ func (n *Node) controlLoop() {
 			term, grace = cur, &Grace{Period: n.cfg.GracePeriod}
 			lastLead = time.Time{}
 		}
-		ctx, cancel := context.WithCancel(done)
+		ctx, cancel := context.WithCancel(withFence(done, term))
+		watched := n.watchLeadership(ctx, cancel, term)
 		if err := n.reconcile(ctx, grace); err != nil && ctx.Err() == nil {
 			n.cfg.Logger.Info("reconcile", "err", err)
 		}
-		if now := n.cfg.Clock(); now.Sub(lastLead) > 5*time.Second {
+		if now := n.cfg.Clock(); now.Sub(lastLead) > 5*time.Second && ctx.Err() == nil {
 			lastLead = now
 			n.restoreLeaders(ctx)
 		}
 		cancel()
+		<-watched
 	}
+}
+
+// leadershipPoll is how often a round checks that its node still leads
+// the control group in the round's term.
+const leadershipPoll = 50 * time.Millisecond
+
+// watchLeadership cancels the round (cancel) once this node no longer
+// leads the control group or its term is no longer term. The returned
+// channel is closed when the watcher has ended, which it does when ctx
+// ends.
+func (n *Node) watchLeadership(ctx context.Context, cancel context.CancelFunc, term uint64) <-chan struct{} {
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(leadershipPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if n.raft.State() != raft.Leader || n.raft.CurrentTerm() != term {
+				n.cfg.Logger.Info("control leadership lost: the round stops", "term", term)
+				cancel()
+				return
+			}
+		}
+	}()
+	return ended
 }
 
 // reconcile runs one round; see controlLoop.
@@ -98,7 +137,11 @@ func (n *Node) reconcile(ctx context.Context, grace *Grace) error {
 			n.cfg.Logger.Info("drained node removed", "node", id)
 		}
 	}
-	moves := Plan(n.Map(), aliveSet, deadFor)
+	m = n.Map()
+	moves := PlanGroups(m, aliveSet, deadFor, n.observeGroups(ctx, m))
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
 	if len(moves) == 0 {
 		return nil
 	}
@@ -219,77 +262,52 @@ func (n *Node) logOnce(id NodeID, inc uint64, msg string, args ...any) {
 	}
 }
 
-// reconcileControl keeps the control group's membership: every node of
-// the map that is not removed is a member (non-voters receive the map),
-// removed nodes and voters dead past the grace period leave it, and alive
-// non-voters are promoted while the group has fewer voters than
-// controlVoters of the serving nodes.
+// reconcileControl executes PlanControl's changes of the control group's
+// membership, each logged at info.
 func (n *Node) reconcileControl(ctx context.Context, m *Map, alive map[NodeID]bool, deadFor func(NodeID) bool) error {
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return err
 	}
-	members := map[NodeID]raft.ServerSuffrage{}
+	var members []GroupMember
 	for _, s := range f.Configuration().Servers {
-		members[NodeID(s.ID)] = s.Suffrage
+		members = append(members, GroupMember{ID: NodeID(s.ID), Voter: s.Suffrage == raft.Voter})
 	}
-	if m.Nodes[n.cfg.ID].State == NodeRemoved {
-		// A leader cannot remove itself cleanly: hand the group over and
-		// let the next leader remove this node.
-		if err := n.raft.LeadershipTransfer().Error(); err != nil {
-			return fmt.Errorf("control group: hand over from a removed node: %w", err)
+	const timeout = 10 * time.Second
+	for _, c := range PlanControl(m, n.cfg.ID, members, alive, deadFor) {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-		return nil
-	}
-	timeout := 10 * time.Second
-	serving := 0
-	for _, id := range m.sortedNodeIDs() {
-		info := m.Nodes[id]
-		_, member := members[id]
-		switch {
-		case info.State == NodeRemoved || deadFor(id):
-			if member && id != n.cfg.ID {
-				if err := n.raft.RemoveServer(raft.ServerID(id), 0, timeout).Error(); err != nil {
-					return fmt.Errorf("control group: remove %s: %w", id, err)
-				}
-				delete(members, id)
-			}
-			continue
-		case !member && alive[id]:
-			if err := n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(info.RaftAddr), 0, timeout).Error(); err != nil {
-				return fmt.Errorf("control group: add %s: %w", id, err)
-			}
-			members[id] = raft.Nonvoter
+		id, addr := raft.ServerID(c.Node), raft.ServerAddress(c.RaftAddr)
+		var err error
+		switch c.Action {
+		case ControlAddNonvoter:
+			err = n.raft.AddNonvoter(id, addr, 0, timeout).Error()
+		case ControlPromote:
+			err = n.raft.AddVoter(id, addr, 0, timeout).Error()
+		case ControlRemove:
+			err = n.raft.RemoveServer(id, 0, timeout).Error()
+		case ControlHandOver:
+			err = n.raft.LeadershipTransfer().Error()
 		}
-		if info.State == NodeActive {
-			serving++
+		if err != nil {
+			return fmt.Errorf("control group: %v: %w", c, err)
 		}
-	}
-	voters := 0
-	for _, s := range members {
-		if s == raft.Voter {
-			voters++
+		n.cfg.Logger.Info("control group changed", "action", c.Action.String(), "node", c.Node, "why", c.Why)
+		if c.Action == ControlHandOver {
+			return nil
 		}
-	}
-	for _, id := range sortedKeys(members) {
-		if voters >= controlVoters(serving) {
-			break
-		}
-		if members[id] == raft.Voter || !alive[id] || m.Nodes[id].State != NodeActive {
-			continue
-		}
-		if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(m.Nodes[id].RaftAddr), 0, timeout).Error(); err != nil {
-			return fmt.Errorf("control group: promote %s: %w", id, err)
-		}
-		n.cfg.Logger.Info("control group voter added", "node", id)
-		voters++
 	}
 	return nil
 }
 
 // executeRound runs the first move of each shard in moves, up to
-// maxParallelMoves at once, and waits for them.
+// maxParallelMoves at once, and waits for them. A move refused with
+// ErrStaleFence (a shard's node knows a later control term: this node
+// does not lead any more) or ErrNotControlLeader stops the round.
 func (n *Node) executeRound(ctx context.Context, moves []Move) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	seen := map[int]bool{}
 	var first []Move
 	for _, mv := range moves {
@@ -305,13 +323,22 @@ func (n *Node) executeRound(ctx context.Context, moves []Move) error {
 		errs []error
 	)
 	for _, mv := range first {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
 		wg.Add(1)
-		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			mctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			mctx, cancel := context.WithTimeout(ctx, moveTimeout)
 			defer cancel()
 			if err := n.execute(mctx, mv); err != nil {
+				if errors.Is(err, ErrStaleFence) || errors.Is(err, ErrNotControlLeader) {
+					stop()
+				}
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("%v: %w", mv, err))
 				mu.Unlock()

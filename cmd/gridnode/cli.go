@@ -121,6 +121,11 @@ var cliTable = map[string]cliVerb{
 		summary: "List the COMPLETED and POISONED records of a namespace settled in a time range, from the node's cold tier (keys as hex digests; follow up with get --digest).",
 		custom:  bindAudit,
 	},
+	"locate": {
+		usage:   "locate --ns NS --key KEY [--entity E]",
+		summary: "Show which shard serves a key (digest, slot, shard) and the nodes that lead and hold it, by the cluster map of the node at --addr.",
+		custom:  bindLocate,
+	},
 	"drain": {
 		usage:   "drain [--node ID] [--wait]",
 		summary: "Move every replica off a cluster node (default: the one --addr points at), then remove it from the cluster map; --wait follows it until removed.",
@@ -138,7 +143,7 @@ func (v cliVerb) defaultTimeout() time.Duration {
 
 // cliVerbs lists the CLI verbs, in the order of a help text.
 func cliVerbs() []string {
-	return []string{"reserve", "complete", "fail", "release", "extend", "get", "forget", "status", "audit", "drain"}
+	return []string{"reserve", "complete", "fail", "release", "extend", "get", "forget", "status", "audit", "locate", "drain"}
 }
 
 // cliUsage is the usage line and summary of a verb ("" for an unknown one).

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"slices"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/keyspace"
 )
 
 // cli runs one invocation and returns its exit code and outputs.
@@ -40,7 +42,7 @@ func oneJSON(t *testing.T, stdout string) map[string]any {
 
 func TestCLIVerbs(t *testing.T) {
 	verbs := cliVerbs()
-	want := []string{"reserve", "complete", "fail", "release", "extend", "get", "forget", "status", "audit", "drain"}
+	want := []string{"reserve", "complete", "fail", "release", "extend", "get", "forget", "status", "audit", "locate", "drain"}
 	if !slices.Equal(verbs, want) {
 		t.Fatalf("verbs %v", verbs)
 	}
@@ -83,6 +85,8 @@ func TestCLIInvalidInput(t *testing.T) {
 		{"fail", []string{"--ns", "a", "--key", "k", "--token", "9", "--retry-after", "-1s"}, "--retry-after must not be negative"},
 		{"complete", []string{"--ns", "a", "--key", "k", "--token", "9", "--retain", "0s"}, "--retain must be positive"},
 		{"status", []string{"extra"}, `unexpected argument "extra"`},
+		{"locate", []string{"--key", "k"}, "missing --ns"},
+		{"locate", []string{"--ns", "a"}, "missing --key"},
 		{"status", []string{"--timeout", "0s"}, "--timeout must be positive"},
 		{"frobnicate", nil, `unknown command "frobnicate"`},
 	} {
@@ -332,5 +336,56 @@ func waitCold(t *testing.T, c *client.Client, n uint64) {
 			t.Fatalf("cold tier holds %d records, want %d", cold, n)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCLILocate: on a real 3-node cluster (in-process), locate names the
+// shard a key lives on by the cluster map (the same as the nodes route
+// by), the node leading it, and its three replicas, through any node; an
+// entity moves the key to its entity's shard; the table says the same.
+func TestCLILocate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	c := gridtest.StartCluster(t, gridtest.ClusterOptions{})
+	addrs := c.Addrs()
+	m := c.Map()
+	for i, key := range []string{"k0", "k1", "k2", "k3", "k4", "k5"} {
+		code, stdout, stderr := cli(t, "locate", "--addr", addrs[i%3], "--ns", "cli", "--key", key, "--json")
+		j := oneJSON(t, stdout)
+		d := keyspace.RecordDigest("cli", []byte(key), nil)
+		s := c.ShardOf("cli", key)
+		if code != 0 || j["digest"] != d.String() || j["slot"] != float64(d.Slot(m.Slots)) || j["shard"] != float64(s) {
+			t.Fatalf("locate %s: exit %d %v %s; want digest %s slot %d shard %d", key, code, j, stderr, d, d.Slot(m.Slots), s)
+		}
+		reps := j["replicas"].([]any)
+		if len(reps) != 3 || j["map_epoch"].(float64) < 1 {
+			t.Fatalf("locate %s: %v", key, j)
+		}
+		for k, r := range reps {
+			if id := r.(map[string]any)["id"]; id != string(m.ShardReplicas[s][k]) {
+				t.Errorf("locate %s: replica %d is %v, the map says %s", key, k, id, m.ShardReplicas[s][k])
+			}
+		}
+		// The leader the node names is the one that leads, once the
+		// cluster is settled.
+		waitFor(t, 30*time.Second, "a single leader of shard "+strconv.Itoa(s), func() bool { return len(c.Leaders(s)) == 1 })
+		code, stdout, _ = cli(t, "locate", "--addr", addrs[i%3], "--ns", "cli", "--key", key, "--json")
+		j = oneJSON(t, stdout)
+		if l := c.Leaders(s); code != 0 || len(l) != 1 || j["leader_id"] != c.ID(l[0]) || j["leader_addr"] != addrs[l[0]] {
+			t.Errorf("locate %s: leader %v at %v, the shard is led by %v", key, j["leader_id"], j["leader_addr"], l)
+		}
+	}
+	// An entity places the key by the entity.
+	d := keyspace.RecordDigest("cli", []byte("k0"), []byte("order-7"))
+	code, stdout, _ := cli(t, "locate", "--addr", addrs[0], "--ns", "cli", "--key", "k0", "--entity", "order-7", "--json")
+	if j := oneJSON(t, stdout); code != 0 || j["digest"] != d.String() || j["shard"] != float64(m.ShardOfSlot(d.Slot(m.Slots))) || j["entity"] != "order-7" {
+		t.Fatalf("locate with an entity: exit %d %v, want digest %s", code, j, d)
+	}
+	code, stdout, stderr := cli(t, "locate", "--addr", addrs[1], "--ns", "cli", "--key", "k0")
+	s := c.ShardOf("cli", "k0")
+	if code != 0 || !strings.Contains(stdout, fmt.Sprintf("shard %d  map epoch", s)) || !strings.Contains(stdout, "REPLICA") ||
+		strings.Count(stdout, "127.0.0.1:") != 4 || !strings.Contains(stdout, "(preferred)") {
+		t.Fatalf("locate table: exit %d\n%s%s", code, stdout, stderr)
 	}
 }

@@ -2,7 +2,7 @@
 //
 //	gridnode serve [flags]            run a node (no flags: a single-node grid in ./gridnode-data)
 //	gridnode demo [--nodes 3]         run a local cluster on loopback
-//	gridnode reserve|complete|fail|release|extend|get|forget|status|audit|drain [flags]
+//	gridnode reserve|complete|fail|release|extend|get|forget|status|audit|locate|drain [flags]
 //
 // Run "gridnode <command> -h" for the flags of a command.
 package main

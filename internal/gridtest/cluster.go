@@ -40,6 +40,9 @@ type ClusterOptions struct {
 	Sync bool
 	// Logs sends the nodes' logs to stderr (debugging).
 	Logs bool
+	// WrapRemote, if set, wraps node i's cluster.Remote (the control
+	// leader's way to the shards' leaders), e.g. to count what it sends.
+	WrapRemote func(i int, r cluster.Remote) cluster.Remote
 }
 
 // Cluster is a cluster of real nodes in one process: each has its own data
@@ -127,6 +130,10 @@ func (c *Cluster) start(i, expect int) error {
 	if c.opts.Clock != nil {
 		clock = c.opts.Clock(i)
 	}
+	var wrap func(cluster.Remote) cluster.Remote
+	if c.opts.WrapRemote != nil {
+		wrap = func(r cluster.Remote) cluster.Remote { return c.opts.WrapRemote(i, r) }
+	}
 	node, err := api.StartNode(api.NodeConfig{
 		Host:   shard.HostConfig{NodeID: n.id, DataDir: n.dir, Shards: c.opts.Shards, Clock: clock, NoSync: !c.opts.Sync},
 		Listen: n.grpc,
@@ -135,7 +142,7 @@ func (c *Cluster) start(i, expect int) error {
 			RaftListen: n.raft, GossipListen: n.gossip, Join: join,
 			BootstrapExpect: expect, Replicas: c.opts.Replicas, GracePeriod: c.opts.GracePeriod,
 			Gossip: cluster.FastGossipTiming(), HeartbeatTimeout: c.opts.HeartbeatTimeout,
-			Faults: n.faults, GossipFaults: n.gossipFaults,
+			Faults: n.faults, GossipFaults: n.gossipFaults, WrapRemote: wrap,
 		},
 	})
 	if err != nil {
@@ -515,6 +522,23 @@ func (c *Cluster) Add() int {
 	c.mu.Lock()
 	i := len(c.nodes)
 	c.nodes = append(c.nodes, newClusterNode(filepath.Dir(c.nodes[0].dir), i))
+	c.mu.Unlock()
+	if err := c.start(i, 0); err != nil {
+		c.t.Fatalf("gridtest: %v", err)
+	}
+	return i
+}
+
+// AddCutOff is Add for a node whose Raft traffic is cut off from the start
+// (gossip works: it is admitted and given replicas, which cannot catch up,
+// and it receives no map) until Heal.
+func (c *Cluster) AddCutOff() int {
+	c.t.Helper()
+	c.mu.Lock()
+	i := len(c.nodes)
+	n := newClusterNode(filepath.Dir(c.nodes[0].dir), i)
+	n.faults.Isolate()
+	c.nodes = append(c.nodes, n)
 	c.mu.Unlock()
 	if err := c.start(i, 0); err != nil {
 		c.t.Fatalf("gridtest: %v", err)
