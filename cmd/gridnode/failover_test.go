@@ -52,7 +52,7 @@ func startFaultCluster(tb testing.TB, f fault) *procCluster {
 	if f.netns {
 		lab = newNetLab(tb, 3)
 	}
-	return startProcCluster(tb, 3, lab)
+	return startProcClusterIn(tb, 3, lab)
 }
 
 // failoverRun is what one fault showed.

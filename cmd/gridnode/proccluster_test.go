@@ -38,10 +38,16 @@ const (
 	labGossipPort = 7422
 )
 
-// startProcCluster starts n gridnode processes that form one cluster,
-// on loopback ports when lab is nil, else node i in lab's namespace i, and
-// waits until each has printed its ready line.
-func startProcCluster(tb testing.TB, n int, lab *netLab) *procCluster {
+// startProcCluster starts n gridnode processes that form one cluster on
+// loopback ports and waits until each has printed its ready line.
+func startProcCluster(tb testing.TB, n int) *procCluster {
+	tb.Helper()
+	return startProcClusterIn(tb, n, nil)
+}
+
+// startProcClusterIn is startProcCluster with node i in lab's namespace
+// i, or on loopback when lab is nil.
+func startProcClusterIn(tb testing.TB, n int, lab *netLab) *procCluster {
 	tb.Helper()
 	pc := &procCluster{tb: tb, dir: tb.TempDir(), lab: lab}
 	for i := range n {
