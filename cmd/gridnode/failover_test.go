@@ -132,7 +132,7 @@ func runFault(tb testing.TB, pc *procCluster, c *client.Client, f fault, target 
 	undo()
 	stopLoad()
 	wg.Wait()
-	tb.Logf("%s: %d calls failed over the run (unavailable, or outcome unknown)", f.name, l.failed.Load())
+	tb.Logf("%s: %d calls failed over the run: %v", f.name, l.failed.Load(), l.failureCounts())
 	checkDuplicates(ctx, tb, c, l.ns, l.ackedKeys(), run.led)
 	return run
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -26,10 +28,11 @@ type failoverLoad struct {
 	inEffect atomic.Int64   // UnixNano when the fault was in effect: writes sent from then on are after it
 	firstAck []atomic.Int64 // by shard: ns from the fault to its first acknowledged write sent after it; 0 none yet
 	lastErr  []atomic.Value // by shard: string, the last failed write sent after the fault
-	failed   atomic.Int64   // calls that failed (unavailable, outcome unknown)
+	failed   atomic.Int64   // calls that failed while the load ran (unavailable, outcome unknown, BUSY after a resend)
 
-	mu    sync.Mutex
-	acked []ackedKey
+	mu       sync.Mutex
+	acked    []ackedKey
+	failures map[string]int // by kind (failureKind)
 }
 
 type ackedKey struct {
@@ -85,13 +88,13 @@ func (l *failoverLoad) write(ctx context.Context, key string, shard int) {
 	if err != nil || r.Outcome != client.OutcomeAcquired {
 		// Unavailable during the failover, or BUSY after a resend that
 		// may have been granted: the key is left alone.
-		l.failure(shard, sent, fmt.Sprintf("reserve %s: outcome %v, error %v", key, r.Outcome, err))
+		l.failure(ctx, shard, sent, failureKind("reserve", r.Outcome, err), fmt.Sprintf("reserve %s: outcome %v, error %v", key, r.Outcome, err))
 		return
 	}
 	l.acknowledged(shard, sent)
 	sent = time.Now()
 	if _, err := l.c.Complete(opCtx, l.ns, key, r.Token, client.WithResult([]byte(key))); err != nil {
-		l.failure(shard, sent, fmt.Sprintf("complete %s: %v", key, err))
+		l.failure(ctx, shard, sent, failureKind("complete", client.OutcomeOK, err), fmt.Sprintf("complete %s: %v", key, err))
 		return
 	}
 	after := l.acknowledged(shard, sent)
@@ -100,11 +103,46 @@ func (l *failoverLoad) write(ctx context.Context, key string, shard int) {
 	l.mu.Unlock()
 }
 
-func (l *failoverLoad) failure(shard int, sent time.Time, what string) {
+// failure notes a failed call of a write sent at sent, unless it failed
+// because the load was stopped (ctx ended).
+func (l *failoverLoad) failure(ctx context.Context, shard int, sent time.Time, kind, what string) {
+	if ctx.Err() != nil {
+		return
+	}
 	l.failed.Add(1)
+	l.mu.Lock()
+	if l.failures == nil {
+		l.failures = map[string]int{}
+	}
+	l.failures[kind]++
+	l.mu.Unlock()
 	if f := l.inEffect.Load(); f != 0 && sent.UnixNano() >= f {
 		l.lastErr[shard].Store(what)
 	}
+}
+
+// failureKind names a failed call of op by its error's class, or by its
+// outcome when it returned none.
+func failureKind(op string, outcome client.Outcome, err error) string {
+	switch {
+	case err == nil:
+		return fmt.Sprintf("%s %v", op, outcome)
+	case errors.Is(err, context.DeadlineExceeded):
+		return op + " timed out"
+	case errors.Is(err, client.ErrBusy):
+		return op + " busy"
+	case errors.Is(err, client.ErrUnavailable):
+		return op + " unavailable"
+	default:
+		return op + " " + err.Error()
+	}
+}
+
+// failureCounts is the failed calls by kind.
+func (l *failoverLoad) failureCounts() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.failures)
 }
 
 // acknowledged notes an acknowledged write to shard sent at sent; it
