@@ -207,14 +207,23 @@ func TestShardHealth(t *testing.T) {
 // with the first of detail, if given.
 func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool, detail ...func() string) {
 	tb.Helper()
-	deadline := time.Now().Add(timeout)
+	if holds(timeout, cond) {
+		return
+	}
+	if len(detail) > 0 {
+		tb.Fatalf("no %s within %v: %s", what, timeout, detail[0]())
+	}
+	tb.Fatalf("no %s within %v", what, timeout)
+}
+
+// holds polls cond for up to d and reports whether it came to hold.
+func holds(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			if len(detail) > 0 {
-				tb.Fatalf("no %s within %v: %s", what, timeout, detail[0]())
-			}
-			tb.Fatalf("no %s within %v", what, timeout)
+			return false
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // a poll interval
 	}
+	return true
 }
