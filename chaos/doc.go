@@ -98,12 +98,56 @@
 // expired lease not taken over, a BUSY that shows the holder's token, write
 // stamps going backwards.
 //
+// # Membership
+//
+// TestMembershipRandomized changes the cluster's membership while the
+// grid is under load. A seed fixes a sequence of steps (planSteps, a pure
+// function of the seed, tested as data by TestMembershipPlanIsLegal): a
+// node joins; an active node is drained and, once the map says it is
+// removed, stopped; a drain that would leave fewer than R active nodes is
+// asked for and must be refused; a node is killed (no hand-over), or
+// stopped cleanly, and started again; a move starts (a join, or a drain
+// at the five-node limit) and the control leader is killed while a shard's
+// group differs from its map replicas; a node (sometimes the control
+// leader) is cut off, its Raft traffic and, once the harness can, its
+// gossip, then healed. Steps are picked only when legal: the cluster keeps
+// at least R = 3 active nodes and at most 5, and at most one node is down
+// or cut off at a time, brought back within its step. Targets named
+// "control-leader" are resolved when the step runs.
+//
+// The load is what an application sends: workers reserve and complete
+// fresh keys through one routing client dialled with every node's address
+// and default options; every acknowledged Complete is kept. Beside it, the
+// linearizability workload above (six workers, five keys) runs through
+// routing clients that send each operation once, 240 operations per step.
+// After each step the test waits (60 s at most) until the cluster has
+// settled: every running node has the map and serves, each shard's group
+// as its leader reports it in Status is the map's replica set, all voters,
+// in a committed configuration (gridtest.Cluster.WaitStable), and the
+// planner has nothing left to move (R replicas per shard, none on a node
+// that is not active, replica counts within one). Then it checks: each
+// shard's committed voter set is its map replica set with R voters; every
+// acknowledged Complete so far answers DUPLICATE to a Reserve; no caller of
+// the default client saw an error during the step; the history so far
+// (the workers held between operations, so that it is complete) passes
+// porcupine and CheckTokens. A failure prints the seed, the steps with the
+// failing one marked, the last events, each node's map epoch, readiness
+// and control standing, the map, and each shard's group; the test replays
+// a seed with -chaos.seed N -membership.seeds 1.
+//
+// It lives here rather than in package cluster because its judge is this
+// package's model and workload: the checks that matter to a user of the
+// grid (nothing acknowledged is lost, every history is linearizable)
+// under membership changes, on top of the cluster's own invariants.
+//
 // # Running
 //
 //	go test -race ./chaos/                        # CI: every test below with one short seed (about 45 s with -race on 2 idle cores)
 //	go test ./chaos -long -run Lin -v             # 5 seeds, 16 workers, 20 keys, 20,000 operations, 12 faults each, and the kill -9 test (about 2.5 min)
 //	go test ./chaos -long -run Cluster -v         # the cluster tests: 3 seeds of 8,000 operations and 15 faults per size, more skew, the control run
 //	go test ./chaos -run Kill9 -chaos.proc -v     # the kill -9 test alone: builds gridnode, 3 seeds of 10,000 operations and 10 faults (about 40 s)
+//	go test ./chaos -long -run Membership -v      # the membership test: 200 seeds of 6 steps
+//	go test ./chaos -run Membership -chaos.seed N -membership.seeds 1 -v  # replay one seed's steps
 //	go test ./chaos -run Lin -chaos.seed N -v     # replay the workload choices of a logged seed
 //	go test ./chaos -run Broken -chaos.viz /tmp/v # keep the visualizations of the broken runs
 //

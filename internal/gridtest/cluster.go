@@ -9,12 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
-	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
 
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/cluster"
@@ -59,6 +58,7 @@ type Cluster struct {
 	opts  ClusterOptions
 	mu    sync.Mutex
 	nodes []*clusterNode
+	conns map[string]*grpc.ClientConn // by client address: Status calls
 }
 
 type clusterNode struct {
@@ -201,8 +201,11 @@ func (c *Cluster) Map() *cluster.Map {
 }
 
 // WaitStable waits until the running nodes agree on a map in which every
-// shard has its replicas on running nodes, each replica runs, and every
-// running node serves.
+// shard has its replicas on running nodes, each replica runs, every running
+// node serves, and each shard's group, as the node leading it reports it
+// in Status, has exactly the map's replicas as voters and no other member,
+// in a committed configuration (see Group: a server that does not report
+// its configuration is judged by the leader's latest one).
 func (c *Cluster) WaitStable(timeout time.Duration) {
 	c.t.Helper()
 	if err := c.AwaitStable(timeout); err != nil {
@@ -227,34 +230,9 @@ func (c *Cluster) AwaitStable(timeout time.Duration) error {
 }
 
 func (c *Cluster) unstable() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var m *cluster.Map
-	up := map[cluster.NodeID]bool{}
-	for _, n := range c.nodes {
-		if n.node == nil {
-			continue
-		}
-		up[cluster.NodeID(n.id)] = true
-		nm := n.node.Cluster().Map()
-		switch {
-		case nm == nil:
-			return n.id + " has no map"
-		case m == nil:
-			m = nm
-		case nm.Epoch != m.Epoch:
-			return fmt.Sprintf("maps differ: epoch %d and %d", m.Epoch, nm.Epoch)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-		err := n.node.WaitReady(ctx)
-		cancel()
-		if err != nil {
-			_, why := n.node.Cluster().Readiness()
-			return n.id + " not ready: " + why
-		}
-	}
-	if m == nil {
-		return "no node runs"
+	m, up, why := c.agreedMap()
+	if why != "" {
+		return why
 	}
 	want := min(m.Replicas, len(up))
 	for s, set := range m.ShardReplicas {
@@ -273,35 +251,40 @@ func (c *Cluster) unstable() string {
 	return ""
 }
 
-// groupMatches reports why shard s's Raft group, as its leader sees it,
-// does not have exactly the map's replicas as voters ("" when it does): a
-// move may be half done. c.mu is held.
-func (c *Cluster) groupMatches(s int, set []cluster.NodeID) string {
+// agreedMap returns the map every running node holds and the running
+// nodes, or why there is none yet (a node without the map or not ready,
+// maps of different epochs).
+func (c *Cluster) agreedMap() (*cluster.Map, map[cluster.NodeID]bool, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var m *cluster.Map
+	up := map[cluster.NodeID]bool{}
 	for _, n := range c.nodes {
 		if n.node == nil {
 			continue
 		}
-		r := n.node.Host().Shard(s)
-		if r == nil || !r.IsLeader() {
-			continue
+		up[cluster.NodeID(n.id)] = true
+		nm := n.node.Cluster().Map()
+		switch {
+		case nm == nil:
+			return nil, nil, n.id + " has no map"
+		case m == nil:
+			m = nm
+		case nm.Epoch != m.Epoch:
+			return nil, nil, fmt.Sprintf("maps differ: epoch %d and %d", m.Epoch, nm.Epoch)
 		}
-		servers, err := r.Configuration()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		err := n.node.WaitReady(ctx)
+		cancel()
 		if err != nil {
-			return fmt.Sprintf("shard %d: %v", s, err)
+			_, why := n.node.Cluster().Readiness()
+			return nil, nil, n.id + " not ready: " + why
 		}
-		voters := 0
-		for _, srv := range servers {
-			if srv.Suffrage != raft.Voter || !slices.Contains(set, cluster.NodeID(srv.ID)) {
-				return fmt.Sprintf("shard %d: group has %s (%v), map %v", s, srv.ID, srv.Suffrage, set)
-			}
-			voters++
-		}
-		if voters != len(set) {
-			return fmt.Sprintf("shard %d: group has %d voters, map %v", s, voters, set)
-		}
-		return ""
 	}
-	return fmt.Sprintf("shard %d has no leader", s)
+	if m == nil {
+		return nil, nil, "no node runs"
+	}
+	return m, up, ""
 }
 
 // Kill stops node i without a goodbye: its Raft traffic is cut first, so
@@ -454,13 +437,17 @@ func (c *Cluster) Wipe(i int) error {
 
 // Partition cuts the Raft and the gossip traffic between the groups; nodes
 // not named are isolated alone. Partitions add up until Heal.
-func (c *Cluster) Partition(groups ...[]int) { c.partition(true, groups) }
+func (c *Cluster) Partition(groups ...[]int) { c.partition(true, true, groups) }
 
 // PartitionRaft is Partition for the Raft traffic alone: gossip stays up,
 // and every node goes on seeing every other alive.
-func (c *Cluster) PartitionRaft(groups ...[]int) { c.partition(false, groups) }
+func (c *Cluster) PartitionRaft(groups ...[]int) { c.partition(true, false, groups) }
 
-func (c *Cluster) partition(gossip bool, groups [][]int) {
+// PartitionGossip is Partition for the gossip traffic alone: Raft stays
+// up, while the groups see one another fail and, after Heal, come back.
+func (c *Cluster) PartitionGossip(groups ...[]int) { c.partition(false, true, groups) }
+
+func (c *Cluster) partition(raft, gossip bool, groups [][]int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	group := make([]int, len(c.nodes))
@@ -475,7 +462,9 @@ func (c *Cluster) partition(gossip bool, groups [][]int) {
 	for i, a := range c.nodes {
 		for j, b := range c.nodes {
 			if i != j && group[i] != group[j] {
-				a.faults.Block(b.raft)
+				if raft {
+					a.faults.Block(b.raft)
+				}
 				if gossip {
 					a.gossipFaults.Block(b.gossip)
 				}
@@ -513,6 +502,7 @@ func (c *Cluster) Close() {
 		}()
 	}
 	wg.Wait()
+	c.closeConns()
 }
 
 // Add starts one more node that joins the running cluster, and returns its
