@@ -150,7 +150,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 // the cluster gossips the client address.
 func (n *Node) open(reg *prometheus.Registry) error {
 	cfg := n.cfg
-	opts := Options{Version: cfg.Version, Registry: reg, Ready: n.ready}
+	opts := Options{Version: cfg.Version, Registry: reg}
 	if cfg.Cluster == nil {
 		host, err := shard.OpenHost(cfg.Host)
 		if err != nil {

@@ -32,9 +32,6 @@ type Options struct {
 	// Cluster: the server makes its own and closes it on Shutdown; one
 	// given here is the caller's to close.
 	Peers *Peers
-	// Ready is the node's readiness as /readyz reports it, for Status;
-	// nil reports not ready.
-	Ready func() bool
 }
 
 // Server implements the Grid gRPC service over the shards of a host. The
@@ -171,9 +168,6 @@ func (s *Server) Status(ctx context.Context, _ *gridpb.StatusRequest) (*gridpb.S
 		resp.Ready = cv.Ready()
 		resp.ControlState = cv.ControlState()
 		resp.ShardCount = uint32(set.Shards)
-	}
-	if s.opts.Ready != nil {
-		resp.Ready = s.opts.Ready()
 	}
 	for _, sh := range s.host.Shards() {
 		resp.Shards = append(resp.Shards, shardStatusPB(sh.Status()))
