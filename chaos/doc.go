@@ -140,9 +140,10 @@
 // a seed with -chaos.seed N -membership.seeds 1.
 //
 // In CI it runs two seeds of three steps (from the time, as the other
-// tests here; about 15 s with -race on two idle cores, a minute when
-// they are loaded); with -long, 200 seeds of six steps, 10 to 30 s each
-// without -race. -membership.seeds and -membership.steps change either.
+// tests here; with -race a seed of three steps took 6 to 8 s on a
+// quiet machine, and the two seeds 64 to 82 s while both cores were shared
+// with other test runs); with -long, 200 seeds of six steps, 10 to 30 s
+// each without -race. -membership.seeds and -membership.steps change either.
 // A check that fails because of a known defect still being fixed can be
 // marked in waitsFor, which skips the seed and names the defect; none is
 // marked now.
