@@ -140,7 +140,7 @@
 // a seed with -chaos.seed N -membership.seeds 1.
 //
 // In CI it runs two seeds of three steps (from the time, as the other
-// tests here; with -race a seed of three steps took 6 to 8 s on a
+// tests here; with -race a seed of one to three steps took 6 to 8 s on a
 // quiet machine, and the two seeds 64 to 82 s while both cores were shared
 // with other test runs); with -long, 200 seeds of six steps, 10 to 30 s
 // each without -race. -membership.seeds and -membership.steps change either.
