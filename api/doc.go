@@ -27,7 +27,11 @@
 // always means "not applied, resend it there"; UNAVAILABLE without one means
 // the outcome is unknown. Peers (peers.go) pools the connections to the
 // other nodes, for forwarding and as the cluster.Remote the control leader
-// moves replicas with.
+// moves replicas with. ShardAdmin is fenced: a request planned under a
+// control term older than the receiving node knows, or under none, is
+// refused with FailedPrecondition (cluster.ErrStaleFence, which Peers gets
+// back through an ErrorInfo detail), so a deposed control leader cannot
+// change a shard's group.
 //
 // Status reports, for each replica, its suffrage and its group's
 // configuration as it knows it (with the configuration's index, whether it

@@ -76,12 +76,24 @@
 // operation, unapplied, with a Redirect naming the leader. The client sends
 // it there at once and remembers that leader. A Redirect that names no
 // leader, or names the refusing node itself, means leadership is moving: the
-// client refreshes the map, pauses briefly and asks again. One whose map
-// epoch is newer than the client's refreshes the map. After 8 redirects in a
-// row the send fails with ErrUnavailable, and the retry policy decides
-// whether to try again. A node that cannot be reached is avoided for a
-// second where its shard has another replica to ask, and the map is
-// refreshed. Map fetches are single-flight and at least 100 ms apart.
+// client refreshes the map, pauses briefly and asks the shard's replicas in
+// turn. One whose map epoch is newer than the client's refreshes the map. A
+// node that cannot serve at all refuses with a Redirect that says why: it is
+// starting (no map yet, for example while it restarts) or was removed; the
+// client avoids it and asks another node. A Redirect naming a leader the
+// client avoids (most likely the node that just failed, named by a follower
+// until the election ends) is not followed: the shard's other replicas are
+// asked instead. After 8 redirects in a row the send fails with
+// ErrUnavailable, and the retry policy decides whether to try again.
+//
+// On a cluster each send has a deadline (WithSendTimeout, default 1.5 s). A
+// node that cannot be reached, answers Unavailable without a Redirect, or
+// does not answer within the send timeout (frozen, cut off by a partition)
+// is avoided for two seconds where its shard has another replica to ask,
+// no shard is taken to be led by it until a Redirect or the map says so
+// again, and the map is refreshed. Map fetches are single-flight and at
+// least 100 ms apart. Locate says which shard, slot and digest a key has
+// and which nodes lead and hold the shard, from the client's map.
 //
 // Status and Audit describe the node the client dialled: the first seed.
 // ClusterMap returns the map as the nodes hold it, for status tables.
@@ -91,23 +103,34 @@
 // # Retries and unknown outcomes
 //
 // A call that finds the grid unavailable (no leader, node shutting down,
-// connection refused or broken) is sent again after a capped exponential
-// backoff with jitter, up to the attempts of the RetryPolicy and while its
-// context lasts. Invalid input is never retried. An Unavailable answer does
-// not always mean the operation did not run: a retried Reserve whose first
-// send was granted comes back BUSY, held by a lease whose token the caller
-// never saw. That lease expires and then counts as a failed attempt; Process
-// reports the case as a *BusyError with AfterRetry set. Settles are safe to
-// retry: Complete and Fail are idempotent for the same token.
+// connection refused or broken, no answer within the send timeout) is sent
+// again after a capped exponential backoff with jitter, while its
+// RetryPolicy allows and its context lasts. The default policy keeps
+// sending for 10 s after the first send, backing off from 25 ms up to
+// 500 ms: a shard's election after its leader died or froze takes about a
+// second, so calls ride through a failover without an error. A policy can
+// bound the sends by count instead, or by both. Invalid input is never
+// retried. An Unavailable answer does not always mean the operation did not
+// run: a retried Reserve whose first send was granted comes back BUSY, held
+// by a lease whose token the caller never saw. That lease expires and then
+// counts as a failed attempt; Process reports the case as a *BusyError with
+// AfterRetry set. Settles are safe to retry: Complete and Fail are
+// idempotent for the same token.
 //
 // The client counts a send as possibly applied whenever the node's answer
-// could hide an effect: an Unavailable answer without a Redirect, a broken
-// or refused connection, a context that ended in flight. Only a Redirect
-// proves the operation was not applied, so following Redirects is not a
-// resend: a Reserve redirected to its leader and granted there is not
-// AfterRetry, one whose earlier send failed on a lost leader is. A call that
-// gives up never reports success, and Batch marks each operation left
-// without an answer as "outcome unknown" (sent) or "not sent".
+// could hide an effect: an Unavailable answer without a Redirect, a
+// connection broken mid-call, a send timeout or a context that ended after
+// the request left. A Redirect (not the leader, starting, not a member,
+// removed) proves the operation was not applied, and so does a request
+// that never left the client (the connection was refused, or it was still
+// queued); neither counts: a Reserve redirected to its leader and granted
+// there is not AfterRetry, one whose earlier send failed on a lost leader
+// is. A call that gives up never reports success. Once a send may have
+// been applied, a later failure is labelled "outcome unknown" (no later
+// answer proved what became of it); a call refused unapplied every time
+// fails without that label. Batch marks each operation left without an
+// answer as "outcome unknown" (sent) or "not sent", and one still refused
+// as unavailable after a possibly applied send as outcome unknown.
 //
 // When a caller's context ends before the answer, the call returns at once
 // with an error matching the context's error, but the operation may still run

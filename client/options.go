@@ -59,9 +59,9 @@ func DefaultRetryPolicy() RetryPolicy {
 //   - both: whichever bound comes first. Neither (or Attempts == 1) sends
 //     once, without retries.
 //
-// Sends refused with a Redirect (the node does not lead the shard, or is
-// starting, not a member, removed) are followed at once and are not sends
-// of the policy: only a send that may have reached a leader counts.
+// One send follows the Redirects it gets (the node does not lead the shard,
+// or is starting, not a member, removed) at once, up to 8, without a
+// backoff; the policy counts and spaces the sends.
 type RetryPolicy struct {
 	Budget      time.Duration
 	Attempts    int

@@ -199,6 +199,17 @@ type Status struct {
 	// ControlState its Raft state in the control group; cluster mode only.
 	MapEpoch     uint64
 	ControlState string
+	// NodeState is the node's state in the map as it knows it (active,
+	// draining, removed; "" when not in it) and Ready its readiness as
+	// /readyz reports it; cluster mode only.
+	NodeState string
+	Ready     bool
+}
+
+// GroupMember is one server of a shard group's Raft configuration.
+type GroupMember struct {
+	ID    string
+	Voter bool // false: a non-voter
 }
 
 // ShardStatus describes the local replica of one shard.
@@ -218,6 +229,18 @@ type ShardStatus struct {
 	// ColdKeys and ColdBytes describe the shard's cold tier.
 	ColdKeys  uint64
 	ColdBytes uint64
+	// Suffrage is the replica's role in its group as it knows it:
+	// "voter", "nonvoter" or "none" (not a member); "" from an older node.
+	// Group is that configuration (sorted by id), ConfigIndex its log
+	// index and ConfigCommitted whether that index is committed; on the
+	// shard's leader a committed Group is the group's truth.
+	Suffrage        string
+	Group           []GroupMember
+	ConfigIndex     uint64
+	ConfigCommitted bool
+	// LastContact is how long ago the replica last heard from its leader:
+	// 0 on the leader, negative when never.
+	LastContact time.Duration
 }
 
 func statusFromPB(p *gridpb.StatusResponse) Status {
@@ -230,24 +253,38 @@ func statusFromPB(p *gridpb.StatusResponse) Status {
 		Shards:       make([]ShardStatus, 0, len(p.GetShards())),
 		MapEpoch:     p.GetMapEpoch(),
 		ControlState: p.GetControlState(),
+		NodeState:    p.GetNodeState(),
+		Ready:        p.GetReady(),
 	}
 	for _, sh := range p.GetShards() {
-		s.Shards = append(s.Shards, ShardStatus{
-			ID:           sh.GetId(),
-			RaftState:    sh.GetRaftState(),
-			Leader:       sh.GetLeader(),
-			Keys:         sh.GetKeys(),
-			HotBytes:     sh.GetHotBytes(),
-			AppliedIndex: sh.GetAppliedIndex(),
-			CommitIndex:  sh.GetCommitIndex(),
-			LastIndex:    sh.GetLastIndex(),
-			Term:         sh.GetTerm(),
-			Stamp:        fromUnixMs(sh.GetStampUnixMs()),
-			ColdKeys:     sh.GetColdKeys(),
-			ColdBytes:    sh.GetColdBytes(),
-		})
+		s.Shards = append(s.Shards, shardStatusFromPB(sh))
 	}
 	return s
+}
+
+func shardStatusFromPB(sh *gridpb.ShardStatus) ShardStatus {
+	out := ShardStatus{
+		ID:              sh.GetId(),
+		RaftState:       sh.GetRaftState(),
+		Leader:          sh.GetLeader(),
+		Keys:            sh.GetKeys(),
+		HotBytes:        sh.GetHotBytes(),
+		AppliedIndex:    sh.GetAppliedIndex(),
+		CommitIndex:     sh.GetCommitIndex(),
+		LastIndex:       sh.GetLastIndex(),
+		Term:            sh.GetTerm(),
+		Stamp:           fromUnixMs(sh.GetStampUnixMs()),
+		ColdKeys:        sh.GetColdKeys(),
+		ColdBytes:       sh.GetColdBytes(),
+		Suffrage:        sh.GetSuffrage(),
+		ConfigIndex:     sh.GetConfigIndex(),
+		ConfigCommitted: sh.GetConfigCommitted(),
+		LastContact:     time.Duration(sh.GetLastContactMs()) * time.Millisecond,
+	}
+	for _, m := range sh.GetGroup() {
+		out.Group = append(out.Group, GroupMember{ID: m.GetId(), Voter: m.GetVoter()})
+	}
+	return out
 }
 
 // ClusterMap is the cluster map as one node holds it (the ClusterMap RPC):

@@ -24,10 +24,18 @@ package client
 // redirects a send gives up with ErrUnavailable, which the retry policy may
 // send again.
 //
-// A node that cannot be reached, or answers Unavailable without a Redirect,
-// is avoided for downFor where its shard has another replica (which then
-// redirects to the leader), and the map is refreshed; the retry policy
-// resends the operation, counting the failed send as possibly applied.
+// A Redirect with a reason is a node that cannot serve at all (starting,
+// removed: avoided like an unreachable node) or holds no replica of the
+// shard (not a member: the map is refreshed). A Redirect naming a leader
+// the router avoids is not followed; the shard's replicas are tried
+// instead, and they name the new leader once it is elected.
+//
+// A node that cannot be reached, answers Unavailable without a Redirect,
+// or does not answer within the send timeout, is avoided for downFor where
+// its shard has another replica (which then redirects to the leader), no
+// shard is taken to be led by it, and the map is refreshed; the retry
+// policy resends the operation, counting the failed send as possibly
+// applied unless the request never left.
 //
 // Map fetches are single-flight and start at least refreshInterval apart;
 // they ask the map's nodes, then the seeds, and install the first answer that
@@ -245,9 +253,10 @@ func (r *router) isDown(addr string) bool {
 // leader, or that from does not lead it; a map refresh when the Redirect
 // names no other leader, carries a newer epoch or says the node holds no
 // replica of the shard (not a member). A node that refuses to serve at all
-// (starting, removed) is avoided like an unreachable one. It returns the leader to send the operation to next, or
-// "" when the Redirect names none, or names a node that is avoided: the
-// caller then pauses and asks the shard's other replicas.
+// (starting, removed) is avoided like an unreachable one. It returns the
+// leader to send the operation to next, or "" when the Redirect names none,
+// or names a node that is avoided: the caller then pauses and asks the
+// shard's other replicas.
 func (r *router) redirected(from string, rd *gridpb.Redirect) string {
 	leader := namedLeader(from, rd)
 	if refusesAll(rd) {

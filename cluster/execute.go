@@ -229,10 +229,7 @@ const maxParallelObserve = 8
 
 // observeGroups returns every shard's group as its leader reports it
 // (GroupOf), asking up to maxParallelObserve shards at once. A shard with
-// no replica, or whose leader did not answer, is unknown. A leader that
-// reports no configuration at all (a node from before groups were
-// reported) is taken to have the map's set as its voters, as the planner
-// did before.
+// no replica, or whose leader did not answer, is unknown.
 func (n *Node) observeGroups(ctx context.Context, m *Map) []Group {
 	groups := make([]Group, len(m.ShardReplicas))
 	sem := make(chan struct{}, maxParallelObserve)
@@ -245,12 +242,7 @@ func (n *Node) observeGroups(ctx context.Context, m *Map) []Group {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			_, _, st, ok := n.leaderOf(ctx, m, s)
-			switch {
-			case !ok:
-			case len(st.Group) == 0:
-				groups[s] = Group{Known: true, Voters: slices.Clone(set)}
-			default:
+			if _, _, st, ok := n.leaderOf(ctx, m, s); ok {
 				groups[s] = GroupOf(st)
 			}
 		}()

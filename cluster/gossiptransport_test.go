@@ -13,13 +13,18 @@ import (
 )
 
 // gossipNode starts a Membership on loopback with fast timing, the given
-// seeds and faults; it shuts down when the test ends.
-func gossipNode(t *testing.T, id NodeID, seeds []string, faults *GossipFaults) *Membership {
+// seeds and faults, logging to log (nil: nowhere); it shuts down when the
+// test ends.
+func gossipNode(t *testing.T, id NodeID, seeds []string, faults *GossipFaults, log ...io.Writer) *Membership {
 	t.Helper()
+	out := io.Discard
+	if len(log) > 0 {
+		out = log[0]
+	}
 	m, err := NewMembership(MembershipConfig{
 		NodeID: id, BindAddr: "127.0.0.1:0",
 		Meta:   NodeMeta{GRPCAddr: string(id) + ":7420", RaftAddr: string(id) + ":7421"},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.NewTextHandler(out, nil)),
 		Timing: FastGossipTiming(), Seeds: seeds, Faults: faults,
 	})
 	if err != nil {

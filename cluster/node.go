@@ -333,8 +333,10 @@ func (n *Node) ControlState() string {
 	return map[raft.RaftState]string{raft.Leader: "leader", raft.Candidate: "candidate", raft.Shutdown: "shutdown"}[st]
 }
 
-// SettingsError is set while the cluster's hard settings differ from this
-// node's data directory: it then hosts no replica.
+// SettingsError is set while this node may host no replica of the map:
+// the cluster's hard settings differ from its data directory's, or the map
+// knows another incarnation of this node (its directory was wiped while it
+// was in the cluster).
 func (n *Node) SettingsError() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()

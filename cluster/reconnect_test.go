@@ -1,7 +1,10 @@
 package cluster
 
 import (
+	"bytes"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -59,7 +62,8 @@ func TestGossipHealsAfterPartition(t *testing.T) {
 			name = "TCP heals, UDP stays cut"
 		}
 		t.Run(name, func(t *testing.T) {
-			a := gossipNode(t, "a", nil, &GossipFaults{})
+			var alog syncBuffer
+			a := gossipNode(t, "a", nil, &GossipFaults{}, &alog)
 			b := gossipNode(t, "b", []string{a.Addr()}, &GossipFaults{})
 			c := gossipNode(t, "c", []string{a.Addr()}, &GossipFaults{})
 			all := []*Membership{a, b, c}
@@ -100,6 +104,34 @@ func TestGossipHealsAfterPartition(t *testing.T) {
 			healed := time.Now()
 			waitFor(t, 10*time.Second, "every member sees every other alive", func() bool { return allAlive(all...) })
 			t.Logf("all alive %v after the heal", time.Since(healed).Round(time.Millisecond))
+			if udpStaysCut {
+				// a's probes now fail over UDP and pass over TCP; that
+				// must not make it suspect its peers.
+				waitFor(t, 10*time.Second, "a probes over TCP", func() bool {
+					return strings.Contains(alog.String(), "over TCP but UDP probes failed")
+				})
+				if !allAlive(all...) {
+					t.Fatal("a member is not alive after probes over TCP")
+				}
+			}
 		})
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

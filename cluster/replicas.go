@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -161,21 +162,28 @@ func (n *Node) grpcAddrOf(id NodeID) string {
 // resumeReplicas starts, at the node's start, every replica that has state
 // on disk: it resumes what the node ran before it stopped, whatever its
 // (possibly historical) map says. The replica loop purges those the
-// current map and their groups no longer count on.
+// current map and their groups no longer count on. Replicas restore their
+// snapshots in parallel: a restart takes as long as the largest one.
 func (n *Node) resumeReplicas() {
 	host := n.cfg.Host
+	var wg sync.WaitGroup
 	for s := range host.Settings().Shards {
-		has, err := host.HasState(s)
-		if err == nil && has {
-			_, err = host.StartReplica(s, false)
-			if err == nil {
-				n.cfg.Logger.Info("replica resumed", "shard", s)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			has, err := host.HasState(s)
+			if err == nil && has {
+				_, err = host.StartReplica(s, false)
+				if err == nil {
+					n.cfg.Logger.Info("replica resumed", "shard", s)
+				}
 			}
-		}
-		if err != nil {
-			n.cfg.Logger.Warn("resume replica", "shard", s, "err", err)
-		}
+			if err != nil {
+				n.cfg.Logger.Warn("resume replica", "shard", s, "err", err)
+			}
+		}()
 	}
+	wg.Wait()
 }
 
 // syncReplicas acts on m, a current map: see replicaLoop.

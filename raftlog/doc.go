@@ -81,8 +81,10 @@
 // control group) but listens on ONE TCP port for all of their Raft traffic,
 // the rqlite tcp/mux way. [Mux] owns the listener. Each group registers with
 // [Mux.Layer] and gets a raft.StreamLayer, on which hashicorp/raft's
-// NetworkTransport runs unchanged, so pooled connections and pipelined
-// AppendEntries are kept ([NewTransport] does both steps). Every group on a
+// NetworkTransport runs unchanged, so pooled connections are kept
+// ([NewTransport] does both steps). Pipelined AppendEntries are turned off:
+// raft 1.7.2 can hang in Shutdown on a stuck pipeline (raft#612), and one
+// large group-committed entry in flight per shard leaves nothing to gain. Every group on a
 // node has the same address, the Mux's advertised address, and groups are
 // told apart by the connection header alone.
 //

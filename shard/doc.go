@@ -67,9 +67,13 @@
 // its group: log, snapshots and cold records go, and a marker file lets
 // the next start finish a purge cut short by a crash). For may then return
 // nil: the shard lives elsewhere. The group's leader changes membership
-// (AddNonvoter, AddVoter, RemoveServer, TransferLeadership); a replica
-// moves by joining as a non-voter, catching up, being promoted, and the
-// replica it replaces being removed. A replica stopping with its node
+// (AddNonvoter, AddVoter, RemoveServer, TransferLeadership), each
+// reporting success only once the change is committed: a change the
+// leader's latest configuration already shows (a retry) is confirmed by a
+// barrier the leader commits after it, never taken from the uncommitted
+// configuration. A replica moves by joining as a non-voter, catching up,
+// being promoted, and the replica it replaces being removed. Raft traffic
+// runs without pipelined AppendEntries (see raftlog.NewTransport). A replica stopping with its node
 // (Close, StopReplica without purge) hands leadership over first; a purged
 // one does not.
 //

@@ -16,11 +16,15 @@ import (
 // over first when that is the leader).
 //
 // The changes run on the group's leader: elsewhere they fail with
-// ErrNotLeader. Each waits until the change is committed, or ctx ends (then
-// with ErrOutcomeUnknown: the change may still be committed; read
-// Configuration). They are safe to call concurrently with proposals, which
-// Raft orders with them in the log; Raft runs one change at a time and
-// queues the others.
+// ErrNotLeader. Each reports success only once the change is committed, or
+// fails when ctx ends (with ErrOutcomeUnknown: the change may still be
+// committed; read Configuration). A change the leader's latest
+// configuration already shows (a retry after an outcome unknown) is not
+// made again: the call waits until that configuration is committed, by a
+// barrier entry this leader commits after it, so a retry never reports a
+// change the group may still lose. They are safe to call concurrently with
+// proposals, which Raft orders with them in the log; Raft runs one change
+// at a time and queues the others.
 
 // AddNonvoter adds server id (a node id) at addr (its Raft, that is Mux,
 // address) to the group as a non-voter: it receives the log but neither
@@ -28,7 +32,13 @@ import (
 // weakening the quorum. For a member it only updates the address: a voter
 // stays a voter.
 func (s *Shard) AddNonvoter(ctx context.Context, id, addr string) error {
-	return s.changeConfig(ctx, "add non-voter "+id, func(timeout time.Duration) raft.IndexFuture {
+	what := "add non-voter " + id
+	if srv, ok, err := s.latestServer(what, id); err != nil {
+		return err
+	} else if ok && srv.Address == raft.ServerAddress(addr) {
+		return s.ensureCommitted(ctx, what)
+	}
+	return s.changeConfig(ctx, what, func(timeout time.Duration) raft.IndexFuture {
 		return s.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout)
 	})
 }
@@ -37,29 +47,61 @@ func (s *Shard) AddNonvoter(ctx context.Context, id, addr string) error {
 // if it is a non-voter. A voter counts toward the quorum at once: add it as
 // a non-voter first and let it catch up.
 func (s *Shard) AddVoter(ctx context.Context, id, addr string) error {
-	return s.changeConfig(ctx, "add voter "+id, func(timeout time.Duration) raft.IndexFuture {
+	what := "add voter " + id
+	if srv, ok, err := s.latestServer(what, id); err != nil {
+		return err
+	} else if ok && srv.Suffrage == raft.Voter && srv.Address == raft.ServerAddress(addr) {
+		return s.ensureCommitted(ctx, what)
+	}
+	return s.changeConfig(ctx, what, func(timeout time.Duration) raft.IndexFuture {
 		return s.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout)
 	})
 }
 
-// RemoveServer removes server id from the group; an id that is not a
-// member is left alone (success). A leader that removes itself steps down
-// once the change is committed; hand leadership over first instead
-// (TransferLeadership), so the group has no election to wait for.
+// RemoveServer removes server id from the group. For an id the leader's
+// latest configuration does not list it succeeds once that configuration
+// is committed: the id is then out of the group for good. A leader that
+// removes itself steps down once the change is committed; hand leadership
+// over first instead (TransferLeadership), so the group has no election to
+// wait for.
 func (s *Shard) RemoveServer(ctx context.Context, id string) error {
 	what := "remove server " + id
-	if err := s.checkLeader(what); err != nil {
+	if _, ok, err := s.latestServer(what, id); err != nil {
 		return err
-	}
-	servers, err := s.Configuration()
-	if err != nil {
-		return err
-	}
-	if _, ok := findServer(servers, id); !ok {
-		return nil
+	} else if !ok {
+		return s.ensureCommitted(ctx, what)
 	}
 	return s.changeConfig(ctx, what, func(timeout time.Duration) raft.IndexFuture {
 		return s.raft.RemoveServer(raft.ServerID(id), 0, timeout)
+	})
+}
+
+// latestServer returns server id of this leader's latest configuration,
+// committed or not; ok is false when it lists none.
+func (s *Shard) latestServer(what, id string) (srv raft.Server, ok bool, err error) {
+	if err := s.checkLeader(what); err != nil {
+		return raft.Server{}, false, err
+	}
+	servers, err := s.Configuration()
+	if err != nil {
+		return raft.Server{}, false, err
+	}
+	srv, ok = findServer(servers, id)
+	return srv, ok, nil
+}
+
+// ensureCommitted returns once this leader's latest configuration is
+// committed: it commits a barrier entry, which commits only after every
+// entry before it, the configuration's included. A leader cut off from its
+// quorum cannot: ctx ends with ErrOutcomeUnknown, or the leader steps down
+// (ErrOutcomeUnknown, or ErrNotLeader before the barrier is enqueued).
+func (s *Shard) ensureCommitted(ctx context.Context, what string) error {
+	if err := s.checkLeader(what); err != nil {
+		return err
+	}
+	timeout := enqueueTimeout(ctx)
+	return s.await(ctx, what+" (the latest configuration shows it: waiting for its commit)", func() error {
+		return s.raft.Barrier(timeout).Error()
 	})
 }
 
@@ -169,11 +211,17 @@ func (s *Shard) changeConfig(ctx context.Context, what string, change func(timeo
 	if err := s.checkLeader(what); err != nil {
 		return err
 	}
-	var timeout time.Duration // none
-	if d, ok := ctx.Deadline(); ok {
-		timeout = max(time.Until(d), time.Millisecond)
-	}
+	timeout := enqueueTimeout(ctx)
 	return s.await(ctx, what, func() error { return change(timeout).Error() })
+}
+
+// enqueueTimeout bounds the wait to hand an entry to Raft by ctx's
+// deadline (0: none).
+func enqueueTimeout(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return max(time.Until(d), time.Millisecond)
+	}
+	return 0
 }
 
 // await runs op, which blocks on a Raft future, until it returns or ctx

@@ -29,7 +29,8 @@ type netHosts struct {
 	hosts  []*Host
 	muxes  []*raftlog.Mux
 	faults []*raftlog.Faults
-	clocks []*fakeClock // each host's own clock
+	clocks []*fakeClock          // each host's own clock
+	tune   func(cfg *HostConfig) // adjusts each host's config; nil: none
 }
 
 func openNetHosts(t testing.TB, n int) *netHosts { return newNetHosts(t, n, false) }
@@ -37,9 +38,11 @@ func openNetHosts(t testing.TB, n int) *netHosts { return newNetHosts(t, n, fals
 // openManualHosts opens n hosts in Manual mode: they host no replica yet.
 func openManualHosts(t testing.TB, n int) *netHosts { return newNetHosts(t, n, true) }
 
-func newNetHosts(t testing.TB, n int, manual bool) *netHosts {
+func newNetHosts(t testing.TB, n int, manual bool) *netHosts { return tunedNetHosts(t, n, manual, nil) }
+
+func tunedNetHosts(t testing.TB, n int, manual bool, tune func(*HostConfig)) *netHosts {
 	t.Helper()
-	nh := &netHosts{t: t, manual: manual, hosts: make([]*Host, n), muxes: make([]*raftlog.Mux, n)}
+	nh := &netHosts{t: t, manual: manual, hosts: make([]*Host, n), muxes: make([]*raftlog.Mux, n), tune: tune}
 	for i := range n {
 		nh.faults = append(nh.faults, &raftlog.Faults{})
 		nh.clocks = append(nh.clocks, newFakeClock())
@@ -69,6 +72,9 @@ func (nh *netHosts) open(i int, m *raftlog.Mux) {
 		Clock: nh.clocks[i].Now, TickInterval: time.Hour, NoSync: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if !nh.manual {
 		cfg.Peers = nh.peers
+	}
+	if nh.tune != nil {
+		nh.tune(&cfg)
 	}
 	h, err := OpenHost(cfg)
 	if err != nil {

@@ -13,7 +13,8 @@ import (
 // TestCLIOnACluster: on a real 3-node cluster (in-process), every verb
 // works through any node: a key reserved through node 3 is completed
 // through node 1 and read through node 2, whichever node leads its shard.
-// status shows the nodes and every shard's replicas with their health;
+// status shows the nodes and every shard's replicas with their role,
+// health and lag, and each group as its leader reports it;
 // drain --wait moves node 3 out of the map, after which the records are
 // still served.
 func TestCLIOnACluster(t *testing.T) {
@@ -66,6 +67,9 @@ func TestCLIOnACluster(t *testing.T) {
 	if n := strings.Count(stdout, "(lag "); n != 8 {
 		t.Errorf("status: %d followers with a lag, want 8\n%s", n, stdout)
 	}
+	if n := strings.Count(stdout, "  node-1 node-2 node-3\n"); n != 4 || !strings.Contains(stdout, "GROUP (LEADER'S VIEW)") {
+		t.Errorf("status: %d shards whose group the leader reports as node-1 node-2 node-3, want 4\n%s", n, stdout)
+	}
 
 	// status --json: the same as one object.
 	code, stdout, _ = cli(t, "status", "--addr", addrs[2], "--json")
@@ -89,12 +93,12 @@ func TestCLIOnACluster(t *testing.T) {
 	for _, s := range m["shards"].([]any) {
 		sh := s.(map[string]any)
 		reps := sh["replicas"].([]any)
-		if len(reps) != 3 || sh["leader"] == "" {
+		if len(reps) != 3 || sh["leader"] == "" || len(sh["group"].([]any)) != 3 || sh["config_committed"] != true {
 			t.Fatalf("status --json: shard %v", sh)
 		}
 		for _, r := range reps {
 			r := r.(map[string]any)
-			if r["health"] == "follower" && r["lag"] == nil || r["health"] != "leader" && r["health"] != "follower" {
+			if r["health"] == "follower" && r["lag"] == nil || r["health"] != "leader" && r["health"] != "follower" || r["role"] != "voter" {
 				t.Errorf("status --json: shard %v replica %v", sh["id"], r)
 			}
 		}
@@ -133,40 +137,69 @@ func TestCLIOnACluster(t *testing.T) {
 }
 
 // TestShardHealth: how status judges each replica from the nodes'
-// Statuses.
+// Statuses: its role by the leader's configuration (or its own view
+// without the leader's answer), its health and its lag.
 func TestShardHealth(t *testing.T) {
-	st := func(state string, term, applied, commit uint64) client.ShardStatus {
-		return client.ShardStatus{ID: 2, RaftState: state, Term: term, AppliedIndex: applied, CommitIndex: commit}
+	group := []client.GroupMember{{ID: "a", Voter: true}, {ID: "b", Voter: true}, {ID: "c", Voter: true}, {ID: "g", Voter: false}}
+	st := func(state, suffrage string, term, applied, commit uint64) client.ShardStatus {
+		s := client.ShardStatus{ID: 2, RaftState: state, Suffrage: suffrage, Term: term, AppliedIndex: applied, CommitIndex: commit}
+		if suffrage != "none" {
+			s.Group, s.ConfigIndex, s.ConfigCommitted = group, 90, true
+		}
+		return s
 	}
 	node := func(shards ...client.ShardStatus) nodeAnswer { return nodeAnswer{st: client.Status{Shards: shards}} }
-	sh := client.ClusterShard{ID: 2, Replicas: []string{"a", "b", "c", "d", "e"}}
+	sh := client.ClusterShard{ID: 2, Replicas: []string{"a", "b", "c", "d", "e", "f", "g"}}
 	answers := map[string]nodeAnswer{
-		"a": node(st("Leader", 3, 100, 100)), // deposed: an older term
-		"b": node(st("Leader", 4, 118, 120)),
-		"c": node(st("Follower", 4, 117, 120)),
+		"a": node(st("Leader", "voter", 3, 100, 100)), // deposed: an older term
+		"b": node(st("Leader", "voter", 4, 118, 120)),
+		"c": node(st("Follower", "voter", 4, 117, 120)),
 		"d": node(), // answered, no replica yet
 		// e: no answer
+		"f": node(st("Follower", "none", 4, 80, 80)),      // in the map, not in the group
+		"g": node(st("Follower", "nonvoter", 4, 70, 120)), // catching up
 	}
 	got := shardHealth(sh, answers)
-	var labels []string
+	var labels, roles []string
 	for _, r := range got.Replicas {
 		labels = append(labels, r.Node+" ("+replicaLabel(r)+")")
+		roles = append(roles, r.Role)
 	}
-	want := "a (lag 20) b (leader) c (lag 3) d (starting) e (down)"
+	want := "a (lag 20) b (leader) c (lag 3) d (starting) e (down) f (not a member) g (nonvoter, lag 50)"
 	if got.Leader != "b" || strings.Join(labels, " ") != want {
 		t.Fatalf("leader %q, replicas %q; want b, %q", got.Leader, strings.Join(labels, " "), want)
 	}
+	wantRoles := "voter,voter,voter,not a member,not a member,not a member,nonvoter"
+	if strings.Join(roles, ",") != wantRoles {
+		t.Errorf("roles %v, want %s (by the leader's configuration)", roles, wantRoles)
+	}
+	if g := groupLabel(got); g != "a b c g(nonvoter)" || got.ConfigIndex != 90 {
+		t.Errorf("group %q at %d, want the leader's: a b c g(nonvoter) at 90", g, got.ConfigIndex)
+	}
 
-	// Without the leader's answer, the followers' lag is unknown.
+	// Without the leader's answer, the followers' lag is unknown and the
+	// roles are the replicas' own views.
 	delete(answers, "b")
-	answers["c"] = node(st("Candidate", 5, 117, 120))
+	answers["c"] = node(st("Candidate", "voter", 5, 117, 120))
+	answers["a"] = node(func() client.ShardStatus {
+		s := st("Leader", "voter", 3, 100, 100)
+		s.ConfigCommitted = false
+		return s
+	}())
 	got = shardHealth(sh, answers)
-	labels = labels[:0]
+	labels, roles = labels[:0], roles[:0]
 	for _, r := range got.Replicas {
 		labels = append(labels, replicaLabel(r))
+		roles = append(roles, r.Role)
 	}
-	if got.Leader != "a" || strings.Join(labels, ",") != "leader,down,candidate,starting,down" {
+	if got.Leader != "a" || strings.Join(labels, ",") != "leader,down,candidate,starting,down,not a member,nonvoter, lag 30" {
 		t.Fatalf("leader %q, replicas %v", got.Leader, labels)
+	}
+	if g := groupLabel(got); g != "a b c g(nonvoter) [uncommitted]" {
+		t.Errorf("group %q of a leader whose configuration is not committed", g)
+	}
+	if g := groupLabel(clusterShardJSON{}); g != "-" {
+		t.Errorf("group of a shard without a leader's answer: %q", g)
 	}
 }
 
@@ -174,14 +207,23 @@ func TestShardHealth(t *testing.T) {
 // with the first of detail, if given.
 func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool, detail ...func() string) {
 	tb.Helper()
-	deadline := time.Now().Add(timeout)
+	if holds(timeout, cond) {
+		return
+	}
+	if len(detail) > 0 {
+		tb.Fatalf("no %s within %v: %s", what, timeout, detail[0]())
+	}
+	tb.Fatalf("no %s within %v", what, timeout)
+}
+
+// holds polls cond for up to d and reports whether it came to hold.
+func holds(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			if len(detail) > 0 {
-				tb.Fatalf("no %s within %v: %s", what, timeout, detail[0]())
-			}
-			tb.Fatalf("no %s within %v", what, timeout)
+			return false
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // a poll interval
 	}
+	return true
 }

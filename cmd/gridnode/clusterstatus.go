@@ -14,18 +14,31 @@ import (
 
 // gridnode status against a cluster member: the cluster map as the dialled
 // node holds it, and the health of every shard replica from the Status of
-// every node in the map, asked in parallel within --timeout. A replica's lag
-// is its shard leader's commit index minus the replica's applied index; the
-// Statuses are taken at slightly different moments, so a small lag under
-// load is noise and a negative one is shown as 0.
+// every node in the map, asked in parallel within --timeout. A replica's
+// role (voter, non-voter, not a member) is taken from its group's
+// configuration as the shard's leader reports it, or from the replica's
+// own view when the leader did not answer. A replica's lag is its shard
+// leader's commit index minus the replica's applied index; the Statuses are
+// taken at slightly different moments, so a small lag under load is noise
+// and a negative one is shown as 0. A replica outside its group has no lag:
+// it receives no log.
 
 // Replica health as status shows it.
 const (
 	healthLeader    = "leader"
-	healthFollower  = "follower" // its lag is unknown: no Status from the leader
+	healthFollower  = "follower" // a voter; its lag is unknown without the leader's Status
+	healthNonvoter  = "nonvoter" // a member that does not vote (catching up)
+	healthNotMember = "not a member"
 	healthCandidate = "candidate"
 	healthDown      = "down"     // the node did not answer its Status
 	healthMissing   = "starting" // the node answered but runs no replica of the shard yet
+)
+
+// Replica roles in their group's configuration.
+const (
+	roleVoter     = "voter"
+	roleNonvoter  = "nonvoter"
+	roleNotMember = "not a member"
 )
 
 // clusterStatusJSON is the JSON shape of a cluster's status (and the data
@@ -59,11 +72,24 @@ type clusterShardJSON struct {
 	ID       uint32               `json:"id"`
 	Leader   string               `json:"leader"` // "" when no replica leads
 	Replicas []clusterReplicaJSON `json:"replicas"`
+	// Group is the group's configuration as the leader reports it (empty
+	// without a leader's answer), at ConfigIndex, committed or not.
+	Group           []clusterMemberJSON `json:"group"`
+	ConfigIndex     uint64              `json:"config_index,omitempty"`
+	ConfigCommitted bool                `json:"config_committed"`
+}
+
+type clusterMemberJSON struct {
+	ID    string `json:"id"`
+	Voter bool   `json:"voter"`
 }
 
 type clusterReplicaJSON struct {
 	Node   string `json:"node"`
 	Health string `json:"health"`
+	// Role is voter, nonvoter or "not a member"; "" when unknown (no
+	// replica, or an older node that does not say).
+	Role string `json:"role,omitempty"`
 	// Lag is set for a follower whose leader answered.
 	Lag          *uint64 `json:"lag,omitempty"`
 	AppliedIndex uint64  `json:"applied_index,omitempty"`
@@ -174,7 +200,8 @@ func buildClusterStatus(m client.ClusterMap, answers map[string]nodeAnswer) clus
 }
 
 // shardHealth describes one shard: its leader, as its replicas report it,
-// and each replica's health and lag.
+// its group as the leader reports it, and each replica's role, health and
+// lag.
 func shardHealth(sh client.ClusterShard, answers map[string]nodeAnswer) clusterShardJSON {
 	local := map[string]client.ShardStatus{} // the replica on each node that answered
 	for _, id := range sh.Replicas {
@@ -194,10 +221,18 @@ func shardHealth(sh client.ClusterShard, answers map[string]nodeAnswer) clusterS
 			leader = id
 		}
 	}
-	out := clusterShardJSON{ID: sh.ID, Leader: leader, Replicas: []clusterReplicaJSON{}}
+	out := clusterShardJSON{ID: sh.ID, Leader: leader, Replicas: []clusterReplicaJSON{}, Group: []clusterMemberJSON{}}
+	if leader != "" {
+		l := local[leader]
+		for _, m := range l.Group {
+			out.Group = append(out.Group, clusterMemberJSON{ID: m.ID, Voter: m.Voter})
+		}
+		out.ConfigIndex, out.ConfigCommitted = l.ConfigIndex, l.ConfigCommitted
+	}
 	for _, id := range sh.Replicas {
 		r := clusterReplicaJSON{Node: id}
 		s, ok := local[id]
+		r.Role = replicaRole(id, s, leader, local[leader])
 		switch a, asked := answers[id]; {
 		case !asked || a.err != nil:
 			r.Health = healthDown
@@ -207,8 +242,13 @@ func shardHealth(sh client.ClusterShard, answers map[string]nodeAnswer) clusterS
 			r.Health = healthLeader
 		case s.RaftState == "Candidate":
 			r.Health = healthCandidate
+		case r.Role == roleNotMember:
+			r.Health = healthNotMember
 		default:
 			r.Health = healthFollower
+			if r.Role == roleNonvoter {
+				r.Health = healthNonvoter
+			}
 			if leader != "" {
 				lag := local[leader].CommitIndex - min(s.AppliedIndex, local[leader].CommitIndex)
 				r.Lag = &lag
@@ -220,6 +260,34 @@ func shardHealth(sh client.ClusterShard, answers map[string]nodeAnswer) clusterS
 		out.Replicas = append(out.Replicas, r)
 	}
 	return out
+}
+
+// replicaRole is the role of node id's replica s (zero when it did not
+// answer) in its group: by the configuration its leader (lst, on node
+// leader) reports, else by the replica's own view; "" when neither says
+// (no answer, or older nodes).
+func replicaRole(id string, s client.ShardStatus, leader string, lst client.ShardStatus) string {
+	group, suffrage := s.Group, s.Suffrage
+	if leader != "" && lst.Suffrage != "" {
+		group, suffrage = lst.Group, "none"
+		for _, m := range group {
+			if m.ID == id {
+				suffrage = roleNonvoter
+				if m.Voter {
+					suffrage = roleVoter
+				}
+			}
+		}
+	}
+	switch suffrage {
+	case "voter":
+		return roleVoter
+	case "nonvoter":
+		return roleNonvoter
+	case "none":
+		return roleNotMember
+	}
+	return ""
 }
 
 // clusterTables prints a cluster's status as a NODES and a SHARDS table.
@@ -240,13 +308,13 @@ func (o cliOutput) clusterTables(j clusterStatusJSON) int {
 	}
 	fmt.Fprintln(o.stdout, "\nSHARDS")
 	tw = tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SHARD\tLEADER\tREPLICAS")
+	fmt.Fprintln(tw, "SHARD\tLEADER\tREPLICAS\tGROUP (LEADER'S VIEW)")
 	for _, sh := range j.Shards {
 		parts := make([]string, len(sh.Replicas))
 		for i, r := range sh.Replicas {
 			parts[i] = fmt.Sprintf("%s (%s)", r.Node, replicaLabel(r))
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\n", sh.ID, orDash(sh.Leader), strings.Join(parts, " "))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", sh.ID, orDash(sh.Leader), strings.Join(parts, " "), groupLabel(sh))
 	}
 	if code := o.flush(tw); code != exitOK {
 		return code
@@ -260,10 +328,34 @@ func (o cliOutput) clusterTables(j clusterStatusJSON) int {
 }
 
 // replicaLabel is what the SHARDS table says of a replica: "leader",
-// "lag 3", "down", ...
+// "lag 3", "nonvoter, lag 40", "not a member", "down", ...
 func replicaLabel(r clusterReplicaJSON) string {
-	if r.Health == healthFollower && r.Lag != nil {
+	switch {
+	case r.Health == healthFollower && r.Lag != nil:
 		return "lag " + strconv.FormatUint(*r.Lag, 10)
+	case r.Health == healthNonvoter && r.Lag != nil:
+		return "nonvoter, lag " + strconv.FormatUint(*r.Lag, 10)
 	}
 	return r.Health
+}
+
+// groupLabel is what the SHARDS table says of a shard's group: its members
+// as the leader reports them, non-voters marked, and "uncommitted" while
+// the leader's latest configuration is not committed yet; "-" without it.
+func groupLabel(sh clusterShardJSON) string {
+	if len(sh.Group) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(sh.Group))
+	for i, m := range sh.Group {
+		parts[i] = m.ID
+		if !m.Voter {
+			parts[i] += "(nonvoter)"
+		}
+	}
+	label := strings.Join(parts, " ")
+	if !sh.ConfigCommitted {
+		label += " [uncommitted]"
+	}
+	return label
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,7 +38,20 @@ func startServe(t testing.TB, dir string) *proc {
 // The process is killed when the test ends, if it still runs.
 func launchProc(t testing.TB, stderr io.Writer, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"serve"}, args...)...)
+	return launchProcIn(t, stderr, nil, args...)
+}
+
+// launchProcIn is launchProc through the command prefix wrap, which must
+// exec the program in place (as "ip netns exec NS" does), so that the
+// process signalled is gridnode itself.
+func launchProcIn(t testing.TB, stderr io.Writer, wrap []string, args ...string) *proc {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := append(append(slices.Clone(wrap), exe, "serve"), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "GRIDNODE_EXEC=1")
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()

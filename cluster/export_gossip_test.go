@@ -1,0 +1,30 @@
+package cluster
+
+import (
+	"net"
+	"testing"
+)
+
+// Hooks for the gossip tests of package cluster_test.
+
+// HostileGossipStreams are TCP stream messages that make memberlist v0.5.4
+// panic, by name.
+func HostileGossipStreams(t testing.TB) map[string][]byte { return attackStreams(t) }
+
+// HostileAlivePacket is a UDP alive message for member id at its gossip
+// address addr, with a newer incarnation and three protocol versions, which
+// makes memberlist v0.5.4 panic.
+func HostileAlivePacket(t testing.TB, id NodeID, addr string) []byte {
+	ip, port, err := splitIPPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return frame(t, mlAlive, mlAliveMsg{Incarnation: 1 << 20, Node: string(id), Addr: net.ParseIP(ip).To4(), Port: uint16(port), Vsn: []uint8{1, 5, 2}})
+}
+
+// RefusedGossipFrames counts the gossip frames this node refused.
+func (n *Node) RefusedGossipFrames() uint64 { return n.ms.RefusedFrames() }
+
+// GossipDrains counts memberlist's calls for broadcasts on this node (see
+// Membership.drains).
+func (n *Node) GossipDrains() uint64 { return n.ms.drains.Load() }

@@ -1,0 +1,200 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/internal/gridtest"
+)
+
+// adminLog is a cluster.Remote decorator around a node's real one (the
+// api.Peers pool) that records every shard admin request the node sends,
+// and whether the node led the control group when it sent it.
+type adminLog struct {
+	mu    sync.Mutex
+	c     *gridtest.Cluster // set once started
+	calls []adminCall
+}
+
+type adminCall struct {
+	from    int
+	req     cluster.AdminRequest
+	leading bool
+}
+
+type loggedRemote struct {
+	cluster.Remote
+	log  *adminLog
+	from int
+}
+
+func (l *adminLog) wrap(i int, r cluster.Remote) cluster.Remote {
+	return &loggedRemote{Remote: r, log: l, from: i}
+}
+
+func (r *loggedRemote) ShardAdmin(ctx context.Context, addr string, req cluster.AdminRequest) (uint64, error) {
+	r.log.mu.Lock()
+	c := r.log.c
+	r.log.mu.Unlock()
+	leading := false
+	if c != nil {
+		if n := c.Node(r.from); n != nil {
+			leading = n.Cluster().ControlState() == "leader"
+		}
+	}
+	r.log.mu.Lock()
+	r.log.calls = append(r.log.calls, adminCall{from: r.from, req: req, leading: leading})
+	r.log.mu.Unlock()
+	return r.Remote.ShardAdmin(ctx, addr, req)
+}
+
+// count returns how many requests node from sent, and how many of those
+// while it did not lead the control group.
+func (l *adminLog) count(from int) (all, deposed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.calls {
+		if c.from == from {
+			all++
+			if !c.leading {
+				deposed++
+			}
+		}
+	}
+	return all, deposed
+}
+
+// controlLeaderIndex waits for a running node other than not that leads
+// the control group, and returns its index.
+func controlLeaderIndex(t *testing.T, c *gridtest.Cluster, not int) int {
+	t.Helper()
+	idx := -1
+	waitFor(t, 30*time.Second, func() string {
+		for i := range len(c.Addrs()) {
+			if n := c.Node(i); n != nil && i != not && n.Cluster().ControlState() == "leader" {
+				idx = i
+				return ""
+			}
+		}
+		return "no control leader"
+	})
+	return idx
+}
+
+// Defect 3: a control leader cut off in the middle of a round stops it
+// when it loses the leadership. It sends no shard admin request once
+// deposed, and after the heal every shard's group has exactly the map's
+// replicas as voters, R of them: no shard lost two replicas to two
+// leaders.
+func TestDeposedControlLeaderStopsItsRound(t *testing.T) {
+	log := &adminLog{}
+	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Shards: 4, WrapRemote: log.wrap})
+	log.mu.Lock()
+	log.c = c
+	log.mu.Unlock()
+	old := controlLeaderIndex(t, c, -1)
+	before, _ := log.count(old)
+
+	// A fourth node joins: the leader moves three replicas onto it.
+	x := c.Add()
+	waitFor(t, 30*time.Second, func() string {
+		if all, _ := log.count(old); all == before {
+			return "the control leader has sent no shard admin request for the join yet"
+		}
+		return ""
+	})
+	var others []int
+	for i := range 4 {
+		if i != old {
+			others = append(others, i)
+		}
+	}
+	c.Partition(others)
+	waitFor(t, 10*time.Second, func() string {
+		if st := c.Node(old).Cluster().ControlState(); st == "leader" {
+			return "the cut-off control leader still leads"
+		}
+		return ""
+	})
+	controlLeaderIndex(t, c, old)
+	// The new leader carries the join on; the old one's round, had it
+	// gone on, would be sending requests all along.
+	waitFor(t, 90*time.Second, func() string {
+		if n := replicasOn(c.Map(), c.ID(x)); n != 3 {
+			return fmt.Sprintf("%s holds %d replicas, want 3", c.ID(x), n)
+		}
+		return ""
+	})
+	all, deposed := log.count(old)
+	t.Logf("the old control leader sent %d shard admin requests for the join", all-before)
+	if deposed > 0 {
+		t.Errorf("the old control leader sent %d shard admin requests after it was deposed", deposed)
+	}
+	c.Heal()
+	c.WaitStable(90 * time.Second)
+	if _, after := log.count(old); after > deposed {
+		t.Errorf("the old control leader sent %d more shard admin requests while not leading, after the heal", after-deposed)
+	}
+}
+
+// Defect 2: an add interrupted after its map commit (the new node cut off
+// from Raft, then the control leader killed) is repaired: after the next
+// rounds every shard's committed voters are exactly its map replicas, R
+// of them. Before, the next leader's shrink removed a real replica and the
+// group stayed at 2 voters while the map listed 3.
+func TestInterruptedAddIsRepaired(t *testing.T) {
+	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Shards: 4})
+	x := c.AddCutOff()
+	waitFor(t, 30*time.Second, func() string {
+		if replicasOn(c.Map(), c.ID(x)) == 0 {
+			return c.ID(x) + " is given no replica yet"
+		}
+		return ""
+	})
+	leader := controlLeaderIndex(t, c, -1)
+	c.Kill(leader)
+	epoch := c.Map().Epoch
+	controlLeaderIndex(t, c, leader)
+	waitFor(t, 30*time.Second, func() string {
+		if m := c.Map(); m.Epoch == epoch {
+			return fmt.Sprintf("the new control leader changed nothing (epoch %d)", m.Epoch)
+		}
+		return ""
+	})
+	c.Heal()
+	if err := c.StartNodes(leader); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitStable(2 * time.Minute)
+}
+
+// The control group grows to 5 voters once the cluster has 5 active nodes
+// (DESIGN section 5): the two nodes that join a 3-node cluster are
+// promoted by the control leader's plan.
+func TestControlGroupFiveVoters(t *testing.T) {
+	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Shards: 2})
+	c.Add()
+	c.Add()
+	waitFor(t, 60*time.Second, func() string {
+		voters := 0
+		var states []string
+		for i := range 5 {
+			st := "down"
+			if n := c.Node(i); n != nil {
+				st = n.Cluster().ControlState()
+			}
+			if st == "leader" || st == "follower" {
+				voters++
+			}
+			states = append(states, st)
+		}
+		if voters != 5 {
+			return fmt.Sprintf("%d control voters, want 5: %v", voters, states)
+		}
+		return ""
+	})
+}

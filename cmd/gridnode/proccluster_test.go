@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/l4xg/grid/client"
+)
+
+// procCluster is a cluster of gridnode serve processes, on loopback or, to
+// be cut off one by one, each in its own network namespace of a netLab.
+type procCluster struct {
+	tb    testing.TB
+	dir   string
+	lab   *netLab // nil: loopback
+	nodes []*procNode
+}
+
+type procNode struct {
+	id                 string
+	grpc, raft, gossip string
+	wrap               []string // the command prefix that runs it (its namespace); nil: none
+	log                *os.File
+	p                  *proc // nil while down
+}
+
+// Ports of a node in a netLab, where each node has an address of its own.
+const (
+	labGRPCPort   = 7420
+	labRaftPort   = 7421
+	labGossipPort = 7422
+)
+
+// startProcCluster starts n gridnode processes that form one cluster on
+// loopback ports and waits until each has printed its ready line.
+func startProcCluster(tb testing.TB, n int) *procCluster {
+	tb.Helper()
+	return startProcClusterIn(tb, n, nil)
+}
+
+// startProcClusterIn is startProcCluster with node i in lab's namespace
+// i, or on loopback when lab is nil.
+func startProcClusterIn(tb testing.TB, n int, lab *netLab) *procCluster {
+	tb.Helper()
+	pc := &procCluster{tb: tb, dir: tb.TempDir(), lab: lab}
+	for i := range n {
+		node := &procNode{id: fmt.Sprintf("node-%d", i+1)}
+		if lab == nil {
+			node.grpc, node.raft, node.gossip = freeAddr(tb), freeAddr(tb), freeAddr(tb)
+		} else {
+			ip := lab.nodeIP(i)
+			node.grpc = net.JoinHostPort(ip, fmt.Sprint(labGRPCPort))
+			node.raft = net.JoinHostPort(ip, fmt.Sprint(labRaftPort))
+			node.gossip = net.JoinHostPort(ip, fmt.Sprint(labGossipPort))
+			node.wrap = lab.wrap(i)
+		}
+		pc.nodes = append(pc.nodes, node)
+	}
+	for i := range pc.nodes {
+		pc.launch(i)
+	}
+	for i := range pc.nodes {
+		pc.waitReady(i)
+	}
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			pc.dumpLogs()
+		}
+	})
+	return pc
+}
+
+// launch starts node i with the command line an operator would use, the
+// same at every start: it bootstraps the cluster the first time and
+// rejoins it afterwards.
+func (pc *procCluster) launch(i int) {
+	n := pc.nodes[i]
+	var join []string
+	for _, o := range pc.nodes {
+		if o != n {
+			join = append(join, o.gossip)
+		}
+	}
+	if n.log == nil {
+		f, err := os.Create(filepath.Join(pc.dir, n.id+".log"))
+		if err != nil {
+			pc.tb.Fatal(err)
+		}
+		pc.tb.Cleanup(func() { f.Close() })
+		n.log = f
+	}
+	n.p = launchProcIn(pc.tb, n.log, n.wrap,
+		"--node-id", n.id, "--data-dir", filepath.Join(pc.dir, n.id),
+		"--listen", n.grpc, "--raft-listen", n.raft, "--gossip-listen", n.gossip, "--http-listen", "",
+		"--bootstrap-expect", fmt.Sprint(len(pc.nodes)), "--join", strings.Join(join, ","),
+		"--log-level", "warn")
+}
+
+func (pc *procCluster) waitReady(i int) {
+	pc.tb.Helper()
+	pc.nodes[i].p.waitReady(pc.tb, 60*time.Second)
+}
+
+// The faults, each undone by the one after it.
+
+func (pc *procCluster) kill9(i int) {
+	pc.tb.Helper()
+	pc.nodes[i].p.kill9(pc.tb)
+	pc.nodes[i].p = nil
+}
+
+// restart starts node i again on its data directory, after a kill.
+func (pc *procCluster) restart(i int) {
+	pc.tb.Helper()
+	pc.launch(i)
+	pc.waitReady(i)
+}
+
+// pause freezes node i's process with SIGSTOP, and returns once the
+// kernel reports it stopped.
+func (pc *procCluster) pause(i int) {
+	pc.tb.Helper()
+	pc.signal(i, syscall.SIGSTOP)
+	stat := fmt.Sprintf("/proc/%d/stat", pc.nodes[i].p.cmd.Process.Pid)
+	waitFor(pc.tb, 5*time.Second, pc.nodes[i].id+" stopped", func() bool {
+		b, err := os.ReadFile(stat)
+		// The state follows the command name, which is in parentheses.
+		end := strings.LastIndex(string(b), ") ")
+		return err == nil && end >= 0 && strings.HasPrefix(string(b[end+2:]), "T")
+	})
+}
+
+// resume lets node i's process run again with SIGCONT.
+func (pc *procCluster) resume(i int) { pc.signal(i, syscall.SIGCONT) }
+
+// isolate cuts node i off the network (its namespace's link to the
+// bridge); only for a cluster in a netLab.
+func (pc *procCluster) isolate(i int) { pc.needLab().isolate(i) }
+
+// reconnect undoes isolate.
+func (pc *procCluster) reconnect(i int) { pc.needLab().reconnect(i) }
+
+func (pc *procCluster) signal(i int, sig syscall.Signal) {
+	pc.tb.Helper()
+	if err := pc.nodes[i].p.cmd.Process.Signal(sig); err != nil {
+		pc.tb.Fatalf("%v to %s: %v", sig, pc.nodes[i].id, err)
+	}
+}
+
+func (pc *procCluster) needLab() *netLab {
+	if pc.lab == nil {
+		pc.tb.Fatal("isolation needs a cluster in network namespaces")
+	}
+	return pc.lab
+}
+
+func (pc *procCluster) addrs() []string {
+	var out []string
+	for _, n := range pc.nodes {
+		out = append(out, n.grpc)
+	}
+	return out
+}
+
+// dumpLogs prints the end of each node's log (a failed test).
+func (pc *procCluster) dumpLogs() {
+	for _, n := range pc.nodes {
+		b, err := os.ReadFile(filepath.Join(pc.dir, n.id+".log"))
+		if err != nil {
+			continue
+		}
+		if len(b) > 8<<10 {
+			b = b[len(b)-8<<10:]
+		}
+		pc.tb.Logf("log of %s (end):\n%s", n.id, b)
+	}
+}
+
+// ledBy is the shards that node i's Status reports it leads.
+func (pc *procCluster) ledBy(ctx context.Context, i int) []int {
+	st, err := nodeStatus(ctx, pc.nodes[i].grpc)
+	if err != nil {
+		pc.tb.Fatalf("status of %s: %v", pc.nodes[i].id, err)
+	}
+	var led []int
+	for _, s := range st.Shards {
+		if s.RaftState == "Leader" {
+			led = append(led, int(s.ID))
+		}
+	}
+	return led
+}
+
+// shardLeader is the index of the node whose replica of shard leads it, by
+// the nodes' Status; -1 when none does.
+func (pc *procCluster) shardLeader(ctx context.Context, shard uint32) int {
+	for i, n := range pc.nodes {
+		if n.p == nil {
+			continue
+		}
+		st, err := nodeStatus(ctx, n.grpc)
+		if err != nil {
+			continue
+		}
+		for _, s := range st.Shards {
+			if s.ID == shard && s.RaftState == "Leader" {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// waitHealthy waits until, by the map and every node's Status, each shard
+// has a leader and every replica follows it closely: the state after a
+// restarted node has caught up.
+func (pc *procCluster) waitHealthy(c *client.Client, timeout time.Duration) {
+	pc.tb.Helper()
+	deadline := time.Now().Add(timeout)
+	why := ""
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		why = pc.unhealthy(ctx, c)
+		cancel()
+		if why == "" {
+			return
+		}
+		time.Sleep(100 * time.Millisecond) // a poll interval, not a synchronisation
+	}
+	pc.tb.Fatalf("cluster not healthy within %v: %s", timeout, why)
+}
+
+func (pc *procCluster) unhealthy(ctx context.Context, c *client.Client) string {
+	m, err := c.ClusterMap(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	if len(m.Shards) != m.ShardCount {
+		return fmt.Sprintf("%d shards in the map of %d", len(m.Shards), m.ShardCount)
+	}
+	st := buildClusterStatus(m, fetchStatuses(ctx, m, client.Status{}))
+	for _, sh := range st.Shards {
+		if len(sh.Replicas) != len(pc.nodes) {
+			return fmt.Sprintf("shard %d has %d replicas", sh.ID, len(sh.Replicas))
+		}
+		for _, r := range sh.Replicas {
+			if r.Health != healthLeader && (r.Lag == nil || *r.Lag > 16) {
+				return fmt.Sprintf("shard %d replica on %s: %s", sh.ID, r.Node, replicaLabel(r))
+			}
+		}
+	}
+	return ""
+}
+
+// freeAddr returns a loopback address whose port was free for TCP and UDP
+// (memberlist binds both).
+func freeAddr(tb testing.TB) string {
+	tb.Helper()
+	for range 20 {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		addr := lis.Addr().String()
+		pc, err := net.ListenPacket("udp", addr)
+		lis.Close()
+		if err == nil {
+			pc.Close()
+			return addr
+		}
+	}
+	tb.Fatal("no free port")
+	return ""
+}
+
+// dialCluster is a routing client of pc with the default options, as an
+// application would use it.
+func dialCluster(tb testing.TB, pc *procCluster) *client.Client {
+	tb.Helper()
+	c, err := client.Dial(context.Background(), strings.Join(pc.addrs(), ","))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
