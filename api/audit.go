@@ -19,7 +19,7 @@ import (
 // shard whose leadership moves during the audit can be listed twice or
 // missed).
 func (s *Server) Audit(r *gridpb.AuditRequest, stream gridpb.Grid_AuditServer) error {
-	if err := keyspace.ValidateNamespace(r.GetNamespace()); err != nil {
+	if err := keyspace.ValidateNamespace(string(r.GetNamespace())); err != nil {
 		return toStatus(err)
 	}
 	since, until := r.GetSinceUnixMs(), r.GetUntilUnixMs()
@@ -33,7 +33,7 @@ func (s *Server) Audit(r *gridpb.AuditRequest, stream gridpb.Grid_AuditServer) e
 	limit, sent := r.GetLimit(), uint32(0)
 	led := s.ledShards()
 	var sendErr error
-	err := s.host.Audit(keyspace.NamespaceTag(r.GetNamespace()), since, until, func(shard uint32, d keyspace.Digest, rec keyspace.ColdRecord) bool {
+	err := s.host.Audit(keyspace.NamespaceTag(string(r.GetNamespace())), since, until, func(shard uint32, d keyspace.Digest, rec keyspace.ColdRecord) bool {
 		if led != nil && !led[shard] {
 			return true // another node lists this shard
 		}

@@ -41,22 +41,22 @@ func TestAuditAndDigestRefusals(t *testing.T) {
 		req  *gridpb.AuditRequest
 		want string
 	}{
-		{&gridpb.AuditRequest{Namespace: "Not A Namespace"}, "invalid namespace"},
-		{&gridpb.AuditRequest{Namespace: "orders", SinceUnixMs: 2000, UntilUnixMs: 1000}, "invalid audit range"},
-		{&gridpb.AuditRequest{Namespace: "orders", SinceUnixMs: -1}, "invalid audit range"},
+		{&gridpb.AuditRequest{Namespace: []byte("Not A Namespace")}, "invalid namespace"},
+		{&gridpb.AuditRequest{Namespace: []byte("orders"), SinceUnixMs: 2000, UntilUnixMs: 1000}, "invalid audit range"},
+		{&gridpb.AuditRequest{Namespace: []byte("orders"), SinceUnixMs: -1}, "invalid audit range"},
 	} {
 		_, err := audit(tc.req)
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Audit(%v) = %v; want InvalidArgument naming %q", tc.req, err, tc.want)
 		}
 	}
-	if got, err := audit(&gridpb.AuditRequest{Namespace: "orders"}); err != nil || got != 0 {
+	if got, err := audit(&gridpb.AuditRequest{Namespace: []byte("orders")}); err != nil || got != 0 {
 		t.Fatalf("audit of an empty cold tier: %d records, %v", got, err)
 	}
 
 	for _, req := range []*gridpb.GetRequest{
 		{Digest: []byte("short")},
-		{Digest: make([]byte, 16), Namespace: "orders"},
+		{Digest: make([]byte, 16), Namespace: []byte("orders")},
 		{Digest: make([]byte, 16), Key: []byte("k")},
 	} {
 		_, err := c.Get(ctx(t), req)
@@ -84,11 +84,11 @@ func TestAuditInAClusterListsLedShards(t *testing.T) {
 	for s := range testShards {
 		for i := range perShard {
 			k := keyOf(t, s, "audit", i)
-			res, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: k})
+			res, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: k})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: "ns", Key: k, Token: res.Token}); err != nil {
+			if _, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: k, Token: res.Token}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -105,7 +105,7 @@ func TestAuditInAClusterListsLedShards(t *testing.T) {
 	})
 	seen := map[string]string{}
 	for _, n := range tc.nodes {
-		stream, err := dial(t, n.addr).Audit(ctx(t), &gridpb.AuditRequest{Namespace: "ns"})
+		stream, err := dial(t, n.addr).Audit(ctx(t), &gridpb.AuditRequest{Namespace: []byte("ns")})
 		if err != nil {
 			t.Fatal(err)
 		}

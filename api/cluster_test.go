@@ -236,7 +236,7 @@ func (tc *testCluster) leader(s int) *testNode {
 				}
 			}
 		}
-		_, err := dial(tc.t, l.addr).Get(redirectOnly(tc.t), &gridpb.GetRequest{Namespace: "probe", Key: keyOf(tc.t, s, "probe", 0)})
+		_, err := dial(tc.t, l.addr).Get(redirectOnly(tc.t), &gridpb.GetRequest{Namespace: []byte("probe"), Key: keyOf(tc.t, s, "probe", 0)})
 		return err == nil
 	})
 	return l
@@ -304,11 +304,11 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 }
 
 func reserveOp(key []byte) *gridpb.Op {
-	return &gridpb.Op{Op: &gridpb.Op_Reserve{Reserve: &gridpb.ReserveRequest{Namespace: "ns", Key: key, LeaseMs: 60000}}}
+	return &gridpb.Op{Op: &gridpb.Op_Reserve{Reserve: &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: key, LeaseMs: 60000}}}
 }
 
 func getOp(key []byte, stale bool) *gridpb.Op {
-	return &gridpb.Op{Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: "ns", Key: key, StaleOk: stale}}}
+	return &gridpb.Op{Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: []byte("ns"), Key: key, StaleOk: stale}}}
 }
 
 // sameRedirect reports whether got names shard s led by node l at the

@@ -72,7 +72,7 @@ func TestStartingNodeRefusesWithRedirect(t *testing.T) {
 			t.Errorf("%s: %v (redirect %v), want UNAVAILABLE %q with a Redirect, reason %q", what, err, rd, want, gridpb.ReasonStarting)
 		}
 	}
-	_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: []byte("k")})
+	_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("k")})
 	starting("reserve", err)
 	_, err = c.Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{reserveOp([]byte("k"))}})
 	starting("batch", err)
@@ -97,7 +97,7 @@ func TestRemovedNodeRefusesWithRedirect(t *testing.T) {
 		"b": {ID: "b", GRPCAddr: lisB.Addr().String(), State: cluster.NodeActive},
 	}, ShardReplicas: [][]cluster.NodeID{{"b"}, {"b"}}}
 	a := startViewNode(t, &testView{self: "a", m: m.Clone(), controlLeader: "b"}, lisA)
-	_, err := dial(t, a.addr).Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: []byte("k"), LeaseMs: 1000})
+	_, err := dial(t, a.addr).Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("k"), LeaseMs: 1000})
 	rd := redirectDetail(err)
 	if status.Code(err) != codes.Unavailable || rd == nil || rd.Reason != gridpb.ReasonRemoved || rd.LeaderAddr != "" ||
 		rd.Epoch != 9 || !strings.Contains(err.Error(), "removed from the cluster") {
@@ -412,11 +412,11 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 		}
 		// n2's map still prefers n0, which no longer leads and does not
 		// forward a forwarded request again: it names n1.
-		_, err := c2.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: keyOf(t, 0, "moved", 0)})
+		_, err := c2.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: keyOf(t, 0, "moved", 0)})
 		if status.Code(err) != codes.Unavailable || !sameRedirect(redirectDetail(err), 0, n1) {
 			t.Errorf("reserve on n2 after the transfer: %v (detail %v), want a Redirect to n1", err, redirectDetail(err))
 		}
-		if res, err := c1.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: keyOf(t, 0, "moved", 0)}); err != nil || res.Outcome != gridpb.Outcome_ACQUIRED {
+		if res, err := c1.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: keyOf(t, 0, "moved", 0)}); err != nil || res.Outcome != gridpb.Outcome_ACQUIRED {
 			t.Errorf("reserve on the new leader: %v %v", res, err)
 		}
 	})

@@ -56,7 +56,7 @@ func retention(ms int64, def time.Duration) (int64, error) {
 func reserveCommand(r *gridpb.ReserveRequest) (t target, err error) {
 	c := &t.cmd
 	c.Op = keyspace.OpReserve
-	if c.Digest, err = digest(r.GetNamespace(), r.GetKey(), r.GetEntity()); err != nil {
+	if c.Digest, err = digest(string(r.GetNamespace()), r.GetKey(), r.GetEntity()); err != nil {
 		return t, err
 	}
 	if c.Lease, err = lease(r.GetLeaseMs()); err != nil {
@@ -77,7 +77,7 @@ func reserveCommand(r *gridpb.ReserveRequest) (t target, err error) {
 		c.HasFingerprint, c.Fingerprint = true, r.GetFingerprint()
 	}
 	if len(r.GetEntity()) > 0 {
-		c.HasEntity, c.Entity, c.Version = true, keyspace.EntityDigest(r.GetNamespace(), r.GetEntity()), r.GetVersion()
+		c.HasEntity, c.Entity, c.Version = true, keyspace.EntityDigest(string(r.GetNamespace()), r.GetEntity()), r.GetVersion()
 	}
 	return t, nil
 }
@@ -92,7 +92,7 @@ func settleCommand(op keyspace.Op, ns string, key, entity []byte, token uint64) 
 }
 
 func completeCommand(r *gridpb.CompleteRequest) (target, error) {
-	t, err := settleCommand(keyspace.OpComplete, r.GetNamespace(), r.GetKey(), r.GetEntity(), r.GetToken())
+	t, err := settleCommand(keyspace.OpComplete, string(r.GetNamespace()), r.GetKey(), r.GetEntity(), r.GetToken())
 	if err != nil {
 		return t, err
 	}
@@ -107,7 +107,7 @@ func completeCommand(r *gridpb.CompleteRequest) (target, error) {
 }
 
 func failCommand(r *gridpb.FailRequest) (target, error) {
-	t, err := settleCommand(keyspace.OpFail, r.GetNamespace(), r.GetKey(), r.GetEntity(), r.GetToken())
+	t, err := settleCommand(keyspace.OpFail, string(r.GetNamespace()), r.GetKey(), r.GetEntity(), r.GetToken())
 	if err != nil {
 		return t, err
 	}
@@ -126,11 +126,11 @@ func failCommand(r *gridpb.FailRequest) (target, error) {
 }
 
 func releaseCommand(r *gridpb.ReleaseRequest) (target, error) {
-	return settleCommand(keyspace.OpRelease, r.GetNamespace(), r.GetKey(), r.GetEntity(), r.GetToken())
+	return settleCommand(keyspace.OpRelease, string(r.GetNamespace()), r.GetKey(), r.GetEntity(), r.GetToken())
 }
 
 func extendCommand(r *gridpb.ExtendRequest) (target, error) {
-	t, err := settleCommand(keyspace.OpExtend, r.GetNamespace(), r.GetKey(), r.GetEntity(), r.GetToken())
+	t, err := settleCommand(keyspace.OpExtend, string(r.GetNamespace()), r.GetKey(), r.GetEntity(), r.GetToken())
 	if err != nil {
 		return t, err
 	}
@@ -141,13 +141,13 @@ func extendCommand(r *gridpb.ExtendRequest) (target, error) {
 func getTarget(r *gridpb.GetRequest) (t target, err error) {
 	t.read, t.staleOK = true, r.GetStaleOk()
 	if raw := r.GetDigest(); raw != nil {
-		if len(raw) != 16 || r.GetKey() != nil || r.GetEntity() != nil || r.GetNamespace() != "" {
+		if len(raw) != 16 || r.GetKey() != nil || r.GetEntity() != nil || len(r.GetNamespace()) != 0 {
 			return t, fmt.Errorf("%w: want 16 bytes and no namespace, key or entity beside it (got %d bytes)", errBadDigest, len(raw))
 		}
 		t.cmd.Digest = keyspace.Digest{Hi: binary.BigEndian.Uint64(raw), Lo: binary.BigEndian.Uint64(raw[8:])}
 		return t, nil
 	}
-	t.cmd.Digest, err = digest(r.GetNamespace(), r.GetKey(), r.GetEntity())
+	t.cmd.Digest, err = digest(string(r.GetNamespace()), r.GetKey(), r.GetEntity())
 	return t, err
 }
 
@@ -160,7 +160,7 @@ func digestBytes(d keyspace.Digest) []byte {
 
 func forgetCommand(r *gridpb.ForgetRequest) (t target, err error) {
 	t.cmd.Op = keyspace.OpForget
-	t.cmd.Digest, err = digest(r.GetNamespace(), r.GetKey(), r.GetEntity())
+	t.cmd.Digest, err = digest(string(r.GetNamespace()), r.GetKey(), r.GetEntity())
 	return t, err
 }
 

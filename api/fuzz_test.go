@@ -32,21 +32,21 @@ func TestRandomRequests(t *testing.T) {
 		var err error
 		switch rapid.IntRange(0, 7).Draw(rt, "op") {
 		case 0:
-			_, err = c.Reserve(ctx, &gridpb.ReserveRequest{Namespace: ns, Key: key, LeaseMs: ms, MaxAttempts: attempts, Entity: entity, Version: token, PoisonRetentionMs: ms})
+			_, err = c.Reserve(ctx, &gridpb.ReserveRequest{Namespace: []byte(ns), Key: key, LeaseMs: ms, MaxAttempts: attempts, Entity: entity, Version: token, PoisonRetentionMs: ms})
 		case 1:
-			_, err = c.Complete(ctx, &gridpb.CompleteRequest{Namespace: ns, Key: key, Token: token, RetentionMs: ms, Result: result, Entity: entity})
+			_, err = c.Complete(ctx, &gridpb.CompleteRequest{Namespace: []byte(ns), Key: key, Token: token, RetentionMs: ms, Result: result, Entity: entity})
 		case 2:
-			_, err = c.Fail(ctx, &gridpb.FailRequest{Namespace: ns, Key: key, Token: token, RetryAfterMs: &ms, RetentionMs: ms, Poison: ms > 0, Entity: entity})
+			_, err = c.Fail(ctx, &gridpb.FailRequest{Namespace: []byte(ns), Key: key, Token: token, RetryAfterMs: &ms, RetentionMs: ms, Poison: ms > 0, Entity: entity})
 		case 3:
-			_, err = c.Release(ctx, &gridpb.ReleaseRequest{Namespace: ns, Key: key, Token: token, Entity: entity})
+			_, err = c.Release(ctx, &gridpb.ReleaseRequest{Namespace: []byte(ns), Key: key, Token: token, Entity: entity})
 		case 4:
-			_, err = c.Extend(ctx, &gridpb.ExtendRequest{Namespace: ns, Key: key, Token: token, LeaseMs: ms, Entity: entity})
+			_, err = c.Extend(ctx, &gridpb.ExtendRequest{Namespace: []byte(ns), Key: key, Token: token, LeaseMs: ms, Entity: entity})
 		case 5:
-			_, err = c.Get(ctx, &gridpb.GetRequest{Namespace: ns, Key: key, StaleOk: ms > 0, Entity: entity})
+			_, err = c.Get(ctx, &gridpb.GetRequest{Namespace: []byte(ns), Key: key, StaleOk: ms > 0, Entity: entity})
 		case 6:
-			_, err = c.Forget(ctx, &gridpb.ForgetRequest{Namespace: ns, Key: key, Entity: entity})
+			_, err = c.Forget(ctx, &gridpb.ForgetRequest{Namespace: []byte(ns), Key: key, Entity: entity})
 		case 7:
-			ops := []*gridpb.Op{{}, {Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: ns, Key: key}}}}
+			ops := []*gridpb.Op{{}, {Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: []byte(ns), Key: key}}}}
 			var resp *gridpb.BatchResponse
 			resp, err = c.Batch(ctx, &gridpb.BatchRequest{Ops: ops})
 			if err == nil && (len(resp.Results) != 2 || resp.Results[0].Error == nil) {
@@ -57,7 +57,7 @@ func TestRandomRequests(t *testing.T) {
 			rt.Fatalf("unexpected error %v", err)
 		}
 	})
-	res, err := c.Reserve(context.Background(), &gridpb.ReserveRequest{Namespace: "ns", Key: []byte("alive")})
+	res, err := c.Reserve(context.Background(), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("alive")})
 	if err != nil || res.Outcome != gridpb.Outcome_ACQUIRED {
 		t.Fatalf("node after random requests: %v %v", res, err)
 	}

@@ -36,17 +36,17 @@ func TestHTTPEndpoints(t *testing.T) {
 		t.Errorf("/readyz of a serving node: %d", code)
 	}
 	c := dial(t, n.Addr())
-	res, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "m", Key: []byte("k")})
+	res, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("m"), Key: []byte("k")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: "m", Key: []byte("k"), Token: res.Token}); err != nil {
+	if _, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: []byte("m"), Key: []byte("k"), Token: res.Token}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "m", Key: []byte("k")}); err != nil {
+	if _, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("m"), Key: []byte("k")}); err != nil {
 		t.Fatal(err)
 	}
-	_, _ = c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "m", Key: nil})
+	_, _ = c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("m"), Key: nil})
 	_, body := httpGet(t, base+"/metrics")
 	for _, want := range []string{
 		`l4xg_grid_outcomes_total{op="reserve",outcome="ACQUIRED"} 1`,

@@ -54,7 +54,7 @@ func TestClusterRouting(t *testing.T) {
 		// The leaders hold what the follower acknowledged.
 		for i, l := range map[int]*testNode{0: l0, 1: l1} {
 			k := keyOf(t, i, "fwd", 0)
-			got, err := dial(t, l.addr).Get(redirectOnly(t), &gridpb.GetRequest{Namespace: "ns", Key: k})
+			got, err := dial(t, l.addr).Get(redirectOnly(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: k})
 			if err != nil || got.State != gridpb.State_PROCESSING || got.Token != r[i].Token {
 				t.Errorf("leader %s of shard %d: %v %v, want PROCESSING with token %d", l.id, i, got, err, r[i].Token)
 			}
@@ -80,7 +80,7 @@ func TestClusterRouting(t *testing.T) {
 		} else if r.Error == nil || !sameRedirect(r.Error.Redirect, 1, l1) {
 			t.Errorf("op on shard 1: %v, want a Redirect to %s", r, l1.id)
 		}
-		got, err := dial(t, l0.addr).Get(redirectOnly(t), &gridpb.GetRequest{Namespace: "ns", Key: keyOf(t, 0, "redir", 0)})
+		got, err := dial(t, l0.addr).Get(redirectOnly(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: keyOf(t, 0, "redir", 0)})
 		if err != nil || got.State != gridpb.State_ABSENT {
 			t.Errorf("a redirected reserve was applied: %v %v", got, err)
 		}
@@ -91,7 +91,7 @@ func TestClusterRouting(t *testing.T) {
 			"grid-redirect":  redirectOnly(t),
 			"grid-forwarded": metadata.AppendToOutgoingContext(ctx(t), api.MetadataForwarded, "1"),
 		} {
-			_, err := fc.Reserve(c, &gridpb.ReserveRequest{Namespace: "ns", Key: keyOf(t, 0, "unary", 0)})
+			_, err := fc.Reserve(c, &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: keyOf(t, 0, "unary", 0)})
 			want := fmt.Sprintf("shard 0 is led by %s at %s", l0.id, l0.addr)
 			if status.Code(err) != codes.Unavailable || !sameRedirect(redirectDetail(err), 0, l0) || !strings.Contains(err.Error(), want) {
 				t.Errorf("%s: reserve on a follower: %v (detail %v), want UNAVAILABLE %q with a Redirect", name, err, redirectDetail(err), want)
@@ -101,22 +101,22 @@ func TestClusterRouting(t *testing.T) {
 
 	t.Run("unary RPCs sent to a follower are forwarded", func(t *testing.T) {
 		k := keyOf(t, 0, "unary", 1)
-		res, err := fc.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: k, LeaseMs: 60000})
+		res, err := fc.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: k, LeaseMs: 60000})
 		if err != nil || res.Outcome != gridpb.Outcome_ACQUIRED {
 			t.Fatalf("reserve: %v %v", res, err)
 		}
-		done, err := fc.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: "ns", Key: k, Token: res.Token, Result: []byte("ok")})
+		done, err := fc.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: k, Token: res.Token, Result: []byte("ok")})
 		if err != nil || done.Outcome != gridpb.Outcome_OK {
 			t.Fatalf("complete: %v %v", done, err)
 		}
-		got, err := fc.Get(ctx(t), &gridpb.GetRequest{Namespace: "ns", Key: k})
+		got, err := fc.Get(ctx(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: k})
 		if err != nil || got.State != gridpb.State_COMPLETED || string(got.Result) != "ok" {
 			t.Fatalf("linearizable get: %v %v", got, err)
 		}
 		// A stale read is the follower's own: it answers even when asked
 		// not to forward, once its replica has applied the completion.
 		waitFor(t, "the follower's replica to apply the completion", func() bool {
-			got, err := fc.Get(redirectOnly(t), &gridpb.GetRequest{Namespace: "ns", Key: k, StaleOk: true})
+			got, err := fc.Get(redirectOnly(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: k, StaleOk: true})
 			if err != nil {
 				t.Fatalf("stale get on a follower: %v", err)
 			}
@@ -127,7 +127,7 @@ func TestClusterRouting(t *testing.T) {
 	// Last: it takes the leader's gRPC port away.
 	t.Run("a forward that fails on its way is an unknown outcome, not a redirect", func(t *testing.T) {
 		l0.grpc.Stop() // the leader's replica still leads; its API is gone
-		_, err := fc.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: keyOf(t, 0, "lost", 0)})
+		_, err := fc.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: keyOf(t, 0, "lost", 0)})
 		if status.Code(err) != codes.Unavailable || redirectDetail(err) != nil || !strings.Contains(err.Error(), "outcome unknown") {
 			t.Errorf("reserve forwarded to a gone API: %v (detail %v), want UNAVAILABLE, outcome unknown, no Redirect", err, redirectDetail(err))
 		}

@@ -36,22 +36,22 @@ func ctx(t *testing.T) context.Context {
 func TestReserveCompleteDuplicate(t *testing.T) {
 	n := gridtest.Start(t)
 	c := dial(t, n.Addr())
-	res, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "orders", Key: []byte("m-1"), LeaseMs: 5000})
+	res, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("orders"), Key: []byte("m-1"), LeaseMs: 5000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Outcome != gridpb.Outcome_ACQUIRED || res.Token == 0 || res.Attempt != 1 {
 		t.Fatalf("reserve: %v", res)
 	}
-	done, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: "orders", Key: []byte("m-1"), Token: res.Token, Result: []byte("ok")})
+	done, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: []byte("orders"), Key: []byte("m-1"), Token: res.Token, Result: []byte("ok")})
 	if err != nil || done.Outcome != gridpb.Outcome_OK || done.State != gridpb.State_COMPLETED {
 		t.Fatalf("complete: %v %v", done, err)
 	}
-	dup, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "orders", Key: []byte("m-1")})
+	dup, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("orders"), Key: []byte("m-1")})
 	if err != nil || dup.Outcome != gridpb.Outcome_DUPLICATE || string(dup.Result) != "ok" || dup.CompletedAtUnixMs == 0 {
 		t.Fatalf("duplicate: %v %v", dup, err)
 	}
-	got, err := c.Get(ctx(t), &gridpb.GetRequest{Namespace: "orders", Key: []byte("m-1")})
+	got, err := c.Get(ctx(t), &gridpb.GetRequest{Namespace: []byte("orders"), Key: []byte("m-1")})
 	if err != nil || got.State != gridpb.State_COMPLETED || got.Token != res.Token {
 		t.Fatalf("get: %v %v", got, err)
 	}
@@ -70,58 +70,58 @@ func TestLimits(t *testing.T) {
 		msg  string
 	}{
 		{"empty key", func() error {
-			_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: nil})
+			_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: nil})
 			return err
 		}, codes.InvalidArgument, "empty key"},
 		{"key over 1 KiB", func() error {
-			_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: make([]byte, 1025)})
+			_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: make([]byte, 1025)})
 			return err
 		}, codes.InvalidArgument, "key too long: 1025 bytes, limit 1024"},
 		{"bad namespace", func() error {
-			_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "Bad NS", Key: []byte("k")})
+			_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("Bad NS"), Key: []byte("k")})
 			return err
 		}, codes.InvalidArgument, "invalid namespace"},
 		{"lease too short", func() error {
-			_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: []byte("k"), LeaseMs: 50})
+			_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("k"), LeaseMs: 50})
 			return err
 		}, codes.InvalidArgument, "lease out of range: 50ms, limit 100ms..1h0m0s"},
 		{"lease too long", func() error {
-			_, err := c.Extend(ctx(t), &gridpb.ExtendRequest{Namespace: "ns", Key: []byte("k"), Token: 1, LeaseMs: 2 * 3600 * 1000})
+			_, err := c.Extend(ctx(t), &gridpb.ExtendRequest{Namespace: []byte("ns"), Key: []byte("k"), Token: 1, LeaseMs: 2 * 3600 * 1000})
 			return err
 		}, codes.InvalidArgument, "lease out of range"},
 		{"token 0", func() error {
-			_, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: "ns", Key: []byte("k"), Token: 0})
+			_, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: []byte("k"), Token: 0})
 			return err
 		}, codes.InvalidArgument, "invalid token"},
 		{"retention over 400 days", func() error {
-			_, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: "ns", Key: []byte("k"), Token: 7, RetentionMs: 401 * 24 * 3600 * 1000})
+			_, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: []byte("k"), Token: 7, RetentionMs: 401 * 24 * 3600 * 1000})
 			return err
 		}, codes.InvalidArgument, "retention out of range"},
 		{"result over 64 KiB", func() error {
-			_, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: "ns", Key: []byte("k"), Token: 7, Result: big})
+			_, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: []byte("k"), Token: 7, Result: big})
 			return err
 		}, codes.ResourceExhausted, "result too large: 65537 bytes, limit 65536"},
 		{"lease that overflows a duration", func() error {
-			_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: []byte("k"), LeaseMs: 1<<58 + 30000})
+			_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("k"), LeaseMs: 1<<58 + 30000})
 			return err
 		}, codes.InvalidArgument, "lease out of range"},
 		{"retention that overflows a duration", func() error {
-			_, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: "ns", Key: []byte("k"), Token: 7, RetentionMs: -(1 << 58) + 1000})
+			_, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: []byte("k"), Token: 7, RetentionMs: -(1 << 58) + 1000})
 			return err
 		}, codes.InvalidArgument, "retention out of range"},
 		{"negative retry_after", func() error {
 			ms := int64(-5)
-			_, err := c.Fail(ctx(t), &gridpb.FailRequest{Namespace: "ns", Key: []byte("k"), Token: 7, RetryAfterMs: &ms})
+			_, err := c.Fail(ctx(t), &gridpb.FailRequest{Namespace: []byte("ns"), Key: []byte("k"), Token: 7, RetryAfterMs: &ms})
 			return err
 		}, codes.InvalidArgument, "retry_after out of range"},
 		{"max attempts over cap", func() error {
-			_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: []byte("k"), MaxAttempts: 1000})
+			_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("k"), MaxAttempts: 1000})
 			return err
 		}, codes.InvalidArgument, "max_attempts out of range"},
 		{"batch over 1000", func() error {
 			ops := make([]*gridpb.Op, 1001)
 			for i := range ops {
-				ops[i] = &gridpb.Op{Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: "ns", Key: []byte("k")}}}
+				ops[i] = &gridpb.Op{Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: []byte("ns"), Key: []byte("k")}}}
 			}
 			_, err := c.Batch(ctx(t), &gridpb.BatchRequest{Ops: ops})
 			return err
@@ -133,7 +133,7 @@ func TestLimits(t *testing.T) {
 		{"request over 4 MiB", func() error {
 			ops := make([]*gridpb.Op, 70)
 			for i := range ops {
-				ops[i] = &gridpb.Op{Op: &gridpb.Op_Complete{Complete: &gridpb.CompleteRequest{Namespace: "ns", Key: []byte("k"), Token: 1, Result: big[:60<<10]}}}
+				ops[i] = &gridpb.Op{Op: &gridpb.Op_Complete{Complete: &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: []byte("k"), Token: 1, Result: big[:60<<10]}}}
 			}
 			_, err := c.Batch(ctx(t), &gridpb.BatchRequest{Ops: ops})
 			return err
@@ -146,7 +146,7 @@ func TestLimits(t *testing.T) {
 		}
 	}
 	// Still serving.
-	res, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: []byte("after")})
+	res, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("after")})
 	if err != nil || res.Outcome != gridpb.Outcome_ACQUIRED {
 		t.Fatalf("node stopped serving after bad input: %v %v", res, err)
 	}
@@ -163,9 +163,9 @@ func TestBatchPerOperationErrors(t *testing.T) {
 		if i == 17 {
 			key = nil
 		}
-		ops = append(ops, &gridpb.Op{Op: &gridpb.Op_Reserve{Reserve: &gridpb.ReserveRequest{Namespace: "b", Key: key}}})
+		ops = append(ops, &gridpb.Op{Op: &gridpb.Op_Reserve{Reserve: &gridpb.ReserveRequest{Namespace: []byte("b"), Key: key}}})
 	}
-	ops = append(ops, &gridpb.Op{Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: "b", Key: []byte("a0")}}})
+	ops = append(ops, &gridpb.Op{Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: []byte("b"), Key: []byte("a0")}}})
 	resp, err := c.Batch(ctx(t), &gridpb.BatchRequest{Ops: ops})
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +218,7 @@ func TestGarbageOnPort(t *testing.T) {
 		t.Errorf("garbage message accepted: %v", &out)
 	}
 	c := dial(t, n.Addr())
-	res, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: "ns", Key: []byte("still-up")})
+	res, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("still-up")})
 	if err != nil || res.Outcome != gridpb.Outcome_ACQUIRED {
 		t.Fatalf("node not serving after garbage: %v %v", res, err)
 	}
@@ -246,8 +246,8 @@ func (rawCodec) Name() string { return "proto" }
 func TestBatchOrder(t *testing.T) {
 	n := gridtest.Start(t)
 	c := dial(t, n.Addr())
-	get := &gridpb.Op{Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: "o", Key: []byte("k")}}}
-	reserve := &gridpb.Op{Op: &gridpb.Op_Reserve{Reserve: &gridpb.ReserveRequest{Namespace: "o", Key: []byte("k")}}}
+	get := &gridpb.Op{Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: []byte("o"), Key: []byte("k")}}}
+	reserve := &gridpb.Op{Op: &gridpb.Op_Reserve{Reserve: &gridpb.ReserveRequest{Namespace: []byte("o"), Key: []byte("k")}}}
 	resp, err := c.Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{get, reserve, get}})
 	if err != nil {
 		t.Fatal(err)

@@ -55,7 +55,7 @@ type AuditRecord struct {
 // yet; Get finds them. Keys are digests: a record of another namespace with
 // the same 16-bit namespace tag can appear.
 func (c *Client) Audit(ctx context.Context, q AuditQuery, fn func(AuditRecord) error) error {
-	req := &gridpb.AuditRequest{Namespace: q.Namespace, SinceUnixMs: unixMs(q.Since), UntilUnixMs: unixMs(q.Until)}
+	req := &gridpb.AuditRequest{Namespace: []byte(q.Namespace), SinceUnixMs: unixMs(q.Since), UntilUnixMs: unixMs(q.Until)}
 	if q.Limit > 0 {
 		req.Limit = uint32(q.Limit)
 	}

@@ -391,7 +391,7 @@ func (f *fakeGrid) eval(op *gridpb.Op, now time.Time) (*gridpb.OpResult, error) 
 		if len(q.GetEntity()) > 0 && q.GetVersion() <= f.entities[string(q.GetEntity())] {
 			return &gridpb.OpResult{Outcome: gridpb.Outcome_STALE, State: gridpb.State_ABSENT, NowUnixMs: now.UnixMilli()}, nil
 		}
-		r := live(q.GetNamespace(), q.GetKey())
+		r := live(string(q.GetNamespace()), q.GetKey())
 		if r != nil && q.Fingerprint != nil && r.fingerprint != nil && *q.Fingerprint != *r.fingerprint {
 			return r.answer(gridpb.Outcome_MISMATCH, now), nil
 		}
@@ -403,7 +403,7 @@ func (f *fakeGrid) eval(op *gridpb.Op, now time.Time) (*gridpb.OpResult, error) 
 		switch {
 		case r == nil:
 			r = &fakeRec{}
-			f.recs[recKey(q.GetNamespace(), q.GetKey())] = r
+			f.recs[recKey(string(q.GetNamespace()), q.GetKey())] = r
 		case r.state == gridpb.State_COMPLETED:
 			return r.answer(gridpb.Outcome_DUPLICATE, now), nil
 		case r.state == gridpb.State_STATE_POISONED:
@@ -423,7 +423,7 @@ func (f *fakeGrid) eval(op *gridpb.Op, now time.Time) (*gridpb.OpResult, error) 
 		return r.answer(gridpb.Outcome_ACQUIRED, now), nil
 	case *gridpb.Op_Complete:
 		q := o.Complete
-		r := live(q.GetNamespace(), q.GetKey())
+		r := live(string(q.GetNamespace()), q.GetKey())
 		if r == nil || r.token != q.GetToken() || (r.state != gridpb.State_PROCESSING && r.state != gridpb.State_COMPLETED) {
 			return lost, nil
 		}
@@ -440,7 +440,7 @@ func (f *fakeGrid) eval(op *gridpb.Op, now time.Time) (*gridpb.OpResult, error) 
 		return r.answer(gridpb.Outcome_OK, now), nil
 	case *gridpb.Op_Fail:
 		q := o.Fail
-		r := live(q.GetNamespace(), q.GetKey())
+		r := live(string(q.GetNamespace()), q.GetKey())
 		if r == nil || r.token != q.GetToken() {
 			return lost, nil
 		}
@@ -457,30 +457,30 @@ func (f *fakeGrid) eval(op *gridpb.Op, now time.Time) (*gridpb.OpResult, error) 
 		return r.answer(gridpb.Outcome_OK, now), nil
 	case *gridpb.Op_Release:
 		q := o.Release
-		r := live(q.GetNamespace(), q.GetKey())
+		r := live(string(q.GetNamespace()), q.GetKey())
 		if r == nil || r.token != q.GetToken() || r.state != gridpb.State_PROCESSING {
 			return lost, nil
 		}
-		delete(f.recs, recKey(q.GetNamespace(), q.GetKey()))
+		delete(f.recs, recKey(string(q.GetNamespace()), q.GetKey()))
 		return absent, nil
 	case *gridpb.Op_Extend:
 		q := o.Extend
-		r := live(q.GetNamespace(), q.GetKey())
+		r := live(string(q.GetNamespace()), q.GetKey())
 		if r == nil || r.token != q.GetToken() || r.state != gridpb.State_PROCESSING {
 			return lost, nil
 		}
 		r.deadline = now.Add(time.Duration(q.GetLeaseMs()) * time.Millisecond)
 		return r.answer(gridpb.Outcome_OK, now), nil
 	case *gridpb.Op_Get:
-		r := live(o.Get.GetNamespace(), o.Get.GetKey())
+		r := live(string(o.Get.GetNamespace()), o.Get.GetKey())
 		if r == nil {
 			return absent, nil
 		}
 		return r.answer(gridpb.Outcome_OK, now), nil
 	case *gridpb.Op_Forget:
 		q := o.Forget
-		_, existed := f.recs[recKey(q.GetNamespace(), q.GetKey())]
-		delete(f.recs, recKey(q.GetNamespace(), q.GetKey()))
+		_, existed := f.recs[recKey(string(q.GetNamespace()), q.GetKey())]
+		delete(f.recs, recKey(string(q.GetNamespace()), q.GetKey()))
 		res := absent
 		res.Existed = existed
 		return res, nil
@@ -621,7 +621,7 @@ func (fc *fakeCluster) shardOf(op *gridpb.Op) int {
 		d = keyspace.Digest{Hi: binary.BigEndian.Uint64(raw), Lo: binary.BigEndian.Uint64(raw[8:])}
 	} else {
 		var k interface {
-			GetNamespace() string
+			GetNamespace() []byte
 			GetKey() []byte
 			GetEntity() []byte
 		}
@@ -641,7 +641,7 @@ func (fc *fakeCluster) shardOf(op *gridpb.Op) int {
 		case *gridpb.Op_Forget:
 			k = o.Forget
 		}
-		d = keyspace.RecordDigest(k.GetNamespace(), k.GetKey(), k.GetEntity())
+		d = keyspace.RecordDigest(string(k.GetNamespace()), k.GetKey(), k.GetEntity())
 	}
 	return int(uint64(d.Slot(fc.slots)) * uint64(len(fc.leads)) / uint64(fc.slots))
 }

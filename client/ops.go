@@ -39,7 +39,7 @@ func (o Op) outcomeErr(r Result) error {
 // ReserveOp is a Reserve operation for Batch. Without WithLease the lease is
 // DefaultLease.
 func ReserveOp(ns, key string, opts ...ReserveOption) Op {
-	r := &gridpb.ReserveRequest{Namespace: ns, Key: []byte(key), LeaseMs: millis(DefaultLease)}
+	r := &gridpb.ReserveRequest{Namespace: []byte(ns), Key: []byte(key), LeaseMs: millis(DefaultLease)}
 	for _, o := range opts {
 		o.applyReserve(r)
 	}
@@ -48,7 +48,7 @@ func ReserveOp(ns, key string, opts ...ReserveOption) Op {
 
 // CompleteOp is a Complete operation for Batch.
 func CompleteOp(ns, key string, token uint64, opts ...CompleteOption) Op {
-	r := &gridpb.CompleteRequest{Namespace: ns, Key: []byte(key), Token: token}
+	r := &gridpb.CompleteRequest{Namespace: []byte(ns), Key: []byte(key), Token: token}
 	for _, o := range opts {
 		o.applyComplete(r)
 	}
@@ -57,7 +57,7 @@ func CompleteOp(ns, key string, token uint64, opts ...CompleteOption) Op {
 
 // FailOp is a Fail operation for Batch.
 func FailOp(ns, key string, token uint64, opts ...FailOption) Op {
-	r := &gridpb.FailRequest{Namespace: ns, Key: []byte(key), Token: token}
+	r := &gridpb.FailRequest{Namespace: []byte(ns), Key: []byte(key), Token: token}
 	for _, o := range opts {
 		o.applyFail(r)
 	}
@@ -66,7 +66,7 @@ func FailOp(ns, key string, token uint64, opts ...FailOption) Op {
 
 // ReleaseOp is a Release operation for Batch.
 func ReleaseOp(ns, key string, token uint64, opts ...ReleaseOption) Op {
-	r := &gridpb.ReleaseRequest{Namespace: ns, Key: []byte(key), Token: token}
+	r := &gridpb.ReleaseRequest{Namespace: []byte(ns), Key: []byte(key), Token: token}
 	for _, o := range opts {
 		o.applyRelease(r)
 	}
@@ -78,7 +78,7 @@ func ExtendOp(ns, key string, token uint64, lease time.Duration, opts ...ExtendO
 	if lease <= 0 {
 		lease = DefaultLease
 	}
-	r := &gridpb.ExtendRequest{Namespace: ns, Key: []byte(key), Token: token, LeaseMs: millis(lease)}
+	r := &gridpb.ExtendRequest{Namespace: []byte(ns), Key: []byte(key), Token: token, LeaseMs: millis(lease)}
 	for _, o := range opts {
 		o.applyExtend(r)
 	}
@@ -87,7 +87,7 @@ func ExtendOp(ns, key string, token uint64, lease time.Duration, opts ...ExtendO
 
 // GetOp is a Get operation for Batch.
 func GetOp(ns, key string, opts ...GetOption) Op {
-	r := &gridpb.GetRequest{Namespace: ns, Key: []byte(key)}
+	r := &gridpb.GetRequest{Namespace: []byte(ns), Key: []byte(key)}
 	for _, o := range opts {
 		o.applyGet(r)
 	}
@@ -96,7 +96,7 @@ func GetOp(ns, key string, opts ...GetOption) Op {
 
 // ForgetOp is a Forget operation for Batch.
 func ForgetOp(ns, key string, opts ...ForgetOption) Op {
-	r := &gridpb.ForgetRequest{Namespace: ns, Key: []byte(key)}
+	r := &gridpb.ForgetRequest{Namespace: []byte(ns), Key: []byte(key)}
 	for _, o := range opts {
 		o.applyForget(r)
 	}

@@ -159,15 +159,15 @@ func (k *routeKey) digest() (keyspace.Digest, bool) {
 func digestOf(op *gridpb.Op) (d keyspace.Digest, ok bool) {
 	switch o := op.GetOp().(type) {
 	case *gridpb.Op_Reserve:
-		return keyspace.RecordDigest(o.Reserve.GetNamespace(), o.Reserve.GetKey(), o.Reserve.GetEntity()), true
+		return keyspace.RecordDigest(string(o.Reserve.GetNamespace()), o.Reserve.GetKey(), o.Reserve.GetEntity()), true
 	case *gridpb.Op_Complete:
-		return keyspace.RecordDigest(o.Complete.GetNamespace(), o.Complete.GetKey(), o.Complete.GetEntity()), true
+		return keyspace.RecordDigest(string(o.Complete.GetNamespace()), o.Complete.GetKey(), o.Complete.GetEntity()), true
 	case *gridpb.Op_Fail:
-		return keyspace.RecordDigest(o.Fail.GetNamespace(), o.Fail.GetKey(), o.Fail.GetEntity()), true
+		return keyspace.RecordDigest(string(o.Fail.GetNamespace()), o.Fail.GetKey(), o.Fail.GetEntity()), true
 	case *gridpb.Op_Release:
-		return keyspace.RecordDigest(o.Release.GetNamespace(), o.Release.GetKey(), o.Release.GetEntity()), true
+		return keyspace.RecordDigest(string(o.Release.GetNamespace()), o.Release.GetKey(), o.Release.GetEntity()), true
 	case *gridpb.Op_Extend:
-		return keyspace.RecordDigest(o.Extend.GetNamespace(), o.Extend.GetKey(), o.Extend.GetEntity()), true
+		return keyspace.RecordDigest(string(o.Extend.GetNamespace()), o.Extend.GetKey(), o.Extend.GetEntity()), true
 	case *gridpb.Op_Get:
 		if raw := o.Get.GetDigest(); raw != nil {
 			if len(raw) != 16 {
@@ -175,9 +175,9 @@ func digestOf(op *gridpb.Op) (d keyspace.Digest, ok bool) {
 			}
 			return keyspace.Digest{Hi: binary.BigEndian.Uint64(raw), Lo: binary.BigEndian.Uint64(raw[8:])}, true
 		}
-		return keyspace.RecordDigest(o.Get.GetNamespace(), o.Get.GetKey(), o.Get.GetEntity()), true
+		return keyspace.RecordDigest(string(o.Get.GetNamespace()), o.Get.GetKey(), o.Get.GetEntity()), true
 	case *gridpb.Op_Forget:
-		return keyspace.RecordDigest(o.Forget.GetNamespace(), o.Forget.GetKey(), o.Forget.GetEntity()), true
+		return keyspace.RecordDigest(string(o.Forget.GetNamespace()), o.Forget.GetKey(), o.Forget.GetEntity()), true
 	}
 	return d, false
 }

@@ -341,9 +341,12 @@ func (x *Redirect) GetReason() string {
 }
 
 type ReserveRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Key       []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace, [a-z0-9][a-z0-9._-]{0,63}. Bytes on the wire (a string
+	// field is wire-compatible), so a malformed one is refused by the
+	// server's validation, naming the rule, not by the decoder.
+	Namespace []byte `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Key       []byte `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// Processing lease, 100 ms .. 1 h.
 	LeaseMs int64 `protobuf:"varint,3,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
 	// Attempts before the key is poisoned; 0 means the server default (5).
@@ -357,8 +360,13 @@ type ReserveRequest struct {
 	Version uint64 `protobuf:"varint,7,opt,name=version,proto3" json:"version,omitempty"`
 	// How long a record poisoned by this reserve is kept; 0 means the server default.
 	PoisonRetentionMs int64 `protobuf:"varint,8,opt,name=poison_retention_ms,json=poisonRetentionMs,proto3" json:"poison_retention_ms,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Identifies one logical Reserve, the same across its resends (and in a
+	// Batch), at most 64 bytes; empty means none. A Reserve carrying the
+	// request id of the lease it finds answers that same grant again
+	// (ACQUIRED, same token and deadline, replayed set) instead of BUSY.
+	RequestId     []byte `protobuf:"bytes,9,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReserveRequest) Reset() {
@@ -391,11 +399,11 @@ func (*ReserveRequest) Descriptor() ([]byte, []int) {
 	return file_grid_proto_rawDescGZIP(), []int{1}
 }
 
-func (x *ReserveRequest) GetNamespace() string {
+func (x *ReserveRequest) GetNamespace() []byte {
 	if x != nil {
 		return x.Namespace
 	}
-	return ""
+	return nil
 }
 
 func (x *ReserveRequest) GetKey() []byte {
@@ -447,11 +455,21 @@ func (x *ReserveRequest) GetPoisonRetentionMs() int64 {
 	return 0
 }
 
+func (x *ReserveRequest) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
 type CompleteRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Key       []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Token     uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace, [a-z0-9][a-z0-9._-]{0,63}. Bytes on the wire (a string
+	// field is wire-compatible), so a malformed one is refused by the
+	// server's validation, naming the rule, not by the decoder.
+	Namespace []byte `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Key       []byte `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Token     uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	// How long the COMPLETED record answers DUPLICATE, up to 400 days; 0 means the server default (7 days).
 	RetentionMs int64 `protobuf:"varint,4,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
 	// Stored result (<= 64 KiB), handed back to duplicates.
@@ -492,11 +510,11 @@ func (*CompleteRequest) Descriptor() ([]byte, []int) {
 	return file_grid_proto_rawDescGZIP(), []int{2}
 }
 
-func (x *CompleteRequest) GetNamespace() string {
+func (x *CompleteRequest) GetNamespace() []byte {
 	if x != nil {
 		return x.Namespace
 	}
-	return ""
+	return nil
 }
 
 func (x *CompleteRequest) GetKey() []byte {
@@ -535,10 +553,13 @@ func (x *CompleteRequest) GetEntity() []byte {
 }
 
 type FailRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Key       []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Token     uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace, [a-z0-9][a-z0-9._-]{0,63}. Bytes on the wire (a string
+	// field is wire-compatible), so a malformed one is refused by the
+	// server's validation, naming the rule, not by the decoder.
+	Namespace []byte `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Key       []byte `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Token     uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	// Retry not before this delay; absent means exponential backoff by attempt.
 	RetryAfterMs *int64 `protobuf:"varint,4,opt,name=retry_after_ms,json=retryAfterMs,proto3,oneof" json:"retry_after_ms,omitempty"`
 	// Poison now instead of allowing a retry.
@@ -581,11 +602,11 @@ func (*FailRequest) Descriptor() ([]byte, []int) {
 	return file_grid_proto_rawDescGZIP(), []int{3}
 }
 
-func (x *FailRequest) GetNamespace() string {
+func (x *FailRequest) GetNamespace() []byte {
 	if x != nil {
 		return x.Namespace
 	}
-	return ""
+	return nil
 }
 
 func (x *FailRequest) GetKey() []byte {
@@ -631,10 +652,13 @@ func (x *FailRequest) GetEntity() []byte {
 }
 
 type ReleaseRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Key       []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Token     uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace, [a-z0-9][a-z0-9._-]{0,63}. Bytes on the wire (a string
+	// field is wire-compatible), so a malformed one is refused by the
+	// server's validation, naming the rule, not by the decoder.
+	Namespace []byte `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Key       []byte `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Token     uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	// The entity the key was reserved with, if any: it selects the key's shard.
 	Entity        []byte `protobuf:"bytes,4,opt,name=entity,proto3" json:"entity,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -671,11 +695,11 @@ func (*ReleaseRequest) Descriptor() ([]byte, []int) {
 	return file_grid_proto_rawDescGZIP(), []int{4}
 }
 
-func (x *ReleaseRequest) GetNamespace() string {
+func (x *ReleaseRequest) GetNamespace() []byte {
 	if x != nil {
 		return x.Namespace
 	}
-	return ""
+	return nil
 }
 
 func (x *ReleaseRequest) GetKey() []byte {
@@ -700,11 +724,14 @@ func (x *ReleaseRequest) GetEntity() []byte {
 }
 
 type ExtendRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Key       []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Token     uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	LeaseMs   int64                  `protobuf:"varint,4,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace, [a-z0-9][a-z0-9._-]{0,63}. Bytes on the wire (a string
+	// field is wire-compatible), so a malformed one is refused by the
+	// server's validation, naming the rule, not by the decoder.
+	Namespace []byte `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Key       []byte `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Token     uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	LeaseMs   int64  `protobuf:"varint,4,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
 	// The entity the key was reserved with, if any: it selects the key's shard.
 	Entity        []byte `protobuf:"bytes,5,opt,name=entity,proto3" json:"entity,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -741,11 +768,11 @@ func (*ExtendRequest) Descriptor() ([]byte, []int) {
 	return file_grid_proto_rawDescGZIP(), []int{5}
 }
 
-func (x *ExtendRequest) GetNamespace() string {
+func (x *ExtendRequest) GetNamespace() []byte {
 	if x != nil {
 		return x.Namespace
 	}
-	return ""
+	return nil
 }
 
 func (x *ExtendRequest) GetKey() []byte {
@@ -777,15 +804,22 @@ func (x *ExtendRequest) GetEntity() []byte {
 }
 
 type GetRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Key       []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace, [a-z0-9][a-z0-9._-]{0,63}. Bytes on the wire (a string
+	// field is wire-compatible), so a malformed one is refused by the
+	// server's validation, naming the rule, not by the decoder.
+	Namespace []byte `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Key       []byte `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// Allow a possibly stale local read instead of a linearizable one.
 	StaleOk bool `protobuf:"varint,3,opt,name=stale_ok,json=staleOk,proto3" json:"stale_ok,omitempty"`
 	// The entity the key was reserved with, if any: it selects the key's shard.
 	Entity []byte `protobuf:"bytes,4,opt,name=entity,proto3" json:"entity,omitempty"`
 	// The record's 16-byte digest (as Audit lists it), instead of namespace and key.
-	Digest        []byte `protobuf:"bytes,5,opt,name=digest,proto3" json:"digest,omitempty"`
+	Digest []byte `protobuf:"bytes,5,opt,name=digest,proto3" json:"digest,omitempty"`
+	// Operator view: include the token of a PROCESSING record's lease. Without
+	// it a Get never shows the token of a lease, which would let any reader
+	// settle another consumer's lease.
+	ShowToken     bool `protobuf:"varint,6,opt,name=show_token,json=showToken,proto3" json:"show_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -820,11 +854,11 @@ func (*GetRequest) Descriptor() ([]byte, []int) {
 	return file_grid_proto_rawDescGZIP(), []int{6}
 }
 
-func (x *GetRequest) GetNamespace() string {
+func (x *GetRequest) GetNamespace() []byte {
 	if x != nil {
 		return x.Namespace
 	}
-	return ""
+	return nil
 }
 
 func (x *GetRequest) GetKey() []byte {
@@ -855,10 +889,20 @@ func (x *GetRequest) GetDigest() []byte {
 	return nil
 }
 
+func (x *GetRequest) GetShowToken() bool {
+	if x != nil {
+		return x.ShowToken
+	}
+	return false
+}
+
 type ForgetRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Key       []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace, [a-z0-9][a-z0-9._-]{0,63}. Bytes on the wire (a string
+	// field is wire-compatible), so a malformed one is refused by the
+	// server's validation, naming the rule, not by the decoder.
+	Namespace []byte `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Key       []byte `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// The entity the key was reserved with, if any: it selects the key's shard.
 	Entity        []byte `protobuf:"bytes,3,opt,name=entity,proto3" json:"entity,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -895,11 +939,11 @@ func (*ForgetRequest) Descriptor() ([]byte, []int) {
 	return file_grid_proto_rawDescGZIP(), []int{7}
 }
 
-func (x *ForgetRequest) GetNamespace() string {
+func (x *ForgetRequest) GetNamespace() []byte {
 	if x != nil {
 		return x.Namespace
 	}
-	return ""
+	return nil
 }
 
 func (x *ForgetRequest) GetKey() []byte {
@@ -999,7 +1043,15 @@ type OpResult struct {
 	// Set only inside a BatchResponse, when this one operation was refused.
 	Error *OpError `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
 	// Which tier held the record (unset when ABSENT).
-	Tier          Tier `protobuf:"varint,13,opt,name=tier,proto3,enum=l4xg.grid.v1.Tier" json:"tier,omitempty"`
+	Tier Tier `protobuf:"varint,13,opt,name=tier,proto3,enum=l4xg.grid.v1.Tier" json:"tier,omitempty"`
+	// For ACQUIRED: the Reserve carried the request id of the lease it found,
+	// so this is that same grant answered again (same token and deadline),
+	// not a new lease.
+	Replayed bool `protobuf:"varint,14,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// Inside a BatchResponse: the stored result was left out because the
+	// response's result budget was spent (see BatchResponse); the record
+	// still has it, and a Get returns it.
+	ResultOmitted bool `protobuf:"varint,15,opt,name=result_omitted,json=resultOmitted,proto3" json:"result_omitted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1125,9 +1177,26 @@ func (x *OpResult) GetTier() Tier {
 	return Tier_TIER_UNSPECIFIED
 }
 
+func (x *OpResult) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
+func (x *OpResult) GetResultOmitted() bool {
+	if x != nil {
+		return x.ResultOmitted
+	}
+	return false
+}
+
 type AuditRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace, [a-z0-9][a-z0-9._-]{0,63}. Bytes on the wire (a string
+	// field is wire-compatible), so a malformed one is refused by the
+	// server's validation, naming the rule, not by the decoder.
+	Namespace []byte `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// Settled at or after since and before until (Unix ms); until 0 means now.
 	SinceUnixMs int64 `protobuf:"varint,2,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
 	UntilUnixMs int64 `protobuf:"varint,3,opt,name=until_unix_ms,json=untilUnixMs,proto3" json:"until_unix_ms,omitempty"`
@@ -1167,11 +1236,11 @@ func (*AuditRequest) Descriptor() ([]byte, []int) {
 	return file_grid_proto_rawDescGZIP(), []int{10}
 }
 
-func (x *AuditRequest) GetNamespace() string {
+func (x *AuditRequest) GetNamespace() []byte {
 	if x != nil {
 		return x.Namespace
 	}
-	return ""
+	return nil
 }
 
 func (x *AuditRequest) GetSinceUnixMs() int64 {
@@ -1513,6 +1582,9 @@ func (x *BatchRequest) GetOps() []*Op {
 	return nil
 }
 
+// A BatchResponse carries at most 4 MiB of stored results (the request
+// limit): results past that budget are left out and marked result_omitted,
+// so a small request cannot ask for a response thousands of times its size.
 type BatchResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Results       []*OpResult            `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
@@ -1842,10 +1914,17 @@ type StatusResponse struct {
 	// Cluster mode only: this node's state in the map as it knows it
 	// (active, draining, removed; empty when not in the map yet) and
 	// whether it is ready (/readyz).
-	NodeState     string `protobuf:"bytes,9,opt,name=node_state,json=nodeState,proto3" json:"node_state,omitempty"`
-	Ready         bool   `protobuf:"varint,10,opt,name=ready,proto3" json:"ready,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NodeState string `protobuf:"bytes,9,opt,name=node_state,json=nodeState,proto3" json:"node_state,omitempty"`
+	Ready     bool   `protobuf:"varint,10,opt,name=ready,proto3" json:"ready,omitempty"`
+	// This node's clock offset to its peers as it last measured it (the
+	// median over the peers it measured; 0 with no peers), the bound the
+	// node enforces (--max-clock-offset), and whether the node is inside it.
+	// A node outside the bound grants no lease.
+	ClockOffsetMs    int64 `protobuf:"varint,11,opt,name=clock_offset_ms,json=clockOffsetMs,proto3" json:"clock_offset_ms,omitempty"`
+	MaxClockOffsetMs int64 `protobuf:"varint,12,opt,name=max_clock_offset_ms,json=maxClockOffsetMs,proto3" json:"max_clock_offset_ms,omitempty"`
+	ClockOk          bool  `protobuf:"varint,13,opt,name=clock_ok,json=clockOk,proto3" json:"clock_ok,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1944,6 +2023,27 @@ func (x *StatusResponse) GetNodeState() string {
 func (x *StatusResponse) GetReady() bool {
 	if x != nil {
 		return x.Ready
+	}
+	return false
+}
+
+func (x *StatusResponse) GetClockOffsetMs() int64 {
+	if x != nil {
+		return x.ClockOffsetMs
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetMaxClockOffsetMs() int64 {
+	if x != nil {
+		return x.MaxClockOffsetMs
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetClockOk() bool {
+	if x != nil {
+		return x.ClockOk
 	}
 	return false
 }
@@ -2526,26 +2626,28 @@ const file_grid_proto_rawDesc = "" +
 	"\vleader_addr\x18\x03 \x01(\tR\n" +
 	"leaderAddr\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"\x97\x02\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xb6\x02\n" +
 	"\x0eReserveRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\tnamespace\x18\x01 \x01(\fR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x19\n" +
 	"\blease_ms\x18\x03 \x01(\x03R\aleaseMs\x12!\n" +
 	"\fmax_attempts\x18\x04 \x01(\rR\vmaxAttempts\x12%\n" +
 	"\vfingerprint\x18\x05 \x01(\x06H\x00R\vfingerprint\x88\x01\x01\x12\x16\n" +
 	"\x06entity\x18\x06 \x01(\fR\x06entity\x12\x18\n" +
 	"\aversion\x18\a \x01(\x04R\aversion\x12.\n" +
-	"\x13poison_retention_ms\x18\b \x01(\x03R\x11poisonRetentionMsB\x0e\n" +
+	"\x13poison_retention_ms\x18\b \x01(\x03R\x11poisonRetentionMs\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\t \x01(\fR\trequestIdB\x0e\n" +
 	"\f_fingerprint\"\xaa\x01\n" +
 	"\x0fCompleteRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\tnamespace\x18\x01 \x01(\fR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
 	"\fretention_ms\x18\x04 \x01(\x03R\vretentionMs\x12\x16\n" +
 	"\x06result\x18\x05 \x01(\fR\x06result\x12\x16\n" +
 	"\x06entity\x18\x06 \x01(\fR\x06entity\"\xe4\x01\n" +
 	"\vFailRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\tnamespace\x18\x01 \x01(\fR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12)\n" +
 	"\x0eretry_after_ms\x18\x04 \x01(\x03H\x00R\fretryAfterMs\x88\x01\x01\x12\x16\n" +
@@ -2554,31 +2656,33 @@ const file_grid_proto_rawDesc = "" +
 	"\x06entity\x18\a \x01(\fR\x06entityB\x11\n" +
 	"\x0f_retry_after_ms\"n\n" +
 	"\x0eReleaseRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\tnamespace\x18\x01 \x01(\fR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x16\n" +
 	"\x06entity\x18\x04 \x01(\fR\x06entity\"\x88\x01\n" +
 	"\rExtendRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\tnamespace\x18\x01 \x01(\fR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x19\n" +
 	"\blease_ms\x18\x04 \x01(\x03R\aleaseMs\x12\x16\n" +
-	"\x06entity\x18\x05 \x01(\fR\x06entity\"\x87\x01\n" +
+	"\x06entity\x18\x05 \x01(\fR\x06entity\"\xa6\x01\n" +
 	"\n" +
 	"GetRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\tnamespace\x18\x01 \x01(\fR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x19\n" +
 	"\bstale_ok\x18\x03 \x01(\bR\astaleOk\x12\x16\n" +
 	"\x06entity\x18\x04 \x01(\fR\x06entity\x12\x16\n" +
-	"\x06digest\x18\x05 \x01(\fR\x06digest\"W\n" +
+	"\x06digest\x18\x05 \x01(\fR\x06digest\x12\x1d\n" +
+	"\n" +
+	"show_token\x18\x06 \x01(\bR\tshowToken\"W\n" +
 	"\rForgetRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\tnamespace\x18\x01 \x01(\fR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x16\n" +
 	"\x06entity\x18\x03 \x01(\fR\x06entity\"k\n" +
 	"\aOpError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x122\n" +
-	"\bredirect\x18\x03 \x01(\v2\x16.l4xg.grid.v1.RedirectR\bredirect\"\xf5\x03\n" +
+	"\bredirect\x18\x03 \x01(\v2\x16.l4xg.grid.v1.RedirectR\bredirect\"\xb8\x04\n" +
 	"\bOpResult\x12/\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x15.l4xg.grid.v1.OutcomeR\aoutcome\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.l4xg.grid.v1.StateR\x05state\x12\x14\n" +
@@ -2593,10 +2697,12 @@ const file_grid_proto_rawDesc = "" +
 	" \x01(\x03R\tnowUnixMs\x12\x18\n" +
 	"\aexisted\x18\v \x01(\bR\aexisted\x12+\n" +
 	"\x05error\x18\f \x01(\v2\x15.l4xg.grid.v1.OpErrorR\x05error\x12&\n" +
-	"\x04tier\x18\r \x01(\x0e2\x12.l4xg.grid.v1.TierR\x04tierB\x0e\n" +
+	"\x04tier\x18\r \x01(\x0e2\x12.l4xg.grid.v1.TierR\x04tier\x12\x1a\n" +
+	"\breplayed\x18\x0e \x01(\bR\breplayed\x12%\n" +
+	"\x0eresult_omitted\x18\x0f \x01(\bR\rresultOmittedB\x0e\n" +
 	"\f_fingerprint\"\x8a\x01\n" +
 	"\fAuditRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\"\n" +
+	"\tnamespace\x18\x01 \x01(\fR\tnamespace\x12\"\n" +
 	"\rsince_unix_ms\x18\x02 \x01(\x03R\vsinceUnixMs\x12\"\n" +
 	"\runtil_unix_ms\x18\x03 \x01(\x03R\vuntilUnixMs\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\rR\x05limit\"\xc2\x02\n" +
@@ -2649,7 +2755,7 @@ const file_grid_proto_rawDesc = "" +
 	"\x0flast_contact_ms\x18\x11 \x01(\x03R\rlastContactMs\"3\n" +
 	"\vGroupMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
-	"\x05voter\x18\x02 \x01(\bR\x05voter\"\xc4\x02\n" +
+	"\x05voter\x18\x02 \x01(\bR\x05voter\"\xb6\x03\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x14\n" +
@@ -2663,7 +2769,10 @@ const file_grid_proto_rawDesc = "" +
 	"\n" +
 	"node_state\x18\t \x01(\tR\tnodeState\x12\x14\n" +
 	"\x05ready\x18\n" +
-	" \x01(\bR\x05ready\"\x13\n" +
+	" \x01(\bR\x05ready\x12&\n" +
+	"\x0fclock_offset_ms\x18\v \x01(\x03R\rclockOffsetMs\x12-\n" +
+	"\x13max_clock_offset_ms\x18\f \x01(\x03R\x10maxClockOffsetMs\x12\x19\n" +
+	"\bclock_ok\x18\r \x01(\bR\aclockOk\"\x13\n" +
 	"\x11ClusterMapRequest\"\xa0\x01\n" +
 	"\vClusterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
