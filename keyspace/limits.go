@@ -33,6 +33,15 @@ const (
 	// AbandonAfter is how long a PROCESSING or FAILED record is kept past its
 	// deadline when no consumer comes back for it; after that it is reclaimed.
 	AbandonAfter = 7 * 24 * time.Hour
+
+	// MaxRequestIDLen bounds a Reserve's request id (DESIGN section 3).
+	MaxRequestIDLen = 64
+
+	// DefaultMaxClockOffset is the default bound on the clock offset
+	// between any two nodes (gridnode serve --max-clock-offset). Leases
+	// hold only while clocks agree within it, and a holder's lease margin
+	// must be at least this large (shard/doc.go states the rule).
+	DefaultMaxClockOffset = 250 * time.Millisecond
 )
 
 // Sentinel errors for invalid input. Each names the limit it enforces; the
