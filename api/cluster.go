@@ -33,6 +33,6 @@ type ClusterView interface {
 	// Ready reports whether the node serves (cluster.Node.Ready).
 	Ready() bool
 	// CurrentEpoch is the current map's epoch, known only to the control
-	// leader once caught up (ok false elsewhere).
-	CurrentEpoch() (uint64, bool)
+	// leader once caught up with its term (it fails elsewhere).
+	CurrentEpoch(ctx context.Context) (uint64, error)
 }

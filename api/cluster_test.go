@@ -92,12 +92,12 @@ func (v *testView) Drain(ctx context.Context, id cluster.NodeID, force bool) (cl
 func (v *testView) Ready() bool { return v.Map() != nil }
 
 // CurrentEpoch: the view's map is current on the node it names leader.
-func (v *testView) CurrentEpoch() (uint64, bool) {
+func (v *testView) CurrentEpoch(context.Context) (uint64, error) {
 	m := v.Map()
 	if m == nil || v.ControlLeader() != v.self {
-		return 0, false
+		return 0, cluster.ErrNotControlLeader
 	}
-	return m.Epoch, true
+	return m.Epoch, nil
 }
 
 // Test cluster geometry: few slots and two shards keep keys easy to place.

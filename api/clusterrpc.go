@@ -34,8 +34,10 @@ func (s *Server) ClusterMap(ctx context.Context, _ *gridpb.ClusterMapRequest) (*
 		NodeId:        string(r.self),
 		ControlLeader: string(cv.ControlLeader()),
 	}
-	if e, ok := cv.CurrentEpoch(); ok {
-		resp.CurrentEpoch = e
+	if cv.ControlLeader() == r.self {
+		if e, err := cv.CurrentEpoch(ctx); err == nil {
+			resp.CurrentEpoch = e
+		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(m.Nodes)) {
 		n := m.Nodes[id]

@@ -144,8 +144,11 @@ type Node struct {
 	// control leader's admission passes (tests follow the loops by them).
 	replicaRounds, admitRounds atomic.Uint64
 	// leadTerm is the control term in which this node, leading, applied a
-	// barrier: its map is then the current one (CurrentEpoch).
-	leadTerm atomic.Uint64
+	// barrier: its map is then the current one (CurrentEpoch). barrierMu
+	// makes the callers that find it stale share one barrier (catchUp).
+	leadTerm  atomic.Uint64
+	barrierMu sync.Mutex
+	barrier   *termBarrier
 	// ready caches the replica loop's readiness verdict (Ready).
 	ready atomic.Bool
 
@@ -367,18 +370,77 @@ func (n *Node) State() NodeState {
 
 // CurrentEpoch is the epoch of the current map, known only to the control
 // group's leader once it has applied every entry committed before its
-// term (a barrier): ok is false elsewhere. Other nodes ask the leader for
-// it (Remote.ControlEpoch) before they act on their map.
-func (n *Node) CurrentEpoch() (uint64, bool) {
-	if n.raft.State() != raft.Leader || n.leadTerm.Load() != n.raft.CurrentTerm() {
-		return 0, false
+// term (a barrier, applied here if none has been in this term yet): it
+// fails elsewhere. Other nodes ask the leader for it (Remote.ControlEpoch)
+// before they act on their map, so the leader answers them by itself,
+// whatever its own loops are busy with.
+func (n *Node) CurrentEpoch(ctx context.Context) (uint64, error) {
+	if err := n.catchUp(ctx); err != nil {
+		return 0, err
 	}
 	m := n.ctl.Map()
 	if m == nil {
-		return 0, false
+		return 0, errors.New("no map yet")
 	}
-	return m.Epoch, true
+	if n.leadTerm.Load() != n.raft.CurrentTerm() {
+		return 0, errors.New("this node's control leadership is changing")
+	}
+	return m.Epoch, nil
 }
+
+// catchUp makes sure this node, leading the control group, has applied a
+// barrier in its current term: every entry committed before the term is
+// then applied, and its map is the current one. Callers that find none
+// share one barrier, which goes on when a caller's ctx ends. It fails
+// with ErrNotControlLeader on a follower.
+func (n *Node) catchUp(ctx context.Context) error {
+	if n.raft.State() != raft.Leader {
+		return fmt.Errorf("%w (leader: %q)", ErrNotControlLeader, n.ControlLeader())
+	}
+	term := n.raft.CurrentTerm()
+	if n.leadTerm.Load() == term {
+		return nil
+	}
+	n.barrierMu.Lock()
+	b := n.barrier
+	if b == nil || b.term != term {
+		b = &termBarrier{term: term, done: make(chan struct{})}
+		n.barrier = b
+		f := n.raft.Barrier(barrierTimeout)
+		go func() {
+			b.err = f.Error()
+			if b.err == nil {
+				n.leadTerm.Store(term)
+			}
+			close(b.done)
+			n.barrierMu.Lock()
+			if n.barrier == b && b.err != nil {
+				n.barrier = nil // the next caller tries again
+			}
+			n.barrierMu.Unlock()
+		}()
+	}
+	n.barrierMu.Unlock()
+	select {
+	case <-b.done:
+		if b.err != nil {
+			return fmt.Errorf("barrier: %w", b.err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("barrier: %w", ctx.Err())
+	}
+}
+
+// termBarrier is a barrier on its way in a control term (catchUp).
+type termBarrier struct {
+	term uint64
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// barrierTimeout bounds how long a barrier may wait to enter the log.
+const barrierTimeout = 5 * time.Second
 
 // Drain marks node id draining: the planner moves its replicas away, then
 // the node is removed from the map. Only the control leader can. Unless

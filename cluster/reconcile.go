@@ -58,7 +58,10 @@ func (n *Node) controlLoop() {
 			continue
 		}
 		if cur := n.raft.CurrentTerm(); grace == nil || cur != term {
-			if err := n.raft.Barrier(5 * time.Second).Error(); err != nil {
+			bctx, cancel := context.WithTimeout(done, barrierTimeout)
+			err := n.catchUp(bctx)
+			cancel()
+			if err != nil {
 				continue
 			}
 			term, grace = cur, &Grace{Period: n.cfg.GracePeriod}

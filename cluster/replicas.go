@@ -121,17 +121,9 @@ func (n *Node) currentMap(ctx context.Context) (*Map, error) {
 // applied a barrier in its term yet applies one first.
 func (n *Node) leaderEpoch(ctx context.Context) (uint64, error) {
 	if n.raft.State() == raft.Leader {
-		term := n.raft.CurrentTerm()
-		if n.leadTerm.Load() != term {
-			if err := n.raft.Barrier(replicaAskTimeout).Error(); err != nil {
-				return 0, fmt.Errorf("barrier: %w", err)
-			}
-			n.leadTerm.Store(term)
-		}
-		if e, ok := n.CurrentEpoch(); ok {
-			return e, nil
-		}
-		return 0, errors.New("this node's control leadership is changing")
+		cctx, cancel := context.WithTimeout(ctx, replicaAskTimeout)
+		defer cancel()
+		return n.CurrentEpoch(cctx)
 	}
 	leader := n.ControlLeader()
 	if leader == "" {
