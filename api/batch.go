@@ -81,7 +81,7 @@ func (s *Server) runBatch(ctx context.Context, r *router, ops []*gridpb.Op, out 
 			left = append(left, away{shard: id, cause: errNotHosted, idx: []int{i}})
 			continue
 		}
-		res, err := sh.Get(ctx, t.cmd.Digest, true)
+		res, err := sh.Read(ctx, t.cmd.Digest, t.readOptions())
 		if err != nil {
 			out[i] = errResult(err)
 		} else {

@@ -307,8 +307,10 @@ func reserveOp(key []byte) *gridpb.Op {
 	return &gridpb.Op{Op: &gridpb.Op_Reserve{Reserve: &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: key, LeaseMs: 60000}}}
 }
 
+// getOp is a Get in the operator view (show_token), so that a test can tell
+// which grant the read saw.
 func getOp(key []byte, stale bool) *gridpb.Op {
-	return &gridpb.Op{Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: []byte("ns"), Key: key, StaleOk: stale}}}
+	return &gridpb.Op{Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: []byte("ns"), Key: key, StaleOk: stale, ShowToken: true}}}
 }
 
 // sameRedirect reports whether got names shard s led by node l at the

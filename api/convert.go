@@ -8,6 +8,7 @@ import (
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/shard"
 )
 
 // target is a validated operation: a command for the log, or a read.
@@ -79,6 +80,12 @@ func reserveCommand(r *gridpb.ReserveRequest) (t target, err error) {
 	if len(r.GetEntity()) > 0 {
 		c.HasEntity, c.Entity, c.Version = true, keyspace.EntityDigest(string(r.GetNamespace()), r.GetEntity()), r.GetVersion()
 	}
+	if err = keyspace.ValidateRequestID(r.GetRequestId()); err != nil {
+		return t, err
+	}
+	if id := r.GetRequestId(); len(id) > 0 {
+		c.HasRequestID, c.RequestID = true, keyspace.RequestIDHash(id)
+	}
 	return t, nil
 }
 
@@ -140,6 +147,7 @@ func extendCommand(r *gridpb.ExtendRequest) (target, error) {
 
 func getTarget(r *gridpb.GetRequest) (t target, err error) {
 	t.read, t.staleOK = true, r.GetStaleOk()
+	t.cmd.Op, t.cmd.ShowToken = keyspace.OpGet, r.GetShowToken()
 	if raw := r.GetDigest(); raw != nil {
 		if len(raw) != 16 || r.GetKey() != nil || r.GetEntity() != nil || len(r.GetNamespace()) != 0 {
 			return t, fmt.Errorf("%w: want 16 bytes and no namespace, key or entity beside it (got %d bytes)", errBadDigest, len(raw))
@@ -149,6 +157,12 @@ func getTarget(r *gridpb.GetRequest) (t target, err error) {
 	}
 	t.cmd.Digest, err = digest(string(r.GetNamespace()), r.GetKey(), r.GetEntity())
 	return t, err
+}
+
+// readOptions is how the shard reads a Get target that is answered by a
+// local read rather than inside a proposal.
+func (t *target) readOptions() shard.ReadOptions {
+	return shard.ReadOptions{StaleOK: t.staleOK, ShowToken: t.cmd.ShowToken}
 }
 
 // digestBytes renders a digest on the wire: Hi then Lo, big-endian, the
@@ -199,6 +213,7 @@ func toProto(r *keyspace.Result) *gridpb.OpResult {
 		Result:            r.Result,
 		NowUnixMs:         r.Now,
 		Existed:           r.Existed,
+		Replayed:          r.Replayed,
 	}
 	switch {
 	case r.State == keyspace.Absent:

@@ -11,7 +11,10 @@
 // Outcomes (ACQUIRED, BUSY, DUPLICATE, LEASE_LOST, ...) are answers, not
 // errors: they travel in OpResult. Defaults (lease 30 s, retention 7 days,
 // 5 attempts) are filled here, before proposing, so every replica applies
-// explicit values.
+// explicit values. A Reserve's request_id (at most 64 bytes) enters the log
+// as its keyspace.RequestIDHash, computed here once; a Reserve answered
+// with the grant its request id already holds says replayed. A Get shows a
+// token only with show_token (the keyspace rule, carried to the shard).
 //
 // A Batch validates each operation on its own (a bad key fails only its own
 // operation) and proposes the operations of each shard, linearizable reads

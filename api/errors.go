@@ -30,6 +30,7 @@ func code(err error) codes.Code {
 		errors.Is(err, keyspace.ErrLeaseOutOfRange), errors.Is(err, keyspace.ErrRetention),
 		errors.Is(err, keyspace.ErrRetryAfter), errors.Is(err, keyspace.ErrMaxAttempts),
 		errors.Is(err, keyspace.ErrInvalidToken), errors.Is(err, keyspace.ErrEmptyBatch),
+		errors.Is(err, keyspace.ErrRequestIDTooLong),
 		errors.Is(err, errNoOperation), errors.Is(err, errBadDigest), errors.Is(err, errAuditRange),
 		errors.Is(err, errBadAdmin), errors.Is(err, errBadNodeID):
 		return codes.InvalidArgument

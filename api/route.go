@@ -263,7 +263,7 @@ func serveOne[R any](ctx context.Context, s *Server, req R, validate func(R) (ta
 // runLocal runs one validated operation on the local replica sh.
 func runLocal(ctx context.Context, sh *shard.Shard, t target) (*gridpb.OpResult, error) {
 	if t.read {
-		res, err := sh.Get(ctx, t.cmd.Digest, t.staleOK)
+		res, err := sh.Read(ctx, t.cmd.Digest, t.readOptions())
 		if err != nil {
 			return nil, err
 		}

@@ -54,7 +54,7 @@ func TestClusterRouting(t *testing.T) {
 		// The leaders hold what the follower acknowledged.
 		for i, l := range map[int]*testNode{0: l0, 1: l1} {
 			k := keyOf(t, i, "fwd", 0)
-			got, err := dial(t, l.addr).Get(redirectOnly(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: k})
+			got, err := dial(t, l.addr).Get(redirectOnly(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: k, ShowToken: true})
 			if err != nil || got.State != gridpb.State_PROCESSING || got.Token != r[i].Token {
 				t.Errorf("leader %s of shard %d: %v %v, want PROCESSING with token %d", l.id, i, got, err, r[i].Token)
 			}

@@ -51,7 +51,7 @@ func TestReserveCompleteDuplicate(t *testing.T) {
 	if err != nil || dup.Outcome != gridpb.Outcome_DUPLICATE || string(dup.Result) != "ok" || dup.CompletedAtUnixMs == 0 {
 		t.Fatalf("duplicate: %v %v", dup, err)
 	}
-	got, err := c.Get(ctx(t), &gridpb.GetRequest{Namespace: []byte("orders"), Key: []byte("m-1")})
+	got, err := c.Get(ctx(t), &gridpb.GetRequest{Namespace: []byte("orders"), Key: []byte("m-1"), ShowToken: true})
 	if err != nil || got.State != gridpb.State_COMPLETED || got.Token != res.Token {
 		t.Fatalf("get: %v %v", got, err)
 	}
@@ -165,7 +165,7 @@ func TestBatchPerOperationErrors(t *testing.T) {
 		}
 		ops = append(ops, &gridpb.Op{Op: &gridpb.Op_Reserve{Reserve: &gridpb.ReserveRequest{Namespace: []byte("b"), Key: key}}})
 	}
-	ops = append(ops, &gridpb.Op{Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: []byte("b"), Key: []byte("a0")}}})
+	ops = append(ops, &gridpb.Op{Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: []byte("b"), Key: []byte("a0"), ShowToken: true}}})
 	resp, err := c.Batch(ctx(t), &gridpb.BatchRequest{Ops: ops})
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,8 @@
 // POISONED; token, attempts, max_attempts, deadline, stored result) and
 // transitions implements the Reserve, Complete, Fail, Extend, Release, Get
 // and Forget tables the way keyspace does; each answer is checked in full
-// (outcome, state, token, attempt, deadline, result), so an acknowledged
+// (outcome, state, token, attempt, deadline, result; a Get shows no token,
+// as the grid's Get without show_token), so an acknowledged
 // Extend whose new deadline a later Get does not show is caught as surely as
 // a lost Complete.
 //
@@ -29,7 +30,8 @@
 //
 // Time: the grid evaluates each write at the stamp its leader put in the log
 // entry, which every answer carries (client.Result.Now). The model uses that
-// stamp: deadlines are exact (now + lease, now + retention), a lease past its
+// stamp: deadlines are exact (now + lease, now + retention; an Extend's is
+// max(deadline, now + lease): it never shortens a lease), a lease past its
 // deadline is taken over by the next Reserve (attempt + 1, or POISONED at
 // max_attempts), a settled record past its retention reads ABSENT. Writes of
 // one key are applied in log order with non-decreasing stamps, so an answer
@@ -59,8 +61,10 @@
 //
 // Each recorded operation must be sent at most once. The client resends a
 // call that found the grid unavailable; a resent Reserve whose first send
-// was granted answers BUSY on its own lease, one operation making two
-// transitions. The test's clients therefore run with RetryPolicy{Attempts:
+// was granted answers BUSY on its own lease without a request id, one
+// operation making two transitions, and with one answers that grant again
+// (replayed) at a later stamp than the grant's, which the model does not
+// expect. The test's clients therefore run with RetryPolicy{Attempts:
 // 1}; against a single node they wait for the connection
 // (grpc.WaitForReady) instead of failing while it restarts. A porcupine
 // result of Unknown (the search timed out) fails the test: it is not a

@@ -196,7 +196,7 @@ var absent = Register{State: client.StateAbsent}
 type tokenMode uint8
 
 const (
-	tokHidden tokenMode = iota // 0 on the wire (BUSY, LEASE_LOST; ABSENT records)
+	tokHidden tokenMode = iota // 0 on the wire (BUSY, LEASE_LOST, Get; ABSENT records)
 	tokRecord                  // the record's token, pinned if unknown
 	tokFresh                   // a new grant: above the floor
 )
@@ -320,6 +320,15 @@ func (s Register) holds(tok uint64) []struct {
 	return []r{{true, p}, {false, s}}
 }
 
+// extended is the state after an Extend by d at t: the deadline becomes
+// max(deadline, now + d), exact when both are, a lower bound otherwise.
+func (s Register) extended(t at, d int64) Register {
+	n := s.withDeadline(t, d)
+	n.Deadline = max(s.Deadline, n.Deadline)
+	n.DeadlineExact = t.known && s.DeadlineExact
+	return n
+}
+
 // view is the answer of an operation that leaves the record as it is.
 func (s Register) view(o client.Outcome, hidden bool) answer {
 	a := answer{outcome: o, state: s.State, attempt: s.Attempts, result: s.Result}
@@ -385,7 +394,7 @@ func transitions(s Register, in Input, t at) []transition {
 			for _, h := range rec.holds(in.Token) {
 				r := h.s
 				if h.yes && r.State == client.StateProcessing {
-					n := r.withDeadline(t, in.Lease)
+					n := r.extended(t, in.Lease)
 					add(n, n.view(client.OutcomeOK, false))
 				} else {
 					add(r, r.view(client.OutcomeLeaseLost, true))
@@ -408,11 +417,12 @@ func transitions(s Register, in Input, t at) []transition {
 		case OpGet:
 			// A read changes nothing, not even by reclaiming an expired
 			// record: a later write may be stamped below the read (a
-			// ReadIndex read is stamped by the leader's clock).
+			// ReadIndex read is stamped by the leader's clock). It shows
+			// no token: a reader is not the holder.
 			if rec.State == s.State {
-				add(rec, rec.view(client.OutcomeOK, false))
+				add(rec, rec.view(client.OutcomeOK, true))
 			} else {
-				add(s, rec.view(client.OutcomeOK, false))
+				add(s, rec.view(client.OutcomeOK, true))
 			}
 		case OpForget:
 			n := rec.cleared()

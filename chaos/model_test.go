@@ -95,7 +95,7 @@ func TestModelAccepts(t *testing.T) {
 			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
 			seq(1, reserve(keyA), busy(1, t0+lease, t0+1)).
 			seq(0, extend(keyA, 10, 2*lease), processing(10, 1, t0+2+2*lease, t0+2)).
-			seq(1, get(keyA), processing(10, 1, t0+2+2*lease, t0+3)).
+			seq(1, get(keyA), processing(0, 1, t0+2+2*lease, t0+3)).
 			seq(0, complete(keyA, 10, "r"), completed(client.OutcomeOK, 10, "r", t0+4+day, t0+4)).
 			seq(0, complete(keyA, 10, "r"), completed(client.OutcomeOK, 10, "r", t0+4+day, t0+5)).
 			seq(1, reserve(keyA), completed(client.OutcomeDuplicate, 10, "r", t0+4+day, t0+6)).
@@ -108,13 +108,23 @@ func TestModelAccepts(t *testing.T) {
 		"concurrent reserves": new(hist).
 			at(0, 0, 100, reserve(keyA), busy(1, t0+1+lease, t0+2)).
 			at(1, 10, 50, reserve(keyA), acquired(10, 1, t0+1, lease)),
-		// A reserve whose answer was lost granted a token that a later Get
-		// reveals; the token is pinned from then on.
+		// A reserve whose answer was lost granted a token nobody saw (a Get
+		// shows no token); the settle that names it pins it.
 		"unknown grant revealed": new(hist).
 			unknown(0, reserve(keyA)).
-			seq(1, get(keyA), processing(15, 1, t0+10+lease, t0+20)).
+			seq(1, get(keyA), processing(0, 1, t0+10+lease, t0+20)).
 			seq(1, reserve(keyA), busy(1, t0+10+lease, t0+21)).
 			seq(2, complete(keyA, 15, "r"), completed(client.OutcomeOK, 15, "r", t0+22+day, t0+22)),
+		// An Extend never shortens a lease: a shorter one keeps the deadline.
+		"shorter extend keeps the deadline": new(hist).
+			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
+			seq(0, extend(keyA, 10, 1000), processing(10, 1, t0+lease, t0+1)).
+			seq(1, get(keyA), processing(0, 1, t0+lease, t0+2)),
+		// The same after an Extend whose answer was lost.
+		"unknown extend, shorter": new(hist).
+			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
+			unknown(0, extend(keyA, 10, 1000)).
+			seq(1, get(keyA), processing(0, 1, t0+lease, t0+20)),
 		// A complete with an open end may land late: after a BUSY, before
 		// the DUPLICATE.
 		"unknown settle lands late": new(hist).
@@ -126,7 +136,7 @@ func TestModelAccepts(t *testing.T) {
 		"unknown settle never lands": new(hist).
 			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
 			unknown(0, fail(keyA, 10)).
-			seq(1, get(keyA), processing(10, 1, t0+lease, t0+5)),
+			seq(1, get(keyA), processing(0, 1, t0+lease, t0+5)),
 		// An expired lease is taken over by the next attempt with a larger
 		// token, and the old holder's settle is refused.
 		"expiry takeover": new(hist).
@@ -189,7 +199,7 @@ func TestModelRejects(t *testing.T) {
 			seq(0, reserve(keyA), acquired(20, 1, t0, lease)).
 			seq(0, release(keyA, 20), absentOut(client.OutcomeOK, t0+1)).
 			unknown(1, reserve(keyA)).
-			seq(2, get(keyA), processing(15, 1, t0+2+lease, t0+3)),
+			seq(2, complete(keyA, 15, "r"), completed(client.OutcomeOK, 15, "r", t0+3+day, t0+3)),
 		"absent after an acknowledged complete": new(hist).
 			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
 			seq(0, complete(keyA, 10, "r"), completed(client.OutcomeOK, 10, "r", t0+1+day, t0+1)).
@@ -197,7 +207,13 @@ func TestModelRejects(t *testing.T) {
 		"acknowledged extend lost": new(hist).
 			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
 			seq(0, extend(keyA, 10, 2*lease), processing(10, 1, t0+1+2*lease, t0+1)).
-			seq(1, get(keyA), processing(10, 1, t0+lease, t0+2)),
+			seq(1, get(keyA), processing(0, 1, t0+lease, t0+2)),
+		"extend shortened the lease": new(hist).
+			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
+			seq(0, extend(keyA, 10, 1000), processing(10, 1, t0+1+1000, t0+1)),
+		"holder's token shown to a reader": new(hist).
+			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
+			seq(1, get(keyA), processing(10, 1, t0+lease, t0+1)),
 		"settle with a superseded token": new(hist).
 			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
 			seq(0, release(keyA, 10), absentOut(client.OutcomeOK, t0+1)).

@@ -329,6 +329,18 @@ func (o poisonRetentionOption) applyProcess(p *processConfig) {
 // by Process's Fail answers POISONED (default: the grid's). Reserve, Process.
 func WithPoisonRetention(d time.Duration) ReserveOption { return poisonRetentionOption(d) }
 
+type requestIDOption string
+
+func (o requestIDOption) applyReserve(r *gridpb.ReserveRequest) { r.RequestId = []byte(o) }
+func (o requestIDOption) applyProcess(p *processConfig)         { p.reserve = append(p.reserve, o) }
+
+// WithRequestID names one logical Reserve (at most 64 bytes): a Reserve that
+// carries the request id of the lease in force on its key answers that grant
+// again (ACQUIRED, the same token and deadline, replayed) instead of BUSY.
+// Use a fresh id for each logical Reserve, and the same one only for its
+// resends. Reserve, Process.
+func WithRequestID(id string) ReserveOption { return requestIDOption(id) }
+
 // RetentionOption is the option made by WithRetention.
 type RetentionOption time.Duration
 
@@ -376,6 +388,15 @@ func (staleOKOption) applyGet(r *gridpb.GetRequest) { r.StaleOk = true }
 // WithStaleOK allows a possibly stale read from the local replica instead
 // of a linearizable one. Get.
 func WithStaleOK() GetOption { return staleOKOption{} }
+
+type showTokenOption struct{}
+
+func (showTokenOption) applyGet(r *gridpb.GetRequest) { r.ShowToken = true }
+
+// WithShowToken asks for the operator view: the Result carries the record's
+// token, which a Get otherwise never shows (a reader is not the holder, and
+// the token of a lease would let it settle another consumer's work). Get.
+func WithShowToken() GetOption { return showTokenOption{} }
 
 // The option types keep up with the operations they claim to configure.
 var (

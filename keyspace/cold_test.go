@@ -127,7 +127,7 @@ func TestTierDemoteLookupPurge(t *testing.T) {
 	if res.Outcome != OutcomeDuplicate || !res.Cold || string(res.Result) != "receipt" || res.CompletedAt != 0 {
 		t.Fatalf("reserve of a cold record: %+v; want a cold DUPLICATE with its result, completed at 0", res)
 	}
-	if g := r.m.Get(ds[1], 2*dayMs); g.State != Completed || !g.Cold || g.Deadline != 7*dayMs {
+	if g := r.m.Get(ds[1], 2*dayMs, false); g.State != Completed || !g.Cold || g.Deadline != 7*dayMs {
 		t.Fatalf("Get of a cold record: %+v", g)
 	}
 	if f := r.apply(2*dayMs, Command{Op: OpForget, Digest: ds[2]})[0]; !f.Existed || len(r.cold.recs) != 99 {
@@ -154,7 +154,7 @@ func TestTierGoneColdRecord(t *testing.T) {
 	if len(r.cold.recs) != 1 {
 		t.Fatalf("cold holds %d", len(r.cold.recs))
 	}
-	if g := r.m.Get(ds[0], 2*dayMs); g.State != Absent {
+	if g := r.m.Get(ds[0], 2*dayMs, false); g.State != Absent {
 		t.Fatalf("Get past retention: %v", g.State)
 	}
 	if g := r.apply(2*dayMs, reserveOf(ds[0], 1000))[0]; g.Outcome != OutcomeAcquired || len(r.cold.recs) != 0 || r.m.Len() != 1 {

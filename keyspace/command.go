@@ -15,6 +15,13 @@ import (
 // length-prefixed payload; older binaries skip them with an OutcomeIgnored
 // result. A new op that changes state must take a value below. Unknown flag
 // bits are refused like unknown ops.
+//
+// A new optional field takes a new flag bit and appends its payload after
+// the fields an entry of its op already carries, only when its flag is set:
+// entries written before it existed still decode, to the same commands, and
+// a command that does not use it encodes to the same bytes as before. Bits
+// 4 (request id, Reserve) and 5 (show token, Get) came that way; an entry
+// that sets them is refused by a binary older than them, as the rule says.
 type Op uint8
 
 const (
@@ -57,6 +64,14 @@ type Command struct {
 	HasEntity      bool // Reserve
 	Entity         Digest
 	Version        uint64
+	// HasRequestID and RequestID (Reserve): RequestIDHash of the request
+	// id the caller gave the reserve, the same across its resends.
+	HasRequestID bool
+	RequestID    uint64
+
+	// ShowToken (Get): the operator view, which includes the record's
+	// token. Without it a Get answers no token.
+	ShowToken bool
 
 	HasRetryAfter bool // Fail
 	RetryAfter    int64
@@ -91,6 +106,10 @@ const (
 	cmdEntity      = 1 << 1
 	cmdRetryAfter  = 1 << 2
 	cmdPoison      = 1 << 3
+	cmdRequestID   = 1 << 4
+	cmdShowToken   = 1 << 5
+
+	cmdKnownFlags = cmdFingerprint | cmdEntity | cmdRetryAfter | cmdPoison | cmdRequestID | cmdShowToken
 )
 
 // ErrCorruptEntry is returned for bytes that are not a valid entry.
@@ -132,6 +151,12 @@ func appendCommand(buf []byte, c *Command) []byte {
 	if c.Poison {
 		flags |= cmdPoison
 	}
+	if c.HasRequestID {
+		flags |= cmdRequestID
+	}
+	if c.ShowToken {
+		flags |= cmdShowToken
+	}
 	buf = append(buf, byte(c.Op), flags)
 	buf = binary.BigEndian.AppendUint64(buf, c.Digest.Hi)
 	buf = binary.BigEndian.AppendUint64(buf, c.Digest.Lo)
@@ -147,6 +172,9 @@ func appendCommand(buf []byte, c *Command) []byte {
 			buf = binary.BigEndian.AppendUint64(buf, c.Entity.Hi)
 			buf = binary.BigEndian.AppendUint64(buf, c.Entity.Lo)
 			buf = binary.AppendUvarint(buf, c.Version)
+		}
+		if c.HasRequestID {
+			buf = binary.BigEndian.AppendUint64(buf, c.RequestID)
 		}
 	case OpComplete:
 		buf = binary.AppendUvarint(buf, c.Token)
@@ -224,7 +252,7 @@ func DecodeEntry(b []byte) (Entry, error) {
 func (d *decoder) command() (Command, error) {
 	c := Command{Op: Op(d.byte())}
 	flags := d.byte()
-	known := byte(cmdFingerprint | cmdEntity | cmdRetryAfter | cmdPoison)
+	known := byte(cmdKnownFlags)
 	if c.Op >= opIgnorable {
 		known = 0 // an ignorable op keeps all its data in its payload
 	}
@@ -238,6 +266,8 @@ func (d *decoder) command() (Command, error) {
 	c.HasEntity = flags&cmdEntity != 0
 	c.HasRetryAfter = flags&cmdRetryAfter != 0
 	c.Poison = flags&cmdPoison != 0
+	c.HasRequestID = flags&cmdRequestID != 0
+	c.ShowToken = flags&cmdShowToken != 0
 	switch c.Op {
 	case OpReserve:
 		c.Lease = d.duration()
@@ -249,6 +279,9 @@ func (d *decoder) command() (Command, error) {
 		if c.HasEntity {
 			c.Entity = d.digest()
 			c.Version = d.uvarint()
+		}
+		if c.HasRequestID {
+			c.RequestID = d.uint64()
 		}
 	case OpComplete:
 		c.Token = d.uvarint()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -20,11 +21,13 @@ func cmdGen(t *rapid.T) Command {
 		Op:     rapid.SampledFrom(cmdOps).Draw(t, "op"),
 		Digest: Digest{Hi: rapid.Uint64().Draw(t, "hi"), Lo: rapid.Uint64().Draw(t, "lo")},
 	}
-	flags := rapid.IntRange(0, 15).Draw(t, "flags")
+	flags := rapid.IntRange(0, cmdKnownFlags).Draw(t, "flags")
 	c.HasFingerprint = flags&cmdFingerprint != 0
 	c.HasEntity = flags&cmdEntity != 0
 	c.HasRetryAfter = flags&cmdRetryAfter != 0
 	c.Poison = flags&cmdPoison != 0
+	c.HasRequestID = flags&cmdRequestID != 0
+	c.ShowToken = flags&cmdShowToken != 0
 	dur := func(label string) int64 { return rapid.Int64Range(0, 1<<62).Draw(t, label) }
 	switch c.Op {
 	case OpReserve:
@@ -36,6 +39,9 @@ func cmdGen(t *rapid.T) Command {
 		if c.HasEntity {
 			c.Entity = Digest{Hi: rapid.Uint64().Draw(t, "ehi"), Lo: rapid.Uint64().Draw(t, "elo")}
 			c.Version = rapid.Uint64().Draw(t, "version")
+		}
+		if c.HasRequestID {
+			c.RequestID = rapid.Uint64().Draw(t, "request-id")
 		}
 	case OpComplete:
 		c.Token, c.Retention = rapid.Uint64().Draw(t, "token"), dur("retention")
@@ -95,13 +101,14 @@ func TestEntryRoundTrip(t *testing.T) {
 	})
 }
 
-// TestEntryEveryOpAndFlag walks all ops x 16 flag combinations explicitly.
+// TestEntryEveryOpAndFlag walks all ops x all flag combinations explicitly.
 func TestEntryEveryOpAndFlag(t *testing.T) {
 	for _, op := range cmdOps {
-		for flags := range 16 {
+		for flags := range cmdKnownFlags + 1 {
 			c := Command{Op: op, Digest: Digest{Hi: 0x0102030405060708, Lo: 0x1112131415161718},
 				HasFingerprint: flags&cmdFingerprint != 0, HasEntity: flags&cmdEntity != 0,
-				HasRetryAfter: flags&cmdRetryAfter != 0, Poison: flags&cmdPoison != 0}
+				HasRetryAfter: flags&cmdRetryAfter != 0, Poison: flags&cmdPoison != 0,
+				HasRequestID: flags&cmdRequestID != 0, ShowToken: flags&cmdShowToken != 0}
 			switch op {
 			case OpReserve:
 				c.Lease, c.Retention, c.MaxAttempts = 30_000, 1<<62, 255
@@ -110,6 +117,9 @@ func TestEntryEveryOpAndFlag(t *testing.T) {
 				}
 				if c.HasEntity {
 					c.Entity, c.Version = Digest{Hi: 9, Lo: 10}, 1<<64-1
+				}
+				if c.HasRequestID {
+					c.RequestID = RequestIDHash([]byte("request"))
 				}
 			case OpComplete:
 				c.Token, c.Retention, c.Result = 1<<64-1, 0, []byte("result")
@@ -126,7 +136,7 @@ func TestEntryEveryOpAndFlag(t *testing.T) {
 			e := Entry{Now: -1, Commands: []Command{c, c}}
 			got, err := DecodeEntry(AppendEntry(nil, &e))
 			if err != nil || !cmdEqual(got, e) {
-				t.Errorf("%v flags %04b: DecodeEntry = %+v, %v; want %+v", op, flags, got, err, e)
+				t.Errorf("%v flags %06b: DecodeEntry = %+v, %v; want %+v", op, flags, got, err, e)
 			}
 		}
 	}
@@ -187,6 +197,9 @@ func TestDecodeEntryErrors(t *testing.T) {
 		{"op 0", cmdRaw(entryVersion, kindCommands, 1, cmdHead(0, 0))},
 		{"op 8 (unknown, state-changing)", cmdRaw(entryVersion, kindCommands, 1, cmdHead(OpGet+1, 0))},
 		{"op 0x7f (unknown, state-changing)", cmdRaw(entryVersion, kindCommands, 1, cmdHead(0x7f, 0))},
+		{"unknown flag 0x40", cmdRaw(entryVersion, kindCommands, 1, cmdHead(OpForget, 0x40))},
+		{"unknown flag 0x80", cmdRaw(entryVersion, kindCommands, 1, cmdHead(OpGet, 0x80))},
+		{"request id cut short", cmdRaw(entryVersion, kindCommands, 1, cmdHead(OpReserve, cmdRequestID), uv(1000), uv(0), []byte{3}, []byte{1, 2, 3})},
 		{"lease above 2^62", cmdRaw(entryVersion, kindCommands, 1, cmdHead(OpReserve, 0), uv(1<<62+1), uv(0), []byte{3})},
 		{"retention above 2^62", cmdRaw(entryVersion, kindCommands, 1, cmdHead(OpComplete, 0), uv(1), uv(1<<63), uv(0))},
 		{"retry-after above 2^62", cmdRaw(entryVersion, kindCommands, 1, cmdHead(OpFail, cmdRetryAfter), uv(1), uv(0), uv(1<<64-1))},
@@ -203,6 +216,42 @@ func TestDecodeEntryErrors(t *testing.T) {
 	ok := cmdRaw(entryVersion, kindCommands, 1, cmdHead(OpExtend, 0), uv(1), uv(1<<62))
 	if e, err := DecodeEntry(ok); err != nil || e.Commands[0].Lease != 1<<62 {
 		t.Errorf("lease 2^62: DecodeEntry = %+v, %v", e, err)
+	}
+}
+
+// TestEntryEncodingBeforeRequestIDs: a Reserve and a Get written before
+// request ids and show_token existed (hand-made bytes, the old layout) still
+// decode, without them; and commands that use neither encode to exactly
+// those bytes, so entries written by this version and the one before agree.
+func TestEntryEncodingBeforeRequestIDs(t *testing.T) {
+	old := cmdRaw(entryVersion, kindCommands, 2,
+		cmdHead(OpReserve, cmdFingerprint), uv(30_000), uv(7_000), []byte{5}, binary.BigEndian.AppendUint64(nil, 42),
+		cmdHead(OpGet, 0))
+	want := Entry{Now: 1000, Commands: []Command{
+		{Op: OpReserve, Lease: 30_000, Retention: 7_000, MaxAttempts: 5, HasFingerprint: true, Fingerprint: 42},
+		{Op: OpGet},
+	}}
+	got, err := DecodeEntry(old)
+	if err != nil || !cmdEqual(got, want) {
+		t.Fatalf("old entry: DecodeEntry = %+v, %v; want %+v", got, err, want)
+	}
+	if b := AppendEntry(nil, &want); !bytes.Equal(b, old) {
+		t.Fatalf("AppendEntry = %x, the old encoding %x", b, old)
+	}
+	// The new fields are flagged, and a request id follows the fields the
+	// Reserve had.
+	want.Commands[0].HasRequestID, want.Commands[0].RequestID = true, 7
+	want.Commands[1].ShowToken = true
+	b := AppendEntry(nil, &want)
+	reserveEnd := len(old) - 18 // the Get is op, flags and digest
+	wantBytes := slices.Concat(old[:reserveEnd], binary.BigEndian.AppendUint64(nil, 7), old[reserveEnd:])
+	wantBytes[12] |= cmdRequestID // version, kind, stamp, count, op
+	wantBytes[reserveEnd+8+1] |= cmdShowToken
+	if !bytes.Equal(b, wantBytes) {
+		t.Fatalf("AppendEntry = %x, want %x", b, wantBytes)
+	}
+	if got, err := DecodeEntry(b); err != nil || !cmdEqual(got, want) {
+		t.Fatalf("DecodeEntry = %+v, %v; want %+v", got, err, want)
 	}
 }
 
@@ -264,7 +313,7 @@ func TestDecodeEntryResultAliases(t *testing.T) {
 	if string(e.Commands[0].Result) != "XXXXXX" {
 		t.Fatalf("decoded result does not alias the entry: %q", e.Commands[0].Result)
 	}
-	if got := m.Get(d, 3); string(got.Result) != "result" {
+	if got := m.Get(d, 3, false); string(got.Result) != "result" {
 		t.Fatalf("stored result changed with the entry buffer: %q", got.Result)
 	}
 }

@@ -8,6 +8,7 @@ func (m *Machine) complete(c *Command, now int64) Result {
 	switch {
 	case had && rec.Token == c.Token && rec.State() == Processing:
 		done := settle(rec, Completed, now, c.Retention)
+		m.dropRequestID(d, &done)
 		if ref, ok := m.dropPending(d, &done); ok {
 			m.raiseEntity(ref, done.Deadline)
 		}

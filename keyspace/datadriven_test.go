@@ -25,13 +25,13 @@ import (
 // Machine.Apply with an explicit stamp now=, at the next Raft index (1, 2, ...)
 // unless index= names one (indexes must increase).
 //
-//	reserve key=a [lease=1000] [max=3] [retention=10000] [fp=7] [entity=o1 version=3] now=100 [index=N]
+//	reserve key=a [lease=1000] [max=3] [retention=10000] [fp=7] [entity=o1 version=3] [id=r1] now=100 [index=N]
 //	complete key=a [token=T] [retention=5000] [result=x] now=...
 //	fail key=a [token=T] [retry-after=500] [poison] [retention=10000] now=...
 //	release key=a [token=T] now=...
 //	extend key=a [token=T] [lease=1000] now=...
 //	forget key=a now=...
-//	get key=a now=...          Machine.Get, not applied; checks that it changes nothing
+//	get key=a [show-token] now=...  Machine.Get, not applied; checks that it changes nothing
 //	tick now=... [index=N]     a Tick entry with no commands: prints the records held before and after
 //	batch now=... [index=N] [tick]
 //	<one command per line, without now= and index=; "get" is an OpGet in the entry>
@@ -50,19 +50,24 @@ import (
 // API requires.
 //
 // BUSY, LEASE_LOST, MISMATCH and STALE never show a token: the holder's
-// token is not handed to a caller that does not hold the lease.
+// token is not handed to a caller that does not hold the lease. Neither does
+// a get, unless it asks for the operator view with show-token.
+//
+// id= is the reserve's request id (its RequestIDHash goes into the command);
+// dump shows the id a PROCESSING record keeps.
 //
 // A result prints as
 //
-//	OUTCOME state=S [token=tN] [attempt=N deadline=N] [retry-after=N] [completed-at=N] [result=x] [fp=N] [existed=B] [took-over] [lease-expired] [at=N]
+//	OUTCOME state=S [token=tN] [attempt=N deadline=N] [retry-after=N] [completed-at=N] [result=x] [fp=N] [existed=B] [took-over] [lease-expired] [replayed] [at=N]
 //
 // where at= appears only when the command was evaluated at a stamp other than
 // the now= it was given (stamps never move backwards).
 //
 // Besides the output, the harness checks after every command that the counts
 // and side maps agree with the table, that every ACQUIRED token is
-// index<<16|position and larger than every token granted before for that key,
-// and that no BUSY, LEASE_LOST, MISMATCH or STALE carries a token.
+// index<<16|position and larger than every token granted before for that key
+// (a replayed one is the key's last grant), and that no BUSY, LEASE_LOST,
+// MISMATCH or STALE carries a token.
 func TestMachineDataDriven(t *testing.T) {
 	datadriven.Walk(t, "testdata/machine", func(t *testing.T, path string) {
 		h := newDDHarness()
@@ -86,6 +91,7 @@ type ddHarness struct {
 	tokens    []uint64          // tN -> token, by N-1
 	last      map[string]uint64 // key -> token of its last ACQUIRED
 	granted   map[Digest]uint64 // largest token granted per record digest
+	ids       map[uint64]string // RequestIDHash -> request id named by a reserve
 }
 
 func newDDHarness() *ddHarness {
@@ -97,6 +103,7 @@ func newDDHarness() *ddHarness {
 		names:     make(map[uint64]string),
 		last:      make(map[string]uint64),
 		granted:   make(map[Digest]uint64),
+		ids:       make(map[uint64]string),
 	}
 }
 
@@ -218,11 +225,12 @@ func (h *ddHarness) run(t *testing.T, d *datadriven.TestData) string {
 	case "get":
 		key := a.str(t, "key")
 		now := a.int(t, "now", 0)
+		show := a.has("show-token")
 		a.done(t)
 		d := h.digest(t, key, "")
 		before, beforeOK := h.m.table.Get(d)
 		n, counts := h.m.Len(), h.m.counts
-		res := h.m.Get(d, now)
+		res := h.m.Get(d, now, show)
 		after, afterOK := h.m.table.Get(d)
 		if before != after || beforeOK != afterOK || n != h.m.Len() || counts != h.m.counts {
 			t.Errorf("%s: Get changed the machine", a.pos)
@@ -337,6 +345,10 @@ func (h *ddHarness) command(t *testing.T, a *ddArgs) (Command, string) {
 			c.HasEntity, c.Entity, c.Version = true, EntityDigest(ddNamespace, []byte(entity)), a.uint(t, "version")
 			h.entities[entity] = c.Entity
 		}
+		if id, ok := a.lookup("id"); ok {
+			c.HasRequestID, c.RequestID = true, RequestIDHash([]byte(id))
+			h.ids[c.RequestID] = id
+		}
 		c.Digest = h.digest(t, key, entity)
 		return c, key
 	case "complete":
@@ -361,6 +373,7 @@ func (h *ddHarness) command(t *testing.T, a *ddArgs) (Command, string) {
 		c.Op = OpForget
 	case "get":
 		c.Op = OpGet
+		c.ShowToken = a.has("show-token")
 	default:
 		t.Fatalf("%s: unknown command %q", a.pos, a.cmd)
 	}
@@ -388,6 +401,12 @@ func (h *ddHarness) apply(t *testing.T, index uint64, e *Entry) []Result {
 			}
 		}
 		if r.Outcome != OutcomeAcquired {
+			continue
+		}
+		if r.Replayed {
+			if r.Token != h.granted[c.Digest] {
+				t.Errorf("replayed ACQUIRED has token %d, the key's last grant %d", r.Token, h.granted[c.Digest])
+			}
 			continue
 		}
 		if want := index<<16 | uint64(i); r.Token != want {
@@ -446,6 +465,9 @@ func (h *ddHarness) format(r Result, op Op, now int64) string {
 	if r.LeaseExpired {
 		b.WriteString(" lease-expired")
 	}
+	if r.Replayed {
+		b.WriteString(" replayed")
+	}
 	if r.Now != now {
 		fmt.Fprintf(&b, " at=%d", r.Now)
 	}
@@ -489,6 +511,10 @@ func (h *ddHarness) dump() string {
 		if r.has(flagEntity) {
 			ref, _ := m.pending.get(d)
 			fmt.Fprintf(&b, " entity=%s@%d", h.entityName(ref.entity), ref.version)
+		}
+		if r.has(flagRequestID) {
+			id, _ := m.requestIDs.get(d)
+			fmt.Fprintf(&b, " id=%s", h.ids[id])
 		}
 		if r.gone(m.Now()) {
 			b.WriteString(" gone")
@@ -534,7 +560,7 @@ type ksTB interface {
 func ksCheckMachine(t ksTB, m *Machine) {
 	t.Helper()
 	var counts [Poisoned + 1]int64
-	n, fps, results, pending := 0, 0, 0, 0
+	n, fps, results, pending, ids := 0, 0, 0, 0, 0
 	m.table.Range(func(d Digest, r Record) bool {
 		n++
 		s := r.State()
@@ -560,12 +586,21 @@ func ksCheckMachine(t ksTB, m *Machine) {
 		if r.has(flagEntity) && s != Processing && s != Failed {
 			t.Fatalf("record %v: %v with a pending entity", d, s)
 		}
+		if _, ok := m.requestIDs.get(d); ok != r.has(flagRequestID) {
+			t.Fatalf("record %v: request id flag %v, side map %v", d, r.has(flagRequestID), ok)
+		}
+		if r.has(flagRequestID) && s != Processing {
+			t.Fatalf("record %v: %v with a request id", d, s)
+		}
 		fps += int(r.flags() & flagFingerprint)
 		if r.has(flagResult) {
 			results++
 		}
 		if r.has(flagEntity) {
 			pending++
+		}
+		if r.has(flagRequestID) {
+			ids++
 		}
 		return true
 	})
@@ -575,8 +610,8 @@ func ksCheckMachine(t ksTB, m *Machine) {
 	if counts != m.counts {
 		t.Fatalf("counts %v, table holds %v", m.counts, counts)
 	}
-	if fps != m.fingerprints.len() || results != m.results.len() || pending != m.pending.len() {
-		t.Fatalf("side maps hold %d/%d/%d entries, flagged records %d/%d/%d",
-			m.fingerprints.len(), m.results.len(), m.pending.len(), fps, results, pending)
+	if fps != m.fingerprints.len() || results != m.results.len() || pending != m.pending.len() || ids != m.requestIDs.len() {
+		t.Fatalf("side maps hold %d/%d/%d/%d entries, flagged records %d/%d/%d/%d",
+			m.fingerprints.len(), m.results.len(), m.pending.len(), m.requestIDs.len(), fps, results, pending, ids)
 	}
 }

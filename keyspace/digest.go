@@ -76,6 +76,14 @@ func fingerprint(namespace string, sep byte, name []byte) Digest {
 	return Digest{Hi: hi, Lo: lo}
 }
 
+// RequestIDHash is the form in which a Reserve's request id enters the log
+// and the record: its 64-bit FarmHash Fingerprint64. The API computes it once,
+// when it builds the command; the state machine only compares hashes. Two
+// request ids that share a hash would be taken for one only if they reserve
+// the same key while one of them holds it, a chance of 2^-64 per pair. Like
+// the digest, the function is part of the log format.
+func RequestIDHash(id []byte) uint64 { return farm.Fingerprint64(id) }
+
 // Slot maps the digest onto one of slots slots, from the low 32 bits of Hi
 // (fast range reduction, no modulo bias worth the name).
 func (d Digest) Slot(slots uint32) uint32 {

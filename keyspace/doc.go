@@ -20,9 +20,31 @@
 // namespace ‖ 0x00 ‖ key). The hot Table keeps a fixed 40-byte slot per
 // record (digest, token, deadline, packed state/flags/attempts/aux) in
 // open-addressing segments: no Go map of pointers and no allocation per key.
-// Fingerprints, stored results and the entity reference of an in-flight
-// reserve live in side maps keyed by digest, flagged in the record, so keys
-// without them pay nothing.
+// Fingerprints, stored results, and the entity reference and request id of
+// an in-flight reserve live in side maps keyed by digest, flagged in the
+// record, so keys without them pay nothing.
+//
+// # Leases
+//
+// A Reserve may carry a request id (as RequestIDHash, 8 bytes), the same
+// across the resends of one logical call. The PROCESSING record keeps it
+// until it leaves PROCESSING by any way (settled, released, forgotten, taken
+// over, poisoned, reclaimed). A Reserve that finds a lease in force
+// (deadline > now) keeping its own request id answers that grant again:
+// ACQUIRED with the same token, deadline and attempt, Result.Replayed set,
+// nothing changed. This comes before the STALE check (the grant passed it
+// when it was made); a differing fingerprint is another message and goes on
+// to MISMATCH. These are the client sessions of the Raft dissertation,
+// section 6.3, scoped to one lease: a resend never finds itself BUSY.
+//
+// Extend sets the deadline to max(deadline, now + lease): it never shortens
+// a lease, and its answer carries the lease's real deadline.
+//
+// A lease's token goes to its holder only: BUSY, LEASE_LOST, MISMATCH and
+// STALE answers carry none, and neither does Get unless the caller asks for
+// the operator view (Get's showToken, Command.ShowToken for a read in log
+// order). A Reserve that finds a settled record (DUPLICATE, POISONED) gets
+// that record's token: it no longer fences any work in flight.
 //
 // # Entities
 //

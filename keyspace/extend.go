@@ -1,7 +1,10 @@
 package keyspace
 
-// extend renews a held lease to now + lease. A lease past its deadline that
-// nobody took over can still be extended, as it can still be completed.
+// extend renews a held lease to max(its deadline, now + lease): a heartbeat
+// never shortens a lease, so a holder that timed its work by the deadline it
+// was given cannot lose the lease early to a shorter Extend. The answer's
+// deadline is the lease's real one. A lease past its deadline that nobody
+// took over can still be extended, as it can still be completed.
 func (m *Machine) extend(c *Command, now int64) Result {
 	d := c.Digest
 	rec, had := m.lookup(d, now)
@@ -9,7 +12,7 @@ func (m *Machine) extend(c *Command, now int64) Result {
 		return m.view(OutcomeLeaseLost, d, rec, had, now)
 	}
 	next := rec
-	next.Deadline = now + c.Lease
+	next.Deadline = max(rec.Deadline, now+c.Lease)
 	m.put(d, rec, true, next)
 	return m.view(OutcomeOK, d, next, true, now)
 }

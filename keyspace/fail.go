@@ -31,6 +31,7 @@ func (m *Machine) fail(c *Command, now int64) Result {
 		next.Deadline = now + delay
 		next.Meta = makeMeta(Failed, rec.flags(), rec.Attempts(), uint64(rec.MaxAttempts()))
 	}
+	m.dropRequestID(d, &next)
 	m.put(d, rec, true, next)
 	return m.view(OutcomeOK, d, next, true, now)
 }

@@ -5,7 +5,20 @@ import "bytes"
 // Get returns the record of d as of the stamp max(m.Now(), now), without
 // changing anything: a settled record past its retention reads as ABSENT.
 // The shard supplies now from the leader's clock for linearizable reads.
-func (m *Machine) Get(d Digest, now int64) Result {
+//
+// A Get answers no token unless showToken asks for the operator view: a
+// reader is not the holder, and the token of a lease would let it settle
+// another consumer's work. This is the one place the rule lives; OpGet
+// (a read in log order) and the shard's local reads both come here.
+func (m *Machine) Get(d Digest, now int64, showToken bool) Result {
+	res := m.get(d, now)
+	if !showToken {
+		res.Token = 0
+	}
+	return res
+}
+
+func (m *Machine) get(d Digest, now int64) Result {
 	now = max(now, m.now)
 	rec, had := m.table.Get(d)
 	if had && rec.gone(now) {

@@ -59,6 +59,7 @@ var (
 	ErrInvalidToken     = errors.New("keyspace: invalid token")
 	ErrBatchTooLarge    = errors.New("keyspace: batch too large")
 	ErrEmptyBatch       = errors.New("keyspace: empty batch")
+	ErrRequestIDTooLong = errors.New("keyspace: request id too long")
 )
 
 // ValidateNamespace checks [a-z0-9][a-z0-9._-]{0,63}.
@@ -93,6 +94,15 @@ func ValidateKey(key []byte) error {
 func ValidateEntity(entity []byte) error {
 	if len(entity) > MaxEntityLen {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrEntityTooLong, len(entity), MaxEntityLen)
+	}
+	return nil
+}
+
+// ValidateRequestID checks an optional request id (empty means none):
+// at most MaxRequestIDLen bytes.
+func ValidateRequestID(id []byte) error {
+	if len(id) > MaxRequestIDLen {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrRequestIDTooLong, len(id), MaxRequestIDLen)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ type Machine struct {
 	fingerprints sideMap[uint64]
 	results      sideMap[[]byte]
 	pending      sideMap[entityRef] // reserve's entity of a PROCESSING or FAILED record
+	requestIDs   sideMap[uint64]    // reserve's RequestIDHash of a PROCESSING record
 	entities     sideMap[entityVersion]
 	expiring     entityHeap // entity deadlines, for a bounded sweep
 	resultBytes  int64      // sum of len(results)
@@ -93,7 +94,8 @@ func (m *Machine) HotBytes() int { return m.table.Bytes() }
 // record plus the out-of-line results. Table slack (its load factor and
 // growth) comes on top.
 func (m *Machine) HotLiveBytes() int64 {
-	return int64(m.table.Len()*tabSlotSize) + m.resultBytes + int64(m.fingerprints.len()+m.pending.len())*sideEntryBytes
+	side := m.fingerprints.len() + m.pending.len() + m.requestIDs.len()
+	return int64(m.table.Len()*tabSlotSize) + m.resultBytes + int64(side)*sideEntryBytes
 }
 
 // Policy is the tiering policy in force, as the last tick set it.
@@ -136,7 +138,7 @@ func (m *Machine) apply(c *Command, now int64, token uint64) Result {
 	case OpForget:
 		return m.forget(c, now)
 	case OpGet:
-		return m.Get(c.Digest, now)
+		return m.Get(c.Digest, now, c.ShowToken)
 	default:
 		return Result{Outcome: OutcomeIgnored, State: Absent, Now: now}
 	}
@@ -208,6 +210,9 @@ func (m *Machine) dropSide(d Digest, r Record) {
 	}
 	if r.has(flagEntity) {
 		m.pending.del(d)
+	}
+	if r.has(flagRequestID) {
+		m.requestIDs.del(d)
 	}
 }
 
@@ -282,6 +287,15 @@ func settle(r Record, s State, now, retention int64) Record {
 		Token:    r.Token,
 		Deadline: now + retention,
 		Meta:     makeMeta(s, r.flags(), r.Attempts(), uint64(now)),
+	}
+}
+
+// dropRequestID forgets the request id of a record leaving PROCESSING: only
+// a lease in force answers its own reserve again (see reserve).
+func (m *Machine) dropRequestID(d Digest, r *Record) {
+	if r.has(flagRequestID) {
+		m.requestIDs.del(d)
+		r.setFlag(flagRequestID, false)
 	}
 }
 

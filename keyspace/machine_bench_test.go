@@ -44,8 +44,14 @@ func BenchmarkMachineReserve(b *testing.B) {
 // BenchmarkMachineMemory loads 1,000,000 reserved keys into one Machine
 // through Apply and reports the heap held per key (HeapInuse delta after
 // runtime.GC) and the hot table's slot bytes per key. DESIGN section 4: at
-// most 48 B/key. Run with -benchtime 1x.
+// most 48 B/key. Run with -benchtime 1x. "request-ids" reserves every key
+// with a request id, which its PROCESSING record keeps until settled.
 func BenchmarkMachineMemory(b *testing.B) {
+	b.Run("plain", func(b *testing.B) { benchMachineMemory(b, false) })
+	b.Run("request-ids", func(b *testing.B) { benchMachineMemory(b, true) })
+}
+
+func benchMachineMemory(b *testing.B, requestIDs bool) {
 	const keys = 1_000_000
 	for b.Loop() {
 		e := machBenchEntry()
@@ -57,7 +63,9 @@ func BenchmarkMachineMemory(b *testing.B) {
 		for index := uint64(1); index <= keys/machBenchPerEntry; index++ {
 			e.Now = int64(index)
 			for i := range e.Commands {
-				e.Commands[i].Digest = tabTestDigest(index*machBenchPerEntry + uint64(i))
+				k := index*machBenchPerEntry + uint64(i)
+				e.Commands[i].Digest = tabTestDigest(k)
+				e.Commands[i].HasRequestID, e.Commands[i].RequestID = requestIDs, k
 			}
 			out = m.Apply(index, &e, out[:0])
 		}

@@ -176,3 +176,24 @@ func TestMachineEntitySweep(t *testing.T) {
 		t.Fatalf("%d deadlines left in the heap", m.expiring.Len())
 	}
 }
+
+// TestHotLiveBytesCountsRequestIDs: the hot tier's budget counts the
+// request id a PROCESSING record keeps, and stops counting it once the
+// record is settled.
+func TestHotLiveBytesCountsRequestIDs(t *testing.T) {
+	plain, withID := NewMachine(), NewMachine()
+	d := KeyDigest("t", []byte("k"))
+	c := reserveOf(d, 1000)
+	granted := plain.Apply(1, &Entry{Now: 1, Commands: []Command{c}}, nil)[0]
+	c.HasRequestID, c.RequestID = true, RequestIDHash([]byte("call"))
+	withID.Apply(1, &Entry{Now: 1, Commands: []Command{c}}, nil)
+	if got, want := withID.HotLiveBytes()-plain.HotLiveBytes(), int64(sideEntryBytes); got != want {
+		t.Fatalf("a request id adds %d bytes, want %d", got, want)
+	}
+	done := Command{Op: OpComplete, Digest: d, Token: granted.Token, Retention: 5000}
+	plain.Apply(2, &Entry{Now: 2, Commands: []Command{done}}, nil)
+	withID.Apply(2, &Entry{Now: 2, Commands: []Command{done}}, nil)
+	if plain.HotLiveBytes() != withID.HotLiveBytes() || withID.requestIDs.len() != 0 {
+		t.Fatalf("after complete: %d vs %d bytes, %d request ids held", withID.HotLiveBytes(), plain.HotLiveBytes(), withID.requestIDs.len())
+	}
+}

@@ -18,7 +18,10 @@ import (
 // long as the longest retention of the records that raised it; Release of a
 // key nobody holds answers OK; the retention of a record poisoned by Reserve
 // or Fail is the command's Retention; a takeover keeps the record's
-// fingerprint if it has one. The model also tracks which expired records the
+// fingerprint if it has one; a reserve carrying the request id of the lease
+// in force answers that grant again unless its fingerprint differs (then it
+// is judged as any other reserve); Extend never shortens a lease; Get shows
+// no token unless asked for the operator view. The model also tracks which expired records the
 // machine still holds (they are reclaimed on lookup and by a Tick, which
 // sweeps a table this small in one pass), so Len and Count are compared
 // exactly.
@@ -63,6 +66,8 @@ type mdlRec struct {
 	hasEntity   bool
 	entity      int
 	version     uint64
+	hasReq      bool // the request id of the reserve granted the lease in force
+	req         uint64
 }
 
 type mdlEntity struct {
@@ -233,11 +238,14 @@ func (m *mdl) command(c *Command, k int, now int64, token uint64) Result {
 		if r == nil || r.token != c.Token || r.state != Processing {
 			return m.view(OutcomeLeaseLost, r, now)
 		}
-		r.deadline = now + c.Lease
+		if now+c.Lease < r.deadline {
+			m.saw("extend-kept-longer-lease")
+		}
+		r.deadline = max(r.deadline, now+c.Lease)
 		m.saw("extend")
 		return m.view(OutcomeOK, r, now)
 	case OpGet:
-		return m.get(k, now)
+		return m.get(k, now, c.ShowToken)
 	case OpForget:
 		r := m.lookup(k, now)
 		delete(m.recs, k)
@@ -259,6 +267,20 @@ func (m *mdl) poison(r *mdlRec, now, retention int64) {
 
 func (m *mdl) reserve(c *Command, k int, now int64, token uint64) Result {
 	r := m.lookup(k, now)
+	if r != nil && r.state == Processing && r.deadline > now && c.HasRequestID && r.hasReq && r.req == c.RequestID &&
+		!(c.HasFingerprint && r.hasFP && r.fp != c.Fingerprint) {
+		m.saw("replayed")
+		if c.HasEntity {
+			if ev, ok := m.entities[mdlEntityOf(k)]; ok && ev.deadline > now && c.Version <= ev.version {
+				// Rare in random histories; testdata/machine/reserve-replay
+				// has it by construction.
+				m.saw("replayed-past-stale")
+			}
+		}
+		res := m.view(OutcomeAcquired, r, now)
+		res.Replayed = true
+		return res
+	}
 	if c.HasEntity {
 		if ev, ok := m.entities[mdlEntityOf(k)]; ok && ev.deadline > now && c.Version <= ev.version {
 			if r != nil {
@@ -316,15 +338,20 @@ func (m *mdl) grant(r *mdlRec, c *Command, k int, now int64, token uint64) {
 	if c.HasEntity {
 		r.hasEntity, r.entity, r.version = true, mdlEntityOf(k), c.Version
 	}
+	r.hasReq, r.req = c.HasRequestID, c.RequestID
 }
 
-func (m *mdl) get(k int, now int64) Result {
+func (m *mdl) get(k int, now int64, showToken bool) Result {
 	now = max(now, m.now)
 	r := m.recs[k]
 	if r != nil && r.gone(now) {
 		r = nil
 	}
-	return m.view(OutcomeOK, r, now)
+	res := m.view(OutcomeOK, r, now)
+	if !showToken {
+		res.Token = 0 // a reader is not the holder
+	}
+	return res
 }
 
 func (m *mdl) count(s State) int64 {
@@ -424,6 +451,9 @@ func (run *mdlRun) command(t *rapid.T) (Command, int) {
 			c.Entity = EntityDigest(mdlNamespace, mdlEntityName(e))
 			c.Version = rapid.Uint64Range(0, 4).Draw(t, "version")
 		}
+		if id := rapid.IntRange(0, 2).Draw(t, "request-id"); id > 0 {
+			c.HasRequestID, c.RequestID = true, RequestIDHash(fmt.Appendf(nil, "req-%d", id))
+		}
 	case 7, 8, 9, 10:
 		c.Op = OpComplete
 		c.Token = run.token(t, key)
@@ -450,6 +480,7 @@ func (run *mdlRun) command(t *rapid.T) (Command, int) {
 		c.Op = OpForget
 	case 19:
 		c.Op = OpGet
+		c.ShowToken = rapid.Bool().Draw(t, "show-token")
 	default:
 		c.Op = opIgnorable + Op(rapid.IntRange(0, 3).Draw(t, "ignorable"))
 	}
@@ -461,7 +492,8 @@ func (run *mdlRun) step(t *rapid.T) {
 	case 0, 1:
 		key := rapid.IntRange(0, mdlKeys-1).Draw(t, "get-key")
 		now := run.stamp(t, "get")
-		got, want := run.m.Get(mdlDigest(key), now), run.model.get(key, now)
+		show := rapid.Bool().Draw(t, "get-show-token")
+		got, want := run.m.Get(mdlDigest(key), now, show), run.model.get(key, now, show)
 		got.Cold = false
 		mdlCompare(t, fmt.Sprintf("Get(key %d, %d)", key, now), got, want)
 	default:
@@ -514,7 +546,11 @@ func (run *mdlRun) entry(t *rapid.T) {
 		if got[i].Token != 0 {
 			run.tokens = append(run.tokens, got[i].Token)
 		}
-		if got[i].Outcome == OutcomeAcquired {
+		if got[i].Replayed {
+			if got[i].Token != run.granted[keys[i]] {
+				t.Fatalf("%s: replayed token %d is not the key's last grant %d", what, got[i].Token, run.granted[keys[i]])
+			}
+		} else if got[i].Outcome == OutcomeAcquired {
 			if prev, ok := run.granted[keys[i]]; ok && got[i].Token <= prev {
 				t.Fatalf("%s: token %d not above the key's earlier token %d", what, got[i].Token, prev)
 			}
@@ -607,7 +643,8 @@ func TestMachineModel(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"took-over", "lease-expired", "poisoned-on-takeover", "fail->FAILED", "fail->POISONED",
-		"complete", "complete-retry", "fail-retry", "release", "extend", "forget-existed", "reclaimed-by-tick", "stale-on-record"} {
+		"complete", "complete-retry", "fail-retry", "release", "extend", "forget-existed", "reclaimed-by-tick", "stale-on-record",
+		"replayed", "extend-kept-longer-lease"} {
 		if seen[k] == 0 {
 			t.Errorf("never saw %s", k)
 		}

@@ -22,8 +22,9 @@ func (s State) String() string {
 }
 
 // Record is the fixed-size state the hot table keeps for one digest: 24 bytes,
-// 40 with its digest. Fingerprints, results and entity references live out of
-// line (see State), flagged in Meta, so records without them pay nothing.
+// 40 with its digest. Fingerprints, results, entity references and request
+// ids live out of line (see State), flagged in Meta, so records without them
+// pay nothing.
 //
 // Meta packs: bits 0-3 state, 4-7 flags, 8-15 attempts, 16-63 aux. Aux holds
 // max attempts while PROCESSING or FAILED and the completed-at time (Unix ms)
@@ -38,10 +39,16 @@ type Record struct {
 	Meta     uint64
 }
 
+// The four flag bits of Meta are all in use. A fifth kind of side data needs
+// a bit from elsewhere in Meta (aux has room to spare), which changes the
+// record layout of snapshots and of the cold tier.
 const (
 	flagFingerprint = 1 << 0
 	flagResult      = 1 << 1
 	flagEntity      = 1 << 2
+	// flagRequestID: the reserve's request id (RequestIDHash) is kept in
+	// the request id side map. Only PROCESSING records carry one.
+	flagRequestID = 1 << 3
 
 	auxMask = 1<<48 - 1
 )

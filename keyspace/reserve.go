@@ -1,9 +1,16 @@
 package keyspace
 
-// reserve implements the Reserve table of DESIGN section 2.
+// reserve implements the Reserve table of DESIGN section 2, with the replay
+// of section 3 first: a Reserve that carries the request id of the lease in
+// force on its key is a resend of the reserve that was granted it.
 func (m *Machine) reserve(c *Command, now int64, token uint64) Result {
 	d := c.Digest
 	rec, had := m.lookup(d, now)
+	if had && m.replays(c, d, rec, now) {
+		res := m.view(OutcomeAcquired, d, rec, true, now)
+		res.Replayed = true
+		return res
+	}
 	if c.HasEntity {
 		if ev, ok := m.entities.get(c.Entity); ok && ev.deadline > now && c.Version <= ev.version {
 			return m.view(OutcomeStale, d, rec, had, now)
@@ -39,6 +46,7 @@ func (m *Machine) reserve(c *Command, now int64, token uint64) Result {
 		// token, so the crashed holder's late settles answer LEASE_LOST.
 		p.Token = token
 		m.dropPending(d, &p)
+		m.dropRequestID(d, &p)
 		m.put(d, rec, true, p)
 		res = m.view(OutcomePoisoned, d, p, true, now)
 	} else {
@@ -48,6 +56,25 @@ func (m *Machine) reserve(c *Command, now int64, token uint64) Result {
 	return res
 }
 
+// replays reports whether c is a resend of the reserve that holds d's lease
+// (the Raft dissertation's client sessions, section 6.3, scoped to one
+// lease): rec is PROCESSING within its lease and keeps the request id c
+// carries. The answer is then that grant again, whatever else has happened
+// since: the entity's version may have been raised by another of its keys
+// (the grant passed the STALE check when it was made), but a fingerprint that
+// differs is not the same message, so that reserve goes on to MISMATCH. A
+// lease past its deadline is not replayed: the resend takes it over like any
+// reserve would, with a new token.
+func (m *Machine) replays(c *Command, d Digest, rec Record, now int64) bool {
+	if !c.HasRequestID || !rec.has(flagRequestID) || rec.State() != Processing || rec.Deadline <= now {
+		return false
+	}
+	if id, _ := m.requestIDs.get(d); id != c.RequestID {
+		return false
+	}
+	return !(c.HasFingerprint && rec.has(flagFingerprint) && m.fingerprint(d) != c.Fingerprint)
+}
+
 // grant hands a new lease on d to the caller: PROCESSING, next attempt.
 func (m *Machine) grant(c *Command, now int64, token uint64, old Record, had bool) Result {
 	d := c.Digest
@@ -55,9 +82,12 @@ func (m *Machine) grant(c *Command, now int64, token uint64, old Record, had boo
 	flags := uint8(0)
 	if had {
 		attempts = old.Attempts() + 1
-		flags = old.flags() &^ flagResult
+		flags = old.flags() &^ (flagResult | flagRequestID)
 		if old.has(flagResult) {
 			m.dropResult(d)
+		}
+		if old.has(flagRequestID) {
+			m.requestIDs.del(d)
 		}
 	}
 	r := Record{Token: token, Deadline: now + c.Lease, Meta: makeMeta(Processing, flags, attempts, uint64(c.MaxAttempts))}
@@ -68,6 +98,10 @@ func (m *Machine) grant(c *Command, now int64, token uint64, old Record, had boo
 	if c.HasEntity {
 		m.pending.set(d, entityRef{entity: c.Entity, version: c.Version})
 		r.setFlag(flagEntity, true)
+	}
+	if c.HasRequestID {
+		m.requestIDs.set(d, c.RequestID)
+		r.setFlag(flagRequestID, true)
 	}
 	m.put(d, old, had, r)
 	return m.view(OutcomeAcquired, d, r, true, now)

@@ -52,6 +52,10 @@ type Result struct {
 	// Repeated is set when a Complete or Fail found its own settle already
 	// done and answered OK without changing anything.
 	Repeated bool
+	// Replayed is set when a Reserve carried the request id of the lease in
+	// force on its key: the ACQUIRED answer is that same grant again (same
+	// token, deadline and attempt), and nothing changed.
+	Replayed bool
 	// Cold is set when the record was found in the cold tier.
 	Cold bool
 }

@@ -19,6 +19,7 @@ type Snapshot struct {
 	fingerprints sideMap[uint64]
 	results      sideMap[[]byte] // values are never mutated once stored
 	pending      sideMap[entityRef]
+	requestIDs   sideMap[uint64]
 	entities     sideMap[entityVersion]
 	policy       TierPolicy
 	now          int64
@@ -33,6 +34,7 @@ func (m *Machine) Snapshot() *Snapshot {
 		fingerprints: m.fingerprints.share(),
 		results:      m.results.share(),
 		pending:      m.pending.share(),
+		requestIDs:   m.requestIDs.share(),
 		entities:     m.entities.share(),
 		policy:       m.policy,
 		now:          m.now,
@@ -47,7 +49,13 @@ func (s *Snapshot) Release() { s.view.Release() }
 // SnapshotBufferSize is the read buffer ReadSnapshot wants (see there).
 const SnapshotBufferSize = snapio.BufferSize
 
-var snapshotMagic = [8]byte{'L', '4', 'X', 'G', 'S', 'N', 'P', '2'}
+// The snapshot format's magic, whose last byte is its version. Version 3
+// added the request ids of PROCESSING records, after the entity versions;
+// ReadSnapshot still reads version 2, which has none.
+var (
+	snapshotMagic   = [8]byte{'L', '4', 'X', 'G', 'S', 'N', 'P', '3'}
+	snapshotMagicV2 = [8]byte{'L', '4', 'X', 'G', 'S', 'N', 'P', '2'}
+)
 
 // ErrCorruptSnapshot is returned when snapshot bytes do not decode.
 var ErrCorruptSnapshot = errors.New("keyspace: corrupt snapshot")
@@ -99,6 +107,11 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		sw.U64(ev.version)
 		sw.U64(uint64(ev.deadline))
 	}
+	sw.U64(uint64(s.requestIDs.len()))
+	for d, id := range s.requestIDs.all() {
+		sw.digest(d)
+		sw.U64(id)
+	}
 	return sw.Finish()
 }
 
@@ -119,7 +132,7 @@ func ReadSnapshot(r io.Reader) (*Machine, error) {
 	sr := &snapReader{snapio.NewReader(r, SnapshotBufferSize, ErrCorruptSnapshot)}
 	var magic [8]byte
 	sr.Raw(magic[:])
-	if sr.Err == nil && magic != snapshotMagic {
+	if sr.Err == nil && magic != snapshotMagic && magic != snapshotMagicV2 {
 		return nil, fmt.Errorf("%w: bad magic %q", ErrCorruptSnapshot, magic[:])
 	}
 	m := NewMachine()
@@ -205,6 +218,12 @@ func ReadSnapshot(r io.Reader) (*Machine, error) {
 		ev := entityVersion{version: sr.U64(), deadline: int64(sr.U64())}
 		m.entities.set(e, ev)
 		m.expiring.push(ev.deadline, e)
+	}
+	if magic == snapshotMagic {
+		for n := sr.count(24); n > 0 && sr.Err == nil; n-- {
+			d := sr.digest()
+			m.requestIDs.set(d, sr.U64())
+		}
 	}
 	if err := sr.Verify(); err != nil {
 		return nil, err

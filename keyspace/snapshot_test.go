@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"maps"
+	"os"
 	"reflect"
 	"runtime/metrics"
 	"sync"
@@ -24,6 +25,7 @@ type ksState struct {
 	Fingerprints map[Digest]uint64
 	Results      map[Digest]string
 	Pending      map[Digest]entityRef
+	RequestIDs   map[Digest]uint64
 	Entities     map[Digest]entityVersion
 	Now          int64
 	Cursor       uint64
@@ -37,6 +39,7 @@ func ksStateOf(m *Machine) ksState {
 		Fingerprints: maps.Collect(m.fingerprints.all()),
 		Results:      make(map[Digest]string, m.results.len()),
 		Pending:      maps.Collect(m.pending.all()),
+		RequestIDs:   maps.Collect(m.requestIDs.all()),
 		Entities:     maps.Collect(m.entities.all()),
 		Now:          m.now,
 		Cursor:       m.cursor,
@@ -64,7 +67,7 @@ func ksGets(m *Machine, ds []Digest, stamps []int64) []Result {
 	var out []Result
 	for _, d := range ds {
 		for _, now := range stamps {
-			out = append(out, m.Get(d, now))
+			out = append(out, m.Get(d, now, true))
 		}
 	}
 	return out
@@ -258,6 +261,27 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 // ksSmallSnapshot returns the bytes of a snapshot holding every kind of
 // record and side data.
 func ksSmallSnapshot(t testing.TB) []byte {
+	m := ksSmallMachine()
+	m.Apply(3, &Entry{Now: 1200, Commands: []Command{
+		{Op: OpReserve, Digest: KeyDigest("snap", []byte("f")), Lease: 1000, MaxAttempts: 3, Retention: 5000,
+			HasRequestID: true, RequestID: RequestIDHash([]byte("request-f"))},
+	}}, nil)
+	if m.fingerprints.len() == 0 || m.results.len() == 0 || m.pending.len() == 0 || m.entities.len() == 0 || m.requestIDs.len() == 0 {
+		t.Fatalf("the small snapshot lacks a kind of side data")
+	}
+	var buf bytes.Buffer
+	snap := m.Snapshot()
+	defer snap.Release()
+	if _, err := snap.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// ksSmallMachine is a machine holding every kind of record and of side
+// data but request ids: the state testdata/snapshot-v2 was written from,
+// in the version 2 format, before request ids existed.
+func ksSmallMachine() *Machine {
 	m := NewMachine()
 	d := func(k string) Digest { return KeyDigest("snap", []byte(k)) }
 	entity := EntityDigest("snap", []byte("order"))
@@ -274,16 +298,46 @@ func ksSmallSnapshot(t testing.TB) []byte {
 		{Op: OpFail, Digest: d("c"), Token: 1<<16 | 2, Retention: 5000},
 		{Op: OpFail, Digest: d("d"), Token: 1<<16 | 3, Retention: 5000},
 	}}, nil)
-	if m.fingerprints.len() == 0 || m.results.len() == 0 || m.pending.len() == 0 || m.entities.len() == 0 {
-		t.Fatalf("the small snapshot lacks a kind of side data")
+	return m
+}
+
+// TestSnapshotV2Loads: a snapshot in the format before request ids
+// (testdata/snapshot-v2, written by that version from ksSmallMachine's
+// history) still loads, to the same state, without request ids; the
+// machine then takes them.
+func TestSnapshotV2Loads(t *testing.T) {
+	b, err := os.ReadFile("testdata/snapshot-v2")
+	if err != nil {
+		t.Fatal(err)
 	}
+	if !bytes.HasPrefix(b, snapshotMagicV2[:]) {
+		t.Fatalf("fixture magic %q", b[:8])
+	}
+	m, err := ReadSnapshot(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("ReadSnapshot of a version 2 snapshot: %v", err)
+	}
+	ksCheckMachine(t, m)
+	ksCompareState(t, "version 2 snapshot", ksStateOf(m), ksStateOf(ksSmallMachine()))
+	d := KeyDigest("snap", []byte("f"))
+	c := Command{Op: OpReserve, Digest: d, Lease: 1000, MaxAttempts: 3, Retention: 5000, HasRequestID: true, RequestID: 9}
+	first := m.Apply(3, &Entry{Now: 1200, Commands: []Command{c}}, nil)[0]
+	again := m.Apply(4, &Entry{Now: 1300, Commands: []Command{c}}, nil)[0]
+	if first.Outcome != OutcomeAcquired || !again.Replayed || again.Token != first.Token {
+		t.Fatalf("reserve twice with one request id after restore: %+v, then %+v", first, again)
+	}
+	// Written again, it is a version 3 snapshot that keeps the request id.
 	var buf bytes.Buffer
 	snap := m.Snapshot()
 	defer snap.Release()
 	if _, err := snap.WriteTo(&buf); err != nil {
 		t.Fatal(err)
 	}
-	return buf.Bytes()
+	m2, err := ReadSnapshot(bytes.NewReader(buf.Bytes()))
+	if err != nil || !bytes.HasPrefix(buf.Bytes(), snapshotMagic[:]) {
+		t.Fatalf("rewritten snapshot: %v", err)
+	}
+	ksCompareState(t, "rewritten as version 3", ksStateOf(m2), ksStateOf(m))
 }
 
 // ksCheckCorrupt fails t unless ReadSnapshot refuses b with an error
@@ -481,7 +535,7 @@ func FuzzReadSnapshot(f *testing.F) {
 			// A decoded machine must keep working (its content may be
 			// nonsense if the fuzzer fixed the checksum).
 			for i, e := range tabCollect(m.table.Range) {
-				m.Get(e.d, m.Now()+1000)
+				m.Get(e.d, m.Now()+1000, false)
 				index := uint64(i + 1)
 				m.Apply(index, &Entry{Now: m.Now() + 1000, Tick: i == 0, Commands: []Command{
 					{Op: OpReserve, Digest: e.d, Lease: 1000, MaxAttempts: 3, Retention: 1000, HasFingerprint: true, Fingerprint: 1},

@@ -20,8 +20,8 @@ type TierPolicy struct {
 // policy for: 24 hours, the producer retry window of DESIGN section 4.
 const DefaultHotWindow = 24 * 60 * 60 * 1000
 
-// sideEntryBytes is a rough cost of one fingerprint or pending entry, for
-// the hot tier's accounting.
+// sideEntryBytes is a rough cost of one fingerprint, pending entity or
+// request id entry, for the hot tier's accounting.
 const sideEntryBytes = 48
 
 // Validate refuses a policy no leader should send.

@@ -23,7 +23,10 @@
 // an index applied when it hands it to the FSM, not when the FSM is done, so
 // a ReadIndex wait would need its own bookkeeping; reads are not the hot
 // path, so we chose the simpler safe design.) A stale read answers from the
-// local replica at its latest applied stamp.
+// local replica at its latest applied stamp. Neither shows the record's
+// token unless ReadOptions.ShowToken asks for the operator view (the rule
+// is keyspace.Machine.Get's; a linearizable read carries the flag in its
+// command).
 //
 // # Time
 //

@@ -103,7 +103,7 @@ func TestMoveAReplicaAcrossManualHosts(t *testing.T) {
 		t.Fatal("host 0 still hosts shard 0 after StopReplica")
 	}
 
-	got, err := r1.Get(ctx, reserve("order-1", 0).Digest, false)
+	got, err := r1.Read(ctx, reserve("order-1", 0).Digest, ReadOptions{ShowToken: true})
 	if err != nil || got.State != keyspace.Processing || got.Token != first.Token {
 		t.Fatalf("linearizable read on the new leader: %+v, %v; want the lease granted on host 0", got, err)
 	}

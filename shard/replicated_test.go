@@ -172,7 +172,7 @@ func TestReplicatedShardsOverTheMux(t *testing.T) {
 	back := nh.replica(at, id)
 	var got keyspace.Result
 	waitFor(t, "the restarted replica to catch up", func() bool {
-		got, _ = back.Get(context.Background(), d, true)
+		got, _ = back.Read(context.Background(), d, ReadOptions{StaleOK: true, ShowToken: true})
 		return got.State == keyspace.Completed
 	})
 	if string(got.Result) != "shipped" || got.Token != first.Token {

@@ -233,21 +233,36 @@ func (s *Shard) Propose(ctx context.Context, cmds []keyspace.Command) ([]keyspac
 	return s.prop.propose(ctx, cmds, false)
 }
 
-// Get reads the record of d. Unless staleOK it is linearizable: the read
+// ReadOptions say how Read reads.
+type ReadOptions struct {
+	// StaleOK lets this replica answer from its applied state, at its
+	// latest stamp, instead of a linearizable read.
+	StaleOK bool
+	// ShowToken asks for the operator view, which includes the record's
+	// token (see keyspace.Machine.Get): without it the answer has none.
+	ShowToken bool
+}
+
+// Read reads the record of d. Unless o.StaleOK it is linearizable: the read
 // travels through the log as a read-only command, group-committed with the
 // writes, and is evaluated at its entry's stamp, exactly in log order. With
-// staleOK this replica answers from its applied state, at its latest stamp.
-func (s *Shard) Get(ctx context.Context, d keyspace.Digest, staleOK bool) (keyspace.Result, error) {
-	if staleOK {
+// o.StaleOK this replica answers from its applied state, at its latest stamp.
+func (s *Shard) Read(ctx context.Context, d keyspace.Digest, o ReadOptions) (keyspace.Result, error) {
+	if o.StaleOK {
 		var res keyspace.Result
-		s.fsm.view(func(m *keyspace.Machine) { res = m.Get(d, 0) })
+		s.fsm.view(func(m *keyspace.Machine) { res = m.Get(d, 0, o.ShowToken) })
 		return res, nil
 	}
-	res, err := s.prop.propose(ctx, []keyspace.Command{{Op: keyspace.OpGet, Digest: d}}, false)
+	res, err := s.prop.propose(ctx, []keyspace.Command{{Op: keyspace.OpGet, Digest: d, ShowToken: o.ShowToken}}, false)
 	if err != nil {
 		return keyspace.Result{}, err
 	}
 	return res[0], nil
+}
+
+// Get is Read without the operator view: the answer carries no token.
+func (s *Shard) Get(ctx context.Context, d keyspace.Digest, staleOK bool) (keyspace.Result, error) {
+	return s.Read(ctx, d, ReadOptions{StaleOK: staleOK})
 }
 
 // IsLeader reports whether this replica leads its group and serves: it has

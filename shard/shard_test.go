@@ -179,12 +179,12 @@ func TestSnapshotRestore(t *testing.T) {
 	defer h.Close()
 	s = h.Shards()[1]
 	for i, c := range cmds {
-		got, err := s.Get(context.Background(), c.Digest, false)
+		got, err := s.Read(context.Background(), c.Digest, ReadOptions{ShowToken: true})
 		if err != nil || got.State != keyspace.Processing || got.Token != granted[i].Token {
 			t.Fatalf("record %d after restore: %+v %v", i, got, err)
 		}
 	}
-	if got, _ := s.Get(context.Background(), reserve("late", 0).Digest, true); got.Token != after.Token {
+	if got, _ := s.Read(context.Background(), reserve("late", 0).Digest, ReadOptions{StaleOK: true, ShowToken: true}); got.Token != after.Token {
 		t.Errorf("entry after the snapshot not replayed: %+v", got)
 	}
 }
@@ -254,5 +254,30 @@ func TestProposeAfterClose(t *testing.T) {
 	}
 	if _, err := s.Propose(context.Background(), []keyspace.Command{reserve("late", time.Minute)}); !errorsIs(err, ErrClosed) {
 		t.Fatalf("propose after close: %v, want ErrClosed", err)
+	}
+}
+
+// TestReadShowsTokenOnlyWhenAsked: a read, linearizable or stale, answers
+// the record without its token; the operator view (ShowToken) includes it.
+// The linearizable read carries the flag through the log.
+func TestReadShowsTokenOnlyWhenAsked(t *testing.T) {
+	h := openHost(t, t.TempDir(), newFakeClock().Now, nil)
+	defer h.Close()
+	c := reserve("held", time.Minute)
+	s := h.For(c.Digest)
+	granted := propose(t, s, c)[0]
+	ctx := context.Background()
+	for _, o := range []ReadOptions{{}, {StaleOK: true}, {ShowToken: true}, {StaleOK: true, ShowToken: true}} {
+		got, err := s.Read(ctx, c.Digest, o)
+		want := uint64(0)
+		if o.ShowToken {
+			want = granted.Token
+		}
+		if err != nil || got.State != keyspace.Processing || got.Token != want {
+			t.Errorf("Read %+v: %+v, %v; want PROCESSING with token %d", o, got, err, want)
+		}
+	}
+	if got, err := s.Get(ctx, c.Digest, false); err != nil || got.Token != 0 {
+		t.Errorf("Get: %+v, %v; want no token", got, err)
 	}
 }

@@ -178,7 +178,7 @@ func TestTieringAcrossReplicas(t *testing.T) {
 			t.Fatalf("replica %s: local read of a demoted key: %+v, %v", s.cfg.NodeID, g, err)
 		}
 	}
-	if g, err := l.Get(context.Background(), keyspace.KeyDigest("t", []byte("in-flight")), false); err != nil ||
+	if g, err := l.Read(context.Background(), keyspace.KeyDigest("t", []byte("in-flight")), ReadOptions{ShowToken: true}); err != nil ||
 		g.State != keyspace.Processing || g.Cold || g.Token != pending.Token {
 		t.Fatalf("the record in flight: %+v, %v; want it PROCESSING in the hot tier", g, err)
 	}

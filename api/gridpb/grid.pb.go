@@ -731,7 +731,10 @@ type ExtendRequest struct {
 	Namespace []byte `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	Key       []byte `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	Token     uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	LeaseMs   int64  `protobuf:"varint,4,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	// The lease from now, 100 ms .. 1 h; 0 means the server default (30 s).
+	// The deadline becomes max(its deadline, now + lease): an Extend never
+	// shortens a lease, and the answer's deadline_unix_ms is the lease's.
+	LeaseMs int64 `protobuf:"varint,4,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
 	// The entity the key was reserved with, if any: it selects the key's shard.
 	Entity        []byte `protobuf:"bytes,5,opt,name=entity,proto3" json:"entity,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -50,7 +50,7 @@ type GridClient interface {
 	Fail(ctx context.Context, in *FailRequest, opts ...grpc.CallOption) (*OpResult, error)
 	// Release gives a held key back without counting an attempt.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*OpResult, error)
-	// Extend renews a held lease (heartbeat).
+	// Extend renews a held lease (heartbeat); it never shortens it.
 	Extend(ctx context.Context, in *ExtendRequest, opts ...grpc.CallOption) (*OpResult, error)
 	// Get returns the record of a key (linearizable unless stale_ok).
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*OpResult, error)
@@ -236,7 +236,7 @@ type GridServer interface {
 	Fail(context.Context, *FailRequest) (*OpResult, error)
 	// Release gives a held key back without counting an attempt.
 	Release(context.Context, *ReleaseRequest) (*OpResult, error)
-	// Extend renews a held lease (heartbeat).
+	// Extend renews a held lease (heartbeat); it never shortens it.
 	Extend(context.Context, *ExtendRequest) (*OpResult, error)
 	// Get returns the record of a key (linearizable unless stale_ok).
 	Get(context.Context, *GetRequest) (*OpResult, error)

@@ -60,14 +60,15 @@ type cliOp func(ctx context.Context, c *client.Client, a cliArgs) (client.Result
 
 // cliArgs are the flags every keyed verb shares.
 type cliArgs struct {
-	ns, key string
-	token   uint64
-	digest  string // get: a record digest instead of --ns and --key
+	ns, key   string
+	token     uint64
+	digest    string // get: a record digest instead of --ns and --key
+	showToken bool   // get: the operator view, with the record's token
 }
 
 var cliTable = map[string]cliVerb{
 	"reserve": {
-		usage:   "reserve --ns NS --key KEY [--lease 30s] [--max-attempts 5] [--fingerprint HEX] [--entity E --version N]",
+		usage:   "reserve --ns NS --key KEY [--lease 30s] [--max-attempts 5] [--fingerprint HEX] [--entity E --version N] [--request-id ID]",
 		summary: "Take the processing lease of a key, or say why not (BUSY, DUPLICATE, POISONED, STALE, MISMATCH).",
 		keyed:   true,
 		bind:    bindReserve,
@@ -94,13 +95,13 @@ var cliTable = map[string]cliVerb{
 	},
 	"extend": {
 		usage:   "extend --ns NS --key KEY --token N [--lease 30s] [--entity E]",
-		summary: "Renew a held lease from now.",
+		summary: "Renew a held lease to now + lease; a lease never gets shorter (the answer's deadline is the lease's).",
 		keyed:   true, token: true,
 		bind: bindExtend,
 	},
 	"get": {
-		usage:   "get (--ns NS --key KEY [--entity E] | --digest HEX) [--stale-ok]",
-		summary: "Show the record of a key (ABSENT when there is none), the tier that held it, when it was completed, its attempts and result.",
+		usage:   "get (--ns NS --key KEY [--entity E] | --digest HEX) [--stale-ok] [--show-token]",
+		summary: "Show the record of a key (ABSENT when there is none), the tier that held it, when it was completed, its attempts and result; its token only with --show-token (operator view).",
 		keyed:   true,
 		bind:    bindGet,
 	},
@@ -182,6 +183,7 @@ func runCLI(verb string, args []string, stdout, stderr io.Writer) int {
 	}
 	if verb == "get" {
 		fs.StringVar(&a.digest, "digest", "", "the record's digest (32 hex digits, as audit prints it) instead of --ns and --key")
+		fs.BoolVar(&a.showToken, "show-token", false, "operator view: also show the record's token, which lets whoever has it settle the holder's lease")
 	}
 	var bound func() (cliOp, error)
 	if v.bind != nil {
@@ -209,7 +211,9 @@ func runCLI(verb string, args []string, stdout, stderr io.Writer) int {
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	out := cliOutput{verb: verb, json: *asJSON, stdout: stdout, stderr: stderr}
+	// A get shows no token unless asked: the grid hides it, and so does the
+	// CLI, whatever a node answers.
+	out := cliOutput{verb: verb, json: *asJSON, token: verb != "get" || a.showToken, stdout: stdout, stderr: stderr}
 	// The node at --addr takes every call: it forwards an operation on a
 	// shard it does not lead to the shard's leader. One connection, and the
 	// answers (status, audit, get --stale-ok) are that node's.
@@ -274,6 +278,7 @@ func bindReserve(fs *flag.FlagSet) func() (cliOp, error) {
 	fingerprint := fs.String("fingerprint", "", "64-bit payload fingerprint, in hex")
 	entity := fs.String("entity", "", "entity the message changes (with --version)")
 	version := fs.Uint64("version", 0, "version of the entity (with --entity)")
+	requestID := fs.String("request-id", "", "names this logical reserve (<= 64 bytes): sent again with the same id, it answers the same grant (ACQUIRED, same token) instead of BUSY")
 	return func() (cliOp, error) {
 		if *lease <= 0 {
 			return nil, fmt.Errorf("--lease must be positive, got %v", *lease)
@@ -294,6 +299,9 @@ func bindReserve(fs *flag.FlagSet) func() (cliOp, error) {
 		}
 		if *entity != "" {
 			opts = append(opts, client.WithEntity(*entity, *version))
+		}
+		if *requestID != "" {
+			opts = append(opts, client.WithRequestID(*requestID))
 		}
 		return func(ctx context.Context, c *client.Client, a cliArgs) (client.Result, error) {
 			return c.Reserve(ctx, a.ns, a.key, opts...)
@@ -344,7 +352,7 @@ func bindFail(fs *flag.FlagSet) func() (cliOp, error) {
 }
 
 func bindExtend(fs *flag.FlagSet) func() (cliOp, error) {
-	lease := fs.Duration("lease", client.DefaultLease, "new lease from now, 100ms..1h")
+	lease := fs.Duration("lease", client.DefaultLease, "lease from now, 100ms..1h; shorter than what is left keeps the deadline")
 	entity := entityFlag(fs)
 	return func() (cliOp, error) {
 		if *lease <= 0 {
@@ -365,6 +373,9 @@ func bindGet(fs *flag.FlagSet) func() (cliOp, error) {
 			opts = append(opts, client.WithStaleOK())
 		}
 		return func(ctx context.Context, c *client.Client, a cliArgs) (client.Result, error) {
+			if a.showToken {
+				opts = append(opts, client.WithShowToken())
+			}
 			if a.digest != "" {
 				d, err := parseDigest(a.digest)
 				if err != nil {
@@ -418,6 +429,7 @@ func parseHex64(s string) (uint64, error) {
 type cliOutput struct {
 	verb           string
 	json           bool
+	token          bool // print the record's token (not for get without --show-token)
 	stdout, stderr io.Writer
 }
 
@@ -427,7 +439,7 @@ type cliResultJSON struct {
 	Outcome      string  `json:"outcome"`
 	State        string  `json:"state"`
 	Tier         string  `json:"tier,omitempty"`
-	Token        uint64  `json:"token"`
+	Token        *uint64 `json:"token,omitempty"` // nil: not shown (get without --show-token)
 	Attempt      int     `json:"attempt"`
 	Deadline     string  `json:"deadline,omitempty"`
 	RetryAfter   string  `json:"retry_after,omitempty"`
@@ -469,12 +481,11 @@ func cliTime(t time.Time) string {
 	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
 }
 
-func resultJSON(r client.Result, forget bool) cliResultJSON {
+func resultJSON(r client.Result, forget, token bool) cliResultJSON {
 	j := cliResultJSON{
 		Outcome:     r.Outcome.String(),
 		State:       r.State.String(),
 		Tier:        r.Tier.String(),
-		Token:       r.Token,
 		Attempt:     r.Attempt,
 		Deadline:    cliTime(r.Deadline),
 		CompletedAt: cliTime(r.CompletedAt),
@@ -497,11 +508,14 @@ func resultJSON(r client.Result, forget bool) cliResultJSON {
 	if forget {
 		j.Existed = &r.Existed
 	}
+	if token {
+		j.Token = &r.Token
+	}
 	return j
 }
 
 func (o cliOutput) result(r client.Result, forget bool) int {
-	j := resultJSON(r, forget)
+	j := resultJSON(r, forget, o.token)
 	if o.json {
 		return o.writeJSON(j)
 	}
@@ -514,7 +528,9 @@ func (o cliOutput) result(r client.Result, forget bool) int {
 	row("OUTCOME", j.Outcome)
 	row("STATE", j.State)
 	row("TIER", j.Tier)
-	row("TOKEN", strconv.FormatUint(j.Token, 10))
+	if j.Token != nil {
+		row("TOKEN", strconv.FormatUint(*j.Token, 10))
+	}
 	row("ATTEMPT", strconv.Itoa(j.Attempt))
 	row("DEADLINE", withRelative(j.Deadline, r.Deadline, r.Now))
 	row("RETRY AFTER", j.RetryAfter)

@@ -224,7 +224,7 @@ func checkAll(ctx context.Context, t *testing.T, c *client.Client, wants map[str
 		chunk := keys[start:min(start+1000, len(keys))]
 		ops := make([]client.Op, len(chunk))
 		for i, k := range chunk {
-			ops[i] = client.GetOp("crash", k)
+			ops[i] = client.GetOp("crash", k, client.WithShowToken()) // the operator view: tokens too
 		}
 		res, errs, err := c.Batch(ctx, ops)
 		if err != nil {
