@@ -102,8 +102,8 @@ func (p *Peers) ShardAdmin(ctx context.Context, addr string, req cluster.AdminRe
 	resp, err := c.ShardAdmin(ctx, &gridpb.ShardAdminRequest{
 		Shard:       uint32(req.Shard),
 		Action:      adminActionPB(req.Action),
-		NodeId:      string(req.Node),
-		RaftAddr:    req.RaftAddr,
+		NodeId:      []byte(req.Node),
+		RaftAddr:    []byte(req.RaftAddr),
 		ControlTerm: req.Fence.ControlTerm,
 		Epoch:       req.Fence.Epoch,
 	})
