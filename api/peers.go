@@ -40,8 +40,10 @@ var errPeersClosed = errors.New("api: peer connections closed")
 const (
 	peerKeepaliveTime    = 10 * time.Second
 	peerKeepaliveTimeout = 5 * time.Second
-	// peerMaxRecvBytes fits a forwarded batch's answer: up to 1000
-	// results of up to 64 KiB each.
+	// peerMaxRecvBytes fits a forwarded batch's answer: at most 4 MiB of
+	// stored results (boundResults) beside 1000 results' other fields, and
+	// with room to spare for a node of an older version, which sent up to
+	// 1000 results of 64 KiB each.
 	peerMaxRecvBytes = 96 << 20
 )
 

@@ -1585,6 +1585,9 @@ func (x *BatchRequest) GetOps() []*Op {
 // A BatchResponse carries at most 4 MiB of stored results (the request
 // limit): results past that budget are left out and marked result_omitted,
 // so a small request cannot ask for a response thousands of times its size.
+// Precisely, the whole response stays within 4 MiB, gRPC's default receive
+// limit: stored results are kept in request order while it fits, and from
+// the first that does not, every later one is left out.
 type BatchResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Results       []*OpResult            `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
