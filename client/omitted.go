@@ -10,16 +10,17 @@ import (
 // to the single operation op. Automatic batching sent op in a Batch RPC,
 // and the grid's budget of stored results per Batch response (4 MiB, in
 // request order) was spent by the operations before it; a single call
-// never asked to share that budget. fillResult reads the key with a Get
-// and takes its result when the record is still the one r describes (same
-// state, attempt and completion time). Otherwise, or when that Get fails
-// or loses its result too, r stays as it is, ResultOmitted set.
+// never asked to share that budget. fillResult reads the key with a Get of
+// its own, a unary RPC that no budget applies to, and takes its result
+// when the record is still the one r describes (same state, attempt and
+// completion time). Otherwise, or when that Get fails, r stays as it is,
+// ResultOmitted set.
 func (c *Client) fillResult(ctx context.Context, op Op, r *Result) {
 	get := getOf(op.pb)
 	if get == nil {
 		return
 	}
-	pb, _, err := c.do(ctx, get)
+	pb, _, err := c.do(context.WithValue(ctx, unbatchedKey{}, true), get)
 	if err != nil {
 		return
 	}
@@ -58,4 +59,13 @@ func getOf(op *gridpb.Op) *gridpb.Op {
 	}
 	get := &gridpb.GetRequest{Namespace: k.GetNamespace(), Key: k.GetKey(), Entity: k.GetEntity()}
 	return &gridpb.Op{Op: &gridpb.Op_Get{Get: get}}
+}
+
+// unbatchedKey marks the context of an operation that goes as its own RPC,
+// never through a node's batcher (see sendTo).
+type unbatchedKey struct{}
+
+func unbatched(ctx context.Context) bool {
+	v, _ := ctx.Value(unbatchedKey{}).(bool)
+	return v
 }
