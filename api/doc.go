@@ -13,10 +13,26 @@
 // 5 attempts) are filled here, before proposing, so every replica applies
 // explicit values.
 //
+// Every field a caller fills with a name is bytes on the wire (namespaces,
+// and the node ids and Raft addresses of Drain and ShardAdmin; keys and
+// entities are arbitrary bytes anyway), so that input which is not UTF-8
+// reaches validation and is refused with InvalidArgument naming the rule,
+// not by the protobuf decoder with Internal. An error that echoes an input
+// quotes at most a short prefix of it (keyspace.Quote): an error message
+// travels in a header, and a client tears down the whole connection over a
+// header past its limit.
+//
 // A Batch validates each operation on its own (a bad key fails only its own
 // operation) and proposes the operations of each shard, linearizable reads
 // included, as one group-committed proposal, in batch order, the shards in
-// parallel; stale reads are answered locally afterwards.
+// parallel; stale reads are answered locally afterwards. Its response stays
+// within 4 MiB (the request limit, and gRPC's default receive limit):
+// stored results are kept in request order while it fits, and later ones
+// are left out and marked result_omitted (boundResults), so that a small
+// request cannot ask for an answer thousands of times its size.
+//
+// The gRPC port closes a connection that has not completed its HTTP/2
+// handshake within HandshakeTimeout, as the Raft and HTTP ports do.
 //
 // A standalone node (Options.Cluster nil) holds every shard and serves
 // everything itself. A cluster node routes each operation by the cluster
