@@ -104,6 +104,26 @@ func opsFor(ns, key []byte) map[string]*gridpb.Op {
 	}
 }
 
+// fourMiB is the value of control bytes (a namespace, a node id) with
+// which the request size(v) measures is exactly keyspace.MaxRequestBytes,
+// the largest a node takes: its error, quoting v with %q, would be some
+// 16.8 MB, past a gRPC client's 16 MiB header limit.
+func fourMiB(t *testing.T, size func(v []byte) int) []byte {
+	t.Helper()
+	v := bytes.Repeat([]byte{0x01}, keyspace.MaxRequestBytes-256)
+	v = bytes.Repeat([]byte{0x01}, len(v)+keyspace.MaxRequestBytes-size(v))
+	if n := size(v); n != keyspace.MaxRequestBytes {
+		t.Fatalf("fourMiB: a request of %d bytes", n)
+	}
+	return v
+}
+
+// request is the request an operation carries, as its own RPC sends it.
+func request(op *gridpb.Op) proto.Message {
+	m := op.ProtoReflect()
+	return m.Get(m.WhichOneof(m.Descriptor().Oneofs().ByName("op"))).Message().Interface()
+}
+
 // unary sends op as its own RPC.
 func unary(ctx context.Context, c gridpb.GridClient, op *gridpb.Op) (*gridpb.OpResult, error) {
 	switch o := op.GetOp().(type) {
@@ -135,23 +155,31 @@ func TestBadNamespacesAnswerInvalidArgument(t *testing.T) {
 	cc := dialCounting(t, n.Addr())
 	cc.alive(t, "start")
 	const rule = "[a-z0-9][a-z0-9._-]{0,63}"
-	for name, ns := range map[string][]byte{
-		"not UTF-8":              {0xff, 0xfe, 'a'},
-		"truncated UTF-8":        []byte("ns\xc3"),
-		"control bytes":          {'a', 0x00, 0x01, '\n'},
-		"4 MiB of control bytes": bytes.Repeat([]byte{0x01}, keyspace.MaxRequestBytes-1024),
-	} {
-		for op, o := range opsFor(ns, []byte("k")) {
-			_, err := unary(ctx(t), cc.c, o)
+	const huge = "4 MiB request of control bytes" // the namespace fills the request
+	for _, name := range []string{"not UTF-8", "truncated UTF-8", "control bytes", huge} {
+		ns := map[string][]byte{"not UTF-8": {0xff, 0xfe, 'a'}, "truncated UTF-8": []byte("ns\xc3"), "control bytes": {'a', 0x00, 0x01, '\n'}}[name]
+		for op := range opsFor(nil, nil) {
+			opOf := func(ns []byte) *gridpb.Op { return opsFor(ns, []byte("k"))[op] }
+			if name == huge {
+				ns = fourMiB(t, func(v []byte) int { return proto.Size(request(opOf(v))) })
+			}
+			_, err := unary(ctx(t), cc.c, opOf(ns))
 			refused(t, name+" "+op, err, codes.InvalidArgument, rule)
 			cc.alive(t, name+" "+op)
-			resp, err := cc.c.Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{o}})
+			batch := func(ns []byte) *gridpb.BatchRequest { return &gridpb.BatchRequest{Ops: []*gridpb.Op{opOf(ns)}} }
+			if name == huge {
+				ns = fourMiB(t, func(v []byte) int { return proto.Size(batch(v)) })
+			}
+			resp, err := cc.c.Batch(ctx(t), batch(ns))
 			if err != nil || len(resp.GetResults()) != 1 || resp.Results[0].Error == nil {
-				t.Fatalf("%s batch %s: %v %v, want one refused operation", name, op, resp, err)
+				t.Fatalf("%s batch %s: %.300v %v, want one refused operation", name, op, resp, err)
 			}
 			e := resp.Results[0].Error
 			checkMessage(t, name+" batch "+op, codes.Code(e.Code), e.Message, codes.InvalidArgument, rule)
 			cc.alive(t, name+" batch "+op)
+		}
+		if name == huge {
+			ns = fourMiB(t, func(v []byte) int { return proto.Size(&gridpb.AuditRequest{Namespace: v}) })
 		}
 		stream, err := cc.c.Audit(ctx(t), &gridpb.AuditRequest{Namespace: ns})
 		if err == nil {
@@ -160,8 +188,11 @@ func TestBadNamespacesAnswerInvalidArgument(t *testing.T) {
 		refused(t, name+" audit", err, codes.InvalidArgument, rule)
 		cc.alive(t, name+" audit")
 		// A digest leaves no room for a namespace beside it.
-		digest := &gridpb.GetRequest{Digest: make([]byte, 16), Namespace: ns}
-		_, err = cc.c.Get(ctx(t), digest)
+		digest := func(ns []byte) *gridpb.GetRequest { return &gridpb.GetRequest{Digest: make([]byte, 16), Namespace: ns} }
+		if name == huge {
+			ns = fourMiB(t, func(v []byte) int { return proto.Size(digest(v)) })
+		}
+		_, err = cc.c.Get(ctx(t), digest(ns))
 		refused(t, name+" get by digest", err, codes.InvalidArgument, "invalid digest")
 		cc.alive(t, name+" get by digest")
 	}
@@ -230,17 +261,18 @@ func TestAdminRequestsAtTheEdges(t *testing.T) {
 	}
 	cc := dialCounting(t, n.addr)
 	cc.alive(t, "start")
-	huge := bytes.Repeat([]byte{0x01}, keyspace.MaxRequestBytes-1024)
 	const idRule, addrRule = "[A-Za-z0-9._-]", "host:port"
 
+	drain := func(id []byte) rawMessage { return rawField(nil, 1, id) }
+	huge := fourMiB(t, func(v []byte) int { return len(drain(v)) })
 	for name, id := range map[string][]byte{"not UTF-8": {0xff, 0xfe}, "control bytes": []byte("a\x00b"), "4 MiB": huge} {
 		var out gridpb.DrainResponse
-		err := cc.conn.Invoke(ctx(t), "/l4xg.grid.v1.Grid/Drain", rawMessage(rawField(nil, 1, id)), &out, grpc.ForceCodec(rawCodec{}))
+		err := cc.conn.Invoke(ctx(t), "/l4xg.grid.v1.Grid/Drain", drain(id), &out, grpc.ForceCodec(rawCodec{}))
 		refused(t, "drain of node id "+name, err, codes.InvalidArgument, "invalid node id")
 		cc.alive(t, "drain of node id "+name)
 	}
 
-	admin := func(action gridpb.ShardAdminAction, node, addr []byte) error {
+	adminRequest := func(action gridpb.ShardAdminAction, node, addr []byte) rawMessage {
 		b := rawVarint(nil, 1, 0)
 		b = rawVarint(b, 2, uint64(action))
 		if node != nil {
@@ -250,28 +282,33 @@ func TestAdminRequestsAtTheEdges(t *testing.T) {
 			b = rawField(b, 4, addr)
 		}
 		b = rawVarint(b, 5, testTerm)
-		b = rawVarint(b, 6, testEpoch)
-		var out gridpb.ShardAdminResponse
-		return cc.conn.Invoke(ctx(t), "/l4xg.grid.v1.Grid/ShardAdmin", rawMessage(b), &out, grpc.ForceCodec(rawCodec{}))
+		return rawVarint(b, 6, testEpoch)
 	}
+	admin := func(action gridpb.ShardAdminAction, node, addr []byte) error {
+		var out gridpb.ShardAdminResponse
+		return cc.conn.Invoke(ctx(t), "/l4xg.grid.v1.Grid/ShardAdmin", adminRequest(action, node, addr), &out, grpc.ForceCodec(rawCodec{}))
+	}
+	addr := []byte("127.0.0.1:1")
+	hugeID := fourMiB(t, func(v []byte) int { return len(adminRequest(gridpb.ShardAdminAction_ADD_NONVOTER, v, addr)) })
+	hugeAddr := fourMiB(t, func(v []byte) int { return len(adminRequest(gridpb.ShardAdminAction_ADD_NONVOTER, []byte("n1"), v)) })
 	for _, tc := range []struct {
 		name       string
 		node, addr []byte
 		want       codes.Code
 		rule       string
 	}{
-		{"node id not UTF-8", []byte{0xff, 0xfe}, []byte("127.0.0.1:1"), codes.InvalidArgument, idRule},
-		{"node id of control bytes", []byte("n\x01"), []byte("127.0.0.1:1"), codes.InvalidArgument, idRule},
-		{"node id of 4 MiB", huge, []byte("127.0.0.1:1"), codes.InvalidArgument, "1..64"},
+		{"node id not UTF-8", []byte{0xff, 0xfe}, addr, codes.InvalidArgument, idRule},
+		{"node id of control bytes", []byte("n\x01"), addr, codes.InvalidArgument, idRule},
+		{"node id of 4 MiB", hugeID, addr, codes.InvalidArgument, "1..64"},
 		{"raft address not UTF-8", []byte("n1"), []byte{0xff, ':', '1'}, codes.InvalidArgument, addrRule},
 		{"raft address of control bytes", []byte("n1"), []byte("\x01\x02"), codes.InvalidArgument, addrRule},
-		{"raft address of 4 MiB", []byte("n1"), huge, codes.InvalidArgument, "1..255"},
+		{"raft address of 4 MiB", []byte("n1"), hugeAddr, codes.InvalidArgument, "1..255"},
 	} {
 		err := admin(gridpb.ShardAdminAction_ADD_NONVOTER, tc.node, tc.addr)
 		refused(t, "shard admin "+tc.name, err, tc.want, tc.rule)
 		cc.alive(t, "shard admin "+tc.name)
 	}
-	err := admin(gridpb.ShardAdminAction_TRANSFER_LEADERSHIP, []byte("ghost"), []byte("127.0.0.1:1"))
+	err := admin(gridpb.ShardAdminAction_TRANSFER_LEADERSHIP, []byte("ghost"), addr)
 	refused(t, "transfer to a non-member", err, codes.FailedPrecondition, "ghost")
 	refused(t, "transfer to a non-member", err, codes.FailedPrecondition, "not a voter")
 	cc.alive(t, "transfer to a non-member")
