@@ -6,7 +6,8 @@
 // input is InvalidArgument with a message naming the limit, a batch over
 // 1000 operations or a result over 64 KiB is ResourceExhausted (as is a
 // request over 4 MiB, refused by gRPC itself), a shard without a serving
-// leader or a node shutting down is Unavailable.
+// leader or a node shutting down is Unavailable, a leadership transfer to a
+// node that is not a voter of the shard's group is FailedPrecondition.
 //
 // Outcomes (ACQUIRED, BUSY, DUPLICATE, LEASE_LOST, ...) are answers, not
 // errors: they travel in OpResult. Defaults (lease 30 s, retention 7 days,
