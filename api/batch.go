@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/shard"
@@ -89,6 +91,7 @@ func (s *Server) runBatch(ctx context.Context, r *router, ops []*gridpb.Op, out 
 		}
 	}
 	s.sendAway(ctx, r, ops, left, out)
+	boundResults(out)
 }
 
 // plan validates every operation and groups the others by shard, in batch
@@ -192,3 +195,65 @@ func (s *Server) forwardBatch(ctx context.Context, to peer, ops []*gridpb.Op, it
 		}
 	}
 }
+
+// maxBatchResponse bounds the encoded size of one BatchResponse: the
+// request limit, which is also gRPC's default receive limit, so that any
+// client can take the answer and a request cannot ask for a response
+// thousands of times its size (1000 Reserves of one completed key would
+// otherwise bring its 64 KiB result back 1000 times).
+const maxBatchResponse = keyspace.MaxRequestBytes
+
+// boundResults keeps the BatchResponse of out within maxBatchResponse by
+// leaving out stored results, in request order: results are kept while
+// the response with them, and with every other field of every result,
+// fits; from the first one that does not fit, or that a peer already left
+// out of its part of the batch, every later stored result is left out and
+// its OpResult marked result_omitted. Nothing else of a result changes,
+// and the records keep their results: a Get returns them. Which results
+// are left out depends only on the results, so a resent batch that finds
+// the same records gets the same answer; and a peer's own bound never
+// leaves out a result this one would keep, as its part of the batch and
+// the results before each of its operations are subsets of these.
+func boundResults(out []*gridpb.OpResult) {
+	stored := 0
+	for _, r := range out {
+		stored += len(r.GetResult())
+	}
+	if stored == 0 {
+		return
+	}
+	// The rest of the response, as an upper bound: each result without
+	// its stored bytes but with result_omitted set, its field tag and the
+	// longest length prefix of a result carrying 64 KiB.
+	rest := 0
+	for _, r := range out {
+		res := r.GetResult()
+		if r != nil {
+			r.Result = nil
+		}
+		rest += proto.Size(r) + omittedFieldBytes + 1 + 3
+		if r != nil {
+			r.Result = res
+		}
+	}
+	left, spent := maxBatchResponse-rest, false
+	for _, r := range out {
+		n := len(r.GetResult())
+		switch {
+		case r.GetResultOmitted():
+			spent = true
+		case n == 0:
+		case spent || n+resultFieldBytes > left:
+			r.Result, r.ResultOmitted, spent = nil, true, true
+		default:
+			left -= n + resultFieldBytes
+		}
+	}
+}
+
+// The encoded cost of OpResult.result_omitted set (tag and value), and of
+// OpResult.result beside its bytes (tag and a length of up to 64 KiB).
+const (
+	omittedFieldBytes = 2
+	resultFieldBytes  = 1 + 3
+)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/shard"
 )
 
@@ -84,16 +85,18 @@ func (s *Server) standaloneMap() *gridpb.ClusterMapResponse {
 // nodes than the replica count is refused (FailedPrecondition, saying why
 // and how to force it).
 func (s *Server) Drain(ctx context.Context, req *gridpb.DrainRequest) (*gridpb.DrainResponse, error) {
+	id := cluster.NodeID(req.GetNodeId())
+	if id != "" {
+		if err := id.Validate(); err != nil {
+			return nil, toStatus(fmt.Errorf("%w: %w", errBadNodeID, err))
+		}
+	}
 	cv := s.opts.Cluster
 	if cv == nil {
 		return nil, toStatus(fmt.Errorf("%w: nothing to drain", errStandalone))
 	}
-	id := cluster.NodeID(req.GetNodeId())
 	if id == "" {
 		id = cv.Self()
-	}
-	if err := id.Validate(); err != nil {
-		return nil, toStatus(fmt.Errorf("%w: %w", errBadNodeID, err))
 	}
 	st, err := cv.Drain(ctx, id, req.GetForce())
 	switch {
@@ -104,7 +107,7 @@ func (s *Server) Drain(ctx context.Context, req *gridpb.DrainRequest) (*gridpb.D
 	case errors.Is(err, cluster.ErrRejected):
 		if m := cv.Map(); m != nil {
 			if _, known := m.Nodes[id]; !known {
-				err = fmt.Errorf("%w %q: not in the cluster map (epoch %d): %w", errUnknownNode, id, m.Epoch, err)
+				err = fmt.Errorf("%w %s: not in the cluster map (epoch %d): %w", errUnknownNode, keyspace.Quote(id), m.Epoch, err)
 			}
 		}
 	}
@@ -124,7 +127,7 @@ func (s *Server) forwardDrain(ctx context.Context, id cluster.NodeID, force bool
 	if err != nil {
 		return nil, toStatus(notLeader)
 	}
-	resp, err := c.Drain(forwardedContext(ctx), &gridpb.DrainRequest{NodeId: string(id), Force: force})
+	resp, err := c.Drain(forwardedContext(ctx), &gridpb.DrainRequest{NodeId: []byte(id), Force: force})
 	if err != nil {
 		return nil, toStatus(forwardError(err, to))
 	}
@@ -166,7 +169,7 @@ func (s *Server) ShardAdmin(ctx context.Context, req *gridpb.ShardAdminRequest) 
 		_, refusal := r.elsewhere(id, sh, shard.ErrNotLeader)
 		return nil, toStatus(refusal)
 	}
-	node, addr := req.GetNodeId(), req.GetRaftAddr()
+	node, addr := string(req.GetNodeId()), string(req.GetRaftAddr())
 	switch req.GetAction() {
 	case gridpb.ShardAdminAction_ADD_NONVOTER:
 		err = sh.AddNonvoter(ctx, node, addr)
@@ -203,22 +206,31 @@ func checkFence(req *gridpb.ShardAdminRequest, known uint64) error {
 	return nil
 }
 
-// validateAdmin checks a ShardAdmin request against a map of shards shards.
+// validateAdmin checks a ShardAdmin request against a map of shards shards:
+// the node id by cluster.NodeID's rule, the Raft address by
+// cluster.ValidateAddr's, before any error names them.
 func validateAdmin(req *gridpb.ShardAdminRequest, shards int) error {
 	action := req.GetAction()
+	node, addr := req.GetNodeId(), req.GetRaftAddr()
 	switch {
 	case action < gridpb.ShardAdminAction_ADD_NONVOTER || action > gridpb.ShardAdminAction_TRANSFER_LEADERSHIP:
 		return fmt.Errorf("%w: unknown action %d", errBadAdmin, action)
 	case int64(req.GetShard()) >= int64(shards):
 		return fmt.Errorf("%w: shard %d out of range 0..%d", errBadAdmin, req.GetShard(), shards-1)
-	case action != gridpb.ShardAdminAction_TRANSFER_LEADERSHIP && req.GetNodeId() == "":
+	case action != gridpb.ShardAdminAction_TRANSFER_LEADERSHIP && len(node) == 0:
 		return fmt.Errorf("%w: %s needs a node id", errBadAdmin, action)
-	case (action == gridpb.ShardAdminAction_ADD_NONVOTER || action == gridpb.ShardAdminAction_ADD_VOTER) && req.GetRaftAddr() == "":
-		return fmt.Errorf("%w: %s of %s needs its Raft address", errBadAdmin, action, req.GetNodeId())
 	}
-	if id := req.GetNodeId(); id != "" {
-		if err := cluster.NodeID(id).Validate(); err != nil {
+	if len(node) > 0 {
+		if err := cluster.NodeID(node).Validate(); err != nil {
 			return fmt.Errorf("%w: %w", errBadAdmin, err)
+		}
+	}
+	if (action == gridpb.ShardAdminAction_ADD_NONVOTER || action == gridpb.ShardAdminAction_ADD_VOTER) && len(addr) == 0 {
+		return fmt.Errorf("%w: %s of %s needs its Raft address", errBadAdmin, action, node)
+	}
+	if len(addr) > 0 {
+		if err := cluster.ValidateAddr(string(addr)); err != nil {
+			return fmt.Errorf("%w: raft_addr: %w", errBadAdmin, err)
 		}
 	}
 	return nil

@@ -142,7 +142,7 @@ func TestDrainForwardedToControlLeader(t *testing.T) {
 	if err != nil || resp.NodeId != "a" || resp.State != "draining" || resp.ReplicasLeft != 1 || resp.Epoch != 4 {
 		t.Fatalf("drain of self through a follower: %v %v", resp, err)
 	}
-	if resp, err := a.Drain(ctx(t), &gridpb.DrainRequest{NodeId: "b", Force: true}); err != nil || resp.NodeId != "b!" {
+	if resp, err := a.Drain(ctx(t), &gridpb.DrainRequest{NodeId: []byte("b"), Force: true}); err != nil || resp.NodeId != "b!" {
 		t.Fatalf("forced drain of b through a follower: %v %v", resp, err)
 	}
 	mu.Lock()
@@ -162,7 +162,7 @@ func TestDrainForwardedToControlLeader(t *testing.T) {
 		{"invalid node id", ctx(t), "bad id", codes.InvalidArgument, "invalid node id"},
 		{"forwarded already", metadata.AppendToOutgoingContext(ctx(t), api.MetadataForwarded, "1"), "a", codes.Unavailable, `not the control group's leader (leader: "b")`},
 	} {
-		_, err := a.Drain(tt.ctx, &gridpb.DrainRequest{NodeId: tt.id})
+		_, err := a.Drain(tt.ctx, &gridpb.DrainRequest{NodeId: []byte(tt.id)})
 		if status.Code(err) != tt.code || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: %v, want %v naming %q", tt.name, err, tt.code, tt.want)
 		}
@@ -286,7 +286,7 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 	}
 	c0, c1, c2 := dial(t, n0.addr), dial(t, n1.addr), dial(t, n2.addr)
 	admin := func(c gridpb.GridClient, action gridpb.ShardAdminAction, n *testNode) (*gridpb.ShardAdminResponse, error) {
-		return c.ShardAdmin(ctx(t), &gridpb.ShardAdminRequest{Shard: 0, Action: action, NodeId: string(n.id), RaftAddr: n.mux.Addr().String(),
+		return c.ShardAdmin(ctx(t), &gridpb.ShardAdminRequest{Shard: 0, Action: action, NodeId: []byte(n.id), RaftAddr: []byte(n.mux.Addr().String()),
 			ControlTerm: testTerm, Epoch: testEpoch})
 	}
 
@@ -299,8 +299,8 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 			{&gridpb.ShardAdminRequest{Shard: 0, Action: 9}, "unknown action 9"},
 			{&gridpb.ShardAdminRequest{Shard: 2, Action: gridpb.ShardAdminAction_TRANSFER_LEADERSHIP}, "shard 2 out of range 0..1"},
 			{&gridpb.ShardAdminRequest{Shard: 0, Action: gridpb.ShardAdminAction_REMOVE_SERVER}, "REMOVE_SERVER needs a node id"},
-			{&gridpb.ShardAdminRequest{Shard: 0, Action: gridpb.ShardAdminAction_ADD_VOTER, NodeId: "n5"}, "needs its Raft address"},
-			{&gridpb.ShardAdminRequest{Shard: 0, Action: gridpb.ShardAdminAction_ADD_NONVOTER, NodeId: "bad id", RaftAddr: "x:1"}, "not in [A-Za-z0-9._-]"},
+			{&gridpb.ShardAdminRequest{Shard: 0, Action: gridpb.ShardAdminAction_ADD_VOTER, NodeId: []byte("n5")}, "needs its Raft address"},
+			{&gridpb.ShardAdminRequest{Shard: 0, Action: gridpb.ShardAdminAction_ADD_NONVOTER, NodeId: []byte("bad id"), RaftAddr: []byte("x:1")}, "not in [A-Za-z0-9._-]"},
 		} {
 			_, err := c0.ShardAdmin(ctx(t), tt.req)
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.want) {
@@ -350,7 +350,7 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 				t.Errorf("add n2 to shard 0 under %+v (n0 knows term %d): %v, want ErrStaleFence", f, testTerm, err)
 			}
 			_, err = c0.ShardAdmin(ctx(t), &gridpb.ShardAdminRequest{Shard: 0, Action: gridpb.ShardAdminAction_TRANSFER_LEADERSHIP,
-				NodeId: string(n1.id), RaftAddr: n1.mux.Addr().String(), ControlTerm: f.ControlTerm, Epoch: f.Epoch})
+				NodeId: []byte(n1.id), RaftAddr: []byte(n1.mux.Addr().String()), ControlTerm: f.ControlTerm, Epoch: f.Epoch})
 			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "control term") {
 				t.Errorf("transfer under %+v: %v, want FAILED_PRECONDITION naming the control term", f, err)
 			}

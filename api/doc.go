@@ -6,7 +6,8 @@
 // input is InvalidArgument with a message naming the limit, a batch over
 // 1000 operations or a result over 64 KiB is ResourceExhausted (as is a
 // request over 4 MiB, refused by gRPC itself), a shard without a serving
-// leader or a node shutting down is Unavailable.
+// leader or a node shutting down is Unavailable, a leadership transfer to a
+// node that is not a voter of the shard's group is FailedPrecondition.
 //
 // Outcomes (ACQUIRED, BUSY, DUPLICATE, LEASE_LOST, ...) are answers, not
 // errors: they travel in OpResult. Defaults (lease 30 s, retention 7 days,
@@ -16,10 +17,26 @@
 // with the grant its request id already holds says replayed. A Get shows a
 // token only with show_token (the keyspace rule, carried to the shard).
 //
+// Every field a caller fills with a name is bytes on the wire (namespaces,
+// and the node ids and Raft addresses of Drain and ShardAdmin; keys and
+// entities are arbitrary bytes anyway), so that input which is not UTF-8
+// reaches validation and is refused with InvalidArgument naming the rule,
+// not by the protobuf decoder with Internal. An error that echoes an input
+// quotes at most a short prefix of it (keyspace.Quote): an error message
+// travels in a header, and a client tears down the whole connection over a
+// header past its limit.
+//
 // A Batch validates each operation on its own (a bad key fails only its own
 // operation) and proposes the operations of each shard, linearizable reads
 // included, as one group-committed proposal, in batch order, the shards in
-// parallel; stale reads are answered locally afterwards.
+// parallel; stale reads are answered locally afterwards. Its response stays
+// within 4 MiB (the request limit, and gRPC's default receive limit):
+// stored results are kept in request order while it fits, and later ones
+// are left out and marked result_omitted (boundResults), so that a small
+// request cannot ask for an answer thousands of times its size.
+//
+// The gRPC port closes a connection that has not completed its HTTP/2
+// handshake within HandshakeTimeout, as the Raft and HTTP ports do.
 //
 // A standalone node (Options.Cluster nil) holds every shard and serves
 // everything itself. A cluster node routes each operation by the cluster

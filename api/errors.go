@@ -36,7 +36,8 @@ func code(err error) codes.Code {
 		return codes.InvalidArgument
 	case errors.Is(err, errUnknownNode):
 		return codes.NotFound
-	case errors.Is(err, errStandalone), errors.Is(err, cluster.ErrRejected), errors.Is(err, cluster.ErrStaleFence):
+	case errors.Is(err, errStandalone), errors.Is(err, cluster.ErrRejected), errors.Is(err, cluster.ErrStaleFence),
+		errors.Is(err, shard.ErrNotVoter):
 		return codes.FailedPrecondition
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded

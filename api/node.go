@@ -123,7 +123,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	}
 	n.grpc = n.server.NewGRPCServer()
 	if cfg.HTTPListen != "" {
-		n.http = &http.Server{Handler: n.httpHandler(reg), ReadHeaderTimeout: 5 * time.Second}
+		n.http = &http.Server{Handler: n.httpHandler(reg), ReadHeaderTimeout: HandshakeTimeout}
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
@@ -211,6 +211,14 @@ func (n *Node) open(reg *prometheus.Registry) error {
 	n.server.SetServing(false)
 	return nil
 }
+
+// HandshakeTimeout bounds how long a new connection to any of a node's
+// ports may take to say what it is before the node closes it: the HTTP/2
+// preface and settings on the gRPC port (NewGRPCServer), the request
+// headers on the HTTP port, the mux header on the Raft port. A peer that
+// opens connections and sends half a greeting holds each one this long at
+// most.
+const HandshakeTimeout = raftlog.DefaultHeaderTimeout
 
 // DefaultRaftListen is where a cluster node's Raft mux listens unless told.
 const DefaultRaftListen = "127.0.0.1:7421"

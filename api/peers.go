@@ -40,8 +40,10 @@ var errPeersClosed = errors.New("api: peer connections closed")
 const (
 	peerKeepaliveTime    = 10 * time.Second
 	peerKeepaliveTimeout = 5 * time.Second
-	// peerMaxRecvBytes fits a forwarded batch's answer: up to 1000
-	// results of up to 64 KiB each.
+	// peerMaxRecvBytes fits a forwarded batch's answer: at most 4 MiB of
+	// stored results (boundResults) beside 1000 results' other fields, and
+	// with room to spare for a node of an older version, which sent up to
+	// 1000 results of 64 KiB each.
 	peerMaxRecvBytes = 96 << 20
 )
 
@@ -102,8 +104,8 @@ func (p *Peers) ShardAdmin(ctx context.Context, addr string, req cluster.AdminRe
 	resp, err := c.ShardAdmin(ctx, &gridpb.ShardAdminRequest{
 		Shard:       uint32(req.Shard),
 		Action:      adminActionPB(req.Action),
-		NodeId:      string(req.Node),
-		RaftAddr:    req.RaftAddr,
+		NodeId:      []byte(req.Node),
+		RaftAddr:    []byte(req.RaftAddr),
 		ControlTerm: req.Fence.ControlTerm,
 		Epoch:       req.Fence.Epoch,
 	})

@@ -61,11 +61,15 @@ func NewServer(host *shard.Host, opts Options) *Server {
 	return s
 }
 
-// NewGRPCServer returns a gRPC server with the request size limit and the
-// metrics interceptor, the Grid service, gRPC health and reflection.
+// NewGRPCServer returns a gRPC server with the request size limit, the
+// handshake timeout and the metrics interceptor, the Grid service, gRPC
+// health and reflection.
 func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 	opts := append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(keyspace.MaxRequestBytes),
+		// A connection that has not completed its HTTP/2 preface and
+		// settings by then is closed (gRPC's default waits 120 s).
+		grpc.ConnectionTimeout(HandshakeTimeout),
 		grpc.UnaryInterceptor(s.metrics.intercept),
 		// Peers keep idle connections alive with pings (see Peers).
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerKeepaliveTime / 2, PermitWithoutStream: true}),

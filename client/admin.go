@@ -27,7 +27,7 @@ type DrainStatus struct {
 // as the cluster does a node it does not know (NotFound); both are
 // returned as they came, readable with status.Code.
 func (c *Client) Drain(ctx context.Context, nodeID string, opts ...DrainOption) (DrainStatus, error) {
-	req := &gridpb.DrainRequest{NodeId: nodeID}
+	req := &gridpb.DrainRequest{NodeId: []byte(nodeID)}
 	for _, o := range opts {
 		o(req)
 	}

@@ -35,6 +35,14 @@ import (
 // as unavailable when the retries are spent is labelled outcome unknown as
 // well unless every send of it was refused with a Redirect. results and errs
 // always have len(ops) elements.
+//
+// One Batch response carries at most 4 MiB of stored results (the grid's
+// request limit), in request order: from the first result that does not
+// fit, the stored results of the later operations are left out and their
+// Result.ResultOmitted is set. Nothing else of their answers changes, and
+// the records keep their results: Get returns them. (Single calls, which
+// automatic batching sends together, fetch a result left out of theirs
+// with a Get.)
 func (c *Client) Batch(ctx context.Context, ops []Op) ([]Result, []error, error) {
 	b := &batchRun{
 		c:       c,

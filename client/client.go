@@ -178,7 +178,7 @@ func (c *Client) do(ctx context.Context, op *gridpb.Op) (res *gridpb.OpResult, s
 // sendTo sends one operation to node n, through its batcher or as a unary
 // RPC. The error of a refusal carries the node's Redirect, if any.
 func (c *Client) sendTo(ctx context.Context, n *node, op *gridpb.Op) (*gridpb.OpResult, error) {
-	if n.b != nil {
+	if n.b != nil && !unbatched(ctx) {
 		return n.b.submit(ctx, op)
 	}
 	var res *gridpb.OpResult

@@ -57,6 +57,14 @@
 // operations at once can send them with Batch instead, which splits them by
 // node and sends the nodes' parts in parallel.
 //
+// A Batch response carries at most 4 MiB of stored results (Result.Result),
+// in request order; the results past that budget are left out, marked
+// Result.ResultOmitted, so that 1000 duplicates of one key with a 64 KiB
+// result cannot ask for a 64 MiB answer. The records keep them, and Get
+// returns them. Batch hands such results back as they are; a single call
+// that automatic batching put in a Batch whose budget others had spent
+// fetches its result with a Get before it returns.
+//
 // # Routing
 //
 // Dial takes one address or a comma-separated list of seed addresses, and

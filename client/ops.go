@@ -169,5 +169,8 @@ func (c *Client) one(ctx context.Context, op Op) (Result, int, error) {
 		return Result{}, sends, err
 	}
 	r := fromPB(pb)
+	if r.ResultOmitted {
+		c.fillResult(ctx, op, &r)
+	}
 	return r, sends, op.outcomeErr(r)
 }

@@ -97,6 +97,10 @@ type Result struct {
 	// Result is the stored result of a completed key. The slice is owned by
 	// the caller.
 	Result []byte
+	// ResultOmitted reports that the grid left Result out of a Batch
+	// response, which carries at most 4 MiB of stored results (see Batch).
+	// The record still has it: Get returns it.
+	ResultOmitted bool
 	// Fingerprint is the record's payload fingerprint when HasFingerprint.
 	Fingerprint    uint64
 	HasFingerprint bool
@@ -172,6 +176,7 @@ func fromPB(p *gridpb.OpResult) Result {
 	case gridpb.Tier_COLD:
 		r.Tier = TierCold
 	}
+	r.ResultOmitted = p.GetResultOmitted()
 	if p != nil && p.Fingerprint != nil {
 		r.Fingerprint, r.HasFingerprint = *p.Fingerprint, true
 	}

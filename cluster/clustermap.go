@@ -4,23 +4,54 @@ import (
 	"encoding/binary"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/l4xg/grid/keyspace"
 )
 
 // NodeID names a node for its whole life: 1..64 bytes of [A-Za-z0-9._-].
 type NodeID string
 
-// Validate checks the id's length and alphabet.
+// Validate checks the id's length and alphabet. The error quotes the id
+// with keyspace.Quote: it may come from a caller.
 func (id NodeID) Validate() error {
 	if len(id) == 0 || len(id) > 64 {
-		return fmt.Errorf("node id %q: length %d out of range 1..64", string(id), len(id))
+		return fmt.Errorf("node id %s: length %d out of range 1..64", keyspace.Quote(id), len(id))
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
 		if !ok {
-			return fmt.Errorf("node id %q: byte %q not in [A-Za-z0-9._-]", string(id), c)
+			return fmt.Errorf("node id %s: byte %s at %d not in [A-Za-z0-9._-]", keyspace.Quote(id), keyspace.Quote(id[i:i+1]), i)
 		}
+	}
+	return nil
+}
+
+// ValidateAddr checks a node address a caller gives (a Raft address in a
+// ShardAdmin request): host:port, a host name or IP address of
+// [A-Za-z0-9._:%-] (an IPv6 address in brackets) and a port 1..65535, at
+// most the length the map stores.
+func ValidateAddr(addr string) error {
+	const rule = "want host:port, the host of [A-Za-z0-9._:%-], the port 1..65535"
+	if len(addr) == 0 || len(addr) > maxString {
+		return fmt.Errorf("address %s: length %d out of range 1..%d", keyspace.Quote(addr), len(addr), maxString)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return fmt.Errorf("address %s: %s", keyspace.Quote(addr), rule)
+	}
+	for i := 0; i < len(host); i++ {
+		c := host[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:%-", c) >= 0) {
+			return fmt.Errorf("address %s: %s", keyspace.Quote(addr), rule)
+		}
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return fmt.Errorf("address %s: %s", keyspace.Quote(addr), rule)
 	}
 	return nil
 }

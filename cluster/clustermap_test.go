@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -122,4 +123,54 @@ func FuzzDecodeMap(f *testing.F) {
 			t.Fatalf("not canonical:\n in %x\nout %x", b, again)
 		}
 	})
+}
+
+// TestValidateCallerInput: node ids and addresses a caller gives are
+// checked against their rules, and an error quotes at most a short prefix
+// of a hostile input.
+func TestValidateCallerInput(t *testing.T) {
+	huge := strings.Repeat("\x01", 4<<20)
+	for _, tc := range []struct {
+		id   NodeID
+		want string // "" when valid
+	}{
+		{"node-1.a_b", ""},
+		{"", "length 0 out of range 1..64"},
+		{NodeID(strings.Repeat("a", 65)), "length 65 out of range 1..64"},
+		{"a b", `byte " " at 1 not in [A-Za-z0-9._-]`},
+		{"a\xff", `byte "\xff" at 1 not in [A-Za-z0-9._-]`},
+		{NodeID(huge), "length 4194304 out of range 1..64"},
+	} {
+		checkCallerInput(t, "node id", len(tc.id), tc.id.Validate(), tc.want)
+	}
+	for _, tc := range []struct {
+		addr, want string
+	}{
+		{"127.0.0.1:7421", ""},
+		{"[::1]:7421", ""},
+		{"node-1.grid.svc:7421", ""},
+		{"", "length 0 out of range 1..255"},
+		{"no-port", "want host:port"},
+		{":7421", "want host:port"},
+		{"a b:1", "want host:port"},
+		{"\xff:1", "want host:port"},
+		{"h:0", "port 1..65535"},
+		{"h:65536", "port 1..65535"},
+		{huge, "length 4194304 out of range 1..255"},
+	} {
+		checkCallerInput(t, "address", len(tc.addr), ValidateAddr(tc.addr), tc.want)
+	}
+}
+
+func checkCallerInput(t *testing.T, what string, n int, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Errorf("%s of %d bytes: %v, want valid", what, n, err)
+	case want == "":
+	case err == nil:
+		t.Errorf("%s of %d bytes accepted, want an error naming %q", what, n, want)
+	case !strings.Contains(err.Error(), want) || len(err.Error()) > 512:
+		t.Errorf("%s of %d bytes: %d-byte error %.300q, want one naming %q", what, n, len(err.Error()), err, want)
+	}
 }

@@ -1,7 +1,10 @@
 // Package keyspace is the deterministic heart of L4XG Grid: key digests and
 // their validation, the record state machine of DESIGN section 2, the hot
 // table that holds records, expiry by stamped time, entity versions, the
-// command encoding of Raft log entries and the snapshot format.
+// command encoding of Raft log entries and the snapshot format. The
+// validators' errors name the limit they enforce and quote the offending
+// input with Quote, which keeps at most a short prefix of it: the API
+// sends these errors back to the caller as they are.
 //
 // # Determinism
 //

@@ -62,18 +62,20 @@ var (
 	ErrRequestIDTooLong = errors.New("keyspace: request id too long")
 )
 
-// ValidateNamespace checks [a-z0-9][a-z0-9._-]{0,63}.
+// ValidateNamespace checks [a-z0-9][a-z0-9._-]{0,63}: bytes that are not
+// valid UTF-8, control bytes and upper case are refused alike. The error
+// quotes the namespace with Quote.
 func ValidateNamespace(ns string) error {
 	if len(ns) == 0 || len(ns) > MaxNamespaceLen {
-		return fmt.Errorf("%w: %q must be 1..%d characters of [a-z0-9._-] starting with [a-z0-9]",
-			ErrInvalidNamespace, ns, MaxNamespaceLen)
+		return fmt.Errorf("%w: %s: length %d, want 1..%d bytes matching [a-z0-9][a-z0-9._-]{0,63}",
+			ErrInvalidNamespace, Quote(ns), len(ns), MaxNamespaceLen)
 	}
 	for i := 0; i < len(ns); i++ {
 		c := ns[i]
 		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || i > 0 && (c == '.' || c == '_' || c == '-')
 		if !ok {
-			return fmt.Errorf("%w: %q: character %q at %d not allowed (want [a-z0-9][a-z0-9._-]{0,63})",
-				ErrInvalidNamespace, ns, c, i)
+			return fmt.Errorf("%w: %s: byte %s at %d not allowed (want [a-z0-9][a-z0-9._-]{0,63})",
+				ErrInvalidNamespace, Quote(ns), Quote(ns[i:i+1]), i)
 		}
 	}
 	return nil

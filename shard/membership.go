@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -109,8 +110,8 @@ func (s *Shard) ensureCommitted(ctx context.Context, what string) error {
 // empty addr: its address in the configuration), or with id "" to the
 // voter Raft finds most up to date, and waits until this replica no longer
 // leads, or ctx ends. A transfer to this replica itself does nothing. While
-// it runs, proposals fail with ErrNotLeader. A target that is not a voter
-// fails with ErrNotVoter.
+// it runs, proposals fail with ErrNotLeader. A target that is not a voter,
+// or with id "" a group without another voter, fails with ErrNotVoter.
 func (s *Shard) TransferLeadership(ctx context.Context, id, addr string) error {
 	what := "transfer leadership"
 	if id != "" {
@@ -122,11 +123,16 @@ func (s *Shard) TransferLeadership(ctx context.Context, id, addr string) error {
 	if id == s.cfg.NodeID {
 		return nil
 	}
-	if id != "" {
-		servers, err := s.Configuration()
-		if err != nil {
-			return err
+	servers, err := s.Configuration()
+	if err != nil {
+		return err
+	}
+	if id == "" {
+		other := func(srv raft.Server) bool { return srv.Suffrage == raft.Voter && string(srv.ID) != s.cfg.NodeID }
+		if !slices.ContainsFunc(servers, other) {
+			return fmt.Errorf("shard %d: %s: the group has no other voter: %w", s.cfg.ID, what, ErrNotVoter)
 		}
+	} else {
 		srv, ok := findServer(servers, id)
 		if !ok || srv.Suffrage != raft.Voter {
 			return fmt.Errorf("shard %d: %s: %w", s.cfg.ID, what, ErrNotVoter)
@@ -135,7 +141,7 @@ func (s *Shard) TransferLeadership(ctx context.Context, id, addr string) error {
 			addr = string(srv.Address)
 		}
 	}
-	err := s.await(ctx, what, func() error {
+	err = s.await(ctx, what, func() error {
 		if id == "" {
 			return s.raft.LeadershipTransfer().Error()
 		}

@@ -1588,6 +1588,9 @@ func (x *BatchRequest) GetOps() []*Op {
 // A BatchResponse carries at most 4 MiB of stored results (the request
 // limit): results past that budget are left out and marked result_omitted,
 // so a small request cannot ask for a response thousands of times its size.
+// Precisely, the whole response stays within 4 MiB, gRPC's default receive
+// limit: stored results are kept in request order while it fits, and from
+// the first that does not, every later one is left out.
 type BatchResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Results       []*OpResult            `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
@@ -2361,8 +2364,11 @@ func (x *ClusterMapResponse) GetCurrentEpoch() uint64 {
 
 type DrainRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The node to drain; empty means the node receiving the request.
-	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The node to drain, 1..64 bytes of [A-Za-z0-9._-]; empty means the node
+	// receiving the request. Bytes on the wire (a string field is
+	// wire-compatible), so a malformed one is refused by the server's
+	// validation, naming the rule, not by the decoder.
+	NodeId []byte `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// Drain even when the remaining nodes cannot hold every shard's
 	// replica count (the shards then run under-replicated).
 	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
@@ -2400,11 +2406,11 @@ func (*DrainRequest) Descriptor() ([]byte, []int) {
 	return file_grid_proto_rawDescGZIP(), []int{23}
 }
 
-func (x *DrainRequest) GetNodeId() string {
+func (x *DrainRequest) GetNodeId() []byte {
 	if x != nil {
 		return x.NodeId
 	}
-	return ""
+	return nil
 }
 
 func (x *DrainRequest) GetForce() bool {
@@ -2488,9 +2494,12 @@ type ShardAdminRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Shard  uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
 	Action ShardAdminAction       `protobuf:"varint,2,opt,name=action,proto3,enum=l4xg.grid.v1.ShardAdminAction" json:"action,omitempty"`
-	NodeId string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	// The node's Raft (mux) address, for the add actions and transfers.
-	RaftAddr string `protobuf:"bytes,4,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	// The node, 1..64 bytes of [A-Za-z0-9._-], and its Raft (mux) address,
+	// host:port, for the add actions and transfers. Bytes on the wire (a
+	// string field is wire-compatible), so malformed ones are refused by the
+	// server's validation, naming the rule, not by the decoder.
+	NodeId   []byte `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	RaftAddr []byte `protobuf:"bytes,4,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
 	// The fence the change was planned under: the control group's term and
 	// the map epoch of the control leader that sends it. A node that knows
 	// a later control term refuses the request (FAILED_PRECONDITION).
@@ -2544,18 +2553,18 @@ func (x *ShardAdminRequest) GetAction() ShardAdminAction {
 	return ShardAdminAction_SHARD_ADMIN_UNSPECIFIED
 }
 
-func (x *ShardAdminRequest) GetNodeId() string {
+func (x *ShardAdminRequest) GetNodeId() []byte {
 	if x != nil {
 		return x.NodeId
 	}
-	return ""
+	return nil
 }
 
-func (x *ShardAdminRequest) GetRaftAddr() string {
+func (x *ShardAdminRequest) GetRaftAddr() []byte {
 	if x != nil {
 		return x.RaftAddr
 	}
-	return ""
+	return nil
 }
 
 func (x *ShardAdminRequest) GetControlTerm() uint64 {
@@ -2804,7 +2813,7 @@ const file_grid_proto_rawDesc = "" +
 	"\rcurrent_epoch\x18\n" +
 	" \x01(\x04R\fcurrentEpoch\"=\n" +
 	"\fDrainRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\anode_id\x18\x01 \x01(\fR\x06nodeId\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"y\n" +
 	"\rDrainResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
@@ -2814,8 +2823,8 @@ const file_grid_proto_rawDesc = "" +
 	"\x11ShardAdminRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x126\n" +
 	"\x06action\x18\x02 \x01(\x0e2\x1e.l4xg.grid.v1.ShardAdminActionR\x06action\x12\x17\n" +
-	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x1b\n" +
-	"\traft_addr\x18\x04 \x01(\tR\braftAddr\x12!\n" +
+	"\anode_id\x18\x03 \x01(\fR\x06nodeId\x12\x1b\n" +
+	"\traft_addr\x18\x04 \x01(\fR\braftAddr\x12!\n" +
 	"\fcontrol_term\x18\x05 \x01(\x04R\vcontrolTerm\x12\x14\n" +
 	"\x05epoch\x18\x06 \x01(\x04R\x05epoch\"7\n" +
 	"\x12ShardAdminResponse\x12!\n" +
