@@ -216,8 +216,8 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(c *config) { c.dialOpts = append(c.dialOpts, opts...) }
 }
 
-// WithClock sets the clock Process measures its local lease deadline with
-// (default time.Now). For tests that skew time.
+// WithClock sets the clock the client measures local safe deadlines with
+// (Result.SafeUntil, Process; default time.Now). For tests that skew time.
 func WithClock(now func() time.Time) Option { return func(c *config) { c.clock = now } }
 
 // Options of operations. Each constructor says which operations take it; an
