@@ -34,7 +34,9 @@
 // margin, and are less well protected against clock skew. A replayed grant
 // (a resend that got its own earlier grant back) has less left than the
 // lease, and its safe deadline is that much earlier: it is counted from
-// this call's first send, never from the earlier grant.
+// this call's first send, never from the earlier grant. Whatever the call
+// spends before its answer (connecting on a new Client, queueing, resends)
+// comes off the window: a short lease leaves little room for it.
 //
 // Reserve and Extend results carry that deadline (Result.SafeUntil), as do
 // the Reserves and Extends of a Batch; Result.Deadline is the grid's clock

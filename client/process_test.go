@@ -223,6 +223,7 @@ func TestProcessWaitForHolderBoundedByContext(t *testing.T) {
 
 func TestProcessExtendsTheLease(t *testing.T) {
 	c, f := dialFake(t)
+	warm(t, c)
 	ctx := testCtx(t)
 	out, err := c.Process(ctx, "ns", "k", func(ctx context.Context, l Lease) ([]byte, error) {
 		// Three extensions, every (lease - margin)/3 = 50 ms: the lease
@@ -242,6 +243,7 @@ func TestProcessExtendsTheLease(t *testing.T) {
 
 func TestProcessLeaseLostCancelsHandler(t *testing.T) {
 	c, f := dialFake(t)
+	warm(t, c)
 	ctx := testCtx(t)
 	var cause error
 	_, err := c.Process(ctx, "ns", "k", func(hctx context.Context, l Lease) ([]byte, error) {
@@ -277,6 +279,7 @@ func TestProcessLocalDeadlineWithoutExtension(t *testing.T) {
 		}
 		return nil
 	}})
+	warm(t, c)
 	var cause error
 	_, err := c.Process(testCtx(t), "ns", "k", func(hctx context.Context, l Lease) ([]byte, error) {
 		<-hctx.Done()
@@ -378,6 +381,7 @@ func opEntity(op *gridpb.Op) string {
 
 func TestProcessNamesTheEntityOnEveryOperation(t *testing.T) {
 	c, f := dialFake(t)
+	warm(t, c)
 	ctx := testCtx(t)
 	ok := func(context.Context, Lease) ([]byte, error) {
 		f.waitOps(t, "an extension", func(ops []*gridpb.Op) bool { return countKind(ops, "extend") >= 1 })
