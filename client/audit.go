@@ -19,7 +19,7 @@ func (c *Client) GetDigest(ctx context.Context, d keyspace.Digest, opts ...GetOp
 	for _, o := range opts {
 		o.applyGet(r)
 	}
-	res, _, err := c.one(ctx, Op{&gridpb.Op{Op: &gridpb.Op_Get{Get: r}}})
+	res, _, err := c.one(ctx, Op{pb: &gridpb.Op{Op: &gridpb.Op_Get{Get: r}}})
 	return res, err
 }
 

@@ -43,6 +43,12 @@ import (
 // the records keep their results: Get returns them. (Single calls, which
 // automatic batching sends together, fetch a result left out of theirs
 // with a Get.)
+//
+// Each Result says how many sends its operation took and whether its answer
+// came from a resend (Sends, Resent), counted per operation. An ACQUIRED
+// Reserve or an OK Extend carries its local safe deadline (SafeUntil), from
+// the client's clock when Batch was called. Each Reserve keeps the request
+// id its ReserveOp drew in all its resends.
 func (c *Client) Batch(ctx context.Context, ops []Op) ([]Result, []error, error) {
 	b := &batchRun{
 		c:       c,
@@ -50,15 +56,19 @@ func (c *Client) Batch(ctx context.Context, ops []Op) ([]Result, []error, error)
 		results: make([]Result, len(ops)),
 		errs:    make([]error, len(ops)),
 		keys:    make([]routeKey, len(ops)),
-		sent:    make([]bool, len(ops)),
+		sends:   make([]int, len(ops)),
 		noReply: make([]bool, len(ops)),
 		next:    make([]string, len(ops)),
 		unknown: make([]int, len(ops)),
 	}
 	pending := make([]int, len(ops))
 	for i, op := range ops {
-		if op.pb.GetOp() == nil {
-			err := fmt.Errorf("%w: operation %d is empty", ErrInvalidArgument, i)
+		if err := op.err; err != nil || op.pb.GetOp() == nil {
+			if err == nil {
+				err = fmt.Errorf("%w: operation %d is empty", ErrInvalidArgument, i)
+			} else {
+				err = fmt.Errorf("operation %d: %w", i, err)
+			}
 			for j := range b.errs {
 				b.errs[j] = err
 			}
@@ -67,6 +77,7 @@ func (c *Client) Batch(ctx context.Context, ops []Op) ([]Result, []error, error)
 		b.keys[i].op = op.pb
 		pending[i] = i
 	}
+	b.start = c.cfg.clock()
 	p := c.cfg.retry
 	first := time.Now()
 	for attempt := 1; len(pending) > 0; attempt++ {
@@ -101,10 +112,11 @@ type batchRun struct {
 	results []Result
 	errs    []error
 	keys    []routeKey
-	sent    []bool   // a node may have applied the operation
-	noReply []bool   // errs[i] is not an answer: an RPC failed, or it was not sent
-	next    []string // the leader a Redirect named, for the next hop
-	unknown []int    // Redirects that named no leader
+	start   time.Time // the client's clock before the first send
+	sends   []int     // sends of the operation a node may have applied
+	noReply []bool    // errs[i] is not an answer: an RPC failed, or it was not sent
+	next    []string  // the leader a Redirect named, for the next hop
+	unknown []int     // Redirects that named no leader
 }
 
 // verdict is what became of one operation in one RPC.
@@ -249,8 +261,10 @@ func (b *batchRun) sendGroup(ctx context.Context, addr string, idx []int) (out g
 			if errors.Is(err, ErrUnavailable) {
 				b.c.r.unreachable(addr)
 			}
-			for _, i := range idx[start:end] {
-				b.sent[i] = b.sent[i] || left
+			if left {
+				for _, i := range idx[start:end] {
+					b.sends[i]++
+				}
 			}
 			for _, i := range idx[start:] {
 				b.noAnswer(i, err)
@@ -294,7 +308,8 @@ func (b *batchRun) settle(i int, from string, res *gridpb.OpResult, err error) v
 		}
 		return redirected
 	}
-	b.sent[i], b.noReply[i] = true, false
+	b.sends[i]++
+	b.noReply[i] = false
 	if err != nil {
 		b.results[i], b.errs[i] = Result{}, err
 		if retryable(err) {
@@ -302,7 +317,7 @@ func (b *batchRun) settle(i int, from string, res *gridpb.OpResult, err error) v
 		}
 		return settled
 	}
-	b.results[i] = fromPB(res)
+	b.results[i] = b.ops[i].result(res, b.start, b.sends[i])
 	b.errs[i] = b.ops[i].outcomeErr(b.results[i])
 	return settled
 }
@@ -323,23 +338,26 @@ func (b *batchRun) stopped(ctx context.Context) error {
 // finish labels the operations left without an answer, sent (outcome
 // unknown) or not, and returns the error of the first of them. An operation
 // whose last answer was a refusal as unavailable, after a send that may have
-// been applied, is labelled outcome unknown too.
+// been applied, is labelled outcome unknown too. Each Result without an
+// answer still says how many sends may have been applied.
 func (b *batchRun) finish() error {
 	var first error
 	for i, err := range b.errs {
+		sent := b.sends[i] > 0
 		switch {
 		case b.noReply[i]:
 			if first == nil {
 				first = err
 			}
-			if b.sent[i] {
+			if sent {
 				b.errs[i] = fmt.Errorf("client: outcome unknown: %w", err)
 			} else {
 				b.errs[i] = fmt.Errorf("client: not sent: %w", err)
 			}
-		case err != nil && b.sent[i] && retryable(err):
+		case err != nil && sent && retryable(err):
 			b.errs[i] = fmt.Errorf("client: outcome unknown: %w", err)
 		}
+		b.results[i].Sends = b.sends[i]
 	}
 	return first
 }

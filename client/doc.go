@@ -15,15 +15,50 @@
 // without running handle (Processed.Duplicate, with the stored result). The
 // errors the consumer routes on are distinct: a *BusyError (ErrBusy) means
 // another consumer holds the key right now (redeliver later, or use
-// WaitForHolder); ErrPoisoned means dead-letter the message; ErrStale means
-// ack and drop it; ErrMismatch means the key was reused for another payload.
+// WaitForHolder); ErrLeaseExpired means the lease came too late to trust
+// and the handler did not run (redeliver); ErrPoisoned means dead-letter the
+// message; ErrStale means ack and drop it; ErrMismatch means the key was
+// reused for another payload.
 //
-// A lease is only trusted until the local safe deadline: the client's clock
-// before the Reserve was sent, plus the lease, minus a margin for skew. When
-// no extension has succeeded by then, or an extension is refused, the
-// handler's context is cancelled with a cause matching ErrLeaseLost. The
-// handler receives the lease's fencing token, strictly increasing per key,
-// and should pass it to downstream systems that can refuse an older holder.
+// # The local safe deadline
+//
+// A lease is only trusted until its local safe deadline: the client's clock
+// just before the Reserve's first send, plus the lease the grid's answer
+// leaves (its deadline minus the stamp it answered at, both by the grid's
+// clock), minus a margin. The margin (WithLeaseMargin) covers the offset
+// between the client's clock and the grid's and the grid's own offset
+// between nodes; its default, DefaultLeaseMargin, is lease/10 but at least
+// the grid's default maximum clock offset (250 ms,
+// keyspace.DefaultMaxClockOffset), and at most lease/2. Leases shorter than
+// about twice that offset (500 ms) therefore keep less than the offset as
+// margin, and are less well protected against clock skew. A replayed grant
+// (a resend that got its own earlier grant back) has less left than the
+// lease, and its safe deadline is that much earlier: it is counted from
+// this call's first send, never from the earlier grant. Whatever the call
+// spends before its answer (connecting on a new Client, queueing, resends)
+// comes off the window: a short lease leaves little room for it.
+//
+// Reserve and Extend results carry that deadline (Result.SafeUntil), as do
+// the Reserves and Extends of a Batch; Result.Deadline is the grid's clock
+// and must not be compared with the client's. Process goes by the same
+// rule (one function computes it for all of them):
+//
+//   - A Reserve answered at or after the safe deadline (a slow path, a
+//     clock that jumped, a replayed grant with little left) does not run
+//     the handler: Process releases the key, fenced by the token and
+//     without counting an attempt, and returns ErrLeaseExpired.
+//   - While the handler runs, the lease is extended in the background and
+//     each successful Extend moves the safe deadline on. When the deadline
+//     is reached without one, or an extension is refused, the handler's
+//     context is cancelled with a cause matching ErrLeaseLost.
+//   - A handler that returns at or after the safe deadline has overrun
+//     (Processed.Overran). Its Complete or Fail is sent all the same: the
+//     settle is fenced by the token, so it is refused with ErrLeaseLost if
+//     another consumer was granted the key meanwhile.
+//
+// The handler receives the lease's fencing token, strictly increasing per
+// key, and should pass it to downstream systems that can refuse an older
+// holder: they are what protects the work of a handler that overran.
 //
 // # Operations
 //
@@ -39,6 +74,13 @@
 // A key reserved WithEntity lives on its entity's shard, so every later
 // operation on it must name the entity with ForEntity; Process does this by
 // itself.
+//
+// Every Result says how the call reached the grid: Sends, how many of its
+// sends may have been applied (this answer's included; a send refused with
+// a Redirect, or that never left the client, proves nothing was applied
+// and does not count), and Resent, whether the answer came from a resend
+// after such a send. Batch counts them per operation; Processed reports
+// those of its Reserve and of its settle.
 //
 // Errors of calls wrap sentinels compared with errors.Is: ErrInvalidArgument
 // and ErrLimitExceeded (the grid's message names the limit), ErrUnavailable,
@@ -119,11 +161,18 @@
 // second, so calls ride through a failover without an error. A policy can
 // bound the sends by count instead, or by both. Invalid input is never
 // retried. An Unavailable answer does not always mean the operation did not
-// run: a retried Reserve whose first send was granted comes back BUSY, held
-// by a lease whose token the caller never saw. That lease expires and then
-// counts as a failed attempt; Process reports the case as a *BusyError with
-// AfterRetry set. Settles are safe to retry: Complete and Fail are
-// idempotent for the same token.
+// run: a retried Reserve's first send may have been granted. Every Reserve
+// therefore carries a request id: 16 random bytes from crypto/rand, drawn
+// once per logical Reserve (per ReserveOp, per Reserve call, per Process
+// call) and the same in all its resends and retries, in a Batch each
+// operation its own; WithRequestID sets one instead. A grid that keeps
+// request ids answers a Reserve that finds its own lease with that grant
+// again (ACQUIRED, same token and deadline, Result.Replayed) instead of
+// BUSY. Against a grid that ignores them, the resend comes back BUSY, held
+// by a lease whose token the caller never saw; that lease expires and then
+// counts as a failed attempt, and Process reports the case as a *BusyError
+// with AfterRetry set (Result.Err sets it too). Settles are safe to retry:
+// Complete and Fail are idempotent for the same token.
 //
 // The client counts a send as possibly applied whenever the node's answer
 // could hide an effect: an Unavailable answer without a Redirect, a

@@ -17,6 +17,11 @@ var (
 	// ErrLeaseLost: the token was superseded or the key is no longer
 	// PROCESSING. A holder must stop and must not settle.
 	ErrLeaseLost = errors.New("client: lease lost")
+	// ErrLeaseExpired: Process got its lease too late to trust it: the
+	// Reserve's answer came at or after the lease's local safe deadline.
+	// The handler did not run and the key was released; redeliver the
+	// message.
+	ErrLeaseExpired = errors.New("client: lease expired before the handler started")
 	// ErrBusy: another holder has the key, or its retry delay runs. The
 	// concrete error is a *BusyError.
 	ErrBusy = errors.New("client: busy")
@@ -59,9 +64,13 @@ type BusyError struct {
 	// failed attempt.
 	Attempt int
 	// AfterRetry reports that the Reserve was resent after a transport
-	// failure. Its first send may have been granted, so the lease that makes
-	// the key busy may be this caller's own, whose token was never received.
-	// That lease expires after RetryAfter and then counts as a failed attempt.
+	// failure (Result.Resent). Its first send may have been granted, so the
+	// lease that makes the key busy may be this caller's own, whose token
+	// was never received. That lease expires after RetryAfter and then
+	// counts as a failed attempt. A grid that keeps request ids answers
+	// such a resend with the grant itself (Result.Replayed), so AfterRetry
+	// is left for grids that ignore them, and for a key another consumer
+	// really took meanwhile.
 	AfterRetry bool
 }
 

@@ -86,6 +86,12 @@ func ExampleClient_Reserve() {
 		log.Fatal(err)
 	}
 	fmt.Println(r.Outcome, r.State, r.Attempt)
+	// Trust the lease until r.SafeUntil, by this machine's clock: 10 s from
+	// just before the Reserve was sent, minus the 1 s margin. r.Deadline is
+	// the grid's clock.
+	work, cancel := context.WithDeadline(ctx, r.SafeUntil)
+	defer cancel()
+	_ = work // do the work under it, passing r.Token to downstream writes
 
 	again, err := c.Reserve(ctx, "shipping", "order-991")
 	if err != nil {

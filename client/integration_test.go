@@ -220,6 +220,7 @@ func TestIntegrationLeaseIsExtended(t *testing.T) {
 	other := dialNode(t, n)
 	ctx := testCtx(t)
 	const lease = 300 * time.Millisecond
+	warm(t, c) // the connection's setup would come off the short lease
 	out, err := c.Process(ctx, "it", "long", func(hctx context.Context, l Lease) ([]byte, error) {
 		first, err := c.Get(ctx, "it", "long")
 		if err != nil {

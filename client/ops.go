@@ -12,6 +12,10 @@ import (
 // ReleaseOp, ExtendOp, GetOp or ForgetOp. The zero Op is invalid.
 type Op struct {
 	pb *gridpb.Op
+	// margin is the lease margin of a Reserve or Extend (Result.SafeUntil).
+	margin time.Duration
+	// err refuses the operation before it is sent (an option out of range).
+	err error
 }
 
 // settles reports whether a LEASE_LOST answer to the operation is an error
@@ -37,13 +41,32 @@ func (o Op) outcomeErr(r Result) error {
 }
 
 // ReserveOp is a Reserve operation for Batch. Without WithLease the lease is
-// DefaultLease.
+// DefaultLease. It carries a random request id (WithRequestID), drawn once:
+// the Op keeps it across its resends, and across Batch calls that send the
+// same Op again, so that each of those resends is recognised as the same
+// logical Reserve. Make a new Op for a new Reserve.
 func ReserveOp(ns, key string, opts ...ReserveOption) Op {
 	r := &gridpb.ReserveRequest{Namespace: []byte(ns), Key: []byte(key), LeaseMs: millis(DefaultLease)}
+	var margin LeaseMarginOption
+	hasID, hasMargin := false, false
 	for _, o := range opts {
 		o.applyReserve(r)
+		switch o := o.(type) {
+		case requestIDOption:
+			hasID = true
+		case LeaseMarginOption:
+			margin, hasMargin = o, true
+		}
 	}
-	return Op{&gridpb.Op{Op: &gridpb.Op_Reserve{Reserve: r}}}
+	if !hasID {
+		r.RequestId = newRequestID()
+	}
+	op := Op{pb: &gridpb.Op{Op: &gridpb.Op_Reserve{Reserve: r}}}
+	op.margin, op.err = leaseMargin(askedLease(op.pb), hasMargin, time.Duration(margin))
+	if op.err == nil {
+		op.err = checkRequestID(r.RequestId)
+	}
+	return op
 }
 
 // CompleteOp is a Complete operation for Batch.
@@ -52,7 +75,7 @@ func CompleteOp(ns, key string, token uint64, opts ...CompleteOption) Op {
 	for _, o := range opts {
 		o.applyComplete(r)
 	}
-	return Op{&gridpb.Op{Op: &gridpb.Op_Complete{Complete: r}}}
+	return Op{pb: &gridpb.Op{Op: &gridpb.Op_Complete{Complete: r}}}
 }
 
 // FailOp is a Fail operation for Batch.
@@ -61,7 +84,7 @@ func FailOp(ns, key string, token uint64, opts ...FailOption) Op {
 	for _, o := range opts {
 		o.applyFail(r)
 	}
-	return Op{&gridpb.Op{Op: &gridpb.Op_Fail{Fail: r}}}
+	return Op{pb: &gridpb.Op{Op: &gridpb.Op_Fail{Fail: r}}}
 }
 
 // ReleaseOp is a Release operation for Batch.
@@ -70,7 +93,7 @@ func ReleaseOp(ns, key string, token uint64, opts ...ReleaseOption) Op {
 	for _, o := range opts {
 		o.applyRelease(r)
 	}
-	return Op{&gridpb.Op{Op: &gridpb.Op_Release{Release: r}}}
+	return Op{pb: &gridpb.Op{Op: &gridpb.Op_Release{Release: r}}}
 }
 
 // ExtendOp is an Extend operation for Batch. A lease <= 0 means DefaultLease.
@@ -79,10 +102,17 @@ func ExtendOp(ns, key string, token uint64, lease time.Duration, opts ...ExtendO
 		lease = DefaultLease
 	}
 	r := &gridpb.ExtendRequest{Namespace: []byte(ns), Key: []byte(key), Token: token, LeaseMs: millis(lease)}
+	var margin LeaseMarginOption
+	hasMargin := false
 	for _, o := range opts {
 		o.applyExtend(r)
+		if m, ok := o.(LeaseMarginOption); ok {
+			margin, hasMargin = m, true
+		}
 	}
-	return Op{&gridpb.Op{Op: &gridpb.Op_Extend{Extend: r}}}
+	op := Op{pb: &gridpb.Op{Op: &gridpb.Op_Extend{Extend: r}}}
+	op.margin, op.err = leaseMargin(lease, hasMargin, time.Duration(margin))
+	return op
 }
 
 // GetOp is a Get operation for Batch.
@@ -91,7 +121,7 @@ func GetOp(ns, key string, opts ...GetOption) Op {
 	for _, o := range opts {
 		o.applyGet(r)
 	}
-	return Op{&gridpb.Op{Op: &gridpb.Op_Get{Get: r}}}
+	return Op{pb: &gridpb.Op{Op: &gridpb.Op_Get{Get: r}}}
 }
 
 // ForgetOp is a Forget operation for Batch.
@@ -100,7 +130,7 @@ func ForgetOp(ns, key string, opts ...ForgetOption) Op {
 	for _, o := range opts {
 		o.applyForget(r)
 	}
-	return Op{&gridpb.Op{Op: &gridpb.Op_Forget{Forget: r}}}
+	return Op{pb: &gridpb.Op{Op: &gridpb.Op_Forget{Forget: r}}}
 }
 
 // Reserve takes the processing lease of a key, or says why not. Every
@@ -108,9 +138,19 @@ func ForgetOp(ns, key string, opts ...ForgetOption) Op {
 // the Result with a nil error; Result.Err turns it into an error. The error
 // is for calls that failed.
 //
-// A Reserve retried after a transport failure may have been granted the
-// first time: it then comes back BUSY, held by a lease whose token this
-// caller never saw. Process reports that as a *BusyError with AfterRetry set.
+// An ACQUIRED Result carries the lease's local safe deadline, SafeUntil:
+// the client's clock just before the first send, plus the lease as the
+// answer states it, minus the margin (WithLeaseMargin, default
+// DefaultLeaseMargin). Trust the lease only until then, unless an Extend
+// moves it on; Result.Deadline is the grid's clock, not the client's.
+//
+// Every Reserve carries a request id (random unless WithRequestID), the
+// same in all its resends. A Reserve resent after a transport failure may
+// have been granted the first time: a grid that keeps request ids answers
+// that grant again (ACQUIRED, same token, Result.Replayed and Result.Resent
+// set). A grid that ignores them answers BUSY, held by a lease whose token
+// this caller never saw (Result.Resent set); Process reports that as a
+// *BusyError with AfterRetry set.
 func (c *Client) Reserve(ctx context.Context, ns, key string, opts ...ReserveOption) (Result, error) {
 	r, _, err := c.one(ctx, ReserveOp(ns, key, opts...))
 	return r, err
@@ -142,7 +182,10 @@ func (c *Client) Release(ctx context.Context, ns, key string, token uint64, opts
 
 // Extend renews a held lease to lease from the grid's now (<= 0 means
 // DefaultLease). A superseded token, or a key no longer PROCESSING, returns
-// ErrLeaseLost.
+// ErrLeaseLost. The Result's SafeUntil is the lease's new local safe
+// deadline, computed as for Reserve from the deadline the grid answered
+// (WithLeaseMargin, default DefaultLeaseMargin of lease): it replaces the
+// one the holder had.
 func (c *Client) Extend(ctx context.Context, ns, key string, token uint64, lease time.Duration, opts ...ExtendOption) (Result, error) {
 	r, _, err := c.one(ctx, ExtendOp(ns, key, token, lease, opts...))
 	return r, err
@@ -162,15 +205,33 @@ func (c *Client) Forget(ctx context.Context, ns, key string, opts ...ForgetOptio
 	return r, err
 }
 
-// one runs a single operation; sends is how many times it was sent.
+// one runs a single operation; sends is how many of its sends may have
+// been applied (Result.Sends). On an error the Result is zero but for Sends.
 func (c *Client) one(ctx context.Context, op Op) (Result, int, error) {
+	if op.err != nil {
+		return Result{}, 0, op.err
+	}
+	start := c.cfg.clock()
 	pb, sends, err := c.do(ctx, op.pb)
 	if err != nil {
-		return Result{}, sends, err
+		return Result{Sends: sends}, sends, err
 	}
-	r := fromPB(pb)
+	r := op.result(pb, start, sends)
 	if r.ResultOmitted {
 		c.fillResult(ctx, op, &r)
 	}
 	return r, sends, op.outcomeErr(r)
+}
+
+// result converts the grid's answer to op, which took sends sends (as
+// retryLoop counts them) of a call whose first send the client's clock put
+// at start: what the grid said, how the call got it, and the local safe
+// deadline of a lease it grants or renews.
+func (o Op) result(pb *gridpb.OpResult, start time.Time, sends int) Result {
+	r := fromPB(pb)
+	r.Sends, r.Resent = sends, sends > 1
+	if holdsLease(o.pb, r) {
+		r.SafeUntil = safeUntil(start, r, askedLease(o.pb), o.margin)
+	}
+	return r
 }

@@ -216,8 +216,8 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(c *config) { c.dialOpts = append(c.dialOpts, opts...) }
 }
 
-// WithClock sets the clock Process measures its local lease deadline with
-// (default time.Now). For tests that skew time.
+// WithClock sets the clock the client measures local safe deadlines with
+// (Result.SafeUntil, Process; default time.Now). For tests that skew time.
 func WithClock(now func() time.Time) Option { return func(c *config) { c.clock = now } }
 
 // Options of operations. Each constructor says which operations take it; an
@@ -328,18 +328,6 @@ func (o poisonRetentionOption) applyProcess(p *processConfig) {
 // WithPoisonRetention sets how long a key poisoned by a takeover (Reserve) or
 // by Process's Fail answers POISONED (default: the grid's). Reserve, Process.
 func WithPoisonRetention(d time.Duration) ReserveOption { return poisonRetentionOption(d) }
-
-type requestIDOption string
-
-func (o requestIDOption) applyReserve(r *gridpb.ReserveRequest) { r.RequestId = []byte(o) }
-func (o requestIDOption) applyProcess(p *processConfig)         { p.reserve = append(p.reserve, o) }
-
-// WithRequestID names one logical Reserve (at most 64 bytes): a Reserve that
-// carries the request id of the lease in force on its key answers that grant
-// again (ACQUIRED, the same token and deadline, replayed) instead of BUSY.
-// Use a fresh id for each logical Reserve, and the same one only for its
-// resends. Reserve, Process.
-func WithRequestID(id string) ReserveOption { return requestIDOption(id) }
 
 // RetentionOption is the option made by WithRetention.
 type RetentionOption time.Duration

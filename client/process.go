@@ -32,9 +32,9 @@ type Lease struct {
 	Token uint64
 	// Attempt is 1 for the first attempt at the key.
 	Attempt int
-	// Deadline is the local safe deadline of the lease as granted (start +
-	// lease - margin, by the client's clock). Background extensions move the
-	// real one on; the handler's context is the authority.
+	// Deadline is the local safe deadline of the lease as granted
+	// (Result.SafeUntil of the Reserve). Background extensions move the real
+	// one on; the handler's context is the authority.
 	Deadline time.Time
 }
 
@@ -51,11 +51,31 @@ type Processed struct {
 	Attempt int
 	// CompletedAt is when the key was completed, by the grid's clock.
 	CompletedAt time.Time
+
+	// Overran reports that the handler returned at or after the lease's
+	// local safe deadline (as the last successful extension left it): part
+	// of its work ran while the lease could no longer be trusted. Process
+	// settled all the same, fenced by the token. A Complete the grid
+	// accepted proves that no other consumer was granted the key meanwhile
+	// (a grant changes the token); downstream writes made without the token
+	// were unprotected for that time all the same.
+	Overran bool
+	// ReserveSends and SettleSends are the sends (Result.Sends) of the
+	// Reserve whose answer Process acted on and of its Complete, Fail or
+	// Release (0 when none was made; the sum when one was made twice).
+	// Resent reports that one of those answers came from a resend, and
+	// Replayed that the Reserve's grant was its own earlier one answered
+	// again (Result.Replayed).
+	ReserveSends int
+	SettleSends  int
+	Resent       bool
+	Replayed     bool
 }
 
 type processConfig struct {
 	lease           time.Duration
 	margin          time.Duration
+	hasMargin       bool
 	maxAttempts     int
 	retention       time.Duration
 	poisonRetention time.Duration
@@ -73,14 +93,6 @@ func (o processOption) applyProcess(p *processConfig) { o(p) }
 // retry-after the grid gives, instead of returning a *BusyError.
 func WaitForHolder() ProcessOption {
 	return processOption(func(p *processConfig) { p.waitForHolder = true })
-}
-
-// WithLeaseMargin sets how long before the lease's end, measured from just
-// before the Reserve was sent by the client's clock, Process stops trusting
-// an unextended lease and cancels the handler (default lease/10). It covers
-// clock skew between the client and the grid.
-func WithLeaseMargin(d time.Duration) ProcessOption {
-	return processOption(func(p *processConfig) { p.margin = d })
 }
 
 // failDirective is a handler error that says how to fail the key.
@@ -128,12 +140,40 @@ func Poison(err error) error {
 //     Reserve after the retry-after.
 //   - POISONED, STALE, MISMATCH: ErrPoisoned, ErrStale, ErrMismatch.
 //
-// The lease is extended every lease/3 while h runs. h's context is cancelled
-// with a cause matching ErrLeaseLost when an extension is refused, or when
-// the client's clock passes the local safe deadline (start + lease - margin)
-// without a successful extension. A Complete refused for a lost lease returns
-// ErrLeaseLost: the work was done but not recorded, and another consumer may
-// redo it; the fencing token in Lease is what protects downstream writes.
+// The lease is trusted until its local safe deadline (Result.SafeUntil of
+// the Reserve, moved on by each successful extension): the client's clock
+// before the Reserve was first sent, plus the lease the grid answered,
+// minus the margin (WithLeaseMargin, default DefaultLeaseMargin). Process
+// checks it twice:
+//
+//   - Before h: an answer that arrives at or after the safe deadline (a slow
+//     grid or network, a clock that jumped, a replayed grant with little
+//     left) does not run h, which might overlap another consumer. Process
+//     releases the key, fenced by the token, and returns ErrLeaseExpired.
+//     Releasing is honest and cheap: the grid's lease may still run (the
+//     margin is kept for skew), and a release frees the key at once without
+//     counting an attempt, where a lease left to lapse would block the key
+//     until its end and then count as a failed attempt of a handler that
+//     never ran. A Release answered LEASE_LOST means another consumer holds
+//     the key already, and is reported as such.
+//   - After h: a handler that returned at or after the safe deadline has
+//     overrun its window (Processed.Overran). Its Complete or Fail is sent
+//     all the same: the settle is fenced by the token, so the grid refuses
+//     it with LEASE_LOST if another consumer was granted the key meanwhile,
+//     and accepting it proves that none was.
+//
+// The lease is extended every (lease - margin)/3 while h runs. h's context
+// is cancelled with a cause matching ErrLeaseLost when an extension is
+// refused, or when the client's clock reaches the local safe deadline
+// without a successful extension. A Complete refused for a lost
+// lease returns ErrLeaseLost: the work was done but not recorded, and
+// another consumer may redo it; the fencing token in Lease is what protects
+// downstream writes.
+//
+// The Reserve carries one request id (random, or WithRequestID) in all its
+// sends, including those made again with WaitForHolder, so that a grid
+// that keeps request ids answers a resend with the grant the first send
+// got (Processed.Replayed) instead of BUSY against this very call.
 //
 // If ctx ends while Process waits for an answer, the outcome of that
 // operation on the grid is unknown; an acquired lease then expires by itself
@@ -143,42 +183,45 @@ func (c *Client) Process(ctx context.Context, ns, key string, h Handler, opts ..
 	for _, o := range opts {
 		o.applyProcess(&p)
 	}
-	if p.margin == 0 {
-		p.margin = p.lease / 10
-	}
 	if h == nil {
 		return Processed{}, fmt.Errorf("%w: nil handler", ErrInvalidArgument)
 	}
-	if p.lease <= 0 || p.margin < 0 || p.margin >= p.lease {
-		return Processed{}, fmt.Errorf("%w: lease %v with margin %v", ErrInvalidArgument, p.lease, p.margin)
+	if p.lease <= 0 {
+		return Processed{}, fmt.Errorf("%w: lease %v", ErrInvalidArgument, p.lease)
 	}
+	margin, err := leaseMargin(p.lease, p.hasMargin, p.margin)
+	if err != nil {
+		return Processed{}, err
+	}
+	p.margin = margin
 	ropts := append([]ReserveOption{WithLease(p.lease), WithMaxAttempts(p.maxAttempts)}, p.reserve...)
 	if p.poisonRetention > 0 {
 		ropts = append(ropts, WithPoisonRetention(p.poisonRetention))
 	}
-	reserve := ReserveOp(ns, key, ropts...)
+	reserve := ReserveOp(ns, key, append(ropts, WithLeaseMargin(p.margin))...)
 	for {
-		start := c.cfg.clock()
 		r, sends, err := c.one(ctx, reserve)
 		if err != nil {
-			return Processed{}, err
+			return Processed{ReserveSends: sends}, err
 		}
 		switch r.Outcome {
 		case OutcomeAcquired:
-			return c.run(ctx, ns, key, h, &p, r, start)
+			return c.run(ctx, ns, key, h, &p, r)
 		case OutcomeDuplicate:
-			return Processed{Result: r.Result, Duplicate: true, Token: r.Token, Attempt: r.Attempt, CompletedAt: r.CompletedAt}, nil
+			return Processed{Result: r.Result, Duplicate: true, Token: r.Token, Attempt: r.Attempt, CompletedAt: r.CompletedAt,
+				ReserveSends: r.Sends, Resent: r.Resent}, nil
 		case OutcomeBusy:
 			if !p.waitForHolder {
-				return Processed{}, &BusyError{RetryAfter: r.RetryAfter, Attempt: r.Attempt, AfterRetry: sends > 1}
+				return Processed{ReserveSends: r.Sends, Resent: r.Resent},
+					&BusyError{RetryAfter: r.RetryAfter, Attempt: r.Attempt, AfterRetry: r.Resent}
 			}
 			if err := waitFor(ctx, r.RetryAfter); err != nil {
 				return Processed{}, fmt.Errorf("client: waiting for the holder: %w", err)
 			}
 		case OutcomePoisoned:
-			return Processed{Attempt: r.Attempt}, fmt.Errorf("%w (attempts: %d)", ErrPoisoned, r.Attempt)
+			return Processed{Attempt: r.Attempt, ReserveSends: r.Sends, Resent: r.Resent}, fmt.Errorf("%w (attempts: %d)", ErrPoisoned, r.Attempt)
 		case OutcomeStale, OutcomeMismatch:
-			return Processed{}, r.Err()
+			return Processed{ReserveSends: r.Sends, Resent: r.Resent}, r.Err()
 		default:
 			return Processed{}, fmt.Errorf("%w: reserve answered %v", errProtocol, r.Outcome)
 		}
@@ -200,34 +243,50 @@ func waitFor(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// settled adds the sends of a settle's answer to done.
+func (done *Processed) settled(r Result) {
+	done.SettleSends += r.Sends
+	done.Resent = done.Resent || r.Resent
+}
+
 // run runs the handler under the acquired lease r and settles the key.
-func (c *Client) run(ctx context.Context, ns, key string, h Handler, p *processConfig, r Result, start time.Time) (Processed, error) {
-	l := Lease{Namespace: ns, Key: key, Token: r.Token, Attempt: r.Attempt, Deadline: start.Add(p.lease - p.margin)}
+func (c *Client) run(ctx context.Context, ns, key string, h Handler, p *processConfig, r Result) (Processed, error) {
+	done := Processed{Token: r.Token, Attempt: r.Attempt, ReserveSends: r.Sends, Resent: r.Resent, Replayed: r.Replayed}
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer scancel()
+	if now := c.cfg.clock(); !now.Before(r.SafeUntil) {
+		return done, c.tooLate(sctx, ns, key, p, r, now, &done)
+	}
+
+	l := Lease{Namespace: ns, Key: key, Token: r.Token, Attempt: r.Attempt, Deadline: r.SafeUntil}
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	kctx, kstop := context.WithCancel(ctx)
-	k := &keeper{c: c, ns: ns, key: key, token: r.Token, lease: p.lease, margin: p.margin, entity: p.entity}
+	k := &keeper{c: c, ns: ns, key: key, token: r.Token, lease: p.lease, margin: p.margin, entity: p.entity, safe: r.SafeUntil}
 	kdone := make(chan struct{})
 	go func() {
 		defer close(kdone)
-		k.run(kctx, cancel, start)
+		k.run(kctx, cancel)
 	}()
 	stopKeeper := sync.OnceFunc(func() { kstop(); <-kdone })
 	defer stopKeeper() // also when the handler calls runtime.Goexit
 
 	res, herr := callHandler(hctx, h, l)
 	stopKeeper()
+	// The keeper has stopped: k.safe is the deadline its last successful
+	// extension left (an extension cut short by the stop is not counted).
+	done.Overran = !c.cfg.clock().Before(k.safe)
 
-	done := Processed{Token: r.Token, Attempt: r.Attempt}
-	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer scancel()
 	if herr == nil {
 		cr, err := c.Complete(sctx, ns, key, r.Token, WithRetention(p.retention), WithResult(res), p.entity)
+		done.settled(cr)
 		if errors.Is(err, ErrLimitExceeded) || errors.Is(err, ErrInvalidArgument) {
 			// The grid will never take this result (over 64 KiB). The work
 			// is done: settle without it rather than leave the key held and
 			// run the handler again after the lease expires.
-			if cr, err2 := c.Complete(sctx, ns, key, r.Token, WithRetention(p.retention), p.entity); err2 == nil {
+			cr, err2 := c.Complete(sctx, ns, key, r.Token, WithRetention(p.retention), p.entity)
+			done.settled(cr)
+			if err2 == nil {
 				done.CompletedAt = cr.CompletedAt
 				return done, fmt.Errorf("client: handler succeeded on attempt %d; key completed without its result, which the grid refused: %w", r.Attempt, err)
 			}
@@ -244,17 +303,36 @@ func (c *Client) run(ctx context.Context, ns, key string, h Handler, p *processC
 		herr = fmt.Errorf("%w: %w", cause, herr)
 	}
 	if ctx.Err() != nil && !lost {
-		_, err := c.Release(sctx, ns, key, r.Token, p.entity)
+		rr, err := c.Release(sctx, ns, key, r.Token, p.entity)
+		done.settled(rr)
 		if err != nil {
 			return done, fmt.Errorf("client: handler stopped (%w), and release failed: %w", herr, err)
 		}
 		return done, fmt.Errorf("client: handler stopped, key released: %w", herr)
 	}
-	return done, c.fail(sctx, ns, key, r, p, herr)
+	return done, c.fail(sctx, ns, key, r, p, herr, &done)
+}
+
+// tooLate settles a lease whose answer came at or after its local safe
+// deadline, without running the handler: it releases the key (see
+// Process) and returns the ErrLeaseExpired error.
+func (c *Client) tooLate(ctx context.Context, ns, key string, p *processConfig, r Result, now time.Time, done *Processed) error {
+	late := fmt.Errorf("%w: the Reserve's answer came %v after the local safe deadline %s (lease %v, margin %v, %d sends); the handler did not run",
+		ErrLeaseExpired, now.Sub(r.SafeUntil), r.SafeUntil.Format(time.RFC3339Nano), p.lease, p.margin, r.Sends)
+	rr, err := c.Release(ctx, ns, key, r.Token, p.entity)
+	done.settled(rr)
+	switch {
+	case err == nil:
+		return fmt.Errorf("%w, key released", late)
+	case errors.Is(err, ErrLeaseLost):
+		return fmt.Errorf("%w, and another consumer holds the key already", late)
+	default:
+		return fmt.Errorf("%w, and release failed (the lease expires by itself and counts as a failed attempt): %w", late, err)
+	}
 }
 
 // fail settles a failed attempt and returns the handler's error wrapped.
-func (c *Client) fail(ctx context.Context, ns, key string, r Result, p *processConfig, herr error) error {
+func (c *Client) fail(ctx context.Context, ns, key string, r Result, p *processConfig, herr error, done *Processed) error {
 	opts := []FailOption{p.entity}
 	var d *failDirective
 	if errors.As(herr, &d) {
@@ -268,6 +346,7 @@ func (c *Client) fail(ctx context.Context, ns, key string, r Result, p *processC
 		opts = append(opts, WithRetention(p.poisonRetention))
 	}
 	fr, err := c.Fail(ctx, ns, key, r.Token, opts...)
+	done.settled(fr)
 	if d != nil && !d.poison && errors.Is(err, ErrInvalidArgument) {
 		// A retry-after the grid refuses (out of range): fail with the
 		// grid's backoff instead of leaving the key held.
@@ -275,6 +354,7 @@ func (c *Client) fail(ctx context.Context, ns, key string, r Result, p *processC
 			_, ok := o.(retryAfterOption)
 			return ok
 		})...)
+		done.settled(fr)
 	}
 	switch {
 	case err != nil:
@@ -306,33 +386,43 @@ type keeper struct {
 	lease  time.Duration
 	margin time.Duration
 	entity EntityOption
+	// safe is the lease's local safe deadline: the Reserve's SafeUntil,
+	// then that of each successful Extend. Written by run only; read by
+	// Process once run has returned.
+	safe time.Time
 }
 
-// run extends every lease/3 (sooner if the margin demands it) until ctx ends.
-// It cancels the handler, with a cause matching ErrLeaseLost, when an Extend
-// answers LEASE_LOST or when the clock reaches the local safe deadline, start
-// + lease - margin from the start of the last successful Extend. It wakes at
+// run extends every third of the trusted window (lease - margin) until ctx
+// ends, so that an extension has two thirds of the window to get through:
+// that matters for short leases, whose margin (DefaultLeaseMargin) takes
+// up to half of them. It cancels the handler, with a cause matching ErrLeaseLost, when an Extend
+// answers LEASE_LOST or when the clock reaches the local safe deadline, the
+// SafeUntil of the Reserve or of the last successful Extend. It wakes at
 // least every margin (10 ms .. 1 s) to notice a clock that jumped.
-func (k *keeper) run(ctx context.Context, cancel context.CancelCauseFunc, start time.Time) {
+func (k *keeper) run(ctx context.Context, cancel context.CancelCauseFunc) {
 	valid := k.lease - k.margin
-	every := min(k.lease/3, valid/2)
+	every := valid / 3
 	poll := min(max(k.margin, 10*time.Millisecond), time.Second)
-	deadline, next := start.Add(valid), start.Add(every)
+	// The next extension is due every after the lease's start, which is
+	// valid before its safe deadline (sooner for a lease whose answer left
+	// less than the lease: a replayed grant).
+	next := k.safe.Add(every - valid)
 	for {
 		now := k.c.cfg.clock()
-		if !now.Before(deadline) {
-			cancel(fmt.Errorf("%w: no extension succeeded before the local safe deadline %v", ErrLeaseLost, deadline.Format(time.RFC3339Nano)))
+		if !now.Before(k.safe) {
+			cancel(fmt.Errorf("%w: no extension succeeded before the local safe deadline %v", ErrLeaseLost, k.safe.Format(time.RFC3339Nano)))
 			return
 		}
 		if !now.Before(next) {
-			ectx, ecancel := context.WithTimeout(ctx, deadline.Sub(now))
-			_, err := k.c.Extend(ectx, k.ns, k.key, k.token, k.lease, k.entity)
+			ectx, ecancel := context.WithTimeout(ctx, k.safe.Sub(now))
+			er, err := k.c.Extend(ectx, k.ns, k.key, k.token, k.lease, k.entity, WithLeaseMargin(k.margin))
 			ecancel()
 			switch {
 			case ctx.Err() != nil:
 				return
 			case err == nil:
-				deadline, next = now.Add(valid), now.Add(every)
+				k.safe = er.SafeUntil
+				next = k.safe.Add(every - valid)
 			case errors.Is(err, ErrLeaseLost):
 				cancel(fmt.Errorf("%w: extension refused", err))
 				return
@@ -341,7 +431,7 @@ func (k *keeper) run(ctx context.Context, cancel context.CancelCauseFunc, start 
 			}
 			continue
 		}
-		t := time.NewTimer(min(next.Sub(now), deadline.Sub(now), poll))
+		t := time.NewTimer(min(next.Sub(now), k.safe.Sub(now), poll))
 		select {
 		case <-ctx.Done():
 			t.Stop()

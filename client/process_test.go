@@ -31,7 +31,7 @@ func TestProcessCompletesThenAnswersDuplicates(t *testing.T) {
 	if seen.Token != out.Token || seen.Attempt != 1 || seen.Namespace != "orders" || seen.Key != "o-1" {
 		t.Fatalf("lease: %+v", seen)
 	}
-	// Local safe deadline: start + lease - lease/10.
+	// Local safe deadline: start + lease - DefaultLeaseMargin (lease/10).
 	if d := seen.Deadline.Sub(before); d < 53*time.Second || d > 55*time.Second {
 		t.Fatalf("local deadline %v after start, want about 54s", d)
 	}
@@ -223,9 +223,11 @@ func TestProcessWaitForHolderBoundedByContext(t *testing.T) {
 
 func TestProcessExtendsTheLease(t *testing.T) {
 	c, f := dialFake(t)
+	warm(t, c)
 	ctx := testCtx(t)
 	out, err := c.Process(ctx, "ns", "k", func(ctx context.Context, l Lease) ([]byte, error) {
-		// Three extensions at lease/3 = 100 ms: the lease outlives itself.
+		// Three extensions, every (lease - margin)/3 = 50 ms: the lease
+		// outlives itself.
 		f.waitOps(t, "3 extensions", func(ops []*gridpb.Op) bool { return countKind(ops, "extend") >= 3 })
 		return []byte("ok"), ctx.Err()
 	}, WithLease(300*time.Millisecond))
@@ -241,6 +243,7 @@ func TestProcessExtendsTheLease(t *testing.T) {
 
 func TestProcessLeaseLostCancelsHandler(t *testing.T) {
 	c, f := dialFake(t)
+	warm(t, c)
 	ctx := testCtx(t)
 	var cause error
 	_, err := c.Process(ctx, "ns", "k", func(hctx context.Context, l Lease) ([]byte, error) {
@@ -276,6 +279,7 @@ func TestProcessLocalDeadlineWithoutExtension(t *testing.T) {
 		}
 		return nil
 	}})
+	warm(t, c)
 	var cause error
 	_, err := c.Process(testCtx(t), "ns", "k", func(hctx context.Context, l Lease) ([]byte, error) {
 		<-hctx.Done()
@@ -377,6 +381,7 @@ func opEntity(op *gridpb.Op) string {
 
 func TestProcessNamesTheEntityOnEveryOperation(t *testing.T) {
 	c, f := dialFake(t)
+	warm(t, c)
 	ctx := testCtx(t)
 	ok := func(context.Context, Lease) ([]byte, error) {
 		f.waitOps(t, "an extension", func(ops []*gridpb.Op) bool { return countKind(ops, "extend") >= 1 })

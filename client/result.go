@@ -111,6 +111,27 @@ type Result struct {
 	// Tier is the tier that held the record: TierHot or TierCold (settled
 	// records older than the grid's hot window), TierNone when ABSENT.
 	Tier Tier
+	// Replayed reports, for ACQUIRED, that the Reserve carried the request
+	// id of the lease it found: this is that earlier grant answered again
+	// (same token and deadline), most likely to a resend of this call whose
+	// first answer was lost, not a new lease.
+	Replayed bool
+
+	// SafeUntil is the local safe deadline, by the client's clock, of the
+	// lease an ACQUIRED Reserve or an OK Extend holds: the clock just before
+	// the call's first send, plus the lease remaining as the answer states
+	// it (Deadline - Now), minus the lease margin. Zero for other answers.
+	SafeUntil time.Time
+	// Sends is how many sends of the call reached a node that may have
+	// applied them, this answer's included: sends refused with a Redirect,
+	// or that never left the client, prove nothing was applied and do not
+	// count. On an error the Result is zero but for Sends.
+	Sends int
+	// Resent reports that the answer came from a resend: an earlier send
+	// of the same call may have been applied (Sends > 1). A resent Reserve
+	// may have been granted by that earlier send (see Replayed, and
+	// BusyError.AfterRetry); a resent settle answers as a repeated one.
+	Resent bool
 }
 
 // Tier is where the grid held a record.
@@ -141,7 +162,7 @@ func (r Result) Err() error {
 	case OutcomeOK, OutcomeAcquired, OutcomeDuplicate:
 		return nil
 	case OutcomeBusy:
-		return &BusyError{RetryAfter: r.RetryAfter, Attempt: r.Attempt}
+		return &BusyError{RetryAfter: r.RetryAfter, Attempt: r.Attempt, AfterRetry: r.Resent}
 	case OutcomePoisoned:
 		return ErrPoisoned
 	case OutcomeStale:
@@ -169,6 +190,9 @@ func fromPB(p *gridpb.OpResult) Result {
 		Result:      p.GetResult(),
 		Now:         fromUnixMs(p.GetNowUnixMs()),
 		Existed:     p.GetExisted(),
+		Replayed:    p.GetReplayed(),
+
+		ResultOmitted: p.GetResultOmitted(),
 	}
 	switch p.GetTier() {
 	case gridpb.Tier_HOT:
@@ -176,7 +200,6 @@ func fromPB(p *gridpb.OpResult) Result {
 	case gridpb.Tier_COLD:
 		r.Tier = TierCold
 	}
-	r.ResultOmitted = p.GetResultOmitted()
 	if p != nil && p.Fingerprint != nil {
 		r.Fingerprint, r.HasFingerprint = *p.Fingerprint, true
 	}
