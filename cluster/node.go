@@ -78,7 +78,7 @@ type Config struct {
 	// PeerClocks).
 	ClockOffsets *ClockOffsets
 	Clock        func() time.Time
-	Logger *slog.Logger
+	Logger       *slog.Logger
 }
 
 func (c *Config) validate() error {
