@@ -10,10 +10,14 @@ import (
 
 // The node's clock as Status and /metrics show it: its offset to its peers
 // (cluster.ClockOffsets, measured over gossip; none on a standalone node),
-// the bound, and whether the node is inside it. A node is outside it, and
-// grants no lease, when a majority of its measured peers are beyond the
-// bound, or when a shard it leads finds its clock behind that shard's
-// stamps by more than the bound (shard doc.go, Clocks and leases).
+// the bound, and whether the node is inside it: clock_ok is false when a
+// majority of its measured peers are beyond the bound, and the node then
+// grants no lease (shard doc.go, Clocks and leases). A shard whose stamps
+// are ahead of its leader's clock by more than the bound grants no lease
+// either, whoever's clock made them: Status shows each shard's stamp and
+// the node's clock (gridnode status names such shards), and
+// l4xg_grid_clock_shards_behind_stamps counts them; the peers, not the
+// stamps, tell whose clock is off, so that does not make clock_ok false.
 //
 // /readyz does not go false for the clock: readiness means caught up
 // (README), it gates rolling restarts and load balancers, and a node
@@ -23,24 +27,24 @@ import (
 // not ready would stall a readiness-gated rolling restart that may be the
 // very fix, and an outage of the time service on every node would turn
 // into a cluster reporting nothing ready although it still settles. The
-// alert is l4xg_grid_clock_outside_bound; status shows clock_ok.
+// alerts are l4xg_grid_clock_outside_bound and
+// l4xg_grid_clock_shards_behind_stamps; status shows clock_ok.
 
 // clockStatus fills the clock fields of a Status answer.
 func clockStatus(host *shard.Host, offsets *cluster.ClockOffsets, resp *gridpb.StatusResponse) {
 	resp.MaxClockOffsetMs = host.MaxClockOffset().Milliseconds()
-	ok := true
+	resp.ClockOk = true
 	if offsets != nil {
 		r := offsets.Report()
-		resp.ClockOffsetMs, ok = r.Offset.Milliseconds(), r.OK
+		resp.ClockOffsetMs, resp.ClockOk = r.Offset.Milliseconds(), r.OK
 	}
-	resp.ClockOk = ok && host.ClockRefusal() == nil
 }
 
 // clockCollector reports the node's clock at scrape time.
 type clockCollector struct {
-	host                                           *shard.Host
-	offsets                                        *cluster.ClockOffsets // nil on a standalone node
-	offset, max, outside, peers, peer, uncertainty *prometheus.Desc
+	host                                                   *shard.Host
+	offsets                                                *cluster.ClockOffsets // nil on a standalone node
+	offset, max, outside, behind, peers, peer, uncertainty *prometheus.Desc
 }
 
 func newClockCollector(host *shard.Host, offsets *cluster.ClockOffsets) *clockCollector {
@@ -51,7 +55,9 @@ func newClockCollector(host *shard.Host, offsets *cluster.ClockOffsets) *clockCo
 		max: prometheus.NewDesc("l4xg_grid_clock_max_offset_seconds",
 			"The maximum clock offset leases rely on (--max-clock-offset).", nil, nil),
 		outside: prometheus.NewDesc("l4xg_grid_clock_outside_bound",
-			"1 while this node grants no lease because of its clock: a majority of its measured peers are beyond the maximum offset, or a shard it leads has stamps ahead of its clock by more than that.", nil, nil),
+			"1 while this node's clock is outside the maximum offset of a majority of its measured peers: it grants no lease.", nil, nil),
+		behind: prometheus.NewDesc("l4xg_grid_clock_shards_behind_stamps",
+			"Shards this node leads whose stamps are ahead of its clock by more than the maximum offset: they grant no lease until its clock gets there or the leadership moves.", nil, nil),
 		peers: prometheus.NewDesc("l4xg_grid_clock_peers_measured",
 			"Peers with a recent clock offset estimate.", nil, nil),
 		peer: prometheus.NewDesc("l4xg_grid_clock_peer_offset_seconds",
@@ -62,7 +68,7 @@ func newClockCollector(host *shard.Host, offsets *cluster.ClockOffsets) *clockCo
 }
 
 func (c *clockCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.offset, c.max, c.outside, c.peers, c.peer, c.uncertainty} {
+	for _, d := range []*prometheus.Desc{c.offset, c.max, c.outside, c.behind, c.peers, c.peer, c.uncertainty} {
 		ch <- d
 	}
 }
@@ -79,6 +85,7 @@ func (c *clockCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.max, c.host.MaxClockOffset().Seconds())
 	gauge(c.outside, outside)
+	gauge(c.behind, float64(len(c.host.ShardsBehindStamps())))
 	var r cluster.ClockReport
 	if c.offsets != nil {
 		r = c.offsets.Report()

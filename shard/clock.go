@@ -112,11 +112,13 @@ func (s *Shard) clockRefusal() (rule string, err error) {
 // handOverForClock gives the leadership to a voter that can grant leases,
 // when this leader cannot (clockRefusal): with its node outside the bound
 // of its peers, to any other voter (they are the majority it is off from);
-// with its clock behind the stamps, to the voter whose clock, as
-// measured, is the most ahead of this one's, if that one would be within
-// the bound of the stamps. Without measurements (a node outside a
-// cluster) it stays: no other voter is known to do better. Best effort:
-// the next tick tries again.
+// with its clock behind the stamps (its node within the bound of its
+// peers, so that the stamps came from a clock that ran ahead), to the
+// voter measured the most ahead of it among those within the bound of its
+// clock, if that one would be within the bound of the stamps; a voter
+// farther ahead would be the clock the majority disagrees with. Without
+// such a voter, or without measurements (a node outside a cluster), it
+// stays. Best effort: the next tick tries again.
 func (s *Shard) handOverForClock(rule string, why error) {
 	cf := s.raft.GetConfiguration()
 	if cf.Error() != nil {
@@ -138,7 +140,7 @@ func (s *Shard) handOverForClock(rule string, why error) {
 		off, ok := s.cfg.PeerClocks.Offset(string(srv.ID))
 		// Its lag would be ours minus its offset: within the bound, it
 		// grants (after a short wait at most).
-		if ok && s.StampLag()-off <= s.cfg.MaxClockOffset && (!found || off > best) {
+		if ok && off.Abs() <= s.cfg.MaxClockOffset && s.StampLag()-off <= s.cfg.MaxClockOffset && (!found || off > best) {
 			target, found, best = srv, true, off
 		}
 	}

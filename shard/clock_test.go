@@ -175,12 +175,11 @@ func TestMaxClockOffsetLimits(t *testing.T) {
 
 // TestClockRefusalHandsLeadershipOver, on three hosts over real sockets:
 // a leader whose node is outside the bound of its peers hands its
-// leadership to another voter. Then, with two clocks an hour behind the
-// third, the leader of those two (its clock an hour behind the stamps)
-// refuses leases and keeps the leadership while no voter is measured
-// ahead of it; once the third is back, measured an hour ahead, it hands
-// the leadership to that one, which grants the expired lease's takeover
-// at its own clock, and fencing refuses the first holder.
+// leadership to another voter. Then the host that made the shard's stamps
+// goes, and the other two run 300 ms and 100 ms behind it (200 ms apart,
+// within the bound of each other): the one 300 ms behind the stamps hands
+// the leadership to the one 100 ms behind, which grants the expired
+// lease's takeover at its own clock, and fencing refuses the first holder.
 func TestClockRefusalHandsLeadershipOver(t *testing.T) {
 	peers := []*stubPeers{{}, {}, {}}
 	nh := tunedNetHosts(t, 3, false, func(c *HostConfig) {
@@ -218,36 +217,28 @@ func TestClockRefusalHandsLeadershipOver(t *testing.T) {
 	if err != nil || first.Outcome != keyspace.OutcomeAcquired {
 		t.Fatalf("first reserve: %+v, %v", first, err)
 	}
-	// The other two clocks an hour behind; they measure each other at 0
-	// and nobody ahead. The leader goes.
-	for i := range nh.clocks {
-		if i != at {
-			nh.clocks[i].Add(-time.Hour)
-		}
-	}
+	slow, fast := (at+1)%3, (at+2)%3
+	nh.clocks[slow].Add(-300 * time.Millisecond)
+	nh.clocks[fast].Add(-100 * time.Millisecond)
+	id0, idSlow, idFast := string(nh.peers[at].ID), string(nh.peers[slow].ID), string(nh.peers[fast].ID)
+	peers[slow].set(nil, map[string]time.Duration{idFast: 200 * time.Millisecond, id0: 300 * time.Millisecond})
+	peers[fast].set(nil, map[string]time.Duration{idSlow: -200 * time.Millisecond, id0: 100 * time.Millisecond})
 	nh.stop(at)
-	_, l = nh.leader(id)
-	if _, err := reserveKey(l); !errors.Is(err, ErrClockOffset) || !strings.Contains(err.Error(), "1h0m0s behind") {
-		t.Fatalf("reserve on a leader an hour behind the stamps: %v; want ErrClockOffset naming the lag", err)
-	}
-	// The first host is back and measured an hour ahead of the others:
-	// the leader hands over to it.
-	for i := range peers {
-		if i != at {
-			peers[i].set(nil, map[string]time.Duration{string(nh.peers[at].ID): time.Hour})
+	if next, _ := nh.leader(id); next != slow {
+		if err := nh.replica(next, id).TransferLeadership(context.Background(), idSlow, ""); err != nil {
+			t.Fatal(err)
 		}
 	}
-	nh.restart(at)
-	waitFor(t, "the leadership to go to the node within the bound of the stamps", func() bool {
+	waitFor(t, "the leadership to go from the host 300 ms behind the stamps to the one 100 ms behind", func() bool {
 		next, _ := nh.leader(id)
-		return next == at
+		return next == fast
 	})
 	_, l = nh.leader(id)
-	nh.clocks[at].Add(lease)
+	nh.clocks[fast].Add(lease + 100*time.Millisecond) // its clock reaches the deadline
 	second, err := reserveKey(l)
-	if err != nil || second.Outcome != keyspace.OutcomeAcquired || second.Token <= first.Token || second.Now != nh.clocks[at].Stamp() {
-		t.Fatalf("reserve after the lease by the leader within the bound: %+v, %v; want ACQUIRED at its clock %d, token above %d",
-			second, err, nh.clocks[at].Stamp(), first.Token)
+	if err != nil || second.Outcome != keyspace.OutcomeAcquired || second.Token <= first.Token || second.Now != nh.clocks[fast].Stamp() {
+		t.Fatalf("reserve after the lease: %+v, %v; want ACQUIRED at the leader's clock %d, token above %d",
+			second, err, nh.clocks[fast].Stamp(), first.Token)
 	}
 	late := propose(t, l, keyspace.Command{Op: keyspace.OpComplete, Digest: d, Token: first.Token, Retention: time.Hour.Milliseconds()})[0]
 	if late.Outcome != keyspace.OutcomeLeaseLost {

@@ -58,11 +58,14 @@
 //     grants no lease either, and its clock stamps nothing: its entries
 //     are stamped max(previous stamp, latest applied stamp), so that a
 //     clock running ahead cannot carry the shard's time past the others'.
-//   - A leader under either refusal sends no tick and hands its
-//     leadership to a voter that can grant (any other voter when its node
-//     is the one outside the bound; when its clock is behind the stamps,
-//     the voter measured the most ahead of it, if that one is within the
-//     bound of the stamps). Other commands (Complete, Fail, Release,
+//   - A leader under either refusal sends no tick and, at every tick
+//     (one tick after it gained the leadership at the earliest, so that
+//     leaderships move at most once a tick when no majority of clocks
+//     agrees), hands its leadership to a voter that can grant: any other
+//     voter when its node is the one outside the bound; when its clock is
+//     behind the stamps, the voter measured the most ahead of it among
+//     those within the bound of its own clock, if that one is within the
+//     bound of the stamps. Other commands (Complete, Fail, Release,
 //     Forget, Get) are served meanwhile: they grant nothing, settles are
 //     idempotent, and a holder can still settle while the leadership
 //     moves. A request mixing them with a Reserve or an Extend (one Batch
@@ -89,10 +92,12 @@
 // it); a leader behind by up to ε is the mirror case. Stamps above a
 // granting leader's clock (a frozen floor, made by a clock that was
 // ahead) never become a lease's start: the first rule waits them out or
-// refuses, so a clock that ran ahead beyond ε before it was caught can
-// delay grants (the shard's leases wait until the clocks reach its
-// stamps) but cannot make two holders overlap among leaders that are
-// within the bound. Without the first rule the frozen floor would need a
+// refuses, so a clock that ran ahead by δ > ε and stamped before it was
+// caught delays grants (the shard grants no lease until the others'
+// clocks are within ε of its stamps, δ - ε later:
+// l4xg_grid_clock_shards_behind_stamps shows it) but cannot make two
+// holders overlap among leaders that are within the bound; that wait is
+// the price of never cutting short a lease whose holder still runs. Without the first rule the frozen floor would need a
 // margin of ε plus the floor's lead (unbounded: the one-hour-slow leader
 // of issue 11 granted leases already over by real time). What the lease
 // does not survive: granting leaders more than ε apart, that is two nodes

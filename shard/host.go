@@ -262,19 +262,18 @@ func (h *Host) MaxClockOffset() time.Duration { return h.cfg.MaxClockOffset }
 // Clock is the node's clock, the one that stamps its entries.
 func (h *Host) Clock() time.Time { return h.cfg.Clock() }
 
-// ClockRefusal is why some shard this node leads may not grant leases now
-// (its node is outside the bound of its peers, or its clock is behind the
-// shard's stamps by more than the bound), or nil.
-func (h *Host) ClockRefusal() error {
+// ShardsBehindStamps lists the shards this node leads whose stamps are
+// ahead of its clock by more than the maximum offset: they grant no lease
+// until its clock gets there (or the leadership moves to a node whose
+// clock does).
+func (h *Host) ShardsBehindStamps() []int {
+	var out []int
 	for _, s := range h.Shards() {
-		if s.raft.State() != raft.Leader {
-			continue
-		}
-		if _, err := s.clockRefusal(); err != nil {
-			return fmt.Errorf("shard %d: %w", s.cfg.ID, err)
+		if s.raft.State() == raft.Leader && s.StampLag() > s.cfg.MaxClockOffset {
+			out = append(out, int(s.cfg.ID))
 		}
 	}
-	return nil
+	return out
 }
 
 // ColdHealth is the cold tier's unrecovered write error, if any: while it

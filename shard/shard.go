@@ -288,8 +288,8 @@ func (s *Shard) currentTerm() (uint64, error) {
 // holding no record skips its ticks). A leader that may not grant leases
 // (clockRefusal) sends no tick, whose stamp would carry nothing forward
 // (or, from a clock outside the bound, carry the shard's time off with
-// it), and hands its leadership over to a voter that can (after its
-// barrier and then at every tick).
+// it), and at every tick tries to hand its leadership over to a voter
+// that can.
 func (s *Shard) lead() {
 	defer s.wg.Done()
 	ticker := time.NewTicker(s.cfg.TickInterval)
@@ -313,9 +313,10 @@ func (s *Shard) lead() {
 				continue
 			}
 			s.readyTerm.Store(term)
-			if rule, why := s.clockRefusal(); why != nil {
-				s.handOverForClock(rule, why)
-			}
+			// A new leader checks its clock a full tick after its
+			// barrier, so that leaderships move at most once a tick when
+			// no voter can grant (no majority of clocks agrees).
+			ticker.Reset(s.cfg.TickInterval)
 		case <-ticker.C:
 			if s.raft.State() != raft.Leader {
 				continue
