@@ -56,5 +56,10 @@
 // Status reports, for each replica, its suffrage and its group's
 // configuration as it knows it (with the configuration's index, whether it
 // is committed, and the time since it last heard from its leader), and for
-// the node its state in the map and its readiness as /readyz reports it.
+// the node its state in the map and its readiness as /readyz reports it,
+// and its clock (clock.go): its offset to its peers, the maximum clock
+// offset and whether it is within it. A Reserve or Extend that a leader
+// refuses under the clock rules (shard.ErrClockOffset) is Unavailable with
+// a message naming the rule and the offset; in a cluster it carries a
+// Redirect (nothing was applied), as a leader that cannot serve does.
 package api

@@ -43,6 +43,10 @@ func code(err error) codes.Code {
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
 		return codes.Canceled
+	case errors.Is(err, shard.ErrClockOffset):
+		// A leader that may not grant leases now (its clock): nothing was
+		// applied; the client retries, on the leader it hands over to.
+		return codes.Unavailable
 	case errors.Is(err, shard.ErrNotLeader), errors.Is(err, shard.ErrClosed),
 		errors.Is(err, shard.ErrOutcomeUnknown), errors.Is(err, errNotHosted),
 		errors.Is(err, errStarting), errors.Is(err, errRemoved), errors.Is(err, errForwardUnknown),

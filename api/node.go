@@ -157,8 +157,10 @@ func (n *Node) open(reg *prometheus.Registry) error {
 			return err
 		}
 		n.host = host
+		opts.Clock = host.Clock
 		n.server = NewServer(host, opts)
 		n.server.SetServing(false)
+		reg.MustRegister(newClockCollector(host, nil))
 		return nil
 	}
 	cc := *cfg.Cluster
@@ -174,6 +176,15 @@ func (n *Node) open(reg *prometheus.Registry) error {
 	}
 	hc := cfg.Host
 	hc.Manual, hc.Mux, hc.HeartbeatTimeout = true, mux, cc.HeartbeatTimeout
+	// The node measures the clock that stamps its shards' entries against
+	// its peers', over gossip; its shards refuse leases while it is
+	// outside the bound.
+	offsets, err := cluster.NewClockOffsets(cluster.ClockOffsetsConfig{Clock: hc.Clock, MaxOffset: hc.MaxClockOffset, Timing: cc.Gossip})
+	if err != nil {
+		mux.Close()
+		return err
+	}
+	hc.PeerClocks = offsets
 	host, err := shard.OpenHost(hc)
 	if err != nil {
 		mux.Close()
@@ -198,6 +209,7 @@ func (n *Node) open(reg *prometheus.Registry) error {
 		GossipListen: cc.GossipListen, GossipAdvertise: cc.GossipAdvertise, Join: cc.Join, GossipFaults: cc.GossipFaults,
 		BootstrapExpect: cc.BootstrapExpect, Replicas: cc.Replicas, GracePeriod: cc.GracePeriod,
 		Gossip: cc.Gossip, HeartbeatTimeout: cc.HeartbeatTimeout, Remote: remote, Logger: cfg.Logger,
+		ClockOffsets: offsets,
 	})
 	if err != nil {
 		peers.Close()
@@ -206,9 +218,10 @@ func (n *Node) open(reg *prometheus.Registry) error {
 		return err
 	}
 	n.host, n.mux, n.cluster, n.peers = host, mux, cn, peers
-	opts.Cluster, opts.Peers = cn, peers
+	opts.Cluster, opts.Peers, opts.ClockOffsets, opts.Clock = cn, peers, offsets, host.Clock
 	n.server = NewServer(host, opts)
 	n.server.SetServing(false)
+	reg.MustRegister(newClockCollector(host, offsets))
 	return nil
 }
 

@@ -134,7 +134,11 @@ func (p *Peers) ShardStatus(ctx context.Context, addr string, shard int) (cluste
 	}
 	for _, s := range resp.GetShards() {
 		if int(s.GetId()) == shard {
-			return replicaStatus(s), true, nil
+			st := replicaStatus(s)
+			// A node too old to report its clock (no bound) says nothing
+			// against it.
+			st.ClockOK = resp.GetClockOk() || resp.GetMaxClockOffsetMs() == 0
+			return st, true, nil
 		}
 	}
 	return cluster.ReplicaStatus{}, false, nil

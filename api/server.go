@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/shard"
 )
@@ -32,6 +33,9 @@ type Options struct {
 	// Cluster: the server makes its own and closes it on Shutdown; one
 	// given here is the caller's to close.
 	Peers *Peers
+	// ClockOffsets is the node's clock measured against its peers' (nil on
+	// a standalone node): Status reports it (clock.go).
+	ClockOffsets *cluster.ClockOffsets
 }
 
 // Server implements the Grid gRPC service over the shards of a host. The
@@ -176,6 +180,7 @@ func (s *Server) Status(ctx context.Context, _ *gridpb.StatusRequest) (*gridpb.S
 	for _, sh := range s.host.Shards() {
 		resp.Shards = append(resp.Shards, shardStatusPB(sh.Status()))
 	}
+	clockStatus(s.host, s.opts.ClockOffsets, resp)
 	return resp, nil
 }
 

@@ -1,19 +1,30 @@
 package chaos_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
+	"github.com/l4xg/grid/api"
+	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/chaos"
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/keyspace"
 )
 
 // skewedClock is one node's clock: the test's fake clock plus an offset
@@ -28,12 +39,13 @@ func (c *skewedClock) Now() time.Time {
 }
 func (c *skewedClock) Set(offset time.Duration) { c.off.Store(offset.Milliseconds()) }
 
-// startSkewCluster starts three nodes on one fake clock; node 0's runs at
-// an offset from it.
+// startSkewCluster starts three nodes on one fake clock, with the default
+// maximum clock offset (250 ms); node 0's clock runs at an offset from it.
+// The nodes serve /metrics.
 func startSkewCluster(t *testing.T) (*gridtest.Cluster, *fakeClock, *skewedClock) {
 	clock := newFakeClock()
 	skew := &skewedClock{base: clock}
-	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Replicas: 3, Shards: 4,
+	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Replicas: 3, Shards: 4, HTTP: true,
 		Clock: func(i int) func() time.Time {
 			if i == 0 {
 				return skew.Now
@@ -60,145 +72,360 @@ func moveLeader(ctx context.Context, c *gridtest.Cluster, s, i int) error {
 	return fmt.Errorf("shard %d to node %d: %w", s, i, err)
 }
 
-// TestClusterSkewedLeaderNeverGrantsASecondHolder: node 0's clock runs an
-// hour behind, or an hour ahead, of the others'; it takes the leadership of
-// a shard on which a lease was granted by another node. Behind: its stamps
-// never run back (each is the max of the previous stamp and its clock), so
-// the lease stays valid and Reserve answers BUSY until the lease ends by
-// the stamps, and only then a second holder is granted, with a larger
-// token. Ahead: the lease ends early by its stamps; the takeover's token is
-// larger and the first holder's Complete is refused (LEASE_LOST), and when a
-// normal clock leads again the stamps do not run back and the second lease
-// holds. The grid's time is a fake clock the test moves, so every verdict
-// is exact; the history is also checked by porcupine and CheckTokens.
-// Then, on the same cluster, "random" runs the expiry workload while node
-// 0's clock moves and leaderships move onto it (skewRandom).
-func TestClusterSkewedLeaderNeverGrantsASecondHolder(t *testing.T) {
+// keyOn returns a key of namespace "chaos" whose shard's preferred leader
+// is node i. The control leader moves each shard's leadership back to its
+// preferred leader every few seconds (cluster restoreLeaders), unless that
+// node's clock is outside the bound: a test that wants node i to lead
+// picks its keys there.
+func keyOn(c *gridtest.Cluster, prefix string, i int) string {
+	m := c.Map()
+	for n := 0; ; n++ {
+		key := fmt.Sprintf("%s-%d", prefix, n)
+		if m.ShardReplicas[c.ShardOf("chaos", key)][0] == cluster.NodeID(c.ID(i)) {
+			return key
+		}
+	}
+}
+
+// holderMargin is the lease margin of the holders in these tests: the
+// maximum clock offset, the least shard/doc.go says is safe.
+const holderMargin = keyspace.DefaultMaxClockOffset
+
+// grant is a lease as its holder sees it, in the test's real time (the
+// fake clock every correct node runs on): start is read before the
+// Reserve is sent, got when its answer came; the holder treats the lease
+// as valid until start + lease - margin by its own clock (client.Process
+// does the same).
+type grant struct {
+	key        string
+	token      uint64
+	start, got time.Time
+	safeEnd    time.Time
+	leaders    string // who led the key's shard before and after the call
+}
+
+// noOverlap fails unless later was granted after earlier's holder stopped
+// by its local safe deadline.
+func noOverlap(t *testing.T, earlier, later grant) {
+	t.Helper()
+	if later.got.Before(earlier.safeEnd) {
+		t.Errorf("two holders of %s: token %d granted %v before the holder of token %d stops (its local safe deadline %s; granted %s, led by %s, then %s)",
+			later.key, later.token, earlier.safeEnd.Sub(later.got), earlier.token, earlier.safeEnd.Format(time.StampMilli),
+			later.got.Format(time.StampMilli), earlier.leaders, later.leaders)
+	}
+	if later.token <= earlier.token {
+		t.Errorf("%s: token %d granted after token %d", later.key, later.token, earlier.token)
+	}
+}
+
+// skewRig is a skew cluster and what its tests use of it.
+type skewRig struct {
+	t     *testing.T
+	ctx   context.Context
+	c     *gridtest.Cluster
+	clock *fakeClock
+	skew  *skewedClock
+	cl    *client.Client
+	lease time.Duration
+}
+
+func newSkewRig(t *testing.T, ctx context.Context) *skewRig {
 	c, clock, skew := startSkewCluster(t)
+	cl, err := client.Dial(ctx, strings.Join(c.Addrs(), ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return &skewRig{t: t, ctx: ctx, c: c, clock: clock, skew: skew, cl: cl, lease: 2 * time.Second}
+}
+
+func (r *skewRig) leaders(key string) string {
+	return fmt.Sprint(r.c.Leaders(r.c.ShardOf("chaos", key)))
+}
+
+// reserve reserves key once through the routing client (which retries a
+// refusal on the shard's next leader).
+func (r *skewRig) reserve(key string) (grant, client.Result) {
+	r.t.Helper()
+	before, start := r.leaders(key), r.clock.Now()
+	res, err := r.cl.Reserve(r.ctx, "chaos", key, client.WithLease(r.lease), client.WithMaxAttempts(10))
+	if err != nil {
+		r.t.Fatalf("reserve %s: %v", key, err)
+	}
+	return grant{key: key, token: res.Token, start: start, got: r.clock.Now(), safeEnd: start.Add(r.lease - holderMargin),
+		leaders: before + "/" + r.leaders(key)}, res
+}
+
+// takeOver reserves key at fake times from just before first's holder
+// stops until a Reserve is granted, stepping 10 ms at a time, and returns
+// that grant.
+func (r *skewRig) takeOver(first grant) grant {
+	r.t.Helper()
+	r.clock.Advance(first.safeEnd.Add(-150 * time.Millisecond).Sub(r.clock.Now()))
+	until := first.start.Add(r.lease + time.Second)
+	for r.clock.Now().Before(until) {
+		g, res := r.reserve(first.key)
+		if res.Outcome == client.OutcomeAcquired {
+			return g
+		}
+		if res.Outcome != client.OutcomeBusy {
+			r.t.Fatalf("reserve %s while the first lease runs: %v", first.key, res.Outcome)
+		}
+		r.clock.Advance(10 * time.Millisecond)
+	}
+	r.t.Fatalf("%s not taken over within a second past the first lease", first.key)
+	return grant{}
+}
+
+// status is node i's Status.
+func (r *skewRig) status(i int) *gridpb.StatusResponse {
+	r.t.Helper()
+	st, err := r.raw(i).Status(r.ctx, &gridpb.StatusRequest{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return st
+}
+
+func (r *skewRig) raw(i int) gridpb.GridClient {
+	r.t.Helper()
+	conn, err := grpc.NewClient(r.c.Addrs()[i], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { conn.Close() })
+	return gridpb.NewGridClient(conn)
+}
+
+// setSkew sets node 0's clock offset and waits until node 0 has measured
+// it against its peers: its Status shows about -offset (the peers' clocks
+// minus its own) and says it is inside the bound or not.
+func (r *skewRig) setSkew(offset time.Duration, inside bool) {
+	r.t.Helper()
+	r.skew.Set(offset)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st := r.status(0)
+		if d := time.Duration(st.ClockOffsetMs)*time.Millisecond + offset; st.ClockOk == inside && d.Abs() <= 40*time.Millisecond {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("node 0 at %v: status says offset %d ms, clock_ok %v; want about %v, clock_ok %v", offset, st.ClockOffsetMs, st.ClockOk, -offset, inside)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// metric is the value of series on node i's /metrics (0 when absent).
+func (r *skewRig) metric(i int, series string) float64 {
+	r.t.Helper()
+	resp, err := http.Get("http://" + r.c.Node(i).HTTPAddr() + "/metrics")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				r.t.Fatal(err)
+			}
+			return f
+		}
+	}
+	return 0
+}
+
+const acquiredSeries = `l4xg_grid_outcomes_total{op="reserve",outcome="ACQUIRED"}`
+
+// refusalOf0 makes node 0 lead key's shard and sends it a Reserve of
+// another key there, asking for a Redirect rather than a forward: node 0,
+// outside the bound, must refuse it itself and say why. Node 0 hands its
+// leadership over at its next tick, so it is asked again should it have
+// done so before the Reserve came.
+func (r *skewRig) refusalOf0(key string) string {
+	r.t.Helper()
+	s := r.c.ShardOf("chaos", key)
+	ctx := metadata.AppendToOutgoingContext(r.ctx, api.MetadataRedirect, "1")
+	for range 10 {
+		if err := moveLeader(r.ctx, r.c, s, 0); err != nil {
+			r.t.Fatal(err)
+		}
+		res, err := r.raw(0).Reserve(ctx, &gridpb.ReserveRequest{Namespace: []byte("chaos"), Key: []byte(key + "-probe"), LeaseMs: 10_000})
+		if err == nil {
+			r.t.Fatalf("node 0, outside the bound, answered a Reserve: %v", res)
+		}
+		if msg := status.Convert(err).Message(); strings.Contains(msg, "clock outside the maximum clock offset") {
+			return msg
+		}
+	}
+	r.t.Fatal("node 0 never refused a Reserve while leading: it handed its leadership over every time first")
+	return ""
+}
+
+// TestClusterLeasesUnderClockSkew: on three nodes whose clocks are one
+// fake clock the test moves, node 0's running 200 ms or 300 ms behind or
+// ahead (the maximum offset is 250 ms), leases are granted before a
+// takeover by node 0 (a correct leader grants, node 0 takes over and a
+// second caller reserves the key from just before the first holder stops
+// on) and after it (node 0 grants, a correct leader takes over). Holders
+// use the least margin shard/doc.go allows, the maximum offset. Inside
+// the bound no two holders overlap by their local safe deadlines
+// (holder start + lease - margin) and node 0 grants. Outside it, node 0
+// is measured outside (Status clock_ok false, l4xg_grid_clock_outside_bound
+// 1), refuses leases itself naming the rule and its offset, grants
+// nothing (its ACQUIRED count stands still) and hands its leaderships
+// over, and the leases go to the others, still without overlap. The
+// dangerous cases are a fast node 0 taking over (its stamps reach the
+// first lease's deadline early) and a slow node 0 granting (its lease
+// ends early by the others' stamps): at 300 ms either would overlap by
+// 50 ms.
+func TestClusterLeasesUnderClockSkew(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	r := newSkewRig(t, ctx)
+	for _, after := range []bool{false, true} {
+		for _, offset := range []time.Duration{-200 * time.Millisecond, 200 * time.Millisecond, -300 * time.Millisecond, 300 * time.Millisecond} {
+			inside := offset.Abs() <= keyspace.DefaultMaxClockOffset
+			name := fmt.Sprintf("before/%v", offset)
+			if after {
+				name = fmt.Sprintf("after/%v", offset)
+			}
+			t.Run(name, func(t *testing.T) {
+				r.t = t
+				// Start from agreeing clocks, past every stamp an earlier
+				// case made.
+				r.setSkew(0, true)
+				r.clock.Advance(2 * time.Second)
+				r.setSkew(offset, inside)
+				key := keyOn(r.c, "skew-"+strings.ReplaceAll(name, "/", "-"), 0)
+				s := r.c.ShardOf("chaos", key)
+				granted0 := r.metric(0, acquiredSeries)
+				if !after {
+					if err := moveLeader(ctx, r.c, s, 1); err != nil {
+						t.Fatal(err)
+					}
+					first, res := r.reserve(key)
+					if res.Outcome != client.OutcomeAcquired {
+						t.Fatalf("first reserve: %v", res.Outcome)
+					}
+					if err := moveLeader(ctx, r.c, s, 0); err != nil {
+						t.Fatal(err)
+					}
+					if !inside {
+						t.Logf("node 0 refused: %s", r.refusalOf0(key))
+					}
+					second := r.takeOver(first)
+					t.Logf("first lease (token %d) led by %s, taken over (token %d) at +%v, led by %s",
+						first.token, first.leaders, second.token, second.got.Sub(first.start), second.leaders)
+					noOverlap(t, first, second)
+				} else {
+					if err := moveLeader(ctx, r.c, s, 0); err != nil {
+						t.Fatal(err)
+					}
+					if !inside {
+						t.Logf("node 0 refused: %s", r.refusalOf0(key))
+					}
+					first, res := r.reserve(key)
+					if res.Outcome != client.OutcomeAcquired {
+						t.Fatalf("first reserve: %v", res.Outcome)
+					}
+					if err := moveLeader(ctx, r.c, s, 1); err != nil {
+						t.Fatal(err)
+					}
+					second := r.takeOver(first)
+					t.Logf("first lease (token %d) led by %s, taken over (token %d) at +%v, led by %s",
+						first.token, first.leaders, second.token, second.got.Sub(first.start), second.leaders)
+					noOverlap(t, first, second)
+				}
+				granted := r.metric(0, acquiredSeries) - granted0
+				switch {
+				case inside && granted == 0:
+					t.Errorf("node 0, inside the bound, granted no lease: the case did not run on it")
+				case !inside && granted != 0:
+					t.Errorf("node 0, outside the bound, granted %v leases", granted)
+				case !inside:
+					if v := r.metric(0, "l4xg_grid_clock_outside_bound"); v != 1 {
+						t.Errorf("node 0's l4xg_grid_clock_outside_bound = %v, want 1", v)
+					}
+					if v := r.metric(0, `l4xg_grid_clock_lease_refusals_total{rule="peer_offset"}`); v == 0 {
+						t.Errorf("node 0 counted no refusal")
+					}
+					for _, i := range []int{1, 2} {
+						if st := r.status(i); !st.ClockOk {
+							t.Errorf("node %d, with a correct clock, says clock_ok false", i)
+						}
+					}
+				}
+			})
+		}
+	}
+	r.t = t
+}
+
+// TestClusterSlowLeaderGrantsNoFrozenLease is issue 11's defect 1: node
+// 0's clock runs an hour behind, it takes over a shard whose stamps a
+// correct clock made, and 20 minutes later a caller reserves a key there.
+// Before the clock rules, node 0 granted it at the frozen previous stamp,
+// so that the lease's deadline was 20 minutes in the past by real time,
+// and one second later a leader with a correct clock granted the same key
+// to a second caller while the first holder's safe window still had 8 of
+// its 10 s. Now node 0 refuses (and hands its leadership over): whoever
+// grants the first lease, the second caller is BUSY until the first
+// holder has stopped.
+func TestClusterSlowLeaderGrantsNoFrozenLease(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cl, err := client.Dial(ctx, c.Addrs()[1]+","+c.Addrs()[2]+","+c.Addrs()[0],
-		client.WithRetryPolicy(client.RetryPolicy{Attempts: 1}))
+	c, clock, skew := startSkewCluster(t)
+	cl, err := client.Dial(ctx, strings.Join(c.Addrs(), ","))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	rec := chaos.NewRecorder()
-	exec := chaos.ClientExecutor{C: cl, NS: "chaos"}
-	do := func(t *testing.T, in chaos.Input) chaos.Output {
-		t.Helper()
-		call := rec.Begin(0, in)
-		out, err := exec.Do(ctx, in)
-		if err != nil || out.Unknown {
-			t.Fatalf("%v %s: %v (unknown outcome: %v)", in.Kind, in.Key, err, out.Cause)
-		}
-		call.End(out)
-		return out
+	const lease = 10 * time.Second
+	margin := max(lease/10, keyspace.DefaultMaxClockOffset) // the client's default
+	key := keyOn(c, "frozen", 0)
+	s := c.ShardOf("chaos", key)
+	if err := moveLeader(ctx, c, s, 1); err != nil {
+		t.Fatal(err)
 	}
-	move := func(t *testing.T, key string, to int) {
-		t.Helper()
-		s := c.ShardOf("chaos", key)
-		if err := moveLeader(ctx, c, s, to); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("node %d leads shard %d of %s (node 0's clock at %+v)", to, s, key, time.Duration(skew.off.Load())*time.Millisecond)
+	// A lease on another key of the shard: its stamps are a correct clock's.
+	other := keyOn(c, "frozen-other", 0)
+	for c.ShardOf("chaos", other) != s {
+		other += "x"
 	}
-	const lease = 10_000 // ms
-	reserve := func(key string) chaos.Input {
-		return chaos.Input{Key: key, Kind: chaos.OpReserve, Lease: lease, MaxAttempts: 5, Retention: day}
+	if r, err := cl.Reserve(ctx, "chaos", other, client.WithLease(time.Hour)); err != nil || r.Outcome != client.OutcomeAcquired {
+		t.Fatalf("reserve %s: %+v %v", other, r, err)
 	}
-	settle := func(kind chaos.Kind, key string, tok uint64) chaos.Input {
-		return chaos.Input{Key: key, Kind: kind, Token: tok, Retention: day, Result: "r"}
+	skew.Set(-time.Hour)
+	if err := moveLeader(ctx, c, s, 0); err != nil {
+		t.Fatal(err)
 	}
-
-	// The control leader moves each shard's leadership back to its
-	// preferred leader every few seconds (cluster restoreLeaders): the keys
-	// are on shards whose preferred leader is node 0, so that nothing moves
-	// the leadership off node 0 while the test wants it there.
-	keyOn := func(prefix string) string {
-		m := c.Map()
-		for i := 0; ; i++ {
-			key := fmt.Sprintf("%s-%d", prefix, i)
-			if m.ShardReplicas[c.ShardOf("chaos", key)][0] == cluster.NodeID(c.ID(0)) {
-				return key
-			}
-		}
+	clock.Advance(20 * time.Minute)
+	start := clock.Now()
+	first, err := cl.Reserve(ctx, "chaos", key, client.WithLease(lease))
+	if err != nil || first.Outcome != client.OutcomeAcquired {
+		t.Fatalf("first reserve: %+v %v", first, err)
 	}
-
-	t.Run("behind", func(t *testing.T) {
-		key := keyOn("skew-behind")
-		move(t, key, 1)
-		first := do(t, reserve(key))
-		if first.Outcome != client.OutcomeAcquired {
-			t.Fatalf("first reserve: %v", first.Outcome)
-		}
-		skew.Set(-time.Hour)
-		move(t, key, 0)
-		last := first
-		busy := func(when string) {
-			t.Helper()
-			b := do(t, reserve(key))
-			if b.Outcome != client.OutcomeBusy || b.Now < last.Now || b.Now >= first.Deadline {
-				t.Fatalf("%s: reserve %v at stamp %d (previous stamp %d, lease until %d); want BUSY, stamps not going back",
-					when, b.Outcome, b.Now, last.Now, first.Deadline)
-			}
-			last = b
-		}
-		busy("on a leader an hour behind")
-		clock.Advance(lease / 2 * time.Millisecond)
-		busy("half a lease later, on a leader an hour behind")
-		skew.Set(0) // its clock is set right
-		busy("clock set right, half a lease after the grant")
-		clock.Advance((lease/2 + 1) * time.Millisecond)
-		second := do(t, reserve(key))
-		if second.Outcome != client.OutcomeAcquired || second.Attempt != 2 || second.Token <= first.Token || second.Now < first.Deadline {
-			t.Fatalf("reserve after the lease ended by the stamps: %v attempt %d token %d at stamp %d; want ACQUIRED attempt 2, token above %d, stamp >= %d",
-				second.Outcome, second.Attempt, second.Token, second.Now, first.Token, first.Deadline)
-		}
-		if late := do(t, settle(chaos.OpComplete, key, first.Token)); late.Outcome != client.OutcomeLeaseLost {
-			t.Fatalf("the first holder's complete after the takeover: %v, want LEASE_LOST", late.Outcome)
-		}
-	})
-
-	t.Run("ahead", func(t *testing.T) {
-		key := keyOn("skew-ahead")
-		skew.Set(0)
-		move(t, key, 1)
-		first := do(t, reserve(key))
-		if first.Outcome != client.OutcomeAcquired {
-			t.Fatalf("first reserve: %v", first.Outcome)
-		}
-		skew.Set(time.Hour)
-		move(t, key, 0)
-		second := do(t, reserve(key))
-		if second.Outcome != client.OutcomeAcquired || second.Token <= first.Token || second.Now < first.Deadline {
-			t.Fatalf("reserve on a leader an hour ahead: %v token %d at stamp %d; want ACQUIRED (the lease ended by its stamps), token above %d, stamp >= %d",
-				second.Outcome, second.Token, second.Now, first.Token, first.Deadline)
-		}
-		if late := do(t, settle(chaos.OpComplete, key, first.Token)); late.Outcome != client.OutcomeLeaseLost {
-			t.Fatalf("the first holder's complete after the takeover: %v, want LEASE_LOST (fencing)", late.Outcome)
-		}
-		// Back to a leader whose clock is an hour behind the stamps. (Should
-		// the leadership go back to node 0 before the Reserve, the answer
-		// must be the same; the log says who led.)
-		move(t, key, 1)
-		b := do(t, reserve(key))
-		t.Logf("shard %d led by node(s) %v after the reserve", c.ShardOf("chaos", key), c.Leaders(c.ShardOf("chaos", key)))
-		if b.Outcome != client.OutcomeBusy || b.Now < second.Now || b.Now >= second.Deadline {
-			t.Fatalf("reserve on a normal leader after the one ahead: %v at stamp %d (previous %d, lease until %d); want BUSY, stamps not going back",
-				b.Outcome, b.Now, second.Now, second.Deadline)
-		}
-		if ok := do(t, settle(chaos.OpComplete, key, second.Token)); ok.Outcome != client.OutcomeOK {
-			t.Fatalf("the second holder's complete: %v, want OK", ok.Outcome)
-		}
-	})
-	checkHistory(t, "skew", rec.Operations(), porcupine.Ok)
-
-	// The randomized expiry workload on the same cluster. Stamps of the
-	// shards node 0 led an hour ahead stay there: the clocks catch up first.
-	skew.Set(0)
-	clock.Advance(time.Hour + time.Minute)
-	t.Run("random", func(t *testing.T) { skewRandom(t, c, clock, skew) })
+	safeEnd := start.Add(lease - margin)
+	t.Logf("first lease: token %d, deadline %s by the grid, %v past the caller's start; shard led by %v",
+		first.Token, first.Deadline.Format(time.StampMilli), first.Deadline.Sub(start), c.Leaders(s))
+	if err := moveLeader(ctx, c, s, 1); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	second, err := cl.Reserve(ctx, "chaos", key, client.WithLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Outcome == client.OutcomeAcquired && clock.Now().Before(safeEnd) {
+		t.Fatalf("two holders: token %d granted (attempt %d) to a second caller with %v of the first holder's safe window (token %d) left",
+			second.Token, second.Attempt, safeEnd.Sub(clock.Now()), first.Token)
+	}
+	if second.Outcome != client.OutcomeBusy {
+		t.Fatalf("second reserve: %v, want BUSY", second.Outcome)
+	}
 }
 
 // skewFaults move node 0's clock offset and the leadership of a random
@@ -231,18 +458,22 @@ func (f *skewFaults) fault(ctx context.Context, t *testing.T, rng *rand.Rand, g 
 
 func (f *skewFaults) end(*testing.T) {}
 
-// skewRandom runs the expiry workload (a fake grid clock the workers push
-// forward, leases of 100 ms to 1 s) while node 0's clock is moved up to 3 s
-// behind or ahead of the others' and shards' leaderships are moved onto it
-// and off it: leases expire and are taken over at stamps that jump and
-// freeze, and the history must stay linearizable with increasing tokens.
-func skewRandom(t *testing.T, c *gridtest.Cluster, clock *fakeClock, skew *skewedClock) {
+// TestClusterSkewRandom runs the expiry workload (a fake grid clock the
+// workers push forward, leases of 100 ms to 1 s) while node 0's clock is
+// moved up to 200 ms behind or ahead of the others' (inside the bound) or
+// 400 ms (outside), and shards' leaderships are moved onto it and off it:
+// leases wait for clocks behind the stamps, are refused by node 0 outside
+// the bound, expire and are taken over at stamps that jump, and the
+// history must stay linearizable with increasing tokens.
+func TestClusterSkewRandom(t *testing.T) {
+	c, clock, skew := startSkewCluster(t)
 	w := workload{seed: firstSeed(t), workers: 6, clients: 2, keys: 3, ops: 500, faults: 3}
 	if *long {
 		w = workload{seed: w.seed, workers: 12, clients: 3, keys: 8, ops: 6000, faults: 16}
 	}
-	f := &skewFaults{c: c, skew: skew, keys: w.keys,
-		offsets: []time.Duration{-3 * time.Second, -time.Second, 0, time.Second, 3 * time.Second}}
+	offsets := []time.Duration{-400 * time.Millisecond, -200 * time.Millisecond, -100 * time.Millisecond, 0,
+		100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond}
+	f := &skewFaults{c: c, skew: skew, keys: w.keys, offsets: offsets}
 	w.clock, w.injector = clock, f
 	ops := run(t, c, w)
 	if got := f.made.Load(); got != int64(w.faults) {

@@ -232,6 +232,13 @@ type Status struct {
 	// /readyz reports it; cluster mode only.
 	NodeState string
 	Ready     bool
+	// ClockOffset is the node's clock offset to its peers (the median of
+	// their clocks minus its own; 0 with none measured), MaxClockOffset
+	// the bound it enforces (0 from an older node), and ClockOK whether
+	// it is inside it: a node outside grants no lease.
+	ClockOffset    time.Duration
+	MaxClockOffset time.Duration
+	ClockOK        bool
 }
 
 // GroupMember is one server of a shard group's Raft configuration.
@@ -283,6 +290,10 @@ func statusFromPB(p *gridpb.StatusResponse) Status {
 		ControlState: p.GetControlState(),
 		NodeState:    p.GetNodeState(),
 		Ready:        p.GetReady(),
+
+		ClockOffset:    time.Duration(p.GetClockOffsetMs()) * time.Millisecond,
+		MaxClockOffset: time.Duration(p.GetMaxClockOffsetMs()) * time.Millisecond,
+		ClockOK:        p.GetClockOk(),
 	}
 	for _, sh := range p.GetShards() {
 		s.Shards = append(s.Shards, shardStatusFromPB(sh))

@@ -46,6 +46,22 @@
 // connect over TCP but UDP probes failed", and its probes pass through their
 // TCP fallback).
 //
+// # Clock offsets
+//
+// Gossip also measures the clocks (clockoffset.go): with a ClockOffsets in
+// its config, every ack of a memberlist ping carries the acking node's
+// clock (the one that stamps its shard entries), and the pinging node
+// estimates the peer's offset as peerTime - (localNow - rtt/2), within
+// rtt/2. The acks are UDP packets, which the guard passes to memberlist
+// unchanged (only the TCP fallback's ack carries no payload, and memberlist
+// reports no estimate for it). The node's offset is the median of its
+// peers' recent estimates; it is outside the maximum offset when more than
+// half of them are beyond it by more than their uncertainty. The node's
+// shards take that verdict as their shard.PeerClocks: outside, they grant
+// no lease and hand their leaderships over, and the control leader does
+// not move a leadership back to a node whose Status says it is outside
+// (restoreLeaders).
+//
 // # The control group and the map
 //
 // A small Raft group (5 voters from 5 active nodes, 3 for 3 or 4, 1 below:

@@ -149,7 +149,9 @@ func (n *Node) restoreLeaders(ctx context.Context) {
 		pref := m.Nodes[set[0]]
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		st, ok, err := n.cfg.Remote.ShardStatus(cctx, pref.GRPCAddr, s)
-		if err == nil && ok && st.RaftState != "Leader" && st.Leader != "" && st.Leader != pref.ID {
+		// A preferred leader whose clock is outside the bound would hand
+		// the leadership straight back (it grants no lease): skip it.
+		if err == nil && ok && st.ClockOK && st.RaftState != "Leader" && st.Leader != "" && st.Leader != pref.ID {
 			if cur, known := m.Nodes[st.Leader]; known {
 				_, err = n.shardAdmin(cctx, cur.GRPCAddr, AdminRequest{Shard: s, Action: AdminTransferLeadership, Node: pref.ID, RaftAddr: pref.RaftAddr})
 				if err == nil {

@@ -58,6 +58,9 @@ func (m *Membership) record(kind EventKind, n *memberlist.Node) {
 		if flags&metaLeaving != 0 {
 			mem.State = MemberLeft
 		}
+		if o := m.cfg.ClockOffsets; o != nil {
+			o.forget(mem.ID)
+		}
 	}
 	if mem.MetaErr == nil && mem.Meta.ID != mem.ID {
 		mem.Meta, mem.MetaErr = NodeMeta{}, fmt.Errorf("%w: id %q gossiped under name %q", ErrMeta, mem.Meta.ID, n.Name)

@@ -47,6 +47,9 @@ type MembershipConfig struct {
 	Seeds []string
 	// Faults injects network faults into the gossip traffic (tests only).
 	Faults *GossipFaults
+	// ClockOffsets, if set, measures this node's clock against its
+	// peers' through the pings' acks (memberlist's PingDelegate).
+	ClockOffsets *ClockOffsets
 }
 
 // GossipTiming tunes failure detection. Zero fields take the values of
@@ -341,6 +344,9 @@ func (m *Membership) memberlistConfig() *memberlist.Config {
 	}
 	c.Delegate = delegate{m}
 	c.Events = events{m}
+	if m.cfg.ClockOffsets != nil {
+		c.Ping = pingDelegate{m.cfg.ClockOffsets}
+	}
 	c.Logger = log.New(logWriter{m.cfg.Logger}, "", 0)
 	return c
 }

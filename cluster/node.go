@@ -73,8 +73,12 @@ type Config struct {
 	ReconcileInterval time.Duration
 	// Remote reaches the other nodes' shard replicas (package api).
 	Remote Remote
-	Clock  func() time.Time
-	Logger *slog.Logger
+	// ClockOffsets, if set, measures this node's clock against its
+	// peers' over gossip (the host's shards are given it as their
+	// PeerClocks).
+	ClockOffsets *ClockOffsets
+	Clock        func() time.Time
+	Logger       *slog.Logger
 }
 
 func (c *Config) validate() error {
@@ -192,7 +196,7 @@ func Start(cfg Config) (*Node, error) {
 		Meta: NodeMeta{ID: cfg.ID, GRPCAddr: cfg.GRPCAddr, RaftAddr: cfg.Mux.Addr().String(), HTTPAddr: cfg.HTTPAddr,
 			Incarnation: n.incarnation},
 		Logger: cfg.Logger, Timing: cfg.Gossip, Clock: cfg.Clock,
-		Seeds: cfg.Join, Faults: cfg.GossipFaults,
+		Seeds: cfg.Join, Faults: cfg.GossipFaults, ClockOffsets: cfg.ClockOffsets,
 		OnEvent: func(Event) { n.poke() },
 	})
 	if err == nil {

@@ -80,6 +80,10 @@ type ReplicaStatus struct {
 	// LastContact is how long ago the replica last heard from its leader:
 	// 0 on the leader, negative when never.
 	LastContact time.Duration
+	// ClockOK reports that the replica's node is within the maximum
+	// clock offset (its Status says so, or it is too old to say): a node
+	// outside it grants no lease, so no leadership is moved to it.
+	ClockOK bool
 }
 
 // Role is the replica's standing in the Group it reports: "voter",

@@ -36,6 +36,79 @@
 // cold tier and purge cold ones. Replicas never expire or demote anything by
 // their own clocks. A shard holding no record in either tier skips its ticks.
 //
+// # Clocks and leases
+//
+// Leases rely on the nodes' clocks agreeing within a maximum offset ε
+// (Config.MaxClockOffset, gridnode serve --max-clock-offset, default
+// keyspace.DefaultMaxClockOffset = 250 ms; the model is CockroachDB's
+// --max-offset). Three rules enforce it on the leader:
+//
+//   - A lease is granted or renewed (an entry carrying a Reserve or an
+//     Extend) only at a stamp that is the leader's own clock reading.
+//     When the leader's clock is behind the stamps (the latest applied
+//     stamp, or its own last one) by at most ε, as after a hand-over to a
+//     node whose clock is a few milliseconds behind the previous
+//     leader's, the entry waits for the clock to reach them, at most ε
+//     (l4xg_grid_clock_lease_waits_total). Behind by more, or not there
+//     within ε, the requests carrying those commands are refused with
+//     ErrClockOffset (which also matches ErrNotLeader: nothing was
+//     applied, the API answers with a Redirect) naming the lag; this is
+//     the frozen-stamp case, a leader far behind whose stamps would all
+//     equal the previous ones, so that a lease granted there would end
+//     already in the past by real time.
+//   - A node whose clock is outside ε of a majority of the peers it has
+//     measured (PeerClocks, measured over gossip by cluster.ClockOffsets)
+//     grants no lease either, and its clock stamps nothing: its entries
+//     are stamped max(previous stamp, latest applied stamp), so that a
+//     clock running ahead cannot carry the shard's time past the others'.
+//   - A leader under either refusal sends no tick and, at every tick
+//     (one tick after it gained the leadership at the earliest, so that
+//     leaderships move at most once a tick when no majority of clocks
+//     agrees), hands its leadership to a voter that can grant: any other
+//     voter when its node is the one outside the bound; when its clock is
+//     behind the stamps, the voter measured the most ahead of it among
+//     those within the bound of its own clock, if that one is within the
+//     bound of the stamps. Other commands (Complete, Fail, Release,
+//     Forget, Get) are served meanwhile: they grant nothing, settles are
+//     idempotent, and a holder can still settle while the leadership
+//     moves. A request mixing them with a Reserve or an Extend (one Batch
+//     group) is refused whole.
+//
+// What the lease then survives. Let real time be t and node i's clock
+// C_i(t) = t + e_i(t). Assume |e_i(t) - e_j(t)| <= ε for every pair of
+// nodes that grant leases, at all times. A holder sends its Reserve (or
+// Extend) at t_s, the leader stamps it at t_p >= t_s with s = C_L(t_p)
+// (first rule), so the lease's deadline is D = s + lease. The holder
+// treats the lease as valid until local start + lease - margin, that is
+// until about t_s + lease - margin (its clock only measures a duration).
+// A second holder can be granted the key only by an entry whose stamp is
+// s2 >= D, made at t2 by a leader L2 with s2 = C_L2(t2). So
+// t2 = s2 - e_L2(t2) >= t_p + lease + e_L(t_p) - e_L2(t2)
+// >= t_s + lease - ε, and no two holders overlap as long as
+//
+//	margin >= ε   (plus the clocks' drift over one lease: ρ·lease for a rate error ρ)
+//
+// The bound holds whoever led in between, for a fast leader as for a
+// slow one: a leader ahead of the others by up to ε grants a lease whose
+// deadline is late by its offset (the holder stops early, which is safe)
+// and ends others' leases early by up to its offset (the margin covers
+// it); a leader behind by up to ε is the mirror case. Stamps above a
+// granting leader's clock (a frozen floor, made by a clock that was
+// ahead) never become a lease's start: the first rule waits them out or
+// refuses, so a clock that ran ahead by δ > ε and stamped before it was
+// caught delays grants (the shard grants no lease until the others'
+// clocks are within ε of its stamps, δ - ε later:
+// l4xg_grid_clock_shards_behind_stamps shows it) but cannot make two
+// holders overlap among leaders that are within the bound; that wait is
+// the price of never cutting short a lease whose holder still runs. Without the first rule the frozen floor would need a
+// margin of ε plus the floor's lead (unbounded: the one-hour-slow leader
+// of issue 11 granted leases already over by real time). What the lease
+// does not survive: granting leaders more than ε apart, that is two nodes
+// out of bound while neither has measured it yet (a node measures each
+// peer every gossip probe round, and the check needs a majority of its
+// measured peers), or a holder whose margin is below ε. Fencing tokens
+// still refuse the superseded holder's settles in every case.
+//
 // # Cold tier
 //
 // Each shard's cold tier is a tiering.Shard in the node's cold Pebble. It is

@@ -31,6 +31,12 @@ type HostConfig struct {
 	// Soft settings.
 	Clock        func() time.Time
 	TickInterval time.Duration
+	// MaxClockOffset is the bound on clock offsets leases rely on
+	// (gridnode serve --max-clock-offset); default
+	// keyspace.DefaultMaxClockOffset. PeerClocks, if set, is the node's
+	// measurement of its clock against its peers' (Config.PeerClocks).
+	MaxClockOffset time.Duration
+	PeerClocks     PeerClocks
 	// NoSync skips fsync of the Raft log: tests and benchmarks only; an
 	// acknowledged operation can then be lost on a crash.
 	NoSync bool
@@ -121,6 +127,15 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxClockOffset == 0 {
+		cfg.MaxClockOffset = keyspace.DefaultMaxClockOffset
+	}
+	if err := ValidateMaxClockOffset(cfg.MaxClockOffset); err != nil {
+		return nil, fmt.Errorf("shard: host config: %w", err)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
 	}
 	logs, err := raftlog.Open(filepath.Join(cfg.DataDir, "raft"), raftlog.Options{NoSync: cfg.NoSync, Logger: pebbleLogger{cfg.Logger}})
 	if err != nil {
@@ -239,6 +254,26 @@ func (h *Host) HasLeader() bool {
 		}
 	}
 	return true
+}
+
+// MaxClockOffset is the bound on clock offsets in force.
+func (h *Host) MaxClockOffset() time.Duration { return h.cfg.MaxClockOffset }
+
+// Clock is the node's clock, the one that stamps its entries.
+func (h *Host) Clock() time.Time { return h.cfg.Clock() }
+
+// ShardsBehindStamps lists the shards this node leads whose stamps are
+// ahead of its clock by more than the maximum offset: they grant no lease
+// until its clock gets there (or the leadership moves to a node whose
+// clock does).
+func (h *Host) ShardsBehindStamps() []int {
+	var out []int
+	for _, s := range h.Shards() {
+		if s.raft.State() == raft.Leader && s.StampLag() > s.cfg.MaxClockOffset {
+			out = append(out, int(s.cfg.ID))
+		}
+	}
+	return out
 }
 
 // ColdHealth is the cold tier's unrecovered write error, if any: while it

@@ -20,6 +20,11 @@ type Metrics struct {
 	EntryCommands prometheus.Histogram
 	ApplyLatency  prometheus.Histogram
 	LeaderChanges prometheus.Counter
+	// LeaseRefusals counts requests carrying a Reserve or an Extend that
+	// a leader refused under the clock rules, by rule; LeaseWaits the
+	// entries that waited for the leader's clock to reach the stamps.
+	LeaseRefusals *prometheus.CounterVec
+	LeaseWaits    prometheus.Counter
 }
 
 // NewMetrics creates the collectors and registers them on reg (may be nil).
@@ -59,10 +64,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "l4xg_grid_leader_changes_total",
 			Help: "Leadership changes observed by local shard replicas.",
 		}),
+		LeaseRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "l4xg_grid_clock_lease_refusals_total",
+			Help: "Requests carrying a Reserve or an Extend refused by a leader under the clock rules, by rule: behind_stamps (its clock is behind the shard's stamps by more than the maximum offset) or peer_offset (its node is outside the maximum offset of its peers).",
+		}, []string{"rule"}),
+		LeaseWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "l4xg_grid_clock_lease_waits_total",
+			Help: "Log entries granting leases that waited for the leader's clock to reach the shard's stamps (a new leader whose clock is slightly behind the previous one's).",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Outcomes, m.Duplicates, m.LeasesExpired, m.Poisoned, m.Forgotten,
-			m.EntryCommands, m.ApplyLatency, m.LeaderChanges)
+			m.EntryCommands, m.ApplyLatency, m.LeaderChanges, m.LeaseRefusals, m.LeaseWaits)
 	}
 	return m
 }

@@ -37,8 +37,19 @@ type proposer struct {
 	closeMu sync.RWMutex
 	closed  bool
 
+	// rules decide which entries may grant leases (clock.go).
+	rules clockRules
+
 	stampMu   sync.Mutex
 	lastStamp int64
+}
+
+// clockRules are the proposer's part of the clock rules (doc.go, Time).
+type clockRules struct {
+	shard     uint64
+	maxOffset time.Duration
+	peers     PeerClocks // nil: no peer measurement
+	metrics   *Metrics   // nil: none
 }
 
 type request struct {
@@ -58,9 +69,10 @@ type batch struct {
 	cmds   []keyspace.Command
 }
 
-func newProposer(r *raft.Raft, clock func() time.Time, floor func() int64, policy keyspace.TierPolicy, maxCommands, maxInflight int) *proposer {
+func newProposer(r *raft.Raft, clock func() time.Time, floor func() int64, policy keyspace.TierPolicy, rules clockRules, maxCommands, maxInflight int) *proposer {
 	p := &proposer{
 		raft:        r,
+		rules:       rules,
 		policy:      policy,
 		clock:       clock,
 		floor:       floor,
@@ -76,13 +88,126 @@ func newProposer(r *raft.Raft, clock func() time.Time, floor func() int64, polic
 	return p
 }
 
-// stamp returns the time for a new entry or read: max(previous, clock, floor).
-func (p *proposer) stamp(floor int64) int64 {
+// stamp returns the time for a new entry: max(previous, clock, floor), or
+// max(previous, floor) without the clock of a node outside the bound of
+// its peers (its clock must not move the shard's time).
+func (p *proposer) stamp(floor int64, useClock bool) int64 {
 	p.stampMu.Lock()
 	defer p.stampMu.Unlock()
-	now := max(p.clock().UnixMilli(), p.lastStamp, floor)
+	now := max(p.lastStamp, floor)
+	if useClock {
+		now = max(now, p.clock().UnixMilli())
+	}
 	p.lastStamp = now
 	return now
+}
+
+// base returns the stamp a new entry must not go below, max(previous,
+// floor), and the clock.
+func (p *proposer) base(floor int64) (base, clock int64) {
+	p.stampMu.Lock()
+	defer p.stampMu.Unlock()
+	return max(p.lastStamp, floor), p.clock().UnixMilli()
+}
+
+// admit applies the clock rules to the entry b is about to become and
+// returns its stamp. An entry that carries a Reserve or an Extend is
+// stamped with the leader's own clock reading, never with a previous
+// stamp above it: when the clock is behind the stamps by at most the
+// maximum offset, admit waits for it to reach them (at most that long).
+// The requests carrying those commands are refused (answered, and taken
+// out of b) when the clock is behind by more, does not get there in
+// time, or this node is outside the bound of its peers; the others go
+// on. ok is false when no request is left.
+func (p *proposer) admit(b *batch) (now int64, ok bool) {
+	peerErr := error(nil)
+	if p.rules.peers != nil {
+		peerErr = p.rules.peers.Check()
+	}
+	leases := false
+	for _, r := range b.reqs {
+		leases = leases || grantsLease(r.cmds)
+	}
+	if !leases {
+		return p.stamp(p.floor(), peerErr == nil), true
+	}
+	rule, err := rulePeers, peerErr
+	if err == nil {
+		if now, err = p.stampAtClock(); err == nil {
+			return now, true
+		}
+		rule = ruleBehind
+	}
+	if errors.Is(err, ErrClosed) {
+		for _, r := range b.reqs {
+			fail(r, err)
+		}
+		return 0, false
+	}
+	p.refuseLeases(b, rule, err)
+	if len(b.reqs) == 0 {
+		return 0, false
+	}
+	return p.stamp(p.floor(), peerErr == nil), true
+}
+
+// stampAtClock returns the leader's clock as the stamp of an entry that
+// grants leases, once it has reached the previous stamps: it waits up to
+// the maximum offset for a clock behind them by no more than that.
+func (p *proposer) stampAtClock() (int64, error) {
+	var waitedFrom time.Time
+	for {
+		floor := p.floor()
+		p.stampMu.Lock()
+		clock, base := p.clock().UnixMilli(), max(p.lastStamp, floor)
+		if clock >= base {
+			p.lastStamp = clock
+			p.stampMu.Unlock()
+			return clock, nil
+		}
+		p.stampMu.Unlock()
+		lag := time.Duration(base-clock) * time.Millisecond
+		if lag > p.rules.maxOffset {
+			return 0, behindError(lag, p.rules.maxOffset, false)
+		}
+		if waitedFrom.IsZero() {
+			waitedFrom = time.Now()
+			if m := p.rules.metrics; m != nil {
+				m.LeaseWaits.Inc()
+			}
+		}
+		left := p.rules.maxOffset - time.Since(waitedFrom)
+		if left <= 0 {
+			return 0, behindError(lag, p.rules.maxOffset, true)
+		}
+		t := time.NewTimer(min(lag, left, 10*time.Millisecond))
+		select {
+		case <-t.C:
+		case <-p.quit:
+			t.Stop()
+			return 0, ErrClosed
+		}
+	}
+}
+
+// refuseLeases answers the requests of b that carry a Reserve or an
+// Extend with the refusal err (under rule) and keeps the others in b.
+func (p *proposer) refuseLeases(b *batch, rule string, err error) {
+	refusal := &leaseRefusal{shard: p.rules.shard, err: err}
+	kept := b.reqs[:0]
+	var cmds []keyspace.Command
+	for _, r := range b.reqs {
+		if !grantsLease(r.cmds) {
+			kept = append(kept, r)
+			cmds = append(cmds, r.cmds...)
+			continue
+		}
+		if m := p.rules.metrics; m != nil {
+			m.LeaseRefusals.WithLabelValues(rule).Inc()
+		}
+		fail(r, refusal)
+	}
+	b.reqs, b.cmds = kept, cmds
 }
 
 // propose queues commands and waits for their results. When ctx ends first
@@ -130,7 +255,12 @@ func (p *proposer) run(pending chan<- batch) {
 		}
 		b, tick, next := p.gather(first)
 		first = next
-		entry := keyspace.Entry{Now: p.stamp(p.floor()), Tick: tick, HasPolicy: tick, Policy: p.policy, Commands: b.cmds}
+		now, ok := p.admit(&b)
+		if !ok {
+			<-p.inflight
+			continue
+		}
+		entry := keyspace.Entry{Now: now, Tick: tick, HasPolicy: tick, Policy: p.policy, Commands: b.cmds}
 		buf = keyspace.AppendEntry(buf[:0], &entry)
 		// raft keeps the slice until the entry is stored: hand it a copy.
 		b.future = p.raft.Apply(append([]byte(nil), buf...), 0)

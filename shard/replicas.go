@@ -166,6 +166,8 @@ func (h *Host) openShard(i int, bootstrap bool, voters []raft.Server) (*Shard, e
 		HotWindow:        cfg.HotWindow,
 		HotMaxBytes:      cfg.HotMaxBytes / int64(h.settings.Shards),
 		Clock:            cfg.Clock,
+		MaxClockOffset:   cfg.MaxClockOffset,
+		PeerClocks:       cfg.PeerClocks,
 		TickInterval:     cfg.TickInterval,
 		HeartbeatTimeout: cfg.HeartbeatTimeout,
 		Logger:           cfg.Logger,

@@ -180,55 +180,6 @@ func TestReplicatedShardsOverTheMux(t *testing.T) {
 	}
 }
 
-// TestSkewedClockNeverGrantsASecondHolder: stamps come from the leader's
-// clock but never run backwards (each entry is stamped at least at the
-// latest applied stamp), so a new leader whose clock is behind cannot make
-// a valid lease look free, nor shorten it; a new leader whose clock is
-// ahead ends leases early by its stamps, and then the old holder's token is
-// refused (LEASE_LOST) and the new one is larger: fencing holds.
-func TestSkewedClockNeverGrantsASecondHolder(t *testing.T) {
-	nh := openNetHosts(t, 3)
-	const lease = time.Minute
-	reserveKey := func(s *Shard) keyspace.Result {
-		return propose(t, s, keyspace.Command{Op: keyspace.OpReserve, Digest: keyspace.KeyDigest("t", []byte("k")),
-			Lease: lease.Milliseconds(), Retention: time.Hour.Milliseconds(), MaxAttempts: 5})[0]
-	}
-	at, l := nh.leader(0)
-	first := reserveKey(l)
-	if first.Outcome != keyspace.OutcomeAcquired {
-		t.Fatalf("first reserve: %v", first.Outcome)
-	}
-
-	// Every other node's clock an hour behind, then the leader goes.
-	for i := range nh.clocks {
-		if i != at {
-			nh.clocks[i].Add(-time.Hour)
-		}
-	}
-	nh.stop(at)
-	_, l = nh.leader(0)
-	busy := reserveKey(l)
-	if busy.Outcome != keyspace.OutcomeBusy || busy.Now < first.Now || busy.RetryAfter > lease.Milliseconds() {
-		t.Fatalf("reserve on a leader whose clock is behind: %v at stamp %d (first at %d), retry after %d ms; want BUSY, stamps not going back",
-			busy.Outcome, busy.Now, first.Now, busy.RetryAfter)
-	}
-
-	// Now the remaining clocks two hours ahead: the lease has ended by the
-	// new stamps.
-	for i := range nh.clocks {
-		nh.clocks[i].Add(2 * time.Hour)
-	}
-	second := reserveKey(l)
-	if second.Outcome != keyspace.OutcomeAcquired || second.Token <= first.Token || !second.LeaseExpired {
-		t.Fatalf("reserve after the lease ended by the leader's stamps: %+v (first token %d)", second, first.Token)
-	}
-	late := propose(t, l, keyspace.Command{Op: keyspace.OpComplete, Digest: keyspace.KeyDigest("t", []byte("k")),
-		Token: first.Token, Retention: time.Hour.Milliseconds()})[0]
-	if late.Outcome != keyspace.OutcomeLeaseLost {
-		t.Fatalf("the first holder's late complete: %v, want LEASE_LOST", late.Outcome)
-	}
-}
-
 // BenchmarkFailover measures, on three hosts over real sockets, how long
 // writes to a shard fail when its leader's node goes away: from then to the
 // first reserve a new leader acknowledges. "isolate" cuts the node off the

@@ -42,6 +42,14 @@ type Config struct {
 	HotMaxBytes int64
 	// Clock is the leader's time source for stamps; default time.Now.
 	Clock func() time.Time
+	// MaxClockOffset is the bound on the offset between any two nodes'
+	// clocks that leases rely on (doc.go, Time); default
+	// keyspace.DefaultMaxClockOffset, range 1 ms .. MaxMaxClockOffset.
+	MaxClockOffset time.Duration
+	// PeerClocks, if set, tells whether this node's clock is within
+	// MaxClockOffset of its peers'; nil: no peer measurement (a node
+	// outside a cluster), only the shard's own stamps are checked.
+	PeerClocks PeerClocks
 	// TickInterval is how often the leader stamps an idle shard; default 1s.
 	TickInterval time.Duration
 	// MaxEntryCommands bounds commands per log entry; default 4096.
@@ -78,6 +86,12 @@ func (c *Config) Validate() error {
 	}
 	if c.TickInterval <= 0 {
 		c.TickInterval = time.Second
+	}
+	if c.MaxClockOffset == 0 {
+		c.MaxClockOffset = keyspace.DefaultMaxClockOffset
+	}
+	if err := ValidateMaxClockOffset(c.MaxClockOffset); err != nil {
+		return fmt.Errorf("shard: config: %w", err)
 	}
 	if c.HotWindow <= 0 {
 		c.HotWindow = keyspace.DefaultHotWindow * time.Millisecond
@@ -200,7 +214,8 @@ func Open(cfg Config) (*Shard, error) {
 		"last_index", r.LastIndex(), "took", time.Since(start))
 	s.raft = r
 	policy := keyspace.TierPolicy{HotWindow: cfg.HotWindow.Milliseconds(), HotMaxBytes: cfg.HotMaxBytes}
-	s.prop = newProposer(r, cfg.Clock, s.appliedStamp, policy, cfg.MaxEntryCommands, cfg.MaxInflight)
+	rules := clockRules{shard: cfg.ID, maxOffset: cfg.MaxClockOffset, peers: cfg.PeerClocks, metrics: cfg.Metrics}
+	s.prop = newProposer(r, cfg.Clock, s.appliedStamp, policy, rules, cfg.MaxEntryCommands, cfg.MaxInflight)
 	if cfg.Metrics != nil {
 		s.prop.observe = cfg.Metrics.observeEntry
 	}
@@ -285,7 +300,11 @@ func (s *Shard) currentTerm() (uint64, error) {
 // lead watches leadership: on gaining it, apply a barrier before serving
 // reads; while leading, send a tick entry every TickInterval so stamped time
 // moves forward and expired records are reclaimed on an idle shard (a shard
-// holding no record skips its ticks).
+// holding no record skips its ticks). A leader that may not grant leases
+// (clockRefusal) sends no tick, whose stamp would carry nothing forward
+// (or, from a clock outside the bound, carry the shard's time off with
+// it), and at every tick tries to hand its leadership over to a voter
+// that can.
 func (s *Shard) lead() {
 	defer s.wg.Done()
 	ticker := time.NewTicker(s.cfg.TickInterval)
@@ -309,8 +328,19 @@ func (s *Shard) lead() {
 				continue
 			}
 			s.readyTerm.Store(term)
+			// A new leader checks its clock a full tick after its
+			// barrier, so that leaderships move at most once a tick when
+			// no voter can grant (no majority of clocks agrees).
+			ticker.Reset(s.cfg.TickInterval)
 		case <-ticker.C:
-			if s.raft.State() != raft.Leader || s.empty() {
+			if s.raft.State() != raft.Leader {
+				continue
+			}
+			if rule, why := s.clockRefusal(); why != nil {
+				s.handOverForClock(rule, why)
+				continue
+			}
+			if s.empty() {
 				continue // an empty shard has nothing to expire: no fsync for it
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.TickInterval)

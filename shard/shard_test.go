@@ -2,9 +2,11 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -138,23 +140,40 @@ func TestTokensSurviveRestart(t *testing.T) {
 	}
 }
 
-// TestStampNeverGoesBack: with the leader's clock set back, a lease granted
-// earlier is still held until its deadline by the previous stamps.
+// TestStampNeverGoesBack: with the leader's clock set back an hour, stamps
+// do not follow it (a read and a settle are stamped at the previous
+// stamps), and no lease is granted or renewed while the clock is behind
+// them by more than the maximum clock offset: Reserve and Extend are
+// refused with ErrClockOffset, naming the lag. Once the clock is back
+// within the bound, a lease is granted again, at the leader's own clock.
 func TestStampNeverGoesBack(t *testing.T) {
 	clock := newFakeClock()
-	h := openHost(t, t.TempDir(), clock.Now, nil)
+	reg := prometheus.NewRegistry()
+	h := openHost(t, t.TempDir(), clock.Now, reg)
 	defer h.Close()
-	s := h.Shards()[0]
-	held := propose(t, s, reserve("x", 10*time.Second))[0]
+	x := reserve("x", 10*time.Second)
+	s := h.For(x.Digest)
+	held := propose(t, s, x)[0]
 	clock.Add(-time.Hour)
-	again := propose(t, s, reserve("x", 10*time.Second))[0]
-	if again.Outcome != keyspace.OutcomeBusy || again.Now < held.Now {
-		t.Fatalf("after clock went back: %v at %d (first at %d)", again.Outcome, again.Now, held.Now)
+	ctx := context.Background()
+	for _, cmd := range []keyspace.Command{reserve("x", 10*time.Second),
+		{Op: keyspace.OpExtend, Digest: x.Digest, Token: held.Token, Lease: 10_000}} {
+		_, err := s.Propose(ctx, []keyspace.Command{cmd})
+		if !errors.Is(err, ErrClockOffset) || !errors.Is(err, ErrNotLeader) || !strings.Contains(err.Error(), "1h0m0s behind") {
+			t.Fatalf("%v on a leader an hour behind its stamps: %v; want ErrClockOffset (and ErrNotLeader) naming the lag", cmd.Op, err)
+		}
+	}
+	got, err := s.Get(ctx, x.Digest, false)
+	if err != nil || got.State != keyspace.Processing || got.Now != held.Now {
+		t.Fatalf("read on a leader an hour behind: %+v, %v; want PROCESSING at the previous stamp %d", got, err, held.Now)
+	}
+	if v := testutil.ToFloat64(h.metrics.LeaseRefusals.WithLabelValues(ruleBehind)); v != 2 {
+		t.Errorf("lease refusals (behind_stamps) = %v, want 2", v)
 	}
 	clock.Add(time.Hour + 11*time.Second)
 	taken := propose(t, s, reserve("x", 10*time.Second))[0]
-	if taken.Outcome != keyspace.OutcomeAcquired || taken.Attempt != 2 || taken.Token <= held.Token {
-		t.Fatalf("after lease end: %+v", taken)
+	if taken.Outcome != keyspace.OutcomeAcquired || taken.Attempt != 2 || taken.Token <= held.Token || taken.Now != clock.Stamp() {
+		t.Fatalf("after lease end: %+v; want ACQUIRED attempt 2 at the leader's clock %d", taken, clock.Stamp())
 	}
 }
 

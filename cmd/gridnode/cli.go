@@ -472,6 +472,65 @@ type cliStatusJSON struct {
 	Slots   int            `json:"slots"`
 	Now     string         `json:"now,omitempty"`
 	Shards  []cliShardJSON `json:"shards"`
+	cliClockJSON
+}
+
+// cliClockJSON is a node's clock as its Status reports it (absent from
+// an older node, which reports no bound).
+type cliClockJSON struct {
+	ClockOffsetMs    *int64 `json:"clock_offset_ms,omitempty"`
+	MaxClockOffsetMs *int64 `json:"max_clock_offset_ms,omitempty"`
+	ClockOK          *bool  `json:"clock_ok,omitempty"`
+}
+
+func clockJSON(s client.Status) cliClockJSON {
+	if s.MaxClockOffset == 0 {
+		return cliClockJSON{}
+	}
+	off, bound, ok := s.ClockOffset.Milliseconds(), s.MaxClockOffset.Milliseconds(), s.ClockOK
+	return cliClockJSON{ClockOffsetMs: &off, MaxClockOffsetMs: &bound, ClockOK: &ok}
+}
+
+// clockLabel says what a node's Status tells of its clock: "ok (+3ms)",
+// or "OUTSIDE (-1h0m0s): grants no lease", "-" from an older node. The
+// offset is the median of its peers' clocks minus its own.
+func clockLabel(s client.Status) string {
+	if s.MaxClockOffset == 0 {
+		return "-"
+	}
+	off := s.ClockOffset.String()
+	if s.ClockOffset >= 0 {
+		off = "+" + off
+	}
+	if s.ClockOK {
+		return "ok (" + off + ")"
+	}
+	return "OUTSIDE (" + off + "): grants no lease"
+}
+
+// clockLines describes a node's clock for the status table: its offset to
+// its peers (a cluster member) against the bound, and each shard it leads
+// whose stamps are ahead of its clock by more than the bound (that shard
+// grants no lease).
+func clockLines(s client.Status) []string {
+	if s.MaxClockOffset == 0 {
+		return nil
+	}
+	head := fmt.Sprintf("clock %s to its peers, max clock offset %v", clockLabel(s), s.MaxClockOffset)
+	if s.MapEpoch == 0 && s.ControlState == "" { // standalone: no peers
+		state := "ok"
+		if !s.ClockOK {
+			state = "OUTSIDE: grants no lease"
+		}
+		head = fmt.Sprintf("clock %s, max clock offset %v", state, s.MaxClockOffset)
+	}
+	out := []string{head}
+	for _, sh := range s.Shards {
+		if lag := sh.Stamp.Sub(s.Now); sh.RaftState == "Leader" && lag > s.MaxClockOffset && !s.Now.IsZero() {
+			out = append(out, fmt.Sprintf("shard %d: stamps %v ahead of this node's clock, beyond the max clock offset: it grants no lease", sh.ID, lag))
+		}
+	}
+	return out
 }
 
 func cliTime(t time.Time) string {
@@ -559,7 +618,7 @@ func withRelative(s string, t, now time.Time) string {
 }
 
 func (o cliOutput) status(s client.Status) int {
-	j := cliStatusJSON{NodeID: s.NodeID, Version: s.Version, Slots: s.Slots, Now: cliTime(s.Now), Shards: []cliShardJSON{}}
+	j := cliStatusJSON{NodeID: s.NodeID, Version: s.Version, Slots: s.Slots, Now: cliTime(s.Now), Shards: []cliShardJSON{}, cliClockJSON: clockJSON(s)}
 	for _, sh := range s.Shards {
 		j.Shards = append(j.Shards, cliShardJSON{
 			ID: sh.ID, RaftState: sh.RaftState, Leader: sh.Leader, Keys: sh.Keys, HotBytes: sh.HotBytes,
@@ -570,7 +629,11 @@ func (o cliOutput) status(s client.Status) int {
 	if o.json {
 		return o.writeJSON(j)
 	}
-	fmt.Fprintf(o.stdout, "node %s  version %s  slots %d  time %s\n\n", j.NodeID, orDash(j.Version), j.Slots, orDash(j.Now))
+	fmt.Fprintf(o.stdout, "node %s  version %s  slots %d  time %s\n", j.NodeID, orDash(j.Version), j.Slots, orDash(j.Now))
+	for _, l := range clockLines(s) {
+		fmt.Fprintln(o.stdout, l)
+	}
+	fmt.Fprintln(o.stdout)
 	tw := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SHARD\tRAFT STATE\tLEADER\tHOT KEYS\tCOLD KEYS\tAPPLIED INDEX\tSTAMP")
 	for _, sh := range j.Shards {

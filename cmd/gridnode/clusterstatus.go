@@ -66,6 +66,13 @@ type clusterNodeJSON struct {
 	// Status; Error is why its Status could not be had.
 	ControlState string `json:"control_state,omitempty"`
 	Error        string `json:"error,omitempty"`
+	// Clock is the clock column: the node's offset to its peers and
+	// whether it is within the bound ("" without its Status).
+	Clock string `json:"clock,omitempty"`
+	cliClockJSON
+	// ClockNotes name the shards it leads whose stamps are ahead of its
+	// clock by more than the bound (they grant no lease).
+	ClockNotes []string `json:"clock_notes,omitempty"`
 }
 
 type clusterShardJSON struct {
@@ -192,6 +199,10 @@ func buildClusterStatus(m client.ClusterMap, answers map[string]nodeAnswer) clus
 				nj.Error = a.err.Error()
 			} else {
 				nj.ControlState = a.st.ControlState
+				nj.Clock, nj.cliClockJSON = clockLabel(a.st), clockJSON(a.st)
+				if l := clockLines(a.st); len(l) > 1 {
+					nj.ClockNotes = l[1:]
+				}
 			}
 		}
 		j.Nodes = append(j.Nodes, nj)
@@ -295,13 +306,13 @@ func (o cliOutput) clusterTables(j clusterStatusJSON) int {
 	fmt.Fprintf(o.stdout, "map epoch %d  control leader %s  slots %d  shards %d  replicas %d  (map of %s)\n\nNODES\n",
 		j.Epoch, orDash(j.ControlLeader), j.Slots, j.ShardCount, j.Replicas, j.NodeID)
 	tw := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tALIVE\tGRPC ADDR\tREPLICAS\tLEADS")
+	fmt.Fprintln(tw, "ID\tSTATE\tALIVE\tGRPC ADDR\tREPLICAS\tLEADS\tCLOCK")
 	for _, n := range j.Nodes {
 		alive := "yes"
 		if !n.Alive {
 			alive = "no"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", n.ID, n.State, alive, orDash(n.GRPCAddr), n.Replicas, n.Leads)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", n.ID, n.State, alive, orDash(n.GRPCAddr), n.Replicas, n.Leads, orDash(n.Clock))
 	}
 	if code := o.flush(tw); code != exitOK {
 		return code
@@ -322,6 +333,9 @@ func (o cliOutput) clusterTables(j clusterStatusJSON) int {
 	for _, n := range j.Nodes {
 		if n.Error != "" {
 			fmt.Fprintf(o.stdout, "\n%s: no status: %s\n", n.ID, n.Error)
+		}
+		for _, l := range n.ClockNotes {
+			fmt.Fprintf(o.stdout, "\n%s: %s\n", n.ID, l)
 		}
 	}
 	return exitOK

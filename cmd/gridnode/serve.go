@@ -15,6 +15,7 @@ import (
 
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/shard"
 )
 
@@ -33,6 +34,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		drain      = fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight requests may take at shutdown")
 		hotWindow  = fs.Duration("hot-window", 24*time.Hour, "how long settled records stay in memory before moving to the cold tier")
 		hotMax     = fs.Int64("hot-max-bytes", 0, "hot tier budget in bytes; settled records beyond it move to the cold tier early (0: none)")
+		maxOffset  = fs.Duration("max-clock-offset", keyspace.DefaultMaxClockOffset, "the bound on the clock offset between any two nodes that leases rely on: a leader outside it grants no lease, and clients' lease margins must be at least this (use the same value on every node)")
 		// Clustering: any of --join or --bootstrap-expect makes the node a
 		// cluster member; without them it is a standalone grid.
 		join            = fs.String("join", "", "gossip addresses (host:port,...) of cluster members to join")
@@ -59,6 +61,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	if *hotWindow <= 0 || *hotMax < 0 {
 		fmt.Fprintf(stderr, "serve: --hot-window must be positive and --hot-max-bytes not negative\n")
+		return 1
+	}
+	if err := shard.ValidateMaxClockOffset(*maxOffset); err != nil {
+		fmt.Fprintf(stderr, "serve: --max-clock-offset: %v\n", err)
 		return 1
 	}
 	if *shards < 0 || *shards > shard.DefaultSlots {
@@ -94,7 +100,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 
 	node, err := api.StartNode(api.NodeConfig{
 		Host: shard.HostConfig{NodeID: *nodeID, DataDir: *dataDir, Shards: *shards,
-			HotWindow: *hotWindow, HotMaxBytes: *hotMax},
+			HotWindow: *hotWindow, HotMaxBytes: *hotMax, MaxClockOffset: *maxOffset},
 		Listen:     *listen,
 		HTTPListen: *httpListen,
 		Pprof:      *pprof,
@@ -110,7 +116,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	logger.Info("gridnode serving", "version", version, "grpc", node.Addr(), "http", node.HTTPAddr(),
-		"data_dir", *dataDir, "shards", *shards)
+		"data_dir", *dataDir, "shards", *shards, "max_clock_offset", *maxOffset)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

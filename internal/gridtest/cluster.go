@@ -35,6 +35,12 @@ type ClusterOptions struct {
 	HeartbeatTimeout time.Duration
 	// Clock, if set, gives node i its time source (clock-skew tests).
 	Clock func(i int) func() time.Time
+	// MaxClockOffset is every node's bound on clock offsets; default
+	// keyspace.DefaultMaxClockOffset.
+	MaxClockOffset time.Duration
+	// HTTP serves each node's /metrics, /healthz and /readyz on a free
+	// loopback port (api.Node.HTTPAddr).
+	HTTP bool
 	// Sync makes the Raft logs fsync as in production (default off).
 	Sync bool
 	// Logs sends the nodes' logs to stderr (debugging).
@@ -134,10 +140,16 @@ func (c *Cluster) start(i, expect int) error {
 	if c.opts.WrapRemote != nil {
 		wrap = func(r cluster.Remote) cluster.Remote { return c.opts.WrapRemote(i, r) }
 	}
+	httpListen := ""
+	if c.opts.HTTP {
+		httpListen = "127.0.0.1:0"
+	}
 	node, err := api.StartNode(api.NodeConfig{
-		Host:   shard.HostConfig{NodeID: n.id, DataDir: n.dir, Shards: c.opts.Shards, Clock: clock, NoSync: !c.opts.Sync},
-		Listen: n.grpc,
-		Logger: logger,
+		Host: shard.HostConfig{NodeID: n.id, DataDir: n.dir, Shards: c.opts.Shards, Clock: clock, NoSync: !c.opts.Sync,
+			MaxClockOffset: c.opts.MaxClockOffset},
+		Listen:     n.grpc,
+		HTTPListen: httpListen,
+		Logger:     logger,
 		Cluster: &api.ClusterConfig{
 			RaftListen: n.raft, GossipListen: n.gossip, Join: join,
 			BootstrapExpect: expect, Replicas: c.opts.Replicas, GracePeriod: c.opts.GracePeriod,

@@ -1,0 +1,266 @@
+package cluster
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/shard"
+)
+
+// ClockOffsets measures this node's clock against its peers' over the
+// gossip failure detector: every ack of a memberlist ping carries the
+// acking node's clock (the clock that stamps its shard entries, not the
+// process's wall clock when another is injected), and the pinging node
+// estimates the peer's offset as peerTime - (localNow - rtt/2), with an
+// uncertainty of rtt/2. It keeps each peer's latest estimate; estimates
+// older than the window are ignored, and a peer that leaves or dies is
+// forgotten.
+//
+// The node's offset is the median of its peers' recent estimates (for an
+// even count, the one of the two middle values nearer zero). The node is
+// outside the bound when more than half of the peers it measured recently
+// are farther than the maximum offset even allowing for each estimate's
+// uncertainty: in a 3-node cluster with one clock off, only that node
+// finds both of its peers beyond the bound, the others one of two. A node
+// with no recent estimate is taken as within the bound (its shards still
+// check their clock against their own stamps). It implements
+// shard.PeerClocks. Its methods are safe for concurrent use.
+type ClockOffsets struct {
+	clock  func() time.Time
+	now    func() time.Time
+	max    time.Duration
+	window time.Duration
+
+	mu    sync.Mutex
+	peers map[NodeID]peerSample
+	// verdict caches Check's answer until its until: proposals ask for it.
+	verdict atomic.Pointer[clockVerdict]
+}
+
+var _ shard.PeerClocks = (*ClockOffsets)(nil)
+
+type peerSample struct {
+	offset, uncertainty time.Duration
+	at                  time.Time // by the runtime clock
+}
+
+type clockVerdict struct {
+	err   error
+	until time.Time
+}
+
+// ClockOffsetsConfig configures a ClockOffsets. Zero values are defaults.
+type ClockOffsetsConfig struct {
+	// Clock is the clock measured and sent to the peers: the one that
+	// stamps the node's shard entries. Default time.Now.
+	Clock func() time.Time
+	// Now is the runtime clock that ages estimates. Default time.Now.
+	Now func() time.Time
+	// MaxOffset is the bound (gridnode serve --max-clock-offset); default
+	// keyspace.DefaultMaxClockOffset.
+	MaxOffset time.Duration
+	// Window is how long an estimate counts; default ClockWindowProbes
+	// probe intervals of Timing.
+	Window time.Duration
+	Timing GossipTiming
+}
+
+// ClockWindowProbes is the default window of estimates, in gossip probe
+// intervals: memberlist probes one peer per interval, in turn, so a peer
+// is measured once per round over all peers; at the default 1 s interval
+// the window is 30 s.
+const ClockWindowProbes = 30
+
+// NewClockOffsets returns an empty ClockOffsets.
+func NewClockOffsets(cfg ClockOffsetsConfig) (*ClockOffsets, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MaxOffset == 0 {
+		cfg.MaxOffset = keyspace.DefaultMaxClockOffset
+	}
+	if err := shard.ValidateMaxClockOffset(cfg.MaxOffset); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if cfg.Window <= 0 {
+		probe := cfg.Timing.ProbeInterval
+		if probe <= 0 {
+			probe = memberlist.DefaultLANConfig().ProbeInterval
+		}
+		cfg.Window = ClockWindowProbes * probe
+	}
+	return &ClockOffsets{clock: cfg.Clock, now: cfg.Now, max: cfg.MaxOffset, window: cfg.Window, peers: map[NodeID]peerSample{}}, nil
+}
+
+// MaxOffset is the bound in force.
+func (o *ClockOffsets) MaxOffset() time.Duration { return o.max }
+
+// The ack payload: a version byte, then the sender's clock in Unix
+// nanoseconds, big-endian.
+const (
+	clockPayloadVersion = 1
+	clockPayloadLen     = 9
+)
+
+func (o *ClockOffsets) payload() []byte {
+	b := make([]byte, clockPayloadLen)
+	b[0] = clockPayloadVersion
+	binary.BigEndian.PutUint64(b[1:], uint64(o.clock().UnixNano()))
+	return b
+}
+
+// observe records the estimate of one ping of peer, answered after rtt
+// with payload. A payload this node cannot read (an older or foreign
+// node's) is ignored.
+func (o *ClockOffsets) observe(peer NodeID, payload []byte, rtt time.Duration) {
+	if len(payload) != clockPayloadLen || payload[0] != clockPayloadVersion || rtt < 0 {
+		return
+	}
+	peerTime := time.Unix(0, int64(binary.BigEndian.Uint64(payload[1:])))
+	s := peerSample{offset: peerTime.Sub(o.clock().Add(-rtt / 2)), uncertainty: rtt / 2, at: o.now()}
+	o.mu.Lock()
+	o.peers[peer] = s
+	o.mu.Unlock()
+	o.refresh()
+}
+
+// forget drops peer's estimate (it left or died).
+func (o *ClockOffsets) forget(peer NodeID) {
+	o.mu.Lock()
+	delete(o.peers, peer)
+	o.mu.Unlock()
+	o.refresh()
+}
+
+// PeerClock is the latest estimate of one peer's clock offset.
+type PeerClock struct {
+	ID NodeID
+	// Offset is the peer's clock minus this node's; Uncertainty bounds
+	// its error (half the ping's round trip).
+	Offset, Uncertainty time.Duration
+	// Age is how long ago it was measured.
+	Age time.Duration
+	// Outside reports |Offset| - Uncertainty > the maximum offset.
+	Outside bool
+}
+
+// ClockReport is this node's clock as measured against its peers.
+type ClockReport struct {
+	MaxOffset time.Duration
+	// Offset is the median of Peers' offsets (0 with none): positive when
+	// the peers' clocks are ahead of this node's.
+	Offset time.Duration
+	// Peers are the estimates within the window, by id.
+	Peers []PeerClock
+	// Outside counts the peers beyond the bound; OK is false when they
+	// are more than half of Peers.
+	Outside int
+	OK      bool
+}
+
+// Report returns the current estimates and verdict.
+func (o *ClockOffsets) Report() ClockReport {
+	now := o.now()
+	o.mu.Lock()
+	r := ClockReport{MaxOffset: o.max}
+	for id, s := range o.peers {
+		age := now.Sub(s.at)
+		if age > o.window {
+			continue
+		}
+		p := PeerClock{ID: id, Offset: s.offset, Uncertainty: s.uncertainty, Age: age}
+		p.Outside = abs(s.offset)-s.uncertainty > o.max
+		r.Peers = append(r.Peers, p)
+	}
+	o.mu.Unlock()
+	slices.SortFunc(r.Peers, func(a, b PeerClock) int { return compareIDs(a.ID, b.ID) })
+	offsets := make([]time.Duration, len(r.Peers))
+	for i, p := range r.Peers {
+		offsets[i] = p.Offset
+		if p.Outside {
+			r.Outside++
+		}
+	}
+	r.Offset = median(offsets)
+	r.OK = 2*r.Outside <= len(r.Peers)
+	return r
+}
+
+// median of ds, for an even count the middle value nearer zero; 0 for none.
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	m := ds[len(ds)/2]
+	if len(ds)%2 == 0 && abs(ds[len(ds)/2-1]) < abs(m) {
+		m = ds[len(ds)/2-1]
+	}
+	return m
+}
+
+func abs(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+// Check is nil while this node is within the bound of its peers (or has
+// measured none recently), else an error wrapping shard.ErrClockOffset
+// with the measured offset. The verdict is cached for a second at most
+// (shorter with a short window), and renewed at every new estimate.
+func (o *ClockOffsets) Check() error {
+	if v := o.verdict.Load(); v != nil && o.now().Before(v.until) {
+		return v.err
+	}
+	return o.refresh()
+}
+
+func (o *ClockOffsets) refresh() error {
+	r := o.Report()
+	v := &clockVerdict{until: o.now().Add(min(time.Second, o.window/10))}
+	if !r.OK {
+		dir := "behind"
+		if r.Offset < 0 {
+			dir = "ahead of"
+		}
+		v.err = fmt.Errorf("%w: this node's clock is %v %s its peers' (the median of %d recently measured; %d of them beyond the maximum clock offset %v)",
+			shard.ErrClockOffset, abs(r.Offset), dir, len(r.Peers), r.Outside, r.MaxOffset)
+	}
+	o.verdict.Store(v)
+	return v.err
+}
+
+// Offset is peer's clock minus this node's, as last measured within the
+// window.
+func (o *ClockOffsets) Offset(peer string) (time.Duration, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s, ok := o.peers[NodeID(peer)]
+	if !ok || o.now().Sub(s.at) > o.window {
+		return 0, false
+	}
+	return s.offset, true
+}
+
+// pingDelegate carries the clock in memberlist's acks.
+type pingDelegate struct{ o *ClockOffsets }
+
+var _ memberlist.PingDelegate = pingDelegate{}
+
+func (d pingDelegate) AckPayload() []byte { return d.o.payload() }
+
+func (d pingDelegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration, payload []byte) {
+	d.o.observe(NodeID(other.Name), payload, rtt)
+}

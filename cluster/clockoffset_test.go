@@ -1,0 +1,188 @@
+package cluster
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/l4xg/grid/shard"
+)
+
+// testClock is a clock the test sets, in milliseconds.
+type testClock struct{ ms atomic.Int64 }
+
+func newTestClock() *testClock {
+	c := &testClock{}
+	c.ms.Store(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
+	return c
+}
+
+func (c *testClock) Now() time.Time      { return time.UnixMilli(c.ms.Load()) }
+func (c *testClock) Add(d time.Duration) { c.ms.Add(d.Milliseconds()) }
+
+// TestClockOffsetEstimate: the estimate is peerTime - (localNow - rtt/2),
+// with an uncertainty of rtt/2; the node's offset is the median of its
+// peers'; it is outside the bound only when more than half of its recent
+// peers are beyond it, allowing for each estimate's uncertainty; old
+// estimates and departed peers stop counting; unreadable payloads are
+// ignored.
+func TestClockOffsetEstimate(t *testing.T) {
+	local, runtime := newTestClock(), newTestClock()
+	o, err := NewClockOffsets(ClockOffsetsConfig{Clock: local.Now, Now: runtime.Now, MaxOffset: 250 * time.Millisecond, Window: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A peer's clock at local+d, answering after rtt.
+	ping := func(peer NodeID, d, rtt time.Duration) {
+		c := &ClockOffsets{clock: func() time.Time { return local.Now().Add(d - rtt/2) }}
+		o.observe(peer, c.payload(), rtt)
+	}
+	if o.Check() != nil || o.Report().Offset != 0 || !o.Report().OK {
+		t.Fatalf("no peer measured: %+v, %v; want OK at 0", o.Report(), o.Check())
+	}
+	ping("a", 300*time.Millisecond, 20*time.Millisecond)
+	if off, ok := o.Offset("a"); !ok || off != 300*time.Millisecond {
+		t.Fatalf("offset of a: %v %v, want 300ms: the ack's clock was read rtt/2 before the ack arrived", off, ok)
+	}
+	r := o.Report()
+	if r.OK || r.Outside != 1 || r.Peers[0].Uncertainty != 10*time.Millisecond {
+		t.Fatalf("one peer 300ms ahead: %+v; want outside, uncertainty 10ms", r)
+	}
+	if err := o.Check(); !errors.Is(err, shard.ErrClockOffset) || !strings.Contains(err.Error(), "300ms behind its peers'") {
+		t.Fatalf("check: %v; want ErrClockOffset naming the offset", err)
+	}
+	// A second peer within the bound: one of two beyond is no majority,
+	// and the median of two is the one nearer zero.
+	ping("b", -100*time.Millisecond, 2*time.Millisecond)
+	if r := o.Report(); !r.OK || r.Offset != -100*time.Millisecond || o.Check() != nil {
+		t.Fatalf("peers at +300ms and -100ms: %+v, %v; want OK at -100ms", r, o.Check())
+	}
+	// Both beyond: outside (the median of two is the one nearer zero).
+	ping("b", -400*time.Millisecond, 2*time.Millisecond)
+	if err := o.Check(); err == nil || !strings.Contains(err.Error(), "300ms behind its peers'") || !strings.Contains(err.Error(), "2 of them beyond") {
+		t.Fatalf("peers at +300ms and -400ms: %v; want outside", err)
+	}
+	ping("a", -300*time.Millisecond, 2*time.Millisecond)
+	if err := o.Check(); err == nil || !strings.Contains(err.Error(), "300ms ahead of its peers'") {
+		t.Fatalf("peers at -300ms and -400ms: %v; want outside, ahead", err)
+	}
+	ping("a", 300*time.Millisecond, 20*time.Millisecond)
+	// An estimate beyond the bound only by less than its uncertainty
+	// does not count.
+	ping("b", -270*time.Millisecond, 60*time.Millisecond)
+	if r := o.Report(); !r.OK || r.Outside != 1 {
+		t.Fatalf("b at -270ms ± 30ms: %+v; want not beyond", r)
+	}
+	ping("b", -400*time.Millisecond, 2*time.Millisecond)
+	// Departed peers and old estimates stop counting.
+	o.forget("b")
+	if r := o.Report(); len(r.Peers) != 1 || r.OK {
+		t.Fatalf("after b left: %+v", r)
+	}
+	runtime.Add(11 * time.Second)
+	if r := o.Report(); len(r.Peers) != 0 || !r.OK || o.Check() != nil {
+		t.Fatalf("after the window: %+v, %v; want no peer, OK", r, o.Check())
+	}
+	for _, bad := range [][]byte{nil, {2, 0, 0, 0, 0, 0, 0, 0, 0}, {1, 2, 3}} {
+		o.observe("c", bad, time.Millisecond)
+	}
+	if _, ok := o.Offset("c"); ok {
+		t.Fatal("an unreadable payload was taken as an estimate")
+	}
+	// Three peers: the median, and two of three beyond is a majority.
+	ping("a", 300*time.Millisecond, 0)
+	ping("b", 290*time.Millisecond, 0)
+	ping("c", 0, 0)
+	if r := o.Report(); r.OK || r.Offset != 290*time.Millisecond {
+		t.Fatalf("peers at +300, +290, 0: %+v; want outside at 290ms", r)
+	}
+}
+
+func TestMedian(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		out := make([]time.Duration, len(v))
+		for i, x := range v {
+			out[i] = time.Duration(x) * time.Millisecond
+		}
+		return out
+	}
+	for _, c := range []struct {
+		in   []time.Duration
+		want time.Duration
+	}{
+		{nil, 0}, {ms(5), 5 * time.Millisecond}, {ms(7, -3), -3 * time.Millisecond}, {ms(-7, 3), 3 * time.Millisecond},
+		{ms(9, 1, 5), 5 * time.Millisecond}, {ms(-10, -1, 2, 10), -1 * time.Millisecond},
+	} {
+		if got := median(c.in); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+// TestClockOffsetsOverGossip: three members on loopback, through the
+// gossip guard (gossipTransport), measure each other from the clocks in
+// their acks: the one whose clock runs 400 ms behind finds itself outside
+// the bound; the other two, each with one of two peers beyond it, do not.
+// When its clock is set right, it is back inside.
+func TestClockOffsetsOverGossip(t *testing.T) {
+	base := newTestClock()
+	var skew atomic.Int64 // ms, c's clock
+	clocks := map[NodeID]func() time.Time{
+		"a": base.Now, "b": base.Now,
+		"c": func() time.Time { return base.Now().Add(time.Duration(skew.Load()) * time.Millisecond) },
+	}
+	skew.Store(-400)
+	offsets := map[NodeID]*ClockOffsets{}
+	var members []*Membership
+	for _, id := range []NodeID{"a", "b", "c"} {
+		o, err := NewClockOffsets(ClockOffsetsConfig{Clock: clocks[id], MaxOffset: 250 * time.Millisecond, Timing: FastGossipTiming()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		offsets[id] = o
+		m, err := NewMembership(MembershipConfig{NodeID: id, BindAddr: "127.0.0.1:0",
+			Meta:   NodeMeta{GRPCAddr: string(id) + ":7420", RaftAddr: string(id) + ":7421"},
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Timing: FastGossipTiming(), ClockOffsets: o})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Shutdown() })
+		members = append(members, m)
+	}
+	for _, m := range members[1:] {
+		if _, err := m.Join([]string{members[0].Addr()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	measured := func(id NodeID, peers int) bool { return len(offsets[id].Report().Peers) == peers }
+	waitFor(t, 20*time.Second, "every member to measure both of its peers", func() bool {
+		return measured("a", 2) && measured("b", 2) && measured("c", 2)
+	})
+	waitFor(t, 20*time.Second, "c to find itself outside the bound", func() bool { return offsets["c"].Check() != nil })
+	if err := offsets["c"].Check(); !strings.Contains(err.Error(), "behind its peers'") {
+		t.Errorf("c's verdict: %v", err)
+	}
+	for _, id := range []NodeID{"a", "b"} {
+		r := offsets[id].Report()
+		if !r.OK || r.Outside != 1 {
+			t.Errorf("%s: %+v; want OK with one peer (c) beyond the bound", id, r)
+		}
+		if off, _ := offsets[id].Offset("c"); off > -350*time.Millisecond || off < -450*time.Millisecond {
+			t.Errorf("%s measures c at %v, want about -400ms", id, off)
+		}
+	}
+	for _, m := range members {
+		if n := m.RefusedFrames(); n != 0 {
+			t.Errorf("%d gossip frames refused: the acks' payloads must pass the guard", n)
+		}
+	}
+	skew.Store(0)
+	waitFor(t, 20*time.Second, "c back inside the bound", func() bool { return offsets["c"].Check() == nil })
+}
