@@ -54,7 +54,11 @@
 // All shards of a node share one raftlog.Store (one Pebble, one WAL), each
 // under its own key prefix; snapshots go to a file snapshot store per shard.
 // Hard settings (digest function, slot count, shard count) are written to the
-// data directory at creation and checked at every start.
+// data directory at creation and checked at every start. The shard count
+// also fixes each replica's token layout (keyspace.NewTokenLayout of its id
+// and the count), so every replica of a shard grants the same tokens, and
+// each token names its shard; the FSM sets the layout again on every
+// machine a snapshot restores (it is a setting, not snapshot state).
 //
 // # Hosting
 //

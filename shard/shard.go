@@ -40,6 +40,12 @@ type Config struct {
 	HotWindow time.Duration
 	// HotMaxBytes is the shard's hot tier budget; 0 means none.
 	HotMaxBytes int64
+	// Tokens is the layout of the fencing tokens the shard grants
+	// (keyspace.TokenLayout): a hard setting, the same on every replica,
+	// derived from the shard id and the grid's shard count
+	// (keyspace.NewTokenLayout). The zero layout names no shard; with bits
+	// its Shard must be ID.
+	Tokens keyspace.TokenLayout
 	// Clock is the leader's time source for stamps; default time.Now.
 	Clock func() time.Time
 	// TickInterval is how often the leader stamps an idle shard; default 1s.
@@ -84,6 +90,12 @@ func (c *Config) Validate() error {
 	}
 	if c.HotMaxBytes < 0 {
 		return errors.New("shard: config: HotMaxBytes must not be negative")
+	}
+	if err := c.Tokens.Validate(); err != nil {
+		return fmt.Errorf("shard: config: %w", err)
+	}
+	if c.Tokens.Bits > 0 && uint64(c.Tokens.Shard) != c.ID {
+		return fmt.Errorf("shard: config: the token layout names shard %d, this is shard %d", c.Tokens.Shard, c.ID)
 	}
 	if c.MaxEntryCommands <= 0 || c.MaxEntryCommands > keyspace.MaxEntryCommands {
 		c.MaxEntryCommands = 4096
@@ -146,7 +158,7 @@ func Open(cfg Config) (*Shard, error) {
 		}
 		return ids, err
 	}
-	s := &Shard{cfg: cfg, fsm: newFSM(cfg.Cold, coldFiles, retained), store: cfg.Logs.Group(cfg.ID), quit: make(chan struct{})}
+	s := &Shard{cfg: cfg, fsm: newFSM(cfg.Cold, cfg.Tokens, coldFiles, retained), store: cfg.Logs.Group(cfg.ID), quit: make(chan struct{})}
 	s.fsm.snapConf = func() (uint64, raft.Configuration, bool) { return latestSnapshotConfig(snaps) }
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
