@@ -113,7 +113,11 @@ func (r *router) plan(ops []*gridpb.Op, out []*gridpb.OpResult) (groups []*group
 			// proposal, so it sees exactly the batch's earlier writes.
 			t.cmd.Op = keyspace.OpGet
 		}
-		id, sh := r.shardOf(t.cmd.Digest)
+		id, sh, err := r.place(t)
+		if err != nil {
+			out[i] = errResult(err)
+			continue
+		}
 		g := byShard[id]
 		if g == nil {
 			g = &group{shard: id, sh: sh}

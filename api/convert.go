@@ -14,6 +14,7 @@ import (
 type target struct {
 	read    bool
 	staleOK bool
+	entity  bool // the operation named an entity
 	cmd     keyspace.Command
 }
 
@@ -87,7 +88,7 @@ func settleCommand(op keyspace.Op, ns string, key, entity []byte, token uint64) 
 	if t.cmd.Digest, err = digest(ns, key, entity); err != nil {
 		return t, err
 	}
-	t.cmd.Token = token
+	t.cmd.Token, t.entity = token, len(entity) > 0
 	return t, keyspace.ValidateToken(token)
 }
 

@@ -23,7 +23,9 @@ import (
 //
 // A cluster node routes each operation by the cluster map it holds: the
 // operation's shard is map.ShardOfSlot(digest.Slot(map.Slots)), the same
-// function as shard.Host.SlotShard and as the client's. If this node holds
+// function as shard.Host.SlotShard and as the client's, but for a settle,
+// whose shard is the one its token names (router.place; on a standalone
+// node too). If this node holds
 // a replica of the shard, the operation is proposed to it. If it holds
 // none, or its replica answers shard.ErrNotLeader, the operation goes to
 // the shard's leader: the one the local replica knows, else the map's
@@ -143,19 +145,60 @@ func forwardedContext(ctx context.Context) context.Context {
 // shardOf returns the shard of d and this node's replica of it (nil when
 // it holds none).
 func (r *router) shardOf(d keyspace.Digest) (int, *shard.Shard) {
-	set := r.s.host.Settings()
 	if r.m == nil {
-		id := r.s.host.SlotShard(d.Slot(set.Slots))
+		id := r.s.host.SlotShard(d.Slot(r.s.host.Settings().Slots))
 		return id, r.s.host.Shard(id)
 	}
 	id := r.m.ShardOfSlot(d.Slot(r.m.Slots))
-	if r.m.Slots != set.Slots || r.m.Shards != set.Shards {
+	return id, r.replica(id)
+}
+
+// replica is this node's replica of shard id, nil when it holds none.
+func (r *router) replica(id int) *shard.Shard {
+	set := r.s.host.Settings()
+	if r.m != nil && (r.m.Slots != set.Slots || r.m.Shards != set.Shards) {
 		// This node's data directory was made with other hard settings:
 		// its replica numbered id would own other slots. It serves nothing
 		// (the cluster runtime refuses to start its replicas, too).
-		return id, nil
+		return nil
 	}
-	return id, r.s.host.Shard(id)
+	return r.s.host.Shard(id)
+}
+
+// shards is the grid's shard count, by the map in a cluster.
+func (r *router) shards() int {
+	if r.m == nil {
+		return r.s.host.Settings().Shards
+	}
+	return r.m.Shards
+}
+
+// place returns the shard operation t goes to and this node's replica of
+// it (nil when it holds none). Every operation goes to its digest's shard
+// but a settle (Complete, Fail, Release, Extend), which goes to the shard
+// its token names (keyspace.TokenShard): the shard that granted the lease
+// holds the key's record whatever entity placed it, so a settle need not
+// name the entity. A token that names no shard of this grid was not
+// granted by it: the settle goes to its key's shard, which answers as it
+// does for any token it did not grant. A settle that names an entity
+// placing its key on another shard than its token's contradicts itself
+// and is refused, naming both.
+func (r *router) place(t target) (int, *shard.Shard, error) {
+	id, sh := r.shardOf(t.cmd.Digest)
+	switch t.cmd.Op {
+	case keyspace.OpComplete, keyspace.OpFail, keyspace.OpRelease, keyspace.OpExtend:
+	default:
+		return id, sh, nil
+	}
+	granted, ok := keyspace.TokenShard(t.cmd.Token, r.shards())
+	switch {
+	case !ok || granted == id:
+		return id, sh, nil
+	case t.entity:
+		return 0, nil, fmt.Errorf("%w: token %d was granted by shard %d, but the entity named places the key on shard %d: "+
+			"name the entity the key was reserved with, or none (the token finds its shard)", keyspace.ErrInvalidToken, t.cmd.Token, granted, id)
+	}
+	return granted, r.replica(granted), nil
 }
 
 // leaderOf is the leader of shard id as this node knows it: its replica's
@@ -231,7 +274,10 @@ func serveOne[R any](ctx context.Context, s *Server, req R, validate func(R) (ta
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	id, sh := r.shardOf(t.cmd.Digest)
+	id, sh, err := r.place(t)
+	if err != nil {
+		return nil, toStatus(err)
+	}
 	cause := errNotHosted
 	if sh != nil {
 		res, err := runLocal(ctx, sh, t)
