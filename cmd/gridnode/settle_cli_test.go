@@ -65,7 +65,9 @@ func TestCLISettleWithoutTheEntity(t *testing.T) {
 	if err != nil || m.ShardCount < 2 {
 		t.Fatalf("cluster map: %+v %v", m, err)
 	}
-	shardOf := func(d keyspace.Digest) int { return int(uint64(d.Slot(uint32(m.Slots))) * uint64(m.ShardCount) / uint64(m.Slots)) }
+	shardOf := func(d keyspace.Digest) int {
+		return int(uint64(d.Slot(uint32(m.Slots))) * uint64(m.ShardCount) / uint64(m.Slots))
+	}
 	var key, entity string
 	for i := 0; key == ""; i++ {
 		k, e := fmt.Sprintf("evt-%d", i), fmt.Sprintf("order-%d", i)
