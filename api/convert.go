@@ -14,7 +14,6 @@ import (
 type target struct {
 	read    bool
 	staleOK bool
-	entity  bool // the operation named an entity
 	cmd     keyspace.Command
 }
 
@@ -88,7 +87,7 @@ func settleCommand(op keyspace.Op, ns string, key, entity []byte, token uint64) 
 	if t.cmd.Digest, err = digest(ns, key, entity); err != nil {
 		return t, err
 	}
-	t.cmd.Token, t.entity = token, len(entity) > 0
+	t.cmd.Token = token
 	return t, keyspace.ValidateToken(token)
 }
 

@@ -18,11 +18,12 @@
 // included, as one group-committed proposal, in batch order, the shards in
 // parallel; stale reads are answered locally afterwards.
 //
-// An operation's shard is its record digest's, but a settle's (Complete,
-// Fail, Release, Extend) is the shard its token names
-// (keyspace.TokenShard): a settle need not name the entity its key was
-// reserved with, and one naming an entity that places the key on another
-// shard than its token's is refused with InvalidArgument naming both.
+// An operation's shard is its record digest's, but a settle (Complete,
+// Fail, Release, Extend) goes first to the shard its token names
+// (keyspace.TokenShard), so it need not name the entity its key was
+// reserved with; when that shard holds no record of the key, the node
+// that ran it there sends it on to the digest's shard (route.go,
+// router.place). The answer is the key record's, wherever it lives.
 //
 // A standalone node (Options.Cluster nil) holds every shard and serves
 // everything itself. A cluster node routes each operation by the cluster

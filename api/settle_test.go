@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -89,9 +88,9 @@ func reserveWith(key, entity []byte, version uint64) *gridpb.ReserveRequest {
 // shards: a key reserved with an entity lives on the entity's shard, and
 // Complete, Fail, Release and Extend by its token alone (unary and in a
 // Batch) reach it and take effect; a Complete so commits the entity's
-// version, and a lower version is STALE afterwards. A settle naming an
-// entity that contradicts its token is refused, naming both shards; a lost
-// token answers LEASE_LOST, not the OK of a key nobody holds.
+// version, and a lower version is STALE afterwards. A lost token answers
+// LEASE_LOST, not the OK of a key nobody holds; the token decides over an
+// entity the settle names.
 func TestSettleFindsItsKeyWithoutTheEntity(t *testing.T) {
 	n := gridtest.Start(t)
 	c := dial(t, n.Addr())
@@ -146,21 +145,79 @@ func TestSettleFindsItsKeyWithoutTheEntity(t *testing.T) {
 		}
 	}
 
-	// An entity that places the key on another shard than the token names.
+	// The token decides: a settle naming another entity than the key's
+	// still settles the lease its token names.
 	p := keys[i]
 	res, err := c.Reserve(ctx(t), reserveWith(p.key, p.entity, 1))
 	if err != nil || res.Outcome != gridpb.Outcome_ACQUIRED {
 		t.Fatalf("reserve: %v %v", res, err)
 	}
-	_, err = c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: p.key, Entity: []byte("another-entity-x"), Token: res.Token})
-	if other := keyspace.RecordDigest("ns", p.key, []byte("another-entity-x")); int(uint64(other.Slot(m.Slots))*uint64(m.ShardCount)/uint64(m.Slots)) != p.shard {
-		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), fmt.Sprintf("granted by shard %d", p.shard)) {
-			t.Errorf("complete naming an entity of another shard: %v, want InvalidArgument naming shard %d", err, p.shard)
+	got, err := c.Extend(ctx(t), &gridpb.ExtendRequest{Namespace: []byte("ns"), Key: p.key, Entity: []byte("another-entity"), Token: res.Token, LeaseMs: 60000})
+	if err != nil || got.Outcome != gridpb.Outcome_OK {
+		t.Errorf("extend naming another entity: %v %v, want OK", got, err)
+	}
+}
+
+// TestSettleWithAForeignToken: a token never granted to the key (another
+// key's, so naming another shard than the key's) finds no record there;
+// the settle then asks the key's own shard, and the answer is that of the
+// key's record, as it always was: LEASE_LOST of the PROCESSING record, a
+// Release included (not the OK of a key nobody holds), and OK for a
+// Release of a key nobody holds.
+func TestSettleWithAForeignToken(t *testing.T) {
+	n := gridtest.Start(t)
+	c := dial(t, n.Addr())
+	m, err := c.ClusterMap(ctx(t), &gridpb.ClusterMapRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shards := int(m.ShardCount)
+	shardOf := func(key []byte) int {
+		return int(uint64(keyspace.KeyDigest("ns", key).Slot(m.Slots)) * uint64(shards) / uint64(m.Slots))
+	}
+	var held, other, absent []byte
+	for j := 0; absent == nil; j++ {
+		k := []byte(fmt.Sprintf("foreign-%d", j))
+		switch {
+		case held == nil:
+			held = k
+		case other == nil && shardOf(k) != shardOf(held):
+			other = k
+		case other != nil && shardOf(k) != shardOf(other):
+			absent = k
 		}
 	}
-	// With the right entity it goes as it always did.
-	if got, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: p.key, Entity: p.entity, Token: res.Token}); err != nil || got.Outcome != gridpb.Outcome_OK {
-		t.Errorf("complete with the entity: %v %v", got, err)
+	mine, err := c.Reserve(ctx(t), reserveWith(held, nil, 0))
+	if err != nil || mine.Outcome != gridpb.Outcome_ACQUIRED {
+		t.Fatalf("reserve: %v %v", mine, err)
+	}
+	theirs, err := c.Reserve(ctx(t), reserveWith(other, nil, 0))
+	if err != nil || theirs.Outcome != gridpb.Outcome_ACQUIRED {
+		t.Fatalf("reserve: %v %v", theirs, err)
+	}
+	if s, _ := keyspace.TokenShard(theirs.Token, shards); s == shardOf(held) {
+		t.Fatalf("the foreign token names the key's own shard")
+	}
+	for _, send := range []struct {
+		name string
+		fn   func(gridpb.GridClient, *testing.T, *gridpb.Op) (*gridpb.OpResult, error)
+	}{{"unary", unary}, {"batch", viaBatch}} {
+		for _, op := range []keyspace.Op{keyspace.OpComplete, keyspace.OpFail, keyspace.OpRelease, keyspace.OpExtend} {
+			got, err := send.fn(c, t, settleOp(op, held, nil, theirs.Token))
+			if err != nil || got.Outcome != gridpb.Outcome_LEASE_LOST || got.State != gridpb.State_PROCESSING {
+				t.Errorf("%s %v of a held key with a foreign token: %v %v, want LEASE_LOST of the PROCESSING record", send.name, op, got, err)
+			}
+		}
+		got, err := send.fn(c, t, settleOp(keyspace.OpRelease, absent, nil, theirs.Token))
+		if err != nil || got.Outcome != gridpb.Outcome_OK || got.State != gridpb.State_ABSENT {
+			t.Errorf("%s release of a key nobody holds with a foreign token: %v %v, want OK", send.name, got, err)
+		}
+	}
+	// Both leases are untouched.
+	for _, k := range [][]byte{held, other} {
+		if got, err := c.Get(ctx(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: k}); err != nil || got.State != gridpb.State_PROCESSING {
+			t.Errorf("%s after the foreign settles: %v %v", k, got, err)
+		}
 	}
 }
 
@@ -201,6 +258,38 @@ func TestSettleByTokenInACluster(t *testing.T) {
 		stale, err := dial(t, l.addr).Reserve(ctx(t), reserveWith(append([]byte("next-"), p.key...), p.entity, 2))
 		if err != nil || stale.Outcome != gridpb.Outcome_STALE {
 			t.Errorf("key %d: version 2 after version 3 completed: %v %v, want STALE", k, stale, err)
+		}
+	}
+
+	// A foreign token (a lease of shard 1) on a key of shard 0, sent where
+	// a routing client sends it (shard 1's leader, with grid-redirect) and
+	// through every node: the second step reaches the key's record on
+	// shard 0, forwarded if need be, and answers for it.
+	mine, theirs := keyOf(t, 0, "foreign", 0), keyOf(t, 1, "foreign", 0)
+	held, err := dial(t, tc.leader(0).addr).Reserve(ctx(t), reserveWith(mine, nil, 0))
+	if err != nil || held.Outcome != gridpb.Outcome_ACQUIRED {
+		t.Fatalf("reserve: %v %v", held, err)
+	}
+	other, err := dial(t, tc.leader(1).addr).Reserve(ctx(t), reserveWith(theirs, nil, 0))
+	if err != nil || other.Outcome != gridpb.Outcome_ACQUIRED {
+		t.Fatalf("reserve: %v %v", other, err)
+	}
+	release := &gridpb.ReleaseRequest{Namespace: []byte("ns"), Key: mine, Token: other.Token}
+	got, err := dial(t, tc.leader(1).addr).Release(redirectOnly(t), release)
+	if err != nil || got.Outcome != gridpb.Outcome_LEASE_LOST || got.State != gridpb.State_PROCESSING {
+		t.Errorf("release with a foreign token at the token's leader, grid-redirect: %v %v; want LEASE_LOST of the PROCESSING record", got, err)
+	}
+	for _, nd := range tc.nodes {
+		got, err := dial(t, nd.addr).Release(ctx(t), release)
+		if err != nil || got.Outcome != gridpb.Outcome_LEASE_LOST || got.State != gridpb.State_PROCESSING {
+			t.Errorf("release with a foreign token at %s: %v %v; want LEASE_LOST of the PROCESSING record", nd.id, got, err)
+		}
+		resp, err := dial(t, nd.addr).Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{
+			settleOp(keyspace.OpRelease, mine, nil, other.Token), settleOp(keyspace.OpExtend, theirs, nil, other.Token),
+		}})
+		if err != nil || resp.Results[0].Outcome != gridpb.Outcome_LEASE_LOST || resp.Results[0].State != gridpb.State_PROCESSING ||
+			resp.Results[1].Outcome != gridpb.Outcome_OK {
+			t.Errorf("batch at %s: %v %v; want LEASE_LOST of the PROCESSING record, then OK", nd.id, resp, err)
 		}
 	}
 }

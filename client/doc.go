@@ -38,10 +38,9 @@
 //
 // A key reserved WithEntity lives on its entity's shard. Its settles
 // (Complete, Fail, Release, Extend) find it by their token, which names the
-// shard that granted it, so they need not name the entity; Get and Forget
-// must name it with ForEntity, or they ask the key's own shard and answer
-// ABSENT. A settle naming an entity that places the key on another shard
-// than its token's is refused with ErrInvalidArgument. Process names the
+// shard that granted it, so they need not name the entity (the token
+// decides over one they name); Get and Forget must name it with ForEntity,
+// or they ask the key's own shard and answer ABSENT. Process names the
 // entity by itself.
 //
 // Errors of calls wrap sentinels compared with errors.Is: ErrInvalidArgument

@@ -398,9 +398,8 @@ type EntityOption string
 // ForEntity names the entity a key was reserved with (WithEntity). Such a key
 // lives on the entity's shard, so Get and Forget of it must name the same
 // entity. Complete, Fail, Release and Extend find the key by their token
-// and need not; one that names an entity placing the key on another shard
-// than its token's is refused (ErrInvalidArgument). Complete, Fail,
-// Release, Extend, Get, Forget.
+// and need not (the token decides over the entity they name). Complete,
+// Fail, Release, Extend, Get, Forget.
 func ForEntity(entity string) EntityOption { return EntityOption(entity) }
 
 func (o EntityOption) applyComplete(r *gridpb.CompleteRequest) { r.Entity = o.bytes() }

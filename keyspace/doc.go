@@ -35,8 +35,10 @@
 // keys of an entity live on the entity's shard. Get and Forget of such a key
 // must name the same entity. Settles need not: their token names the shard
 // (the API routes by it), and inside the shard a settle whose digest does
-// not hold its token finds the key's record under other slot bits that does
-// (held.go), so Complete commits the entity's version either way.
+// not hold its token finds the key's record under other slot bits (held.go),
+// so Complete commits the entity's version either way. A settle says
+// whether it found a record of its key (Result.Found): one that found none
+// changed nothing, and the API asks the key's own shard.
 //
 // # Expiry
 //

@@ -1,7 +1,8 @@
 package keyspace
 
 // held looks up the record a settle (Complete, Fail, Release, Extend) acts
-// on and returns its digest. A settle need not name the entity its key was
+// on and returns its digest; it notes for Result.Found whether it found
+// one. A settle need not name the entity its key was
 // reserved with (RecordDigest takes the slot bits of such a key from the
 // entity): the same key under other slot bits on this shard is the same
 // key placed by another entity, or by none. In order, it is:
@@ -22,6 +23,12 @@ package keyspace
 // repeated without the entity after its record moved there answers as if
 // the record were gone.
 func (m *Machine) held(c *Command, now int64) (Digest, Record, bool) {
+	d, rec, had := m.heldRecord(c, now)
+	m.found = had
+	return d, rec, had
+}
+
+func (m *Machine) heldRecord(c *Command, now int64) (Digest, Record, bool) {
 	d := c.Digest
 	rec, had := m.lookup(d, now)
 	if had && rec.Token == c.Token {
@@ -42,4 +49,23 @@ func (m *Machine) held(c *Command, now int64) (Digest, Record, bool) {
 	}
 	m.coldHit = found
 	return d, rec, had
+}
+
+// applySettle applies a Complete, Fail, Release or Extend and says in the
+// result whether it found a record of its key here (Result.Found).
+func (m *Machine) applySettle(c *Command, now int64) Result {
+	m.found = false
+	var res Result
+	switch c.Op {
+	case OpComplete:
+		res = m.complete(c, now)
+	case OpFail:
+		res = m.fail(c, now)
+	case OpRelease:
+		res = m.release(c, now)
+	default:
+		res = m.extend(c, now)
+	}
+	res.Found = m.found
+	return res
 }

@@ -46,8 +46,16 @@ func TestSettleWithoutTheEntity(t *testing.T) {
 			t.Fatalf("%v with a lost token, without the entity: %v %v token %d", op, r.Outcome, r.State, r.Token)
 		}
 	}
-	if r := apply(5, Command{Op: OpComplete, Digest: bare, Token: tok, Retention: 1000, Result: []byte("done")}); r.Outcome != OutcomeOK || r.State != Completed {
-		t.Fatalf("complete without the entity: %v %v", r.Outcome, r.State)
+	if r := apply(5, Command{Op: OpComplete, Digest: bare, Token: tok, Retention: 1000, Result: []byte("done")}); r.Outcome != OutcomeOK || r.State != Completed || !r.Found {
+		t.Fatalf("complete without the entity: %v %v found %v", r.Outcome, r.State, r.Found)
+	}
+	// A key with no record here: the settle says it found none, and the
+	// API asks the key's own shard.
+	for _, op := range []Op{OpComplete, OpFail, OpRelease, OpExtend} {
+		r := apply(5, Command{Op: op, Digest: RecordDigest(ns, []byte("elsewhere"), nil), Token: tok, Lease: 1000, Retention: 1000})
+		if r.Found || r.State != Absent {
+			t.Fatalf("%v of a key with no record here: %v %v found %v", op, r.Outcome, r.State, r.Found)
+		}
 	}
 	if r := apply(6, Command{Op: OpComplete, Digest: bare, Token: tok, Retention: 1000}); r.Outcome != OutcomeOK || !r.Repeated || string(r.Result) != "done" {
 		t.Fatalf("complete repeated without the entity: %v repeated %v result %q", r.Outcome, r.Repeated, r.Result)

@@ -20,6 +20,7 @@ type Machine struct {
 
 	cold    ColdTier   // nil: no lower tier, records stay hot until gone
 	coldHit coldLookup // the cold record the current command looked up
+	found   bool       // the current settle found a record of its key (held)
 	policy  TierPolicy
 
 	tokens TokenLayout // how grants make their fencing tokens
@@ -137,14 +138,8 @@ func (m *Machine) apply(c *Command, now int64, token uint64) Result {
 	switch c.Op {
 	case OpReserve:
 		return m.reserve(c, now, token)
-	case OpComplete:
-		return m.complete(c, now)
-	case OpFail:
-		return m.fail(c, now)
-	case OpRelease:
-		return m.release(c, now)
-	case OpExtend:
-		return m.extend(c, now)
+	case OpComplete, OpFail, OpRelease, OpExtend:
+		return m.applySettle(c, now)
 	case OpForget:
 		return m.forget(c, now)
 	case OpGet:

@@ -176,6 +176,18 @@ func (m *mdl) apply(e *Entry, index uint64, keys []int) []Result {
 
 func (m *mdl) command(c *Command, k int, now int64, token uint64) Result {
 	switch c.Op {
+	case OpComplete, OpFail, OpRelease, OpExtend:
+		// A settle says whether it found a record of its key.
+		found := m.lookup(k, now) != nil
+		res := m.op(c, k, now, token)
+		res.Found = found
+		return res
+	}
+	return m.op(c, k, now, token)
+}
+
+func (m *mdl) op(c *Command, k int, now int64, token uint64) Result {
+	switch c.Op {
 	case OpReserve:
 		return m.reserve(c, k, now, token)
 	case OpComplete:

@@ -52,6 +52,12 @@ type Result struct {
 	// Repeated is set when a Complete or Fail found its own settle already
 	// done and answered OK without changing anything.
 	Repeated bool
+	// Found is set when a settle (Complete, Fail, Release, Extend) found a
+	// record of its key on this shard, under its digest or under other slot
+	// bits (held.go). A settle that found none changed nothing: the API then
+	// asks the key's own shard (a token names the shard it was granted by,
+	// which need not be the key's).
+	Found bool
 	// Cold is set when the record was found in the cold tier.
 	Cold bool
 }

@@ -425,7 +425,7 @@ func entityFlag(fs *flag.FlagSet) *string {
 // settleEntityFlag is --entity of complete, fail, release and extend: the
 // token finds the key's shard, so the entity is not needed.
 func settleEntityFlag(fs *flag.FlagSet) *string {
-	return fs.String("entity", "", "entity the key was reserved with, if any: not needed (the token names the key's shard); one placing the key on another shard than the token's is refused")
+	return fs.String("entity", "", "entity the key was reserved with, if any: not needed, the token finds the key's shard")
 }
 
 // flagSet reports whether the flag was given on the command line.
