@@ -50,22 +50,3 @@ func (m *Machine) heldRecord(c *Command, now int64) (Digest, Record, bool) {
 	m.coldHit = found
 	return d, rec, had
 }
-
-// applySettle applies a Complete, Fail, Release or Extend and says in the
-// result whether it found a record of its key here (Result.Found).
-func (m *Machine) applySettle(c *Command, now int64) Result {
-	m.found = false
-	var res Result
-	switch c.Op {
-	case OpComplete:
-		res = m.complete(c, now)
-	case OpFail:
-		res = m.fail(c, now)
-	case OpRelease:
-		res = m.release(c, now)
-	default:
-		res = m.extend(c, now)
-	}
-	res.Found = m.found
-	return res
-}

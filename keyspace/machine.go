@@ -20,7 +20,7 @@ type Machine struct {
 
 	cold    ColdTier   // nil: no lower tier, records stay hot until gone
 	coldHit coldLookup // the cold record the current command looked up
-	found   bool       // the current settle found a record of its key (held)
+	found   bool       // the current settle found a record of its key (held, view)
 	policy  TierPolicy
 
 	tokens TokenLayout // how grants make their fencing tokens
@@ -129,7 +129,7 @@ func (m *Machine) Apply(index uint64, e *Entry, out []Result) []Result {
 	}
 	for i := range e.Commands {
 		out = append(out, m.apply(&e.Commands[i], now, m.tokens.Token(index, i)))
-		m.coldHit = coldLookup{}
+		m.coldHit, m.found = coldLookup{}, false
 	}
 	return out
 }
@@ -138,8 +138,14 @@ func (m *Machine) apply(c *Command, now int64, token uint64) Result {
 	switch c.Op {
 	case OpReserve:
 		return m.reserve(c, now, token)
-	case OpComplete, OpFail, OpRelease, OpExtend:
-		return m.applySettle(c, now)
+	case OpComplete:
+		return m.complete(c, now)
+	case OpFail:
+		return m.fail(c, now)
+	case OpRelease:
+		return m.release(c, now)
+	case OpExtend:
+		return m.extend(c, now)
 	case OpForget:
 		return m.forget(c, now)
 	case OpGet:
@@ -243,9 +249,10 @@ func (m *Machine) result(d Digest) []byte {
 	return res
 }
 
-// view builds the Result of an outcome from the record as it now stands.
+// view builds the Result of an outcome from the record as it now stands;
+// a settle's says whether held found a record of its key (Result.Found).
 func (m *Machine) view(o Outcome, d Digest, r Record, had bool, now int64) Result {
-	res := Result{Outcome: o, State: Absent, Now: now}
+	res := Result{Outcome: o, State: Absent, Now: now, Found: m.found}
 	if !had {
 		return res
 	}
