@@ -13,8 +13,12 @@
 // from the Raft index and the command's position in its entry, shifted to
 // make room for the shard id in the low bits (TokenLayout:
 // (index<<16 | position) << bits | shard, bits from the grid's shard
-// count), so they increase strictly per shard with no extra storage, across
-// leader changes and restarts, and a token names the shard that granted it.
+// count, written by the leader into each entry), so they increase strictly
+// per shard with no extra storage, across leader changes and restarts, and
+// a token names the shard that granted it. The rules an entry is applied by
+// are those its encoding version says (Entry.HasLayout), never the
+// applying binary's: a replica replaying old entries after an upgrade ends
+// where the replicas that applied them first did.
 //
 // # Records and memory
 //

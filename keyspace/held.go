@@ -2,10 +2,10 @@ package keyspace
 
 // held looks up the record a settle (Complete, Fail, Release, Extend) acts
 // on and returns its digest; it notes for Result.Found whether it found
-// one. A settle need not name the entity its key was
-// reserved with (RecordDigest takes the slot bits of such a key from the
-// entity): the same key under other slot bits on this shard is the same
-// key placed by another entity, or by none. In order, it is:
+// one. In an entry with a token layout a settle need not name the entity
+// its key was reserved with (RecordDigest takes the slot bits of such a key
+// from the entity): the same key under other slot bits on this shard is the
+// same key placed by another entity, or by none. In order, it is:
 //
 //   - the record of c.Digest when it holds c.Token;
 //   - else the key's record under other slot bits that holds c.Token;
@@ -14,6 +14,9 @@ package keyspace
 //   - else, when c.Digest has none, the key's record under other slot bits,
 //     the lowest first, so that a lost token gets the answer it would get
 //     with the entity named (LEASE_LOST, not a Release's OK).
+//
+// In an entry without a layout (written before settles did this) it is the
+// record of c.Digest alone, as it was then.
 //
 // The token decides: a shard grants each token once, so at most one record
 // holds it, and the choice depends on the records held, never on the
@@ -31,8 +34,8 @@ func (m *Machine) held(c *Command, now int64) (Digest, Record, bool) {
 func (m *Machine) heldRecord(c *Command, now int64) (Digest, Record, bool) {
 	d := c.Digest
 	rec, had := m.lookup(d, now)
-	if had && rec.Token == c.Token {
-		return d, rec, true
+	if had && rec.Token == c.Token || !m.placements {
+		return d, rec, had
 	}
 	alt, holds, first, placed := m.table.placements(d, c.Token)
 	found := m.coldHit // lookup below must not forget d's cold record

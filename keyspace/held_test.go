@@ -22,11 +22,10 @@ func TestSettleWithoutTheEntity(t *testing.T) {
 			HasEntity: true, Entity: EntityDigest(ns, entity), Version: version}
 	}
 	m := NewMachine()
-	m.UseTokens(TokenLayout{Shard: 3, Bits: 3})
 	index := uint64(0)
 	apply := func(now int64, c Command) Result {
 		index++
-		return m.Apply(index, &Entry{Now: now, Commands: []Command{c}}, nil)[0]
+		return m.Apply(index, &Entry{Now: now, HasLayout: true, Layout: TokenLayout{Shard: 3, Bits: 3}, Commands: []Command{c}}, nil)[0]
 	}
 	r := apply(1, reserve(key, 5))
 	if r.Outcome != OutcomeAcquired {
@@ -94,12 +93,12 @@ func TestSettleBothPlacements(t *testing.T) {
 	bare := RecordDigest("ns", []byte("k"), nil)
 	placed := bare
 	placed.Hi ^= 0x5a5a5a5a // other slot bits: as an entity on the same shard would place it
-	res := m.Apply(1, &Entry{Now: 1, Commands: []Command{
+	res := m.Apply(1, &Entry{Now: 1, HasLayout: true, Commands: []Command{
 		{Op: OpReserve, Digest: bare, Lease: 1000, MaxAttempts: 1, Retention: 1000},
 		{Op: OpReserve, Digest: placed, Lease: 1000, MaxAttempts: 1, Retention: 1000},
 	}}, nil)
 	tBare, tPlaced := res[0].Token, res[1].Token
-	res = m.Apply(2, &Entry{Now: 2, Commands: []Command{
+	res = m.Apply(2, &Entry{Now: 2, HasLayout: true, Commands: []Command{
 		{Op: OpComplete, Digest: bare, Token: tPlaced, Retention: 1000},
 		{Op: OpRelease, Digest: placed, Token: tBare},
 	}}, nil)
@@ -111,6 +110,28 @@ func TestSettleBothPlacements(t *testing.T) {
 	}
 	if got := m.Get(bare, 0); got.State != Absent {
 		t.Fatalf("bare record %v, want released", got.State)
+	}
+}
+
+// TestOldEntriesSettleByTheExactDigest: an entry without a token layout,
+// as a binary from before wrote it, is applied as that binary applied it:
+// a settle naming the key under other slot bits finds nothing. A replica
+// replaying such an entry after an upgrade ends where the others did.
+func TestOldEntriesSettleByTheExactDigest(t *testing.T) {
+	for _, layout := range []bool{false, true} {
+		m := NewMachine()
+		bare := RecordDigest("ns", []byte("k"), nil)
+		placed := RecordDigest("ns", []byte("k"), []byte("order-1"))
+		tok := m.Apply(1, &Entry{Now: 1, HasLayout: layout, Commands: []Command{
+			{Op: OpReserve, Digest: placed, Lease: 1000, MaxAttempts: 1, Retention: 1000},
+		}}, nil)[0].Token
+		if want := uint64(1 << 16); tok != want {
+			t.Fatalf("layout %v: token %d, want %d", layout, tok, want)
+		}
+		r := m.Apply(2, &Entry{Now: 2, HasLayout: layout, Commands: []Command{{Op: OpComplete, Digest: bare, Token: tok, Retention: 1000}}}, nil)[0]
+		if got := r.Outcome == OutcomeOK; got != layout || r.Found != layout {
+			t.Fatalf("entry with a layout %v: complete without the entity %v (found %v)", layout, r.Outcome, r.Found)
+		}
 	}
 }
 

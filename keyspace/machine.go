@@ -23,7 +23,9 @@ type Machine struct {
 	found   bool       // the current settle found a record of its key (held, view)
 	policy  TierPolicy
 
-	tokens TokenLayout // how grants make their fencing tokens
+	// placements is set while an entry with a token layout is applied:
+	// its settles find their key under any slot bits (held).
+	placements bool
 
 	now    int64 // latest stamp applied (Unix ms)
 	cursor uint64
@@ -72,16 +74,6 @@ func NewMachine() *Machine {
 // this machine demoted: every replica must use one, or none.
 func (m *Machine) UseCold(c ColdTier) { m.cold = c }
 
-// UseTokens makes l the layout of the tokens the machine grants (the zero
-// layout, index<<16 | position, until then). Like UseCold, call it before
-// the first Apply or right after ReadSnapshot: every replica of a shard must
-// use the same layout, so it comes from the grid's hard settings. Records
-// keep the tokens they were granted under an earlier layout.
-func (m *Machine) UseTokens(l TokenLayout) { m.tokens = l }
-
-// Tokens is the layout of the tokens the machine grants.
-func (m *Machine) Tokens() TokenLayout { return m.tokens }
-
 // Now is the latest stamp applied (Unix ms).
 func (m *Machine) Now() int64 { return m.now }
 
@@ -115,7 +107,8 @@ func (m *Machine) Policy() TierPolicy { return m.policy }
 // Apply applies one committed entry at the given Raft index and appends one
 // Result per command to out. The stamp never moves backwards: the entry is
 // evaluated at max(previous stamp, e.Now). The fencing token of the command
-// at position i is m.Tokens().Token(index, i), strictly increasing per shard.
+// at position i is e.Layout.Token(index, i) (the zero layout,
+// index<<16 | i, for an entry without one), strictly increasing per shard.
 func (m *Machine) Apply(index uint64, e *Entry, out []Result) []Result {
 	if e.Now > m.now {
 		m.now = e.Now
@@ -127,8 +120,13 @@ func (m *Machine) Apply(index uint64, e *Entry, out []Result) []Result {
 		}
 		m.sweep(now)
 	}
+	var tokens TokenLayout
+	if e.HasLayout {
+		tokens = e.Layout
+	}
+	m.placements = e.HasLayout
 	for i := range e.Commands {
-		out = append(out, m.apply(&e.Commands[i], now, m.tokens.Token(index, i)))
+		out = append(out, m.apply(&e.Commands[i], now, tokens.Token(index, i)))
 		m.coldHit, m.found = coldLookup{}, false
 	}
 	return out

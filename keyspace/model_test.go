@@ -373,9 +373,11 @@ type mdlRun struct {
 	seen    map[string]int // coverage of outcomes and transitions
 	log     *[]mdlLogged   // if set, entry appends what it applied
 	cold    *memCold       // if set, ticks demote to it under random policies
-	// placements lets settles name their key under other slot bits (see
-	// settleDigest); upgrade, if set, is a token layout the run may switch
-	// to once, from the one it started with.
+	// layout, if set, is the token layout every entry carries (none: the
+	// entries of a binary from before). placements lets settles in such
+	// entries name their key under other slot bits (see settleDigest).
+	// upgrade, if set, is a layout the run may switch to once, from none.
+	layout     *TokenLayout
 	placements bool
 	upgrade    *TokenLayout
 }
@@ -441,7 +443,7 @@ func (run *mdlRun) token(t *rapid.T, key int) uint64 {
 // entity, or with an entity it was never reserved with). The model ignores
 // the difference: a settle need not name the key's entity.
 func (run *mdlRun) settleDigest(t *rapid.T, key int) Digest {
-	if !run.placements {
+	if !run.placements || run.layout == nil {
 		return mdlDigest(key)
 	}
 	name := fmt.Appendf(nil, "key-%d", key)
@@ -507,9 +509,10 @@ func (run *mdlRun) command(t *rapid.T) (Command, int) {
 	return c, key
 }
 
-// useTokens makes l the token layout of the machine and of the model.
+// useTokens makes the run's entries carry layout l, and the model grant its
+// tokens.
 func (run *mdlRun) useTokens(l TokenLayout) {
-	run.m.UseTokens(l)
+	run.layout = &l
 	run.model.tokens = mdlTokens{shard: uint64(l.Shard), bits: l.Bits}
 }
 
@@ -545,6 +548,9 @@ func (run *mdlRun) entry(t *rapid.T) {
 		if rapid.Bool().Draw(t, "budget") {
 			e.Policy.HotMaxBytes = rapid.Int64Range(1, 4000).Draw(t, "hot-bytes")
 		}
+	}
+	if run.layout != nil {
+		e.HasLayout, e.Layout = true, *run.layout
 	}
 	n := rapid.IntRange(0, 4).Draw(t, "commands")
 	keys := make([]int, n)

@@ -11,24 +11,26 @@ import (
 //
 //	token = (index<<16 | position) << Bits | Shard
 //
-// Bits is TokenBits of the grid's shard count, a hard setting, so every
-// replica of every shard uses the same width and the layout is a function
-// of settings fixed at creation: replicas applying the same entries make the
-// same tokens. A token therefore tells which shard holds its lease, and a
-// settle (Complete, Fail, Release, Extend) finds the key's record by its
-// token alone, also when the key was placed by an entity the settle does
-// not name (see RecordDigest).
+// Bits is TokenBits of the grid's shard count, a hard setting, and Shard the
+// shard's id. The leader writes the layout into every entry it proposes
+// (Entry.Layout), so the log itself says how each entry's tokens are made:
+// every replica makes the same ones, also one replaying entries written
+// before an upgrade, whatever snapshot it starts from. A token therefore
+// tells which shard holds its lease, and a settle (Complete, Fail, Release,
+// Extend) finds the key's record by its token alone, also when the key was
+// placed by an entity the settle does not name (see RecordDigest).
 //
 // Properties, for a fixed layout:
 //   - Strictly increasing per shard, hence per key (a key's shard never
 //     changes): indexes grow across leader changes and restarts, positions
 //     grow within an entry, and the shard bits are constant.
 //   - Unique across the grid: two shards differ in the low bits.
-//   - The zero layout (Bits 0, Shard 0) is index<<16 | position, the tokens
-//     of a grid before tokens named their shard, and of a single shard.
-//   - Moving from Bits 0 to Bits b > 0 (an upgrade) keeps tokens increasing
-//     per shard: a later index i' > i gives (i'<<16)<<b >= i'<<16 >
-//     i<<16 | position.
+//   - The zero layout (Bits 0, Shard 0) is index<<16 | position: the tokens
+//     of an entry without a layout (a grid before tokens named their
+//     shard), and of a single shard.
+//   - Moving from entries without a layout to entries with one (an upgrade)
+//     keeps tokens increasing per shard: a later index i' > i gives
+//     (i'<<16)<<b >= i'<<16 > i<<16 | position.
 //   - The index room shrinks by Bits: tokens fit 64 bits up to index
 //     MaxIndex = 2^(48-Bits) - 1, and stay below 2^63 (a signed 64-bit
 //     column) up to 2^(47-Bits). At 2,000 entries a second on one shard
@@ -36,7 +38,8 @@ import (
 //     months, for 4096 shards (Bits 12).
 //
 // A token's shard is only meaningful for tokens made under the layout: a
-// token granted before an upgrade from Bits 0 names an arbitrary shard.
+// token granted before the upgrade names an arbitrary shard (the API then
+// finds the key's record on its own shard, see api/route.go).
 type TokenLayout struct {
 	Shard uint32
 	Bits  uint8

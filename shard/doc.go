@@ -55,10 +55,10 @@
 // under its own key prefix; snapshots go to a file snapshot store per shard.
 // Hard settings (digest function, slot count, shard count) are written to the
 // data directory at creation and checked at every start. The shard count
-// also fixes each replica's token layout (keyspace.NewTokenLayout of its id
-// and the count), so every replica of a shard grants the same tokens, and
-// each token names its shard; the FSM sets the layout again on every
-// machine a snapshot restores (it is a setting, not snapshot state).
+// also fixes each shard's token layout (keyspace.NewTokenLayout of its id
+// and the count): the leader writes it into every entry it proposes, so
+// each token names its shard, and every replica, replaying or not, grants
+// the tokens the log says.
 //
 // # Hosting
 //

@@ -25,9 +25,6 @@ type fsm struct {
 	mu   sync.RWMutex
 	m    *keyspace.Machine
 	cold *tiering.Shard // nil: no cold tier
-	// tokens is the machine's token layout, set again on every machine a
-	// snapshot restores: it is a setting, not part of the snapshot.
-	tokens keyspace.TokenLayout
 	// coldFiles is the directory of the cold tier's local snapshot files
 	// (one folder per snapshot id), and retained lists the ids of the
 	// snapshots Raft keeps, whose files stay.
@@ -72,9 +69,8 @@ var (
 	_ raft.FSMSnapshot = (*fsmSnapshot)(nil)
 )
 
-func newFSM(cold *tiering.Shard, tokens keyspace.TokenLayout, coldFiles string, retained func() ([]string, error)) *fsm {
-	f := &fsm{m: keyspace.NewMachine(), cold: cold, tokens: tokens, coldFiles: coldFiles, retained: retained}
-	f.m.UseTokens(tokens)
+func newFSM(cold *tiering.Shard, coldFiles string, retained func() ([]string, error)) *fsm {
+	f := &fsm{m: keyspace.NewMachine(), cold: cold, coldFiles: coldFiles, retained: retained}
 	if cold != nil {
 		f.m.UseCold(cold)
 	}
@@ -169,7 +165,6 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		}
 		m.UseCold(f.cold)
 	}
-	m.UseTokens(f.tokens)
 	f.m = m
 	if f.snapConf != nil {
 		if index, c, ok := f.snapConf(); ok {

@@ -41,9 +41,10 @@ type Config struct {
 	// HotMaxBytes is the shard's hot tier budget; 0 means none.
 	HotMaxBytes int64
 	// Tokens is the layout of the fencing tokens the shard grants
-	// (keyspace.TokenLayout): a hard setting, the same on every replica,
-	// derived from the shard id and the grid's shard count
-	// (keyspace.NewTokenLayout). The zero layout names no shard; with bits
+	// (keyspace.TokenLayout), derived from the shard id and the grid's
+	// shard count, a hard setting (keyspace.NewTokenLayout). The leader
+	// writes it into every entry it proposes, so the log says how each
+	// entry's tokens are made. The zero layout names no shard; with bits
 	// its Shard must be ID.
 	Tokens keyspace.TokenLayout
 	// Clock is the leader's time source for stamps; default time.Now.
@@ -158,7 +159,7 @@ func Open(cfg Config) (*Shard, error) {
 		}
 		return ids, err
 	}
-	s := &Shard{cfg: cfg, fsm: newFSM(cfg.Cold, cfg.Tokens, coldFiles, retained), store: cfg.Logs.Group(cfg.ID), quit: make(chan struct{})}
+	s := &Shard{cfg: cfg, fsm: newFSM(cfg.Cold, coldFiles, retained), store: cfg.Logs.Group(cfg.ID), quit: make(chan struct{})}
 	s.fsm.snapConf = func() (uint64, raft.Configuration, bool) { return latestSnapshotConfig(snaps) }
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
@@ -213,6 +214,7 @@ func Open(cfg Config) (*Shard, error) {
 	s.raft = r
 	policy := keyspace.TierPolicy{HotWindow: cfg.HotWindow.Milliseconds(), HotMaxBytes: cfg.HotMaxBytes}
 	s.prop = newProposer(r, cfg.Clock, s.appliedStamp, policy, cfg.MaxEntryCommands, cfg.MaxInflight)
+	s.prop.layout = cfg.Tokens
 	if cfg.Metrics != nil {
 		s.prop.observe = cfg.Metrics.observeEntry
 	}
