@@ -16,10 +16,11 @@ import (
 
 // group is the operations of one batch on one shard, in batch order.
 type group struct {
-	shard int
-	sh    *shard.Shard // the local replica; nil when not hosted here
-	cmds  []keyspace.Command
-	idx   []int // positions in the batch
+	shard  int
+	sh     *shard.Shard // the local replica; nil when not hosted here
+	cmds   []keyspace.Command
+	idx    []int  // positions in the batch
+	second []bool // per operation: a settle with a second step (router.place)
 }
 
 // away is operations of one shard this node could not serve (cause:
@@ -38,12 +39,16 @@ type away struct {
 // shards' leaders (see route.go), one Batch RPC per leader node, or refuse
 // it with Redirects. Forwarding waits for the local proposals so that each
 // leader node receives a single RPC, also for groups its own replica
-// refused here.
+// refused here. Last, the settles that found no record of their key on
+// their token's shard here take their second step (router.place).
 func (s *Server) runBatch(ctx context.Context, r *router, ops []*gridpb.Op, out []*gridpb.OpResult) {
 	groups, reads, targets := r.plan(ops, out)
 	// refused[j] is set when group j's replica is not the leader; each
-	// goroutine writes only its own element.
+	// goroutine writes only its own element, and only the elements of
+	// missed at its group's positions: the settles that found no record of
+	// their key on their token's shard here.
 	refused := make([]error, len(groups))
+	missed := make([]bool, len(ops))
 	var wg sync.WaitGroup
 	for j, g := range groups {
 		if g.sh == nil {
@@ -62,6 +67,7 @@ func (s *Server) runBatch(ctx context.Context, r *router, ops []*gridpb.Op, out 
 					out[i] = errResult(err)
 				} else {
 					out[i] = toProto(&res[k])
+					missed[i] = g.second[k] && !res[k].Found
 				}
 			}
 		}()
@@ -91,7 +97,32 @@ func (s *Server) runBatch(ctx context.Context, r *router, ops []*gridpb.Op, out 
 		}
 	}
 	s.sendAway(ctx, r, ops, left, out)
+	s.secondStep(ctx, r, ops, missed, out)
 	boundResults(out)
+}
+
+// secondStep runs, as one more batch routed by key, the settles whose
+// first step found no record of their key (router.place), and puts their
+// answers in out. They run after the rest of the batch.
+func (s *Server) secondStep(ctx context.Context, r *router, ops []*gridpb.Op, missed []bool, out []*gridpb.OpResult) {
+	var idx []int
+	for i, m := range missed {
+		if m {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return
+	}
+	sub := make([]*gridpb.Op, len(idx))
+	for k, i := range idx {
+		sub[k] = ops[i]
+	}
+	res := make([]*gridpb.OpResult, len(idx))
+	s.runBatch(ctx, r.keyStep(), sub, res)
+	for k, i := range idx {
+		out[i] = res[k]
+	}
 }
 
 // plan validates every operation and groups the others by shard, in batch
@@ -116,7 +147,7 @@ func (r *router) plan(ops []*gridpb.Op, out []*gridpb.OpResult) (groups []*group
 			// proposal, so it sees exactly the batch's earlier writes.
 			t.cmd.Op = keyspace.OpGet
 		}
-		id, sh := r.shardOf(t.cmd.Digest)
+		id, sh, second := r.place(t)
 		g := byShard[id]
 		if g == nil {
 			g = &group{shard: id, sh: sh}
@@ -125,6 +156,7 @@ func (r *router) plan(ops []*gridpb.Op, out []*gridpb.OpResult) (groups []*group
 		}
 		g.cmds = append(g.cmds, t.cmd)
 		g.idx = append(g.idx, i)
+		g.second = append(g.second, second >= 0)
 	}
 	return groups, reads, targets
 }
@@ -148,12 +180,13 @@ func (s *Server) sendAway(ctx context.Context, r *router, ops []*gridpb.Op, left
 		}
 	}
 	var wg sync.WaitGroup
+	fctx := r.forwardContext(ctx)
 	for to, items := range parcels {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			slices.SortFunc(items, func(a, b parcelItem) int { return a.i - b.i })
-			s.forwardBatch(ctx, to, ops, items, out)
+			s.forwardBatch(fctx, to, ops, items, out)
 		}()
 	}
 	wg.Wait()
@@ -167,9 +200,9 @@ type parcelItem struct {
 }
 
 // forwardBatch sends the operations of items (in batch order) to node to
-// as one Batch RPC and puts its answers in out. Operations that could not
-// be sent get their refusal; a call that failed on its way leaves their
-// outcome unknown.
+// as one Batch RPC, with ctx marked as forwarded, and puts its answers in
+// out. Operations that could not be sent get their refusal; a call that
+// failed on its way leaves their outcome unknown.
 func (s *Server) forwardBatch(ctx context.Context, to peer, ops []*gridpb.Op, items []parcelItem, out []*gridpb.OpResult) {
 	c, err := s.peers.client(to.addr)
 	if err != nil {
@@ -183,7 +216,7 @@ func (s *Server) forwardBatch(ctx context.Context, to peer, ops []*gridpb.Op, it
 		sub.Ops[k] = ops[it.i]
 	}
 	s.metrics.routed(routeForwarded, len(items))
-	resp, err := c.Batch(forwardedContext(ctx), sub)
+	resp, err := c.Batch(ctx, sub)
 	if err == nil && len(resp.GetResults()) != len(items) {
 		err = fmt.Errorf("%w: %s at %s answered %d results for %d operations", errForwardUnknown, to.id, to.addr, len(resp.GetResults()), len(items))
 	}

@@ -38,6 +38,13 @@
 // The gRPC port closes a connection that has not completed its HTTP/2
 // handshake within HandshakeTimeout, as the Raft and HTTP ports do.
 //
+// An operation's shard is its record digest's, but a settle (Complete,
+// Fail, Release, Extend) goes first to the shard its token names
+// (keyspace.TokenShard), so it need not name the entity its key was
+// reserved with; when that shard holds no record of the key, the node
+// that ran it there sends it on to the digest's shard (route.go,
+// router.place). The answer is the key record's, wherever it lives.
+//
 // A standalone node (Options.Cluster nil) holds every shard and serves
 // everything itself. A cluster node routes each operation by the cluster
 // map (route.go): it runs it on its own replica when that replica leads,

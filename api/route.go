@@ -19,14 +19,15 @@ import (
 // Routing in a cluster (DESIGN section 5).
 //
 // A standalone node holds every shard and serves every operation itself:
-// none of this applies to it, and its answers are what they always were.
+// none of this applies to it but the settles' two steps (router.place).
 //
 // A cluster node routes each operation by the cluster map it holds: the
 // operation's shard is map.ShardOfSlot(digest.Slot(map.Slots)), the same
-// function as shard.Host.SlotShard and as the client's. If this node holds
-// a replica of the shard, the operation is proposed to it. If it holds
-// none, or its replica answers shard.ErrNotLeader, the operation goes to
-// the shard's leader: the one the local replica knows, else the map's
+// function as shard.Host.SlotShard and as the client's, but for a settle,
+// whose shard is first the one its token names (router.place). If this
+// node holds a replica of the shard, the operation is proposed to it. If
+// it holds none, or its replica answers shard.ErrNotLeader, the operation
+// goes to the shard's leader: the one the local replica knows, else the map's
 // leader hint, else the map's preferred leader (ShardReplicas[s][0]), at
 // the gRPC address the map lists for it.
 //
@@ -41,6 +42,14 @@ import (
 // operations in batch order, each marked "grid-forwarded: 1" so that a
 // stale map on either side cannot make a request bounce between nodes; the
 // leader's answers are returned as they are.
+//
+// The second step of a settle (its token's shard held no record of its
+// key) is taken by the node that ran the first: on its own replica of the
+// key's shard, or forwarded to that shard's leader even when the request
+// asked for Redirects or was forwarded already, marked "grid-forwarded: 1"
+// and "grid-by-key: 1" (routed by the key; its receiver never forwards it
+// again). A client sent a Redirect instead would resend the settle by its
+// token, to the first step again.
 //
 // A node that cannot serve at all refuses every operation with a Redirect
 // naming no leader, with a reason: "starting" when it has no map yet (it is
@@ -72,6 +81,10 @@ const (
 	// MetadataForwarded marks a request one node forwarded to another
 	// ("1"); it is never forwarded again.
 	MetadataForwarded = "grid-forwarded"
+	// MetadataByKey marks the second step of a settle ("1", see
+	// router.place): the node that ran the first step sends it to the
+	// key's own shard, and it is routed by the key, not by the token.
+	MetadataByKey = "grid-by-key"
 )
 
 // router routes the operations of one request by one view of the map.
@@ -80,12 +93,13 @@ type router struct {
 	m       *cluster.Map // nil on a standalone node
 	self    cluster.NodeID
 	forward bool // the request may be forwarded
+	byKey   bool // settles go by their key, not their token (MetadataByKey)
 }
 
 // router returns the routing of a request; a cluster node without a map
 // cannot route anything (errStarting).
 func (s *Server) router(ctx context.Context) (*router, error) {
-	r := &router{s: s}
+	r := &router{s: s, byKey: headerSet(ctx, MetadataByKey)}
 	if s.opts.Cluster == nil {
 		return r, nil
 	}
@@ -140,22 +154,92 @@ func forwardedContext(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, MetadataForwarded, "1")
 }
 
+// forwardContext is ctx for a call this router forwards: marked forwarded,
+// and by key when its settles go by their key.
+func (r *router) forwardContext(ctx context.Context) context.Context {
+	if r.byKey {
+		return metadata.AppendToOutgoingContext(ctx, MetadataForwarded, "1", MetadataByKey, "1")
+	}
+	return forwardedContext(ctx)
+}
+
+// keyStep is the router of a settle's second step (see place): its
+// settles go by their key, and it forwards what this node cannot serve
+// whatever the request asked (the receiver, marked forwarded, never
+// forwards it again), since a client resending the settle would send it
+// by its token to the first step again.
+func (r *router) keyStep() *router {
+	k := *r
+	k.byKey, k.forward = true, true
+	return &k
+}
+
 // shardOf returns the shard of d and this node's replica of it (nil when
 // it holds none).
 func (r *router) shardOf(d keyspace.Digest) (int, *shard.Shard) {
-	set := r.s.host.Settings()
 	if r.m == nil {
-		id := r.s.host.SlotShard(d.Slot(set.Slots))
+		id := r.s.host.SlotShard(d.Slot(r.s.host.Settings().Slots))
 		return id, r.s.host.Shard(id)
 	}
 	id := r.m.ShardOfSlot(d.Slot(r.m.Slots))
-	if r.m.Slots != set.Slots || r.m.Shards != set.Shards {
+	return id, r.replica(id)
+}
+
+// replica is this node's replica of shard id, nil when it holds none.
+func (r *router) replica(id int) *shard.Shard {
+	set := r.s.host.Settings()
+	if r.m != nil && (r.m.Slots != set.Slots || r.m.Shards != set.Shards) {
 		// This node's data directory was made with other hard settings:
 		// its replica numbered id would own other slots. It serves nothing
 		// (the cluster runtime refuses to start its replicas, too).
-		return id, nil
+		return nil
 	}
-	return id, r.s.host.Shard(id)
+	return r.s.host.Shard(id)
+}
+
+// shards is the grid's shard count, by the map in a cluster.
+func (r *router) shards() int {
+	if r.m == nil {
+		return r.s.host.Settings().Shards
+	}
+	return r.m.Shards
+}
+
+// place returns the shard operation t goes to and this node's replica of
+// it (nil when it holds none), and for a settle the shard of its second
+// step, or -1.
+//
+// Every operation goes to its record digest's shard, but a settle
+// (Complete, Fail, Release, Extend), which goes first to the shard its
+// token names (keyspace.TokenShard): the shard that granted the lease,
+// which holds the key's record whatever entity placed it there, so a
+// settle need not name the entity. When that shard is not the digest's and
+// holds no record of the key (keyspace.Result.Found: nothing was applied
+// there), the token was not granted to this key there (another key's,
+// made up, or from before tokens named their shard), and the settle's
+// second step runs on the digest's shard, as every settle did before
+// tokens named their shard. A token naming no shard of the grid goes to
+// the digest's shard at once. Either way the answer is that of the key's
+// record, wherever it lives.
+func (r *router) place(t target) (id int, sh *shard.Shard, second int) {
+	id, sh = r.shardOf(t.cmd.Digest)
+	if r.byKey || !settles(t.cmd.Op) {
+		return id, sh, -1
+	}
+	granted, ok := keyspace.TokenShard(t.cmd.Token, r.shards())
+	if !ok || granted == id {
+		return id, sh, -1
+	}
+	return granted, r.replica(granted), id
+}
+
+// settles reports the operations that settle a lease by its token.
+func settles(op keyspace.Op) bool {
+	switch op {
+	case keyspace.OpComplete, keyspace.OpFail, keyspace.OpRelease, keyspace.OpExtend:
+		return true
+	}
+	return false
 }
 
 // leaderOf is the leader of shard id as this node knows it: its replica's
@@ -221,7 +305,9 @@ func forwardError(err error, to peer) error {
 type unaryCall[R any] func(gridpb.GridClient, context.Context, R, ...grpc.CallOption) (*gridpb.OpResult, error)
 
 // serveOne validates req and runs it here, or forwards it as the same RPC,
-// or refuses it with a Redirect (see the routing rules above).
+// or refuses it with a Redirect (see the routing rules above); a settle
+// that found no record of its key on its token's shard here then takes its
+// second step (router.place).
 func serveOne[R any](ctx context.Context, s *Server, req R, validate func(R) (target, error), call unaryCall[R]) (*gridpb.OpResult, error) {
 	t, err := validate(req)
 	if err != nil {
@@ -231,47 +317,57 @@ func serveOne[R any](ctx context.Context, s *Server, req R, validate func(R) (ta
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	id, sh := r.shardOf(t.cmd.Digest)
+	id, sh, second := r.place(t)
+	res, missed, err := serveOn(ctx, s, r, id, sh, t, req, call)
+	if err != nil || !missed || second < 0 {
+		return res, err
+	}
+	k := r.keyStep()
+	id, sh = k.shardOf(t.cmd.Digest)
+	res, _, err = serveOn(ctx, s, k, id, sh, t, req, call)
+	return res, err
+}
+
+// serveOn runs t on shard id: on sh, this node's replica, or forwarded to
+// the shard's leader as the same RPC, or refused with a Redirect. missed
+// reports a settle run here that found no record of its key.
+func serveOn[R any](ctx context.Context, s *Server, r *router, id int, sh *shard.Shard, t target, req R, call unaryCall[R]) (res *gridpb.OpResult, missed bool, err error) {
 	cause := errNotHosted
 	if sh != nil {
 		res, err := runLocal(ctx, sh, t)
 		if err == nil {
-			return res, nil
+			return toProto(&res), settles(t.cmd.Op) && !res.Found, nil
 		}
 		if r.m == nil || !errors.Is(err, shard.ErrNotLeader) {
-			return nil, toStatus(err)
+			return nil, false, toStatus(err)
 		}
 		cause = err
 	}
 	to, refusal := r.elsewhere(id, sh, cause)
 	if to.addr == "" {
 		s.metrics.routed(routeRedirected, 1)
-		return nil, toStatus(refusal)
+		return nil, false, toStatus(refusal)
 	}
 	c, err := s.peers.client(to.addr)
 	if err != nil {
-		return nil, toStatus(refusal) // nothing sent: the client may go there itself
+		return nil, false, toStatus(refusal) // nothing sent: the client may go there itself
 	}
 	s.metrics.routed(routeForwarded, 1)
-	res, err := call(c, forwardedContext(ctx), req)
+	out, err := call(c, r.forwardContext(ctx), req)
 	if err != nil {
-		return nil, toStatus(forwardError(err, to))
+		return nil, false, toStatus(forwardError(err, to))
 	}
-	return res, nil
+	return out, false, nil
 }
 
 // runLocal runs one validated operation on the local replica sh.
-func runLocal(ctx context.Context, sh *shard.Shard, t target) (*gridpb.OpResult, error) {
+func runLocal(ctx context.Context, sh *shard.Shard, t target) (keyspace.Result, error) {
 	if t.read {
-		res, err := sh.Read(ctx, t.cmd.Digest, t.readOptions())
-		if err != nil {
-			return nil, err
-		}
-		return toProto(&res), nil
+		return sh.Read(ctx, t.cmd.Digest, t.readOptions())
 	}
 	res, err := sh.Propose(ctx, []keyspace.Command{t.cmd})
 	if err != nil {
-		return nil, err
+		return keyspace.Result{}, err
 	}
-	return toProto(&res[0]), nil
+	return res[0], nil
 }

@@ -71,9 +71,12 @@
 // Extend, returned as ErrLeaseLost as well, because a lost lease is a failure
 // of the holder.
 //
-// A key reserved WithEntity lives on its entity's shard, so every later
-// operation on it must name the entity with ForEntity; Process does this by
-// itself.
+// A key reserved WithEntity lives on its entity's shard. Its settles
+// (Complete, Fail, Release, Extend) find it by their token, which names the
+// shard that granted it, so they need not name the entity (the token
+// decides over one they name); Get and Forget must name it with ForEntity,
+// or they ask the key's own shard and answer ABSENT. Process names the
+// entity by itself.
 //
 // Every Result says how the call reached the grid: Sends, how many of its
 // sends may have been applied (this answer's included; a send refused with
@@ -118,8 +121,9 @@
 // A standalone node (or one older than clustering) gets every operation, as
 // before clustering. On a cluster, the client computes each operation's
 // record digest itself (the function the grid uses; a key reserved
-// WithEntity is placed by its entity, which is why later operations must
-// name it with ForEntity), then the digest's slot and shard, and sends the
+// WithEntity is placed by its entity, which is why Get and Forget must name
+// it with ForEntity), then the digest's slot and shard, or for a settle the
+// shard its token names, and sends the
 // operation straight to the node that leads the shard, over one connection
 // and one batcher per node. Every operation RPC asks for Redirects (the
 // grid-redirect header): a node that does not lead the shard refuses the

@@ -416,8 +416,7 @@ func (f *fakeGrid) eval(op *gridpb.Op, now time.Time) (*gridpb.OpResult, error) 
 			r.state, r.deadline = gridpb.State_STATE_POISONED, now.Add(time.Hour)
 			return r.answer(gridpb.Outcome_POISONED, now), nil
 		}
-		f.nextToken++
-		r.state, r.token, r.deadline, r.maxAttempts = gridpb.State_PROCESSING, f.nextToken<<16, now.Add(lease), maxAttempts
+		r.state, r.token, r.deadline, r.maxAttempts = gridpb.State_PROCESSING, f.grant(op), now.Add(lease), maxAttempts
 		r.attempt++
 		r.fingerprint, r.entity, r.version = q.Fingerprint, string(q.GetEntity()), q.GetVersion()
 		return r.answer(gridpb.Outcome_ACQUIRED, now), nil
@@ -495,9 +494,33 @@ func (f *fakeGrid) steal(ns, key string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if r := f.recs[recKey(ns, []byte(key))]; r != nil {
-		f.nextToken++
-		r.token = f.nextToken << 16
+		r.token = f.nextTokenOf(r.token)
 	}
+}
+
+// grant is the token of a new lease granted by the reserve op: it names the
+// op's shard in a cluster, as the grid's tokens do (keyspace.TokenLayout).
+// f.mu is held.
+func (f *fakeGrid) grant(op *gridpb.Op) uint64 {
+	f.nextToken++
+	if f.cluster == nil {
+		return f.nextToken << 16
+	}
+	l, err := keyspace.NewTokenLayout(f.cluster.shardOf(op), len(f.cluster.leads))
+	if err != nil {
+		panic(err)
+	}
+	return l.Token(f.nextToken, 0)
+}
+
+// nextTokenOf is a new token of the shard that granted tok. f.mu is held.
+func (f *fakeGrid) nextTokenOf(tok uint64) uint64 {
+	f.nextToken++
+	if f.cluster == nil {
+		return f.nextToken << 16
+	}
+	s, _ := keyspace.TokenShard(tok, len(f.cluster.leads))
+	return keyspace.TokenLayout{Shard: uint32(s), Bits: keyspace.TokenBits(len(f.cluster.leads))}.Token(f.nextToken, 0)
 }
 
 // opKey returns the namespace-less key and kind of an operation.
@@ -614,8 +637,14 @@ func (fc *fakeCluster) dial(t testing.TB, seeds string, opts ...Option) *Client 
 func fakeNodeID(n int) string { return fmt.Sprintf("n%d", n) }
 
 // shardOf computes an operation's shard the way a grid node does: the
-// record digest (or the digest a Get carries), its slot, the slot's shard.
+// shard a settle's token names, else the record digest (or the digest a Get
+// carries), its slot, the slot's shard.
 func (fc *fakeCluster) shardOf(op *gridpb.Op) int {
+	if tok := settleToken(op); tok != 0 {
+		if s, ok := keyspace.TokenShard(tok, len(fc.leads)); ok {
+			return s
+		}
+	}
 	var d keyspace.Digest
 	if raw := op.GetGet().GetDigest(); len(raw) == 16 {
 		d = keyspace.Digest{Hi: binary.BigEndian.Uint64(raw), Lo: binary.BigEndian.Uint64(raw[8:])}

@@ -95,6 +95,9 @@ func (r *router) locate(d keyspace.Digest) (from string, m *gridpb.ClusterMapRes
 	defer r.mu.RUnlock()
 	switch r.mode {
 	case modeSingle:
+		if r.last != nil {
+			return r.single, r.last, "", true
+		}
 		return r.single, &gridpb.ClusterMapResponse{Standalone: true}, "", true
 	case modeCluster:
 		sh := r.shards[shardOf(d, r.slots, len(r.shards))]
@@ -108,17 +111,22 @@ func (r *router) locate(d keyspace.Digest) (from string, m *gridpb.ClusterMapRes
 // node a standalone answer came from.
 func locateIn(from string, m *gridpb.ClusterMapResponse, d keyspace.Digest, leaderAddr string) (Location, error) {
 	loc := Location{Digest: d.String(), Epoch: m.GetEpoch()}
+	slots, n := m.GetSlots(), int(m.GetShardCount())
+	valid := slots > 0 && n > 0 && n <= int(slots)
+	if valid {
+		loc.Slot, loc.Shard = d.Slot(slots), shardOf(d, slots, n)
+	}
 	if m.GetStandalone() {
+		// A standalone node says its slot and shard counts too (a node
+		// older than clustering does not: slot and shard stay 0).
 		loc.Standalone = true
 		loc.Leader = LocatedNode{Addr: from}
 		loc.Replicas = []LocatedNode{loc.Leader}
 		return loc, nil
 	}
-	slots, n := m.GetSlots(), int(m.GetShardCount())
-	if slots == 0 || n == 0 || n > int(slots) {
+	if !valid {
 		return Location{}, fmt.Errorf("%w: cluster map of %d shards over %d slots", errProtocol, n, slots)
 	}
-	loc.Slot, loc.Shard = d.Slot(slots), shardOf(d, slots, n)
 	addrs, ids := map[string]string{}, map[string]string{}
 	for _, nd := range m.GetNodes() {
 		addrs[nd.GetId()], ids[nd.GetGrpcAddr()] = nd.GetGrpcAddr(), nd.GetId()

@@ -310,8 +310,9 @@ func (o entityOption) applyProcess(p *processConfig) {
 
 // WithEntity names the entity the message changes and its version: a
 // version not newer than the entity's last completed one is STALE. The key
-// then lives on the entity's shard, so every later operation on it must name
-// the entity with ForEntity; Process does. Reserve, Process.
+// then lives on the entity's shard, so Get and Forget of it must name the
+// entity with ForEntity; settles find it by their token. Process names it.
+// Reserve, Process.
 func WithEntity(entity string, version uint64) ReserveOption {
 	return entityOption{entity: entity, version: version}
 }
@@ -404,8 +405,10 @@ var (
 type EntityOption string
 
 // ForEntity names the entity a key was reserved with (WithEntity). Such a key
-// lives on the entity's shard, so every later operation on it must name the
-// same entity. Complete, Fail, Release, Extend, Get, Forget.
+// lives on the entity's shard, so Get and Forget of it must name the same
+// entity. Complete, Fail, Release and Extend find the key by their token
+// and need not (the token decides over the entity they name). Complete,
+// Fail, Release, Extend, Get, Forget.
 func ForEntity(entity string) EntityOption { return EntityOption(entity) }
 
 func (o EntityOption) applyComplete(r *gridpb.CompleteRequest) { r.Entity = o.bytes() }

@@ -9,7 +9,10 @@ package client
 // its replicas and leader. For each operation it computes the record digest
 // as the grid does (keyspace.RecordDigest; a Get by digest uses the digest it
 // carries), the digest's slot and the slot's shard, and picks the shard's
-// leader. Each node has its own connection and batcher (nodes.go).
+// leader; a settle (Complete, Fail, Release, Extend) goes to the shard its
+// token names (keyspace.TokenShard), as the grid routes it, so it reaches a
+// key reserved WithEntity without ForEntity. Each node has its own
+// connection and batcher (nodes.go).
 //
 // Every operation RPC of a routing client carries the grid-redirect header:
 // a node that does not lead the shard refuses the operation with a Redirect
@@ -111,7 +114,7 @@ type router struct {
 	slots      uint32
 	shards     []shardRoute
 	members    []string                   // the map's nodes, those seen alive first
-	last       *gridpb.ClusterMapResponse // the map installed last (modeCluster); read only
+	last       *gridpb.ClusterMapResponse // the map or standalone answer installed last; read only
 	down       map[string]time.Time       // nodes that failed a send, and when
 	refreshing chan struct{}              // closed when the running fetch ends; nil if none
 	lastFetch  time.Time
@@ -151,6 +154,38 @@ func (k *routeKey) digest() (keyspace.Digest, bool) {
 		k.done = true
 	}
 	return k.d, k.ok
+}
+
+// shardIn is the shard k's operation goes to in a grid of slots slots and
+// shards shards, as the grid routes it: the shard a settle's token names,
+// else its record digest's. ok is false when it has no digest (a Get whose
+// raw digest is not 16 bytes).
+func (k *routeKey) shardIn(slots uint32, shards int) (int, bool) {
+	if tok := settleToken(k.op); tok != 0 {
+		if s, ok := keyspace.TokenShard(tok, shards); ok {
+			return s, true
+		}
+	}
+	d, ok := k.digest()
+	if !ok {
+		return 0, false
+	}
+	return shardOf(d, slots, shards), true
+}
+
+// settleToken is the token of a settle, 0 for any other operation.
+func settleToken(op *gridpb.Op) uint64 {
+	switch o := op.GetOp().(type) {
+	case *gridpb.Op_Complete:
+		return o.Complete.GetToken()
+	case *gridpb.Op_Fail:
+		return o.Fail.GetToken()
+	case *gridpb.Op_Release:
+		return o.Release.GetToken()
+	case *gridpb.Op_Extend:
+		return o.Extend.GetToken()
+	}
+	return 0
 }
 
 // digestOf is the record digest the grid computes for op (api/convert.go);
@@ -220,11 +255,11 @@ func (r *router) target(ctx context.Context, k *routeKey, probe int) (string, er
 // pick chooses a node of k's shard: the leader unless it is unknown or
 // down, else the replicas from probe on. r.mu is held.
 func (r *router) pick(k *routeKey, probe int) string {
-	d, ok := k.digest()
+	s, ok := k.shardIn(r.slots, len(r.shards))
 	if !ok {
 		return r.seeds[0]
 	}
-	sh := r.shards[shardOf(d, r.slots, len(r.shards))]
+	sh := r.shards[s]
 	if sh.leader != "" && !r.isDown(sh.leader) {
 		return sh.leader
 	}
@@ -440,7 +475,7 @@ func (r *router) install(from string, m *gridpb.ClusterMapResponse) error {
 	}
 	if m.GetStandalone() {
 		r.mu.Lock()
-		r.mode, r.single, r.epoch, r.slots, r.shards, r.members = modeSingle, from, 0, 0, nil, nil
+		r.mode, r.single, r.epoch, r.slots, r.shards, r.members, r.last = modeSingle, from, 0, 0, nil, nil, m
 		r.mu.Unlock()
 		return nil
 	}

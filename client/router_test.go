@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -107,6 +108,53 @@ func TestRoutingFollowsTheEntityShard(t *testing.T) {
 	if n := fc.redirects(); n != 0 {
 		t.Fatalf("%d operations redirected", n)
 	}
+}
+
+// TestRoutingSettlesByToken: settles of keys reserved WithEntity, sent
+// without ForEntity, one by one or in an explicit Batch, go straight to the
+// leader of the shard their token names (the entity's shard), where the
+// grid routes them too: no node has to redirect them.
+func TestRoutingSettlesByToken(t *testing.T) {
+	modes(t, func(t *testing.T, batching bool) {
+		fc := newFakeCluster(t, 3, 6)
+		c := fc.dial(t, "", WithBatching(batching))
+		ctx := testCtx(t)
+		var ops []Op
+		moved := 0
+		for i := range 24 {
+			key, entity := fmt.Sprintf("evt-%d", i), fmt.Sprintf("order-%d", i)
+			if fc.shardOf(ReserveOp("ns", key).pb) != fc.shardOf(ReserveOp("ns", key, WithEntity(entity, 1)).pb) {
+				moved++
+			}
+			r, err := c.Reserve(ctx, "ns", key, WithEntity(entity, 1))
+			if err != nil || r.Outcome != OutcomeAcquired {
+				t.Fatalf("reserve %s: %v %v", key, r.Outcome, err)
+			}
+			switch i % 4 {
+			case 0:
+				_, err = c.Complete(ctx, "ns", key, r.Token)
+			case 1:
+				_, err = c.Extend(ctx, "ns", key, r.Token, time.Minute)
+			case 2:
+				_, err = c.Fail(ctx, "ns", key, r.Token)
+			default:
+				ops = append(ops, ReleaseOp("ns", key, r.Token), ExtendOp("ns", key, r.Token, time.Minute))
+				continue
+			}
+			if err != nil {
+				t.Fatalf("settle %s without the entity: %v", key, err)
+			}
+		}
+		if _, errs, err := c.Batch(ctx, ops); err != nil || slices.ContainsFunc(errs, func(e error) bool { return e != nil && !errors.Is(e, ErrLeaseLost) }) {
+			t.Fatalf("batch of settles: %v %v", errs, err)
+		}
+		if moved == 0 {
+			t.Fatal("no entity moved its key to another shard: the test proves nothing")
+		}
+		if n := fc.redirects(); n != 0 {
+			t.Fatalf("%d operations redirected: settles were sent by their key, not their token", n)
+		}
+	})
 }
 
 func TestExplicitBatchSplitsByNodeInParallel(t *testing.T) {

@@ -84,17 +84,33 @@ type Command struct {
 // Now (Unix ms). A Tick entry carries time forward on an idle shard, reclaims
 // a bounded number of expired records and demotes settled ones to the cold
 // tier; it may carry the leader's tiering policy, and commands.
+//
+// An entry with HasLayout (encoding version 2) carries the layout of the
+// tokens it grants, and its settles find their key under any slot bits
+// (held.go). One without (version 1, the log of a binary from before tokens
+// named their shard) grants index<<16 | position and settles by the exact
+// digest. The rules an entry is applied by are so written in the entry:
+// a replica replaying an old entry after an upgrade computes what the
+// replicas that applied it before did, whatever snapshot it starts from,
+// and a binary that does not know version 2 refuses it (and halts) instead
+// of applying it differently.
 type Entry struct {
 	Now       int64
 	Tick      bool
 	HasPolicy bool // Tick only
 	Policy    TierPolicy
+	HasLayout bool
+	Layout    TokenLayout
 	Commands  []Command
 }
 
 // MaxEntryCommands bounds the commands of one entry, so the command's
 // position fits in the low 16 bits of its fencing token.
 const MaxEntryCommands = 1<<16 - 1
+
+// entryVersionLayout is the version of an entry that carries its token
+// layout, after the stamp (Entry.HasLayout).
+const entryVersionLayout = 2
 
 const (
 	entryVersion   = 1
@@ -124,8 +140,16 @@ func AppendEntry(buf []byte, e *Entry) []byte {
 	case e.Tick:
 		kind = kindTick
 	}
-	buf = append(buf, entryVersion, kind)
+	version := byte(entryVersion)
+	if e.HasLayout {
+		version = entryVersionLayout
+	}
+	buf = append(buf, version, kind)
 	buf = binary.BigEndian.AppendUint64(buf, uint64(e.Now))
+	if e.HasLayout {
+		buf = append(buf, e.Layout.Bits)
+		buf = binary.AppendUvarint(buf, uint64(e.Layout.Shard))
+	}
 	if kind == kindTickPolicy {
 		buf = binary.AppendUvarint(buf, uint64(e.Policy.HotWindow))
 		buf = binary.AppendUvarint(buf, uint64(e.Policy.HotMaxBytes))
@@ -206,8 +230,12 @@ func appendCommand(buf []byte, c *Command) []byte {
 func DecodeEntry(b []byte) (Entry, error) {
 	d := decoder{b: b}
 	var e Entry
-	if v := d.byte(); v != entryVersion {
-		return e, fmt.Errorf("%w: version %d, want %d", ErrCorruptEntry, v, entryVersion)
+	switch v := d.byte(); v {
+	case entryVersion:
+	case entryVersionLayout:
+		e.HasLayout = true
+	default:
+		return e, fmt.Errorf("%w: version %d, want %d or %d", ErrCorruptEntry, v, entryVersion, entryVersionLayout)
 	}
 	switch d.byte() {
 	case kindCommands:
@@ -219,6 +247,19 @@ func DecodeEntry(b []byte) (Entry, error) {
 		return e, fmt.Errorf("%w: unknown entry kind", ErrCorruptEntry)
 	}
 	e.Now = int64(d.uint64())
+	if e.HasLayout {
+		bits, shard := d.byte(), d.uvarint()
+		if d.err != nil {
+			return e, d.err
+		}
+		if shard > 1<<MaxTokenBits {
+			return e, fmt.Errorf("%w: token layout names shard %d", ErrCorruptEntry, shard)
+		}
+		e.Layout = TokenLayout{Shard: uint32(shard), Bits: bits}
+		if err := e.Layout.Validate(); err != nil {
+			return e, fmt.Errorf("%w: %w", ErrCorruptEntry, err)
+		}
+	}
 	if e.HasPolicy {
 		e.Policy = TierPolicy{HotWindow: int64(d.uvarint()), HotMaxBytes: int64(d.uvarint())}
 		if d.err != nil {

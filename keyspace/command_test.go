@@ -63,6 +63,10 @@ func cmdGen(t *rapid.T) Command {
 
 func cmdEntryGen(t *rapid.T) Entry {
 	e := Entry{Now: rapid.Int64().Draw(t, "now"), Tick: rapid.Bool().Draw(t, "tick")}
+	if rapid.Bool().Draw(t, "has-layout") {
+		bits := uint8(rapid.IntRange(0, MaxTokenBits).Draw(t, "token-bits"))
+		e.HasLayout, e.Layout = true, TokenLayout{Bits: bits, Shard: uint32(rapid.Uint64Range(0, 1<<bits-1).Draw(t, "token-shard"))}
+	}
 	for range rapid.IntRange(0, 20).Draw(t, "n") {
 		e.Commands = append(e.Commands, cmdGen(t))
 	}
@@ -188,7 +192,8 @@ func TestDecodeEntryErrors(t *testing.T) {
 	}{
 		{"empty", nil},
 		{"version 0", cmdRaw(0, kindCommands, 0)},
-		{"version 2", cmdRaw(2, kindCommands, 0)},
+		{"version 2 without its token layout", cmdRaw(2, kindCommands, 0)},
+		{"version 3", cmdRaw(3, kindCommands, 0)},
 		{"kind 0", cmdRaw(entryVersion, 0, 0)},
 		{"kind 3", cmdRaw(entryVersion, 3, 0)},
 		{"count above MaxEntryCommands", cmdRaw(entryVersion, kindCommands, MaxEntryCommands+1)},
@@ -357,6 +362,7 @@ func FuzzDecodeEntry(f *testing.F) {
 	for _, e := range []Entry{
 		{},
 		{Now: 1, Tick: true},
+		{Now: 1, Tick: true, HasLayout: true, Layout: TokenLayout{Shard: 5, Bits: 3}},
 		{Now: 2, Commands: []Command{{Op: OpReserve, Digest: d, Lease: 1000, Retention: 5000, MaxAttempts: 3,
 			HasFingerprint: true, Fingerprint: 7, HasEntity: true, Entity: d, Version: 9}}},
 		{Now: 3, Commands: []Command{{Op: OpComplete, Digest: d, Token: 1 << 16, Retention: 1000, Result: []byte("ok")},

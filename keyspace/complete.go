@@ -3,8 +3,7 @@ package keyspace
 // complete settles a held lease as COMPLETED (DESIGN section 2, Complete).
 // Repeating it with the same token after success answers OK again.
 func (m *Machine) complete(c *Command, now int64) Result {
-	d := c.Digest
-	rec, had := m.lookup(d, now)
+	d, rec, had := m.held(c, now)
 	switch {
 	case had && rec.Token == c.Token && rec.State() == Processing:
 		done := settle(rec, Completed, now, c.Retention)

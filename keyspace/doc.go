@@ -13,9 +13,15 @@
 // every deadline against max(previous stamp, entry stamp), so time never runs
 // backwards and every replica that applies the same entries at the same
 // indexes computes the same results and state. Fencing tokens are derived
-// from the Raft index and the command's position in its entry
-// (index<<16 | position), so they increase strictly per shard with no extra
-// storage, across leader changes and restarts.
+// from the Raft index and the command's position in its entry, shifted to
+// make room for the shard id in the low bits (TokenLayout:
+// (index<<16 | position) << bits | shard, bits from the grid's shard
+// count, written by the leader into each entry), so they increase strictly
+// per shard with no extra storage, across leader changes and restarts, and
+// a token names the shard that granted it. The rules an entry is applied by
+// are those its encoding version says (Entry.HasLayout), never the
+// applying binary's: a replica replaying old entries after an upgrade ends
+// where the replicas that applied them first did.
 //
 // # Records and memory
 //
@@ -55,8 +61,13 @@
 // A Reserve naming the entity with a version at or below it is STALE. So the
 // check and the raise are atomic with the key's own record, a key reserved
 // with an entity has its slot bits taken from the entity (RecordDigest): all
-// keys of an entity live on the entity's shard, and every later operation on
-// such a key must name the same entity.
+// keys of an entity live on the entity's shard. Get and Forget of such a key
+// must name the same entity. Settles need not: their token names the shard
+// (the API routes by it), and inside the shard a settle whose digest does
+// not hold its token finds the key's record under other slot bits (held.go),
+// so Complete commits the entity's version either way. A settle says
+// whether it found a record of its key (Result.Found): one that found none
+// changed nothing, and the API asks the key's own shard.
 //
 // # Expiry
 //

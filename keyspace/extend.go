@@ -6,8 +6,7 @@ package keyspace
 // deadline is the lease's real one. A lease past its deadline that nobody
 // took over can still be extended, as it can still be completed.
 func (m *Machine) extend(c *Command, now int64) Result {
-	d := c.Digest
-	rec, had := m.lookup(d, now)
+	d, rec, had := m.held(c, now)
 	if !had || rec.Token != c.Token || rec.State() != Processing {
 		return m.view(OutcomeLeaseLost, d, rec, had, now)
 	}

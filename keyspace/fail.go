@@ -4,8 +4,7 @@ package keyspace
 // POISONED when asked or when the attempts are used up. Idempotent for the
 // same token.
 func (m *Machine) fail(c *Command, now int64) Result {
-	d := c.Digest
-	rec, had := m.lookup(d, now)
+	d, rec, had := m.held(c, now)
 	if !had || rec.Token != c.Token {
 		return m.view(OutcomeLeaseLost, d, rec, had, now)
 	}

@@ -21,7 +21,12 @@ type Machine struct {
 
 	cold    ColdTier   // nil: no lower tier, records stay hot until gone
 	coldHit coldLookup // the cold record the current command looked up
+	found   bool       // the current settle found a record of its key (held, view)
 	policy  TierPolicy
+
+	// placements is set while an entry with a token layout is applied:
+	// its settles find their key under any slot bits (held).
+	placements bool
 
 	now    int64 // latest stamp applied (Unix ms)
 	cursor uint64
@@ -104,7 +109,8 @@ func (m *Machine) Policy() TierPolicy { return m.policy }
 // Apply applies one committed entry at the given Raft index and appends one
 // Result per command to out. The stamp never moves backwards: the entry is
 // evaluated at max(previous stamp, e.Now). The fencing token of the command
-// at position i is index<<16 | i, strictly increasing per shard.
+// at position i is e.Layout.Token(index, i) (the zero layout,
+// index<<16 | i, for an entry without one), strictly increasing per shard.
 func (m *Machine) Apply(index uint64, e *Entry, out []Result) []Result {
 	if e.Now > m.now {
 		m.now = e.Now
@@ -116,9 +122,14 @@ func (m *Machine) Apply(index uint64, e *Entry, out []Result) []Result {
 		}
 		m.sweep(now)
 	}
+	var tokens TokenLayout
+	if e.HasLayout {
+		tokens = e.Layout
+	}
+	m.placements = e.HasLayout
 	for i := range e.Commands {
-		out = append(out, m.apply(&e.Commands[i], now, index<<16|uint64(i)))
-		m.coldHit = coldLookup{}
+		out = append(out, m.apply(&e.Commands[i], now, tokens.Token(index, i)))
+		m.coldHit, m.found = coldLookup{}, false
 	}
 	return out
 }
@@ -241,9 +252,10 @@ func (m *Machine) result(d Digest) []byte {
 	return res
 }
 
-// view builds the Result of an outcome from the record as it now stands.
+// view builds the Result of an outcome from the record as it now stands;
+// a settle's says whether held found a record of its key (Result.Found).
 func (m *Machine) view(o Outcome, d Digest, r Record, had bool, now int64) Result {
-	res := Result{Outcome: o, State: Absent, Now: now}
+	res := Result{Outcome: o, State: Absent, Now: now, Found: m.found}
 	if !had {
 		return res
 	}

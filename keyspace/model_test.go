@@ -83,6 +83,7 @@ type mdl struct {
 	recs     map[int]*mdlRec // held, possibly past their end
 	entities map[int]mdlEntity
 	stats    mdlStats
+	tokens   mdlTokens
 }
 
 func newMdl() *mdl {
@@ -148,6 +149,17 @@ func mdlBackoff(attempt uint8) int64 {
 	return d
 }
 
+// mdlTokens is the model's token layout (DESIGN section 3, README): the
+// index and position, shifted left by bits, the shard in the low bits.
+type mdlTokens struct {
+	shard uint64
+	bits  uint8
+}
+
+func (l mdlTokens) token(index uint64, pos int) uint64 {
+	return (index<<16|uint64(pos))<<l.bits | l.shard
+}
+
 func (m *mdl) apply(e *Entry, index uint64, keys []int) []Result {
 	m.now = max(m.now, e.Now)
 	now := m.now
@@ -162,12 +174,24 @@ func (m *mdl) apply(e *Entry, index uint64, keys []int) []Result {
 	}
 	out := make([]Result, len(e.Commands))
 	for i := range e.Commands {
-		out[i] = m.command(&e.Commands[i], keys[i], now, index<<16|uint64(i))
+		out[i] = m.command(&e.Commands[i], keys[i], now, m.tokens.token(index, i))
 	}
 	return out
 }
 
 func (m *mdl) command(c *Command, k int, now int64, token uint64) Result {
+	switch c.Op {
+	case OpComplete, OpFail, OpRelease, OpExtend:
+		// A settle says whether it found a record of its key.
+		found := m.lookup(k, now) != nil
+		res := m.op(c, k, now, token)
+		res.Found = found
+		return res
+	}
+	return m.op(c, k, now, token)
+}
+
+func (m *mdl) op(c *Command, k int, now int64, token uint64) Result {
 	switch c.Op {
 	case OpReserve:
 		return m.reserve(c, k, now, token)
@@ -376,6 +400,13 @@ type mdlRun struct {
 	seen    map[string]int // coverage of outcomes and transitions
 	log     *[]mdlLogged   // if set, entry appends what it applied
 	cold    *memCold       // if set, ticks demote to it under random policies
+	// layout, if set, is the token layout every entry carries (none: the
+	// entries of a binary from before). placements lets settles in such
+	// entries name their key under other slot bits (see settleDigest).
+	// upgrade, if set, is a layout the run may switch to once, from none.
+	layout     *TokenLayout
+	placements bool
+	upgrade    *TokenLayout
 }
 
 // mdlLogged is one applied entry and its results, to replay elsewhere.
@@ -429,9 +460,27 @@ func (run *mdlRun) token(t *rapid.T, key int) uint64 {
 			return rapid.SampledFrom(run.tokens).Draw(t, "token-seen")
 		}
 	case 4:
-		return rapid.Uint64Range(0, run.index<<16+3).Draw(t, "token-random")
+		return rapid.Uint64Range(0, run.model.tokens.token(run.index, 3)).Draw(t, "token-random")
 	}
 	return rapid.Uint64Range(1, 1<<20).Draw(t, "token-any")
+}
+
+// settleDigest is the digest a settle of key names: its record digest, or,
+// when the run allows it, the key under other slot bits (without its
+// entity, or with an entity it was never reserved with). The model ignores
+// the difference: a settle need not name the key's entity.
+func (run *mdlRun) settleDigest(t *rapid.T, key int) Digest {
+	if !run.placements || run.layout == nil {
+		return mdlDigest(key)
+	}
+	name := fmt.Appendf(nil, "key-%d", key)
+	switch rapid.IntRange(0, 3).Draw(t, "settle-placement") {
+	case 0:
+		return RecordDigest(mdlNamespace, name, nil)
+	case 1:
+		return RecordDigest(mdlNamespace, name, []byte("order-9"))
+	}
+	return mdlDigest(key)
 }
 
 func (run *mdlRun) command(t *rapid.T) (Command, int) {
@@ -484,10 +533,28 @@ func (run *mdlRun) command(t *rapid.T) (Command, int) {
 	default:
 		c.Op = opIgnorable + Op(rapid.IntRange(0, 3).Draw(t, "ignorable"))
 	}
+	switch c.Op {
+	case OpComplete, OpFail, OpRelease, OpExtend:
+		c.Digest = run.settleDigest(t, key)
+	}
 	return c, key
 }
 
+// useTokens makes the run's entries carry layout l, and the model grant its
+// tokens.
+func (run *mdlRun) useTokens(l TokenLayout) {
+	run.layout = &l
+	run.model.tokens = mdlTokens{shard: uint64(l.Shard), bits: l.Bits}
+}
+
 func (run *mdlRun) step(t *rapid.T) {
+	if run.upgrade != nil && rapid.IntRange(0, 49).Draw(t, "upgrade") == 0 {
+		run.useTokens(*run.upgrade)
+		run.upgrade = nil
+		if run.seen != nil {
+			run.seen["token-layout-upgraded"]++
+		}
+	}
 	switch rapid.IntRange(0, 9).Draw(t, "step") {
 	case 0, 1:
 		key := rapid.IntRange(0, mdlKeys-1).Draw(t, "get-key")
@@ -513,6 +580,9 @@ func (run *mdlRun) entry(t *rapid.T) {
 		if rapid.Bool().Draw(t, "budget") {
 			e.Policy.HotMaxBytes = rapid.Int64Range(1, 4000).Draw(t, "hot-bytes")
 		}
+	}
+	if run.layout != nil {
+		e.HasLayout, e.Layout = true, *run.layout
 	}
 	n := rapid.IntRange(0, 4).Draw(t, "commands")
 	keys := make([]int, n)
@@ -543,6 +613,9 @@ func (run *mdlRun) entry(t *rapid.T) {
 		}
 		mdlCompare(t, what, got[i], want[i])
 		run.cover(got[i])
+		if c.Digest != mdlDigest(keys[i]) && got[i].Outcome == OutcomeOK && got[i].State != Absent && run.seen != nil {
+			run.seen["settled-under-other-placement"]++
+		}
 		if got[i].Token != 0 {
 			run.tokens = append(run.tokens, got[i].Token)
 		}
@@ -551,6 +624,10 @@ func (run *mdlRun) entry(t *rapid.T) {
 				t.Fatalf("%s: replayed token %d is not the key's last grant %d", what, got[i].Token, run.granted[keys[i]])
 			}
 		} else if got[i].Outcome == OutcomeAcquired {
+			l := run.model.tokens
+			if got[i].Token&(1<<l.bits-1) != l.shard {
+				t.Fatalf("%s: token %d does not name shard %d in its low %d bits", what, got[i].Token, l.shard, l.bits)
+			}
 			if prev, ok := run.granted[keys[i]]; ok && got[i].Token <= prev {
 				t.Fatalf("%s: token %d not above the key's earlier token %d", what, got[i].Token, prev)
 			}
@@ -645,6 +722,43 @@ func TestMachineModel(t *testing.T) {
 	for _, k := range []string{"took-over", "lease-expired", "poisoned-on-takeover", "fail->FAILED", "fail->POISONED",
 		"complete", "complete-retry", "fail-retry", "release", "extend", "forget-existed", "reclaimed-by-tick", "stale-on-record",
 		"replayed", "extend-kept-longer-lease"} {
+		if seen[k] == 0 {
+			t.Errorf("never saw %s", k)
+		}
+	}
+	t.Logf("coverage: %v", seen)
+}
+
+// TestMachineModelTokens: under a random token layout, possibly switched
+// once from the zero layout mid-history (an upgrade), with settles that
+// name their key without its entity or with another one, the machine
+// answers exactly as the reference model: tokens carry the shard in their
+// low bits and still increase per key, and a settle finds the record its
+// token holds whatever slot bits it names.
+func TestMachineModelTokens(t *testing.T) {
+	seen := make(map[string]int)
+	prop := func(rt *rapid.T) {
+		run := newMdlRun()
+		run.seen = seen
+		run.placements = true
+		bits := uint8(rapid.IntRange(0, MaxTokenBits).Draw(rt, "token-bits"))
+		l := TokenLayout{Bits: bits, Shard: uint32(rapid.Uint64Range(0, 1<<bits-1).Draw(rt, "token-shard"))}
+		if rapid.Bool().Draw(rt, "upgrade-later") {
+			run.upgrade = &l
+		} else {
+			run.useTokens(l)
+		}
+		steps := rapid.IntRange(1, 300).Draw(rt, "steps")
+		for range steps {
+			run.step(rt)
+		}
+	}
+	rapid.Check(t, prop)
+	for i := 1; i < mdlRounds() && !t.Failed(); i++ {
+		t.Run(fmt.Sprintf("round-%d", i), func(t *testing.T) { rapid.Check(t, prop) })
+	}
+	for _, k := range []string{"complete", "complete-retry", "fail-retry", "release", "extend", "fail->FAILED",
+		"settled-under-other-placement", "token-layout-upgraded"} {
 		if seen[k] == 0 {
 			t.Errorf("never saw %s", k)
 		}

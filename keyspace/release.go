@@ -4,8 +4,7 @@ package keyspace
 // becomes ABSENT. Releasing a key nobody holds is a no-op that answers OK, so
 // a retried Release succeeds; a key held under another token is LEASE_LOST.
 func (m *Machine) release(c *Command, now int64) Result {
-	d := c.Digest
-	rec, had := m.lookup(d, now)
+	d, rec, had := m.held(c, now)
 	switch {
 	case !had:
 		return m.view(OutcomeOK, d, rec, false, now)

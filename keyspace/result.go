@@ -56,6 +56,12 @@ type Result struct {
 	// force on its key: the ACQUIRED answer is that same grant again (same
 	// token, deadline and attempt), and nothing changed.
 	Replayed bool
+	// Found is set when a settle (Complete, Fail, Release, Extend) found a
+	// record of its key on this shard, under its digest or under other slot
+	// bits (held.go). A settle that found none changed nothing: the API then
+	// asks the key's own shard (a token names the shard it was granted by,
+	// which need not be the key's).
+	Found bool
 	// Cold is set when the record was found in the cold tier.
 	Cold bool
 }

@@ -288,6 +288,39 @@ func (t *Table) Get(d Digest) (Record, bool) {
 	return Record{}, false
 }
 
+// placements finds the records stored under d with any slot bits (the low
+// 32 bits of Hi, which RecordDigest takes from an entity): the same key
+// placed on this shard by another entity, or by none. Such digests share
+// d's segment (the top bits of Hi), home slot and Lo, so they sit next to
+// each other in d's probe run, ordered by Hi; the search scans that run
+// alone. It returns the one whose token is token if any (held), and the
+// lowest of them (first); ok flags say which were found.
+func (t *Table) placements(d Digest, token uint64) (held Digest, heldOK bool, first Digest, firstOK bool) {
+	s := &t.segs[tabSegOf(d)]
+	n := len(s.slots)
+	if n == 0 {
+		return
+	}
+	low := Digest{Hi: d.Hi &^ slotMask, Lo: d.Lo}
+	p, _ := s.find(low)
+	for range n {
+		e := &s.slots[p]
+		if e.r.Meta == 0 || e.d.Lo != d.Lo || e.d.Hi&^slotMask != low.Hi {
+			break
+		}
+		if !firstOK {
+			first, firstOK = e.d, true
+		}
+		if e.r.Token == token {
+			return e.d, true, first, firstOK
+		}
+		if p++; p == n {
+			p = 0
+		}
+	}
+	return
+}
+
 // Put stores r for d, inserting or overwriting. It panics if r.Meta == 0.
 func (t *Table) Put(d Digest, r Record) {
 	if r.Meta == 0 {

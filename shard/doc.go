@@ -130,7 +130,11 @@
 // All shards of a node share one raftlog.Store (one Pebble, one WAL), each
 // under its own key prefix; snapshots go to a file snapshot store per shard.
 // Hard settings (digest function, slot count, shard count) are written to the
-// data directory at creation and checked at every start.
+// data directory at creation and checked at every start. The shard count
+// also fixes each shard's token layout (keyspace.NewTokenLayout of its id
+// and the count): the leader writes it into every entry it proposes, so
+// each token names its shard, and every replica, replaying or not, grants
+// the tokens the log says.
 //
 // # Hosting
 //

@@ -115,8 +115,8 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 			cfg.Shards = stored.Shards
 		}
 	}
-	if cfg.Shards < 1 || uint32(cfg.Shards) > cfg.Slots {
-		return nil, fmt.Errorf("shard: host config: shards %d out of range 1..%d (slots)", cfg.Shards, cfg.Slots)
+	if cfg.Shards < 1 || uint32(cfg.Shards) > cfg.Slots || cfg.Shards > 1<<keyspace.MaxTokenBits {
+		return nil, fmt.Errorf("shard: host config: shards %d out of range 1..min(%d (slots), %d (tokens name the shard))", cfg.Shards, cfg.Slots, 1<<keyspace.MaxTokenBits)
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("shard: data dir: %w", err)

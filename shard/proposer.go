@@ -24,7 +24,8 @@ type proposer struct {
 	clock       func() time.Time
 	floor       func() int64 // the latest applied stamp
 	maxCommands int
-	policy      keyspace.TierPolicy // carried by every tick entry
+	policy      keyspace.TierPolicy  // carried by every tick entry
+	layout      keyspace.TokenLayout // carried by every entry
 	observe     func(commands int, took time.Duration, res []keyspace.Result, cmds []keyspace.Command)
 
 	in       chan *request
@@ -260,7 +261,7 @@ func (p *proposer) run(pending chan<- batch) {
 			<-p.inflight
 			continue
 		}
-		entry := keyspace.Entry{Now: now, Tick: tick, HasPolicy: tick, Policy: p.policy, Commands: b.cmds}
+		entry := keyspace.Entry{Now: now, Tick: tick, HasPolicy: tick, Policy: p.policy, HasLayout: true, Layout: p.layout, Commands: b.cmds}
 		buf = keyspace.AppendEntry(buf[:0], &entry)
 		// raft keeps the slice until the entry is stored: hand it a copy.
 		b.future = p.raft.Apply(append([]byte(nil), buf...), 0)

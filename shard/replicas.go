@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
 )
 
@@ -147,6 +148,10 @@ func (h *Host) openShard(i int, bootstrap bool, voters []raft.Server) (*Shard, e
 		return nil, fmt.Errorf("shard %d: %w", i, err)
 	}
 	cfg := h.cfg
+	tokens, err := keyspace.NewTokenLayout(i, h.settings.Shards)
+	if err != nil {
+		return nil, fmt.Errorf("shard %d: %w", i, err)
+	}
 	var trans *raft.NetworkTransport
 	if cfg.Mux != nil {
 		t, err := raftlog.NewTransport(cfg.Mux, uint64(i), raftlog.TransportConfig{})
@@ -165,6 +170,7 @@ func (h *Host) openShard(i int, bootstrap bool, voters []raft.Server) (*Shard, e
 		Cold:             h.cold.Shard(uint32(i)),
 		HotWindow:        cfg.HotWindow,
 		HotMaxBytes:      cfg.HotMaxBytes / int64(h.settings.Shards),
+		Tokens:           tokens,
 		Clock:            cfg.Clock,
 		MaxClockOffset:   cfg.MaxClockOffset,
 		PeerClocks:       cfg.PeerClocks,

@@ -40,6 +40,13 @@ type Config struct {
 	HotWindow time.Duration
 	// HotMaxBytes is the shard's hot tier budget; 0 means none.
 	HotMaxBytes int64
+	// Tokens is the layout of the fencing tokens the shard grants
+	// (keyspace.TokenLayout), derived from the shard id and the grid's
+	// shard count, a hard setting (keyspace.NewTokenLayout). The leader
+	// writes it into every entry it proposes, so the log says how each
+	// entry's tokens are made. The zero layout names no shard; with bits
+	// its Shard must be ID.
+	Tokens keyspace.TokenLayout
 	// Clock is the leader's time source for stamps; default time.Now.
 	Clock func() time.Time
 	// MaxClockOffset is the bound on the offset between any two nodes'
@@ -98,6 +105,12 @@ func (c *Config) Validate() error {
 	}
 	if c.HotMaxBytes < 0 {
 		return errors.New("shard: config: HotMaxBytes must not be negative")
+	}
+	if err := c.Tokens.Validate(); err != nil {
+		return fmt.Errorf("shard: config: %w", err)
+	}
+	if c.Tokens.Bits > 0 && uint64(c.Tokens.Shard) != c.ID {
+		return fmt.Errorf("shard: config: the token layout names shard %d, this is shard %d", c.Tokens.Shard, c.ID)
 	}
 	if c.MaxEntryCommands <= 0 || c.MaxEntryCommands > keyspace.MaxEntryCommands {
 		c.MaxEntryCommands = 4096
@@ -216,6 +229,7 @@ func Open(cfg Config) (*Shard, error) {
 	policy := keyspace.TierPolicy{HotWindow: cfg.HotWindow.Milliseconds(), HotMaxBytes: cfg.HotMaxBytes}
 	rules := clockRules{shard: cfg.ID, maxOffset: cfg.MaxClockOffset, peers: cfg.PeerClocks, metrics: cfg.Metrics}
 	s.prop = newProposer(r, cfg.Clock, s.appliedStamp, policy, rules, cfg.MaxEntryCommands, cfg.MaxInflight)
+	s.prop.layout = cfg.Tokens
 	if cfg.Metrics != nil {
 		s.prop.observe = cfg.Metrics.observeEntry
 	}

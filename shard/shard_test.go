@@ -140,6 +140,39 @@ func TestTokensSurviveRestart(t *testing.T) {
 	}
 }
 
+// TestTokensNameTheirShard: every shard of a host grants tokens that name
+// it (keyspace.TokenShard), before and after a snapshot and a restart, and
+// they keep increasing.
+func TestTokensNameTheirShard(t *testing.T) {
+	dir := t.TempDir()
+	clock := newFakeClock()
+	h := openHost(t, dir, clock.Now, nil)
+	last := map[int]uint64{}
+	grant := func(h *Host, round int) {
+		t.Helper()
+		for _, s := range h.Shards() {
+			id := int(s.ID())
+			tok := propose(t, s, reserve(fmt.Sprintf("k%d-%d", id, round), time.Minute))[0].Token
+			if got, ok := keyspace.TokenShard(tok, h.Settings().Shards); !ok || got != id || tok <= last[id] {
+				t.Fatalf("round %d: shard %d granted token %d (names shard %d, %v; the last was %d)", round, id, tok, got, ok, last[id])
+			}
+			last[id] = tok
+		}
+	}
+	grant(h, 0)
+	for _, s := range h.Shards() {
+		if err := s.Snapshot(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h = openHost(t, dir, clock.Now, nil)
+	defer h.Close()
+	grant(h, 1)
+}
+
 // TestStampNeverGoesBack: with the leader's clock set back an hour, stamps
 // do not follow it (a read and a settle are stamped at the previous
 // stamps), and no lease is granted or renewed while the clock is behind

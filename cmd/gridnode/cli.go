@@ -21,7 +21,8 @@ import (
 
 // The operator CLI: one verb per grid operation, run against a node's client
 // port through the client package. Exit codes: 0 when the grid answered,
-// whatever the outcome (LEASE_LOST included); 1 for invalid input (flags, or
+// whatever the outcome (LEASE_LOST included, which a settle also reports on
+// stderr: nothing changed); 1 for invalid input (flags, or
 // the grid's InvalidArgument / ResourceExhausted); 2 when the grid could not
 // be reached (unavailable, timed out, dial failure) or failed otherwise.
 const (
@@ -64,6 +65,16 @@ type cliArgs struct {
 	token     uint64
 	digest    string // get: a record digest instead of --ns and --key
 	showToken bool   // get: the operator view, with the record's token
+	// asked, for get, is filled with the shard the node was asked.
+	asked *cliAsked
+}
+
+// cliAsked is where a get looked for the record: the shard its key (or
+// its entity, when named) places it on, by the node's map.
+type cliAsked struct {
+	shard  int
+	entity string // "" when the get named no entity
+	ok     bool   // the node gave its map: shard is known
 }
 
 var cliTable = map[string]cliVerb{
@@ -89,7 +100,7 @@ var cliTable = map[string]cliVerb{
 		usage:   "release --ns NS --key KEY --token N [--entity E]",
 		summary: "Give a held key back without counting an attempt.",
 		keyed:   true, token: true,
-		bind: bindEntityOnly(func(ctx context.Context, c *client.Client, a cliArgs, e client.EntityOption) (client.Result, error) {
+		bind: bindEntityOnly(settleEntityFlag, func(ctx context.Context, c *client.Client, a cliArgs, e client.EntityOption) (client.Result, error) {
 			return c.Release(ctx, a.ns, a.key, a.token, e)
 		}),
 	},
@@ -109,7 +120,7 @@ var cliTable = map[string]cliVerb{
 		usage:   "forget --ns NS --key KEY [--entity E]",
 		summary: "Remove the record of a key so that its message is processed again.",
 		keyed:   true,
-		bind: bindEntityOnly(func(ctx context.Context, c *client.Client, a cliArgs, e client.EntityOption) (client.Result, error) {
+		bind: bindEntityOnly(entityFlag, func(ctx context.Context, c *client.Client, a cliArgs, e client.EntityOption) (client.Result, error) {
 			return c.Forget(ctx, a.ns, a.key, e)
 		}),
 	},
@@ -229,9 +240,19 @@ func runCLI(verb string, args []string, stdout, stderr io.Writer) int {
 	if op == nil {
 		return runStatus(ctx, c, *addr, out)
 	}
+	if verb == "get" && a.digest == "" {
+		a.asked = &cliAsked{}
+		out.asked = a.asked
+	}
 	r, err := op(ctx, c, a)
 	if err != nil && !(errors.Is(err, client.ErrLeaseLost) && r.Outcome == client.OutcomeLeaseLost) {
 		return out.fail(fmt.Errorf("grid at %s: %w", *addr, err), cliExitCode(err))
+	}
+	if r.Outcome == client.OutcomeLeaseLost {
+		// The grid answered, so the exit status is 0 (see the top of
+		// this file); say on stderr that nothing was applied.
+		fmt.Fprintf(stderr, "gridnode %s: LEASE_LOST: token %d does not hold the lease of %s/%s (taken over after it expired, settled with another token, or never granted): nothing changed\n",
+			verb, a.token, a.ns, a.key)
 	}
 	return out.result(r, verb == "forget")
 }
@@ -312,7 +333,7 @@ func bindReserve(fs *flag.FlagSet) func() (cliOp, error) {
 func bindComplete(fs *flag.FlagSet) func() (cliOp, error) {
 	retain := fs.Duration("retain", client.DefaultRetention, "how long the key answers DUPLICATE, up to 400 days (9600h)")
 	result := fs.String("result", "", "result stored for duplicates (<= 64 KiB)")
-	entity := entityFlag(fs)
+	entity := settleEntityFlag(fs)
 	return func() (cliOp, error) {
 		if *retain <= 0 {
 			return nil, fmt.Errorf("--retain must be positive, got %v", *retain)
@@ -330,7 +351,7 @@ func bindComplete(fs *flag.FlagSet) func() (cliOp, error) {
 func bindFail(fs *flag.FlagSet) func() (cliOp, error) {
 	retryAfter := fs.Duration("retry-after", 0, "retry not before this delay (default: the grid's backoff by attempt)")
 	poison := fs.Bool("poison", false, "poison the key now")
-	entity := entityFlag(fs)
+	entity := settleEntityFlag(fs)
 	return func() (cliOp, error) {
 		opts := []client.FailOption{client.ForEntity(*entity)}
 		if flagSet(fs, "retry-after") {
@@ -353,7 +374,7 @@ func bindFail(fs *flag.FlagSet) func() (cliOp, error) {
 
 func bindExtend(fs *flag.FlagSet) func() (cliOp, error) {
 	lease := fs.Duration("lease", client.DefaultLease, "lease from now, 100ms..1h; shorter than what is left keeps the deadline")
-	entity := entityFlag(fs)
+	entity := settleEntityFlag(fs)
 	return func() (cliOp, error) {
 		if *lease <= 0 {
 			return nil, fmt.Errorf("--lease must be positive, got %v", *lease)
@@ -383,15 +404,23 @@ func bindGet(fs *flag.FlagSet) func() (cliOp, error) {
 				}
 				return c.GetDigest(ctx, d, opts...)
 			}
+			if a.asked != nil {
+				// Which shard the node asks, for the answer to say: a key
+				// reserved with an entity lives on the entity's shard.
+				if loc, err := c.Locate(ctx, a.ns, a.key, client.ForEntity(*entity)); err == nil {
+					*a.asked = cliAsked{shard: loc.Shard, entity: *entity, ok: true}
+				}
+			}
 			return c.Get(ctx, a.ns, a.key, opts...)
 		}, nil
 	}
 }
 
-// bindEntityOnly binds a verb whose only own flag is --entity.
-func bindEntityOnly(run func(context.Context, *client.Client, cliArgs, client.EntityOption) (client.Result, error)) func(*flag.FlagSet) func() (cliOp, error) {
+// bindEntityOnly binds a verb whose only own flag is --entity, made by
+// flagOf.
+func bindEntityOnly(flagOf func(*flag.FlagSet) *string, run func(context.Context, *client.Client, cliArgs, client.EntityOption) (client.Result, error)) func(*flag.FlagSet) func() (cliOp, error) {
 	return func(fs *flag.FlagSet) func() (cliOp, error) {
-		entity := entityFlag(fs)
+		entity := flagOf(fs)
 		return func() (cliOp, error) {
 			return func(ctx context.Context, c *client.Client, a cliArgs) (client.Result, error) {
 				return run(ctx, c, a, client.ForEntity(*entity))
@@ -402,6 +431,12 @@ func bindEntityOnly(run func(context.Context, *client.Client, cliArgs, client.En
 
 func entityFlag(fs *flag.FlagSet) *string {
 	return fs.String("entity", "", "entity the key was reserved with, if any (it selects the key's shard)")
+}
+
+// settleEntityFlag is --entity of complete, fail, release and extend: the
+// token finds the key's shard, so the entity is not needed.
+func settleEntityFlag(fs *flag.FlagSet) *string {
+	return fs.String("entity", "", "entity the key was reserved with, if any: not needed, the token finds the key's shard")
 }
 
 // flagSet reports whether the flag was given on the command line.
@@ -431,6 +466,40 @@ type cliOutput struct {
 	json           bool
 	token          bool // print the record's token (not for get without --show-token)
 	stdout, stderr io.Writer
+	asked          *cliAsked // get: the shard asked, when known
+}
+
+// cliGetJSON is the JSON shape of get's answer: the result, the shard the
+// node asked, by what ("key" or "entity"), and a note when the answer may
+// mislead (an ABSENT found by the key alone).
+type cliGetJSON struct {
+	cliResultJSON
+	Shard   *int   `json:"shard,omitempty"`
+	AskedBy string `json:"asked_by,omitempty"`
+	Note    string `json:"note,omitempty"`
+}
+
+// getNote is what get adds to an ABSENT found by the key alone: a key
+// reserved with an entity is on the entity's shard, which was not asked.
+const getNote = "asked the key's own shard; a key reserved with --entity lives on its entity's shard: pass --entity to read it"
+
+// where says which shard a get asked and by what, and the note to add.
+func (a *cliAsked) where(r client.Result) (shard *int, by, note string) {
+	if a == nil {
+		return nil, "", ""
+	}
+	by = "key"
+	if a.entity != "" {
+		by = "entity"
+	}
+	if r.State == client.StateAbsent && a.entity == "" {
+		note = getNote
+	}
+	if !a.ok {
+		return nil, by, note
+	}
+	s := a.shard
+	return &s, by, note
 }
 
 // cliResultJSON is the JSON shape of a result. Times are RFC 3339 in UTC,
@@ -575,7 +644,11 @@ func resultJSON(r client.Result, forget, token bool) cliResultJSON {
 
 func (o cliOutput) result(r client.Result, forget bool) int {
 	j := resultJSON(r, forget, o.token)
+	shard, by, note := o.asked.where(r)
 	if o.json {
+		if o.asked != nil {
+			return o.writeJSON(cliGetJSON{cliResultJSON: j, Shard: shard, AskedBy: by, Note: note})
+		}
 		return o.writeJSON(j)
 	}
 	tw := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
@@ -603,6 +676,14 @@ func (o cliOutput) result(r client.Result, forget bool) int {
 		row("EXISTED", strconv.FormatBool(*j.Existed))
 	}
 	row("GRID TIME", j.Now)
+	if shard != nil {
+		asked := fmt.Sprintf("%d (by the key)", *shard)
+		if by == "entity" {
+			asked = fmt.Sprintf("%d (by entity %s)", *shard, o.asked.entity)
+		}
+		row("SHARD ASKED", asked)
+	}
+	row("NOTE", note)
 	return o.flush(tw)
 }
 
