@@ -50,8 +50,8 @@ func WithRequestID(id string) ReserveOption { return requestIDOption(id) }
 
 // checkRequestID refuses an id longer than the grid's limit.
 func checkRequestID(id []byte) error {
-	if len(id) > keyspace.MaxRequestIDLen {
-		return fmt.Errorf("%w: request id of %d bytes over the limit of %d bytes", ErrInvalidArgument, len(id), keyspace.MaxRequestIDLen)
+	if err := keyspace.ValidateRequestID(id); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	return nil
 }
