@@ -227,9 +227,7 @@ func (n *Node) startControl() error {
 	}
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
-	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
-	rc.ElectionTimeout = cfg.HeartbeatTimeout
-	rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout / 2
+	raftlog.SetTimeouts(rc, cfg.HeartbeatTimeout)
 	rc.SnapshotThreshold = 1024
 	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft-control", Level: hclog.Warn, Output: io.Discard})
 	n.store = cfg.Logs.Group(ControlGroup)

@@ -177,9 +177,7 @@ func Open(cfg Config) (*Shard, error) {
 	s.fsm.snapConf = func() (uint64, raft.Configuration, bool) { return latestSnapshotConfig(snaps) }
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
-	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
-	rc.ElectionTimeout = cfg.HeartbeatTimeout
-	rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout / 2
+	raftlog.SetTimeouts(rc, cfg.HeartbeatTimeout)
 	rc.BatchApplyCh = true
 	rc.MaxAppendEntries = 256
 	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: fmt.Sprintf("raft-shard-%d", cfg.ID), Level: hclog.Warn, Output: io.Discard})
