@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"sync"
@@ -214,13 +213,18 @@ func Start(cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// raftLogger is the control group's Raft logger: the node's, at warn.
+func (n *Node) raftLogger() hclog.Logger {
+	return raftlog.RaftLogger(n.cfg.Logger, "raft").With("group", "control")
+}
+
 func (n *Node) startControl() error {
 	cfg := n.cfg
-	trans, err := raftlog.NewTransport(cfg.Mux, ControlGroup, raftlog.TransportConfig{})
+	trans, err := raftlog.NewTransport(cfg.Mux, ControlGroup, raftlog.TransportConfig{Logger: n.raftLogger()})
 	if err != nil {
 		return err
 	}
-	snaps, err := raftlog.NewSnapshotStore(cfg.SnapshotDir, ControlGroup, 2, io.Discard)
+	snaps, err := raftlog.NewSnapshotStore(cfg.SnapshotDir, ControlGroup, 2, n.raftLogger())
 	if err != nil {
 		_ = trans.Close()
 		return err
@@ -229,7 +233,7 @@ func (n *Node) startControl() error {
 	rc.LocalID = raft.ServerID(cfg.ID)
 	raftlog.SetTimeouts(rc, cfg.HeartbeatTimeout)
 	rc.SnapshotThreshold = 1024
-	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft-control", Level: hclog.Warn, Output: io.Discard})
+	rc.Logger = n.raftLogger()
 	n.store = cfg.Logs.Group(ControlGroup)
 	r, err := raft.NewRaft(rc, n.ctl, n.store, n.store, snaps, trans)
 	if err != nil {

@@ -75,6 +75,14 @@
 // Snapshots are not stored in Pebble: [NewSnapshotStore] gives each group a
 // raft.FileSnapshotStore in its own directory, dir/group-<id>.
 //
+// # Timeouts and logs
+//
+// [SetTimeouts] is the one rule for a group's failure detection: heartbeat,
+// election and leader lease all equal the heartbeat timeout. [RaftLogger]
+// sends hashicorp/raft's log lines (its Raft, transport and snapshot store)
+// to the node's slog logger at warn and above, so an operator sees Raft's
+// warnings and errors.
+//
 // # Multiplexed transport
 //
 // A node hosts many groups (its shard replicas and possibly a member of the

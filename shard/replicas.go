@@ -3,7 +3,6 @@ package shard
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -60,7 +59,7 @@ func (h *Host) HasState(id int) (bool, error) {
 		return false, fmt.Errorf("shard %d: %w", id, err)
 	}
 	g := h.logs.Group(uint64(id))
-	snaps, err := raftlog.NewSnapshotStore(h.snapshotDir(), uint64(id), 2, io.Discard)
+	snaps, err := raftlog.NewSnapshotStore(h.snapshotDir(), uint64(id), 2, nil)
 	if err != nil {
 		return false, fmt.Errorf("shard %d: %w", id, err)
 	}
@@ -154,7 +153,7 @@ func (h *Host) openShard(i int, bootstrap bool, voters []raft.Server) (*Shard, e
 	}
 	var trans *raft.NetworkTransport
 	if cfg.Mux != nil {
-		t, err := raftlog.NewTransport(cfg.Mux, uint64(i), raftlog.TransportConfig{})
+		t, err := raftlog.NewTransport(cfg.Mux, uint64(i), raftlog.TransportConfig{Logger: raftLogger(cfg.Logger, uint64(i))})
 		if err != nil {
 			return nil, fmt.Errorf("shard %d: %w", i, err)
 		}

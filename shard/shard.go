@@ -145,6 +145,12 @@ type Shard struct {
 	closeOnce sync.Once
 }
 
+// raftLogger is shard id's Raft logger (its Raft, transport and snapshot
+// store): the node's logger l, at warn.
+func raftLogger(l *slog.Logger, id uint64) hclog.Logger {
+	return raftlog.RaftLogger(l, "raft").With("shard", id)
+}
+
 // Open starts the replica.
 func Open(cfg Config) (*Shard, error) {
 	if err := cfg.Validate(); err != nil {
@@ -157,7 +163,7 @@ func Open(cfg Config) (*Shard, error) {
 			return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
 		}
 	}
-	snaps, err := raftlog.NewSnapshotStore(cfg.SnapshotDir, cfg.ID, 2, io.Discard)
+	snaps, err := raftlog.NewSnapshotStore(cfg.SnapshotDir, cfg.ID, 2, raftLogger(cfg.Logger, cfg.ID))
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
 	}
@@ -180,7 +186,7 @@ func Open(cfg Config) (*Shard, error) {
 	raftlog.SetTimeouts(rc, cfg.HeartbeatTimeout)
 	rc.BatchApplyCh = true
 	rc.MaxAppendEntries = 256
-	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: fmt.Sprintf("raft-shard-%d", cfg.ID), Level: hclog.Warn, Output: io.Discard})
+	rc.Logger = raftLogger(cfg.Logger, cfg.ID)
 	rc.NoSnapshotRestoreOnStart = false
 	// A leader that commits its own removal steps down instead of shutting
 	// Raft down under the Shard: the host stops the replica (StopReplica).
