@@ -76,10 +76,10 @@ func TestAuditAndDigestRefusals(t *testing.T) {
 // leads nothing lists nothing although its cold tiers are full.
 func TestAuditInAClusterListsLedShards(t *testing.T) {
 	const perShard = 4
-	tc := startCluster(t, 3, nil, func(c *shard.HostConfig) {
+	tc := startCluster(t, gridtest.ClusterOptions{TuneHost: func(c *shard.HostConfig) {
 		c.HotWindow, c.TickInterval = time.Millisecond, 20*time.Millisecond // settled records go cold at once
-	})
-	leaders := []*testNode{tc.leader(0), tc.leader(1)}
+	}})
+	leaders := []*member{tc.leader(0), tc.leader(1)}
 	c := dial(t, tc.nodes[0].addr)
 	for s := range testShards {
 		for i := range perShard {
@@ -96,7 +96,7 @@ func TestAuditInAClusterListsLedShards(t *testing.T) {
 	waitFor(t, "every replica to demote the settled records", func() bool {
 		for _, n := range tc.nodes {
 			for s := range testShards {
-				if n.host.Shard(s).Status().Cold.Keys != perShard {
+				if tc.host(n).Shard(s).Status().Cold.Keys != perShard {
 					return false
 				}
 			}

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -15,6 +16,20 @@ import (
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/internal/gridtest"
 )
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
+}
 
 // setClock is a clock the test sets.
 type setClock struct{ ms atomic.Int64 }

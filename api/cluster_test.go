@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -18,6 +17,7 @@ import (
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/shard"
@@ -109,119 +109,27 @@ const (
 	testTerm = 3
 )
 
-// testNode is one node of a test cluster: a shard host replicating over
-// its Raft mux, and the API server on its own gRPC port.
+// testNode is a node serving a fixed view (startViewNode): a shard host
+// and the API server on its own gRPC port, with no cluster runtime.
 type testNode struct {
 	id   cluster.NodeID
 	view *testView
 	host *shard.Host
-	mux  *raftlog.Mux
+	mux  *raftlog.Mux // nil: every shard a one-voter group in memory
 	srv  *api.Server
 	grpc *grpc.Server
 	addr string
 }
 
-// testCluster is n nodes on loopback, each with a shard host replicating
-// over its own Raft mux and an API server routing by a view holding the
-// same map. The map's preferred leaders need not be the real ones: routing
-// must follow the replicas.
-type testCluster struct {
-	t     *testing.T
-	nodes []*testNode
-	m     *cluster.Map
-}
-
-// startCluster starts n nodes. With sets nil, every node holds a replica
-// of every shard (static voters over the mux, as shard's own replication
-// tests), and the map says so. Otherwise sets[s] lists the indexes of the
-// nodes the map gives shard s, preferred leader first; the hosts are
-// Manual and the test starts the replicas it wants. tune adjusts every
-// host's config.
-func startCluster(t *testing.T, n int, sets [][]int, tune ...func(*shard.HostConfig)) *testCluster {
+// viewLeader waits until shard s has a leader among nodes that serves (a
+// linearizable read through it succeeds) and every replica knows it; it
+// returns the leader's node.
+func viewLeader(t *testing.T, nodes []*testNode, s int) *testNode {
 	t.Helper()
-	tc := &testCluster{t: t, m: &cluster.Map{Epoch: testEpoch, Slots: testSlots, Shards: testShards, Replicas: n,
-		Nodes: map[cluster.NodeID]cluster.NodeInfo{}}}
-	var peers []raft.Server
-	lis := make([]net.Listener, n)
-	for i := range n {
-		id := cluster.NodeID(fmt.Sprint("n", i))
-		mux, err := raftlog.ListenMux("127.0.0.1:0", raftlog.MuxConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		lis[i] = listen(t)
-		node := &testNode{id: id, mux: mux, addr: lis[i].Addr().String()}
-		tc.nodes = append(tc.nodes, node)
-		t.Cleanup(func() { tc.stop(node) })
-		peers = append(peers, raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(mux.Addr().String())})
-		tc.m.Nodes[id] = cluster.NodeInfo{ID: id, GRPCAddr: node.addr, RaftAddr: mux.Addr().String(), State: cluster.NodeActive}
-	}
-	if sets == nil {
-		for s := range testShards {
-			sets = append(sets, []int{s % n})
-			for i := range n {
-				if i != s%n {
-					sets[s] = append(sets[s], i)
-				}
-			}
-		}
-	} else {
-		peers = nil
-	}
-	for _, set := range sets {
-		rs := []cluster.NodeID{}
-		for _, i := range set {
-			rs = append(rs, tc.nodes[i].id)
-		}
-		tc.m.ShardReplicas = append(tc.m.ShardReplicas, rs)
-	}
-	if err := tc.m.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	for i, node := range tc.nodes {
-		hc := shard.HostConfig{NodeID: string(node.id), DataDir: t.TempDir(), Slots: testSlots, Shards: testShards,
-			Mux: node.mux, Peers: peers, Manual: peers == nil, TickInterval: time.Hour, NoSync: true,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-		for _, f := range tune {
-			f(&hc)
-		}
-		host, err := shard.OpenHost(hc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		node.host = host
-		node.view = &testView{self: node.id, m: tc.m.Clone(), alive: map[cluster.NodeID]bool{}, controlLeader: tc.nodes[0].id, controlTerm: testTerm}
-		for _, other := range tc.nodes {
-			node.view.alive[other.id] = true
-		}
-		node.srv = api.NewServer(host, api.Options{Cluster: node.view})
-		node.grpc = node.srv.NewGRPCServer()
-		go func() { _ = node.grpc.Serve(lis[i]) }()
-	}
-	return tc
-}
-
-// stop stops a node's gRPC server, then its host, then its mux.
-func (tc *testCluster) stop(n *testNode) {
-	if n.grpc != nil {
-		n.grpc.Stop()
-		n.srv.Shutdown()
-	}
-	if n.host != nil {
-		_ = n.host.Close()
-	}
-	_ = n.mux.Close()
-}
-
-// leader waits until shard s has a leader that serves (a linearizable
-// read through it succeeds) and every replica knows it; it returns the
-// leader's node.
-func (tc *testCluster) leader(s int) *testNode {
-	tc.t.Helper()
 	var l *testNode
-	waitFor(tc.t, fmt.Sprintf("a serving leader of shard %d known to every replica", s), func() bool {
+	waitFor(t, fmt.Sprintf("a serving leader of shard %d known to every replica", s), func() bool {
 		l = nil
-		for _, n := range tc.nodes {
+		for _, n := range nodes {
 			if r := n.host.Shard(s); r != nil && r.IsLeader() {
 				l = n
 			}
@@ -229,8 +137,75 @@ func (tc *testCluster) leader(s int) *testNode {
 		if l == nil {
 			return false
 		}
-		for _, n := range tc.nodes {
+		for _, n := range nodes {
 			if r := n.host.Shard(s); r != nil {
+				if id, _ := r.Leader(); id != string(l.id) {
+					return false
+				}
+			}
+		}
+		_, err := dial(t, l.addr).Get(redirectOnly(t), &gridpb.GetRequest{Namespace: []byte("probe"), Key: keyOf(t, s, "probe", 0)})
+		return err == nil
+	})
+	return l
+}
+
+// member is a node of a testCluster.
+type member struct {
+	i    int // its index in the gridtest cluster
+	id   cluster.NodeID
+	addr string
+}
+
+// testCluster is three real nodes (gridtest: the cluster runtime, its
+// control group and placement) in the test geometry, replicating both
+// shards on all of them.
+type testCluster struct {
+	*gridtest.Cluster
+	t     *testing.T
+	nodes []*member
+}
+
+// startCluster starts a testCluster; opts adds to the geometry (Nodes,
+// Replicas, Shards and the slots are the test's), and TuneHost, if set,
+// adjusts every host's config after the geometry.
+func startCluster(t *testing.T, opts gridtest.ClusterOptions) *testCluster {
+	t.Helper()
+	tune := opts.TuneHost
+	opts.Nodes, opts.Replicas, opts.Shards = 3, 3, testShards
+	opts.TuneHost = func(c *shard.HostConfig) {
+		c.Slots = testSlots
+		if tune != nil {
+			tune(c)
+		}
+	}
+	tc := &testCluster{Cluster: gridtest.StartCluster(t, opts), t: t}
+	addrs := tc.Addrs()
+	for i := range addrs {
+		tc.nodes = append(tc.nodes, &member{i: i, id: cluster.NodeID(tc.ID(i)), addr: addrs[i]})
+	}
+	return tc
+}
+
+// host is n's shard host.
+func (tc *testCluster) host(n *member) *shard.Host { return tc.Node(n.i).Host() }
+
+// leader waits until shard s has a single leader that serves (a
+// linearizable read through it succeeds), every replica knows it, and it
+// is the map's preferred leader (the control leader restores the
+// preferred leader after an election, so the leadership then stays); it
+// returns the leader's node.
+func (tc *testCluster) leader(s int) *member {
+	tc.t.Helper()
+	var l *member
+	waitFor(tc.t, fmt.Sprintf("a serving preferred leader of shard %d known to every replica", s), func() bool {
+		m, ls := tc.Map(), tc.Leaders(s)
+		if m == nil || len(ls) != 1 || m.ShardReplicas[s][0] != tc.nodes[ls[0]].id {
+			return false
+		}
+		l = tc.nodes[ls[0]]
+		for _, n := range tc.nodes {
+			if r := tc.host(n).Shard(s); r != nil {
 				if id, _ := r.Leader(); id != string(l.id) {
 					return false
 				}
@@ -243,7 +218,7 @@ func (tc *testCluster) leader(s int) *testNode {
 }
 
 // follower returns a node that does not lead shard s.
-func (tc *testCluster) follower(s int) *testNode {
+func (tc *testCluster) follower(s int) *member {
 	l := tc.leader(s)
 	for _, n := range tc.nodes {
 		if n != l {
@@ -252,6 +227,12 @@ func (tc *testCluster) follower(s int) *testNode {
 	}
 	tc.t.Fatal("no follower")
 	return nil
+}
+
+// redirectsTo reports whether got names shard s led by node l at the
+// cluster's map epoch.
+func (tc *testCluster) redirectsTo(got *gridpb.Redirect, s int, l *member) bool {
+	return got != nil && got.Shard == uint32(s) && got.LeaderId == string(l.id) && got.LeaderAddr == l.addr && got.Epoch == tc.Map().Epoch
 }
 
 // keyOf returns the i-th key with prefix whose record (namespace "ns" when
@@ -313,8 +294,8 @@ func getOp(key []byte, stale bool) *gridpb.Op {
 	return &gridpb.Op{Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: []byte("ns"), Key: key, StaleOk: stale, ShowToken: true}}}
 }
 
-// sameRedirect reports whether got names shard s led by node l at the
-// test map's epoch.
+// sameRedirect reports whether got names shard s led by view node l at
+// the test map's epoch.
 func sameRedirect(got *gridpb.Redirect, s int, l *testNode) bool {
 	return got != nil && got.Shard == uint32(s) && got.LeaderId == string(l.id) && got.LeaderAddr == l.addr && got.Epoch == testEpoch
 }
@@ -324,12 +305,26 @@ func sameRedirect(got *gridpb.Redirect, s int, l *testNode) bool {
 // cluster view but no replication.
 func startViewNode(t *testing.T, view *testView, lis net.Listener) *testNode {
 	t.Helper()
+	n := startViewNodeOn(t, view, lis, nil)
+	for s := range testShards {
+		if _, err := n.host.StartReplica(s, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+// startViewNodeOn serves a host in cluster mode with view, with no cluster
+// runtime: the test starts the replicas it wants (over mux, when not nil)
+// and changes their groups itself.
+func startViewNodeOn(t *testing.T, view *testView, lis net.Listener, mux *raftlog.Mux) *testNode {
+	t.Helper()
 	host, err := shard.OpenHost(shard.HostConfig{NodeID: string(view.self), DataDir: t.TempDir(), Slots: testSlots, Shards: testShards,
-		TickInterval: time.Hour, NoSync: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Mux: mux, TickInterval: time.Hour, NoSync: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &testNode{id: view.self, view: view, host: host, srv: api.NewServer(host, api.Options{Cluster: view}), addr: lis.Addr().String()}
+	n := &testNode{id: view.self, view: view, host: host, mux: mux, srv: api.NewServer(host, api.Options{Cluster: view}), addr: lis.Addr().String()}
 	n.grpc = n.srv.NewGRPCServer()
 	go func() { _ = n.grpc.Serve(lis) }()
 	t.Cleanup(func() {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +19,7 @@ import (
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/shard"
 )
 
@@ -187,55 +190,67 @@ func TestDrainForwardedToControlLeader(t *testing.T) {
 // view, state names) with each shard's leader as its replica knows it,
 // not the map's preferred leader.
 func TestClusterMapAndStatus(t *testing.T) {
-	tc := startCluster(t, 3, nil)
-	leaders := []*testNode{tc.leader(0), tc.leader(1)}
-	f := tc.nodes[2]
+	views := make([]*shownView, 3)
+	tc := startCluster(t, gridtest.ClusterOptions{WrapView: func(i int, v api.ClusterView) api.ClusterView {
+		views[i] = &shownView{ClusterView: v}
+		return views[i]
+	}})
+	leaders := []*member{tc.leader(0), tc.leader(1)}
+	waitFor(t, "a control leader", func() bool { return tc.ControlLeader() >= 0 })
+	ctl := tc.nodes[tc.ControlLeader()]
+	f := tc.nodes[(ctl.i+1)%3]
+	waitFor(t, string(f.id)+" to be a control group voter", func() bool { return tc.Node(f.i).Cluster().ControlState() == "follower" })
+	real := tc.Map()
 	fc := dial(t, f.addr)
 	st, err := fc.Status(ctx(t), &gridpb.StatusRequest{})
-	if err != nil || st.MapEpoch != testEpoch || st.ShardCount != testShards || st.ControlState != "Follower" || len(st.Shards) != testShards ||
+	if err != nil || st.MapEpoch != real.Epoch || st.ShardCount != testShards || st.ControlState != "follower" || len(st.Shards) != testShards ||
 		st.NodeState != "active" {
 		t.Fatalf("status: %v %v", st, err)
 	}
 	for _, sh := range st.Shards {
 		if sh.Suffrage != "voter" || len(sh.Group) != 3 || !sh.ConfigCommitted || sh.ConfigIndex == 0 {
-			t.Errorf("shard %d of a static 3-voter group: %v", sh.Id, sh)
+			t.Errorf("shard %d of a 3-voter group: %v", sh.Id, sh)
 		}
 	}
 
-	// f's map: preferred leaders that are not the real ones, a draining
-	// node and one gossip does not see.
-	f.view.mu.Lock()
+	// f's map: preferred leaders that are not the real ones, f itself
+	// draining, and a node gossip does not see.
+	want := real.Clone()
 	for s, l := range leaders {
 		for _, n := range tc.nodes {
 			if n != l {
-				f.view.m.ShardReplicas[s] = preferring(f.view.m.ShardReplicas[s], n.id)
+				want.ShardReplicas[s] = preferring(want.ShardReplicas[s], n.id)
 				break
 			}
 		}
 	}
-	n2 := f.view.m.Nodes["n2"]
-	n2.State = cluster.NodeDraining
-	f.view.m.Nodes["n2"] = n2
-	f.view.alive["n1"] = false
-	want := f.view.m.Clone()
-	f.view.mu.Unlock()
+	info := want.Nodes[f.id]
+	info.State = cluster.NodeDraining
+	want.Nodes[f.id] = info
+	gone := tc.nodes[(f.i+1)%3]
+	alive := map[cluster.NodeID]bool{}
+	for _, n := range tc.nodes {
+		alive[n.id] = n != gone
+	}
+	views[f.i].show(want, alive)
 
 	got, err := fc.ClusterMap(ctx(t), &gridpb.ClusterMapRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Standalone || got.Epoch != testEpoch || got.Slots != testSlots || got.ShardCount != testShards || got.Replicas != 3 ||
-		got.NodeId != string(f.id) || got.ControlLeader != "n0" || len(got.Nodes) != 3 || len(got.Shards) != testShards {
+	if got.Standalone || got.Epoch != want.Epoch || got.Slots != testSlots || got.ShardCount != testShards || got.Replicas != 3 ||
+		got.NodeId != string(f.id) || got.ControlLeader != string(ctl.id) || len(got.Nodes) != 3 || len(got.Shards) != testShards {
 		t.Fatalf("cluster map: %v", got)
 	}
+	ids := slices.Sorted(maps.Keys(want.Nodes))
 	for i, n := range got.Nodes {
-		id := cluster.NodeID(fmt.Sprint("n", i))
-		state, alive := "active", id != "n1"
-		if id == "n2" {
+		id := ids[i]
+		state := "active"
+		if id == f.id {
 			state = "draining"
 		}
-		if n.Id != string(id) || n.GrpcAddr != want.Nodes[id].GRPCAddr || n.RaftAddr != want.Nodes[id].RaftAddr || n.State != state || n.Alive != alive {
-			t.Errorf("node %d: %v, want %s %s alive=%v", i, n, id, state, alive)
+		if n.Id != string(id) || n.GrpcAddr != want.Nodes[id].GRPCAddr || n.RaftAddr != want.Nodes[id].RaftAddr || n.State != state || n.Alive != alive[id] {
+			t.Errorf("node %d: %v, want %s %s alive=%v", i, n, id, state, alive[id])
 		}
 	}
 	for s, l := range leaders {
@@ -245,6 +260,40 @@ func TestClusterMapAndStatus(t *testing.T) {
 				s, sh, l.id, want.ShardReplicas[s][0], want.ShardReplicas[s])
 		}
 	}
+}
+
+// shownView is a node's cluster runtime as its API server sees it, with
+// the map and gossip view a test shows it instead once shown.
+type shownView struct {
+	api.ClusterView
+
+	mu    sync.Mutex
+	m     *cluster.Map
+	alive map[cluster.NodeID]bool
+}
+
+func (v *shownView) show(m *cluster.Map, alive map[cluster.NodeID]bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.m, v.alive = m.Clone(), maps.Clone(alive)
+}
+
+func (v *shownView) Map() *cluster.Map {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.m == nil {
+		return v.ClusterView.Map()
+	}
+	return v.m.Clone()
+}
+
+func (v *shownView) Alive() map[cluster.NodeID]bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.alive == nil {
+		return v.ClusterView.Alive()
+	}
+	return maps.Clone(v.alive)
 }
 
 // preferring returns replica set rs with id as its preferred leader, the
@@ -260,16 +309,17 @@ func preferring(rs []cluster.NodeID, id cluster.NodeID) []cluster.NodeID {
 	return out
 }
 
-// TestShardAdminAndShardsNotHostedHere: on Manual hosts, the map gives
-// shard 0 to n0 and n1 and shard 1 to n2 alone. ShardAdmin grows shard 0's
+// TestShardAdminAndShardsNotHostedHere: three nodes serve a fixed map
+// that gives shard 0 to n0 and n1 and shard 1 to n2 alone, with no cluster
+// runtime: the test starts the replicas. ShardAdmin grows shard 0's
 // group from n0 alone (add as non-voter, then promote) and hands its
 // leadership to n1; a node that does not lead or does not hold the shard
 // answers with a Redirect, and Peers turns that into ErrNotShardLeader.
 // n2, which holds no replica of shard 0, forwards its operations by the
 // map, and once leadership moved the node it forwards to redirects.
 func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
-	tc := startCluster(t, 3, [][]int{{0, 1}, {2}})
-	n0, n1, n2 := tc.nodes[0], tc.nodes[1], tc.nodes[2]
+	nodes := startViewNodes(t, [][]int{{0, 1}, {2}})
+	n0, n1, n2 := nodes[0], nodes[1], nodes[2]
 	start := func(n *testNode, s int, bootstrap bool) {
 		t.Helper()
 		if _, err := n.host.StartReplica(s, bootstrap); err != nil {
@@ -278,10 +328,10 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 	}
 	start(n0, 0, true)
 	start(n2, 1, true)
-	if l := tc.leader(0); l != n0 {
+	if l := viewLeader(t, nodes, 0); l != n0 {
 		t.Fatalf("shard 0 led by %s, want n0 (it bootstrapped alone)", l.id)
 	}
-	if l := tc.leader(1); l != n2 {
+	if l := viewLeader(t, nodes, 1); l != n2 {
 		t.Fatalf("shard 1 led by %s, want n2 (it bootstrapped alone)", l.id)
 	}
 	c0, c1, c2 := dial(t, n0.addr), dial(t, n1.addr), dial(t, n2.addr)
@@ -326,7 +376,7 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 		if resp, err = admin(c0, gridpb.ShardAdminAction_ADD_VOTER, n1); err != nil || resp.CommitIndex == 0 {
 			t.Fatalf("add voter n1: %v %v", resp, err)
 		}
-		if tc.leader(0) != n0 {
+		if viewLeader(t, nodes, 0) != n0 {
 			t.Fatal("n0 lost the lead")
 		}
 		_, err = admin(c1, gridpb.ShardAdminAction_REMOVE_SERVER, n0)
@@ -355,7 +405,7 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 				t.Errorf("transfer under %+v: %v, want FAILED_PRECONDITION naming the control term", f, err)
 			}
 		}
-		if l := tc.leader(0); l != n0 {
+		if l := viewLeader(t, nodes, 0); l != n0 {
 			t.Fatalf("shard 0 led by %s after refused transfers, want n0", l.id)
 		}
 		after, err := n0.host.Shard(0).Configuration()
@@ -407,7 +457,7 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 		if _, err := admin(c0, gridpb.ShardAdminAction_TRANSFER_LEADERSHIP, n1); err != nil {
 			t.Fatalf("transfer to n1: %v", err)
 		}
-		if l := tc.leader(0); l != n1 {
+		if l := viewLeader(t, nodes, 0); l != n1 {
 			t.Fatalf("shard 0 led by %s after the transfer, want n1", l.id)
 		}
 		// n2's map still prefers n0, which no longer leads and does not
@@ -460,4 +510,50 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 			t.Errorf("ShardStatus after Close: %v", err)
 		}
 	})
+}
+
+// startViewNodes starts len(sets) nodes, n0, n1, ..., each with its Raft
+// mux on loopback, serving views of one map at testEpoch in which sets[s]
+// lists the indexes of the nodes holding shard s, preferred leader first,
+// with n0 leading the control group at testTerm and every node alive. No
+// node runs a replica yet.
+func startViewNodes(t *testing.T, sets [][]int) []*testNode {
+	t.Helper()
+	n := 0
+	for _, set := range sets {
+		n = max(n, slices.Max(set)+1)
+	}
+	m := &cluster.Map{Epoch: testEpoch, Slots: testSlots, Shards: testShards, Replicas: n, Nodes: map[cluster.NodeID]cluster.NodeInfo{}}
+	ids := make([]cluster.NodeID, n)
+	muxes := make([]*raftlog.Mux, n)
+	lis := make([]net.Listener, n)
+	for i := range n {
+		ids[i] = cluster.NodeID(fmt.Sprint("n", i))
+		mux, err := raftlog.ListenMux("127.0.0.1:0", raftlog.MuxConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = mux.Close() }) // after the host's, registered later
+		muxes[i], lis[i] = mux, listen(t)
+		m.Nodes[ids[i]] = cluster.NodeInfo{ID: ids[i], GRPCAddr: lis[i].Addr().String(), RaftAddr: mux.Addr().String(), State: cluster.NodeActive}
+	}
+	for _, set := range sets {
+		rs := []cluster.NodeID{}
+		for _, i := range set {
+			rs = append(rs, ids[i])
+		}
+		m.ShardReplicas = append(m.ShardReplicas, rs)
+	}
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var nodes []*testNode
+	for i := range n {
+		view := &testView{self: ids[i], m: m.Clone(), alive: map[cluster.NodeID]bool{}, controlLeader: ids[0], controlTerm: testTerm}
+		for _, id := range ids {
+			view.alive[id] = true
+		}
+		nodes = append(nodes, startViewNodeOn(t, view, lis[i], muxes[i]))
+	}
+	return nodes
 }

@@ -1,4 +1,4 @@
-// Package api is the gRPC face of a node: the Grid service (Reserve,
+// Package api is the gRPC service of a node: the Grid service (Reserve,
 // Complete, Fail, Release, Extend, Get, Forget, Batch, Status, Audit, and
 // for clusters ClusterMap, Drain, ShardAdmin), gRPC health and reflection,
 // the request limits of DESIGN section 7, and the one place where keyspace,
@@ -35,8 +35,10 @@
 // are left out and marked result_omitted (boundResults), so that a small
 // request cannot ask for an answer thousands of times its size.
 //
-// The gRPC port closes a connection that has not completed its HTTP/2
-// handshake within HandshakeTimeout, as the Raft and HTTP ports do.
+// The package serves; it does not wire: the node package opens the
+// listeners, the host and the cluster runtime, and hands the server the
+// host, the cluster runtime as a ClusterView (the small interface declared
+// here), the Peers pool and the metrics registry (Options).
 //
 // An operation's shard is its record digest's, but a settle (Complete,
 // Fail, Release, Extend) goes first to the shard its token names

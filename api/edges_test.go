@@ -3,13 +3,10 @@ package api_test
 import (
 	"bytes"
 	"context"
-	"errors"
-	"io"
 	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
@@ -19,7 +16,6 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/internal/gridtest"
@@ -28,7 +24,7 @@ import (
 
 // Answers at the edges: hostile bytes, inputs as large as a request may
 // be, a leadership transfer to a non-voter, a batch that asks for one
-// stored result a thousand times, a half-sent handshake. Every answer must
+// stored result a thousand times. Every answer must
 // carry the right code and a short message, and leave the caller's
 // connection up: the tests count the client connection's dials, and a
 // connection torn down by an answer is dialled again by the next call.
@@ -382,38 +378,4 @@ func TestBatchBoundsReplayedResults(t *testing.T) {
 	if err != nil || !bytes.Equal(got.Result, stored) || got.ResultOmitted {
 		t.Fatalf("get after the batches: %d result bytes, omitted %v, %v", len(got.GetResult()), got.GetResultOmitted(), err)
 	}
-}
-
-// TestHalfSentPrefaceIsClosed: a connection to the gRPC port that sends
-// half of the HTTP/2 preface and then nothing is closed by the node after
-// api.HandshakeTimeout, as the Raft and HTTP ports close theirs, not after
-// gRPC's default of 120 s. The bound checked, twice the timeout, is far
-// below that default; the event waited for is the node closing the
-// connection.
-func TestHalfSentPrefaceIsClosed(t *testing.T) {
-	t.Parallel()
-	n := gridtest.Start(t)
-	conn, err := net.Dial("tcp", n.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.Write([]byte("PRI * HTTP/2.0\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	bound := 2 * api.HandshakeTimeout
-	if err := conn.SetReadDeadline(start.Add(bound)); err != nil {
-		t.Fatal(err)
-	}
-	// The node may send its settings first; it closes the connection when
-	// the preface does not come.
-	_, err = io.Copy(io.Discard, conn)
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		t.Fatalf("a half-sent preface still holds its connection open after %v", time.Since(start).Round(time.Millisecond))
-	}
-	t.Logf("closed after %v (%v)", time.Since(start).Round(time.Millisecond), err)
-	cc := dialCounting(t, n.Addr())
-	cc.alive(t, "a half-sent preface")
 }

@@ -218,9 +218,9 @@ func TestReserveResentThroughAnotherNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
 	}
-	tc := startCluster(t, 3, nil)
+	tc := startCluster(t, gridtest.ClusterOptions{})
 	l := tc.leader(0)
-	var followers []*testNode
+	var followers []*member
 	for _, n := range tc.nodes {
 		if n != l {
 			followers = append(followers, n)

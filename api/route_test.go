@@ -12,16 +12,17 @@ import (
 
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/internal/gridtest"
 )
 
 // TestClusterRouting runs the routing rules against real Raft leaders and
-// followers: three nodes replicate both shards over their muxes, each with
-// an API server routing by the same map. A follower forwards what it
+// followers: three nodes of a real cluster replicate both shards, each
+// API server routing by the cluster map. A follower forwards what it
 // cannot serve to the real leader, or refuses it with a Redirect naming
 // the leader when the request asks for that or was forwarded already; a
 // forward that fails on its way is an unknown outcome, never a Redirect.
 func TestClusterRouting(t *testing.T) {
-	tc := startCluster(t, 3, nil)
+	tc := startCluster(t, gridtest.ClusterOptions{})
 	l0, l1 := tc.leader(0), tc.leader(1)
 	f := tc.follower(0)
 	fc := dial(t, f.addr)
@@ -52,7 +53,7 @@ func TestClusterRouting(t *testing.T) {
 			t.Errorf("get after reserve in the forwarded batch: %v, want PROCESSING with token %d", r[4], r[0].Token)
 		}
 		// The leaders hold what the follower acknowledged.
-		for i, l := range map[int]*testNode{0: l0, 1: l1} {
+		for i, l := range map[int]*member{0: l0, 1: l1} {
 			k := keyOf(t, i, "fwd", 0)
 			got, err := dial(t, l.addr).Get(redirectOnly(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: k, ShowToken: true})
 			if err != nil || got.State != gridpb.State_PROCESSING || got.Token != r[i].Token {
@@ -69,7 +70,7 @@ func TestClusterRouting(t *testing.T) {
 		}
 		for _, i := range []int{0, 2} {
 			e := resp.Results[i].Error
-			if e == nil || codes.Code(e.Code) != codes.Unavailable || !sameRedirect(e.Redirect, 0, l0) {
+			if e == nil || codes.Code(e.Code) != codes.Unavailable || !tc.redirectsTo(e.Redirect, 0, l0) {
 				t.Errorf("op %d on shard 0: %v, want UNAVAILABLE redirecting to %s at %s", i, resp.Results[i], l0.id, l0.addr)
 			}
 		}
@@ -77,7 +78,7 @@ func TestClusterRouting(t *testing.T) {
 			if r.Error != nil || r.Outcome != gridpb.Outcome_ACQUIRED {
 				t.Errorf("op on shard 1, which %s leads: %v, want ACQUIRED here", f.id, r)
 			}
-		} else if r.Error == nil || !sameRedirect(r.Error.Redirect, 1, l1) {
+		} else if r.Error == nil || !tc.redirectsTo(r.Error.Redirect, 1, l1) {
 			t.Errorf("op on shard 1: %v, want a Redirect to %s", r, l1.id)
 		}
 		got, err := dial(t, l0.addr).Get(redirectOnly(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: keyOf(t, 0, "redir", 0)})
@@ -93,7 +94,7 @@ func TestClusterRouting(t *testing.T) {
 		} {
 			_, err := fc.Reserve(c, &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: keyOf(t, 0, "unary", 0)})
 			want := fmt.Sprintf("shard 0 is led by %s at %s", l0.id, l0.addr)
-			if status.Code(err) != codes.Unavailable || !sameRedirect(redirectDetail(err), 0, l0) || !strings.Contains(err.Error(), want) {
+			if status.Code(err) != codes.Unavailable || !tc.redirectsTo(redirectDetail(err), 0, l0) || !strings.Contains(err.Error(), want) {
 				t.Errorf("%s: reserve on a follower: %v (detail %v), want UNAVAILABLE %q with a Redirect", name, err, redirectDetail(err), want)
 			}
 		}
@@ -126,7 +127,7 @@ func TestClusterRouting(t *testing.T) {
 
 	// Last: it takes the leader's gRPC port away.
 	t.Run("a forward that fails on its way is an unknown outcome, not a redirect", func(t *testing.T) {
-		l0.grpc.Stop() // the leader's replica still leads; its API is gone
+		tc.CutClientPort(l0.i) // the leader's replica still leads; its API is gone
 		_, err := fc.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: keyOf(t, 0, "lost", 0)})
 		if status.Code(err) != codes.Unavailable || redirectDetail(err) != nil || !strings.Contains(err.Error(), "outcome unknown") {
 			t.Errorf("reserve forwarded to a gone API: %v (detail %v), want UNAVAILABLE, outcome unknown, no Redirect", err, redirectDetail(err))

@@ -22,7 +22,8 @@ import (
 type Options struct {
 	// Version is reported by Status.
 	Version string
-	// Registry receives the RPC metrics; nil registers nothing.
+	// Registry receives the RPC metrics and the node's clock gauges
+	// (clock.go); nil registers nothing.
 	Registry prometheus.Registerer
 	// Clock is the node's time source for Status; default time.Now.
 	Clock func() time.Time
@@ -62,18 +63,18 @@ func NewServer(host *shard.Host, opts Options) *Server {
 	if opts.Cluster != nil && s.peers == nil {
 		s.peers, s.ownPeers = NewPeers(), true
 	}
+	if opts.Registry != nil {
+		opts.Registry.MustRegister(newClockCollector(host, opts.ClockOffsets))
+	}
 	return s
 }
 
-// NewGRPCServer returns a gRPC server with the request size limit, the
-// handshake timeout and the metrics interceptor, the Grid service, gRPC
-// health and reflection.
+// NewGRPCServer returns a gRPC server with the request size limit and the
+// metrics interceptor, the Grid service, gRPC health and reflection; extra
+// options follow (the node adds its handshake timeout).
 func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 	opts := append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(keyspace.MaxRequestBytes),
-		// A connection that has not completed its HTTP/2 preface and
-		// settings by then is closed (gRPC's default waits 120 s).
-		grpc.ConnectionTimeout(HandshakeTimeout),
 		grpc.UnaryInterceptor(s.metrics.intercept),
 		// Peers keep idle connections alive with pings (see Peers).
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerKeepaliveTime / 2, PermitWithoutStream: true}),

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/internal/gridtest"
+	gridnode "github.com/l4xg/grid/node"
 	"github.com/l4xg/grid/shard"
 )
 
@@ -122,11 +122,11 @@ func TestKilledShardLeaderCallersSeeNoError(t *testing.T) {
 // without "outcome unknown": nothing was applied. Batch labels it the
 // same, and no send counts as possibly applied.
 func TestStartingMemberRefusalIsNotUnknown(t *testing.T) {
-	node, err := api.StartNode(api.NodeConfig{
+	nd, err := gridnode.Start(gridnode.Config{
 		Host:   shard.HostConfig{NodeID: "node-1", DataDir: t.TempDir(), NoSync: true},
 		Listen: "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Cluster: &api.ClusterConfig{
+		Cluster: &gridnode.ClusterConfig{
 			RaftListen: "127.0.0.1:0", GossipListen: "127.0.0.1:0", BootstrapExpect: 3,
 			Gossip: cluster.FastGossipTiming(),
 		},
@@ -137,10 +137,10 @@ func TestStartingMemberRefusalIsNotUnknown(t *testing.T) {
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = node.Stop(ctx)
+		_ = nd.Stop(ctx)
 	}()
 	for _, batching := range []bool{true, false} {
-		cl, err := Dial(context.Background(), node.Addr(), WithBatching(batching),
+		cl, err := Dial(context.Background(), nd.Addr(), WithBatching(batching),
 			WithRetryPolicy(RetryPolicy{Budget: 500 * time.Millisecond, BaseBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}))
 		if err != nil {
 			t.Fatal(err)

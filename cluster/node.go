@@ -34,8 +34,8 @@ type Config struct {
 	// HTTP address. The Raft address is the Mux's.
 	GRPCAddr string // required
 	HTTPAddr string
-	// Host holds this node's shard replicas; it must be in Manual mode on
-	// Mux. Its hard settings (slots, shards) become the cluster's at
+	// Host holds this node's shard replicas, on Mux; the runtime starts and
+	// stops them. Its hard settings (slots, shards) become the cluster's at
 	// bootstrap, and a node whose settings differ from the cluster's
 	// refuses to host replicas.
 	Host *shard.Host

@@ -20,7 +20,7 @@ import (
 func BenchmarkPropose(b *testing.B) {
 	for _, shards := range []int{1, 8} {
 		b.Run(fmt.Sprintf("shards=%d", shards), func(b *testing.B) {
-			h, err := OpenHost(HostConfig{DataDir: b.TempDir(), Shards: shards, NoSync: os.Getenv("BENCH_NOSYNC") != "", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			h, err := openStandalone(HostConfig{DataDir: b.TempDir(), Shards: shards, NoSync: os.Getenv("BENCH_NOSYNC") != "", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -48,7 +48,7 @@ func openTunedHost(t *testing.T, clock func() time.Time, tune func(*HostConfig))
 	cfg := HostConfig{DataDir: t.TempDir(), Shards: 2, Clock: clock, TickInterval: time.Hour, NoSync: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	tune(&cfg)
-	h, err := OpenHost(cfg)
+	h, err := openStandalone(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

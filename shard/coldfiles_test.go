@@ -39,7 +39,7 @@ func newColdNode(t *testing.T) *coldNode {
 
 func (n *coldNode) open() {
 	n.t.Helper()
-	h, err := OpenHost(HostConfig{DataDir: n.dir, Shards: 1, Clock: n.clock.Now, TickInterval: time.Hour, NoSync: true,
+	h, err := openStandalone(HostConfig{DataDir: n.dir, Shards: 1, Clock: n.clock.Now, TickInterval: time.Hour, NoSync: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		n.t.Fatal(err)

@@ -138,15 +138,18 @@
 //
 // # Hosting
 //
-// A node alone hosts every shard as a one-voter group on an in-memory
-// transport. With a raftlog.Mux every group runs over the network (group id
-// = shard id): with static Peers every node hosts every shard; in Manual
-// mode the host holds only the replicas the cluster runtime starts
-// (StartReplica: a new group, or an empty replica that waits for a leader
-// to add it) and stops (StopReplica, with purge once the replica is out of
-// its group: log, snapshots and cold records go, and a marker file lets
-// the next start finish a purge cut short by a crash). For may then return
-// nil: the shard lives elsewhere. The group's leader changes membership
+// A Host has one mode: OpenHost opens the node's storage and starts no
+// replica; its owner starts the replicas it hosts (StartReplica: a new
+// group with this node as its only voter, or an empty replica that waits
+// for a leader to add it; BootstrapReplica: a new group with given
+// voters) and stops them (StopReplica, with purge once the replica is out
+// of its group: log, snapshots and cold records go, and a marker file lets
+// the next start finish a purge cut short by a crash). A standalone node
+// (the node package) starts every shard, each a one-voter group on an
+// in-memory transport. In a cluster every group runs over a raftlog.Mux
+// (group id = shard id) and the cluster runtime starts the replicas the
+// map gives the node; For then returns nil for a shard that lives
+// elsewhere. The group's leader changes membership
 // (AddNonvoter, AddVoter, RemoveServer, TransferLeadership), each
 // reporting success only once the change is committed: a change the
 // leader's latest configuration already shows (a retry) is confirmed by a

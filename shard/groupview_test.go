@@ -17,7 +17,7 @@ import (
 // leader's configuration, whose entries now live only in the snapshot, is
 // still reported committed at the same index.
 func TestGroupViewFollowsMembership(t *testing.T) {
-	nh := openManualHosts(t, 2)
+	nh := openEmptyHosts(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r0, err := nh.hosts[0].StartReplica(0, true)

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"errors"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -15,4 +16,29 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("github.com/cockroachdb/pebble/v2/internal/cache.(*shard).releaseLoop"),
 		goleak.IgnoreAnyFunction("github.com/hashicorp/raft.(*InmemTransport).Close"),
 	)
+}
+
+// openStandalone opens a host with cfg and starts a replica of every shard,
+// each a one-voter group (or resuming its state), in parallel, as a
+// standalone node does.
+func openStandalone(cfg HostConfig) (*Host, error) {
+	h, err := OpenHost(cfg)
+	if err != nil {
+		return nil, err
+	}
+	errs := make([]error, h.Settings().Shards)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = h.StartReplica(i, true)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		_ = h.Close()
+		return nil, err
+	}
+	return h, nil
 }

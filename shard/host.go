@@ -53,13 +53,6 @@ type HostConfig struct {
 	// group per shard (group id = shard id); nil keeps each shard on an
 	// in-memory transport, a one-voter group.
 	Mux *raftlog.Mux
-	// Peers are the initial voters of every shard group that has no state
-	// yet, each with its Mux address; empty means this node alone. Every
-	// node bootstraps with the same list. Not with Manual.
-	Peers []raft.Server
-	// Manual opens no shard at OpenHost: the cluster runtime starts and
-	// stops replicas with StartReplica and StopReplica. It requires Mux.
-	Manual bool
 	// HeartbeatTimeout is every replica's Raft heartbeat timeout (its
 	// election timeout too; the leader lease is half of it); zero means
 	// Config's default, 500 ms. A failed leader is replaced after about one
@@ -70,10 +63,10 @@ type HostConfig struct {
 }
 
 // Host is the set of shard replicas on one node and the slot map that routes
-// digests to shards. Alone (no Mux) it hosts every shard as a one-voter
-// group; with Mux and Peers every shard is replicated with static
-// membership; with Manual it hosts the subset the cluster runtime starts.
-// Its methods are safe for concurrent use.
+// digests to shards. It hosts the replicas its owner starts (StartReplica,
+// BootstrapReplica) and stops (StopReplica): every shard on a standalone
+// node, the subset the cluster map gives the node in a cluster. Its
+// methods are safe for concurrent use.
 type Host struct {
 	cfg      HostConfig
 	settings HardSettings
@@ -91,17 +84,12 @@ type Host struct {
 	lifecycle []sync.Mutex
 }
 
-// OpenHost opens (or creates) the node's data directory and starts a
-// replica of every shard, unless cfg.Manual.
+// OpenHost opens (or creates) the node's data directory: its hard
+// settings, Raft log store and cold tier. It starts no replica; the caller
+// starts those it hosts.
 func OpenHost(cfg HostConfig) (*Host, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("shard: host config: DataDir is required")
-	}
-	if cfg.Manual && cfg.Mux == nil {
-		return nil, errors.New("shard: host config: Manual requires Mux (replicas reach their groups over the network)")
-	}
-	if cfg.Manual && len(cfg.Peers) > 0 {
-		return nil, errors.New("shard: host config: Peers are the static voters of every shard; with Manual the cluster runtime adds replicas")
 	}
 	if cfg.NodeID == "" {
 		cfg.NodeID = "node-1"
@@ -148,24 +136,6 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 	}
 	h := &Host{cfg: cfg, settings: settings, logs: logs, cold: cold, metrics: NewMetrics(cfg.Registry),
 		replicas: make([]*Shard, cfg.Shards), lifecycle: make([]sync.Mutex, cfg.Shards)}
-	if !cfg.Manual {
-		// Shards restore their snapshots in parallel: a restart is as long
-		// as the largest shard's restore, not the sum of all.
-		errs := make([]error, cfg.Shards)
-		var wg sync.WaitGroup
-		for i := range cfg.Shards {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, errs[i] = h.StartReplica(i, true)
-			}()
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			_ = h.Close()
-			return nil, err
-		}
-	}
 	if cfg.Registry != nil {
 		cfg.Registry.MustRegister(newHostCollector(h))
 	}
@@ -214,15 +184,14 @@ func (h *Host) SlotShard(slot uint32) int {
 }
 
 // For returns the replica of the shard that owns digest d, or nil when this
-// node hosts no replica of it (Manual: the cluster map places it elsewhere,
-// or it is stopped). Alone or with static peers it is never nil before
-// Close.
+// node hosts no replica of it (the cluster map places it elsewhere, or
+// its replica was not started or was stopped).
 func (h *Host) For(d keyspace.Digest) *Shard {
 	return h.Shard(h.SlotShard(d.Slot(h.settings.Slots)))
 }
 
 // WaitReady blocks until every hosted replica leads and serves reads, or
-// ctx ends. It is for a node alone (no Mux): with peers, the leaders are
+// ctx ends. It is for a node alone (no Mux): in a cluster, the leaders are
 // spread.
 func (h *Host) WaitReady(ctx context.Context) error {
 	for _, s := range h.Shards() {

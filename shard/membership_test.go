@@ -11,14 +11,14 @@ import (
 	"github.com/l4xg/grid/keyspace"
 )
 
-// TestMoveAReplicaAcrossManualHosts: a shard created on host 0 alone grows to
+// TestMoveAReplicaAcrossHosts: a shard created on host 0 alone grows to
 // hosts 1 and 2 (each added as a non-voter, caught up, then promoted), hands
 // its leadership to host 1, which removes host 0; host 0 purges its replica.
 // The record written on host 0 alone is still served by a linearizable read
 // on the new leader, and a new write commits on hosts 1 and 2 only. A
 // follower refuses every membership change with ErrNotLeader.
-func TestMoveAReplicaAcrossManualHosts(t *testing.T) {
-	nh := openManualHosts(t, 3)
+func TestMoveAReplicaAcrossHosts(t *testing.T) {
+	nh := openEmptyHosts(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := func(i int, bootstrap bool) *Shard {

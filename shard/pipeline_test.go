@@ -12,7 +12,7 @@ import (
 // stuck pipeline (raft#612), and the transport refusing pipelines keeps
 // Raft off that path.
 func TestReplicasDoNotPipeline(t *testing.T) {
-	nh := openManualHosts(t, 2)
+	nh := openEmptyHosts(t, 2)
 	r, err := nh.hosts[0].StartReplica(0, true)
 	if err != nil {
 		t.Fatal(err)

@@ -20,8 +20,7 @@ import (
 // Raft address), or an in-memory transport on a node alone.
 //
 // With bootstrap and no Raft state on disk, the group is created with this
-// node as its only voter (with HostConfig.Peers as voters, outside Manual).
-// Without bootstrap a replica with no state starts with no configuration
+// node as its only voter. Without bootstrap a replica with no state starts with no configuration
 // and waits for a leader to add it (AddNonvoter, AddVoter). A replica with
 // state resumes from it either way.
 //
@@ -137,7 +136,7 @@ func (h *Host) checkID(id int) error {
 
 // openShard opens the local replica of shard i, on the Mux when there is
 // one, after finishing an interrupted purge of it. A bootstrap creates the
-// group with voters, or HostConfig.Peers when nil.
+// group with voters, or this node alone when nil.
 func (h *Host) openShard(i int, bootstrap bool, voters []raft.Server) (*Shard, error) {
 	if _, err := os.Stat(h.purgeMarker(i)); err == nil {
 		if err := h.purge(i); err != nil {
@@ -165,7 +164,7 @@ func (h *Host) openShard(i int, bootstrap bool, voters []raft.Server) (*Shard, e
 		SnapshotDir:      h.snapshotDir(),
 		Logs:             h.logs,
 		Bootstrap:        bootstrap,
-		Peers:            cfg.Peers,
+		Peers:            voters,
 		Cold:             h.cold.Shard(uint32(i)),
 		HotWindow:        cfg.HotWindow,
 		HotMaxBytes:      cfg.HotMaxBytes / int64(h.settings.Shards),
@@ -177,9 +176,6 @@ func (h *Host) openShard(i int, bootstrap bool, voters []raft.Server) (*Shard, e
 		HeartbeatTimeout: cfg.HeartbeatTimeout,
 		Logger:           cfg.Logger,
 		Metrics:          h.metrics,
-	}
-	if voters != nil {
-		scfg.Peers = voters
 	}
 	if trans != nil {
 		scfg.Transport = trans

@@ -13,22 +13,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
 )
 
-// openManualHost opens a Manual host with two shards on its own loopback
-// mux; it hosts no replica until the test starts one.
-func openManualHost(t *testing.T, dir string, clock *fakeClock, reg prometheus.Registerer) *Host {
+// openMuxHost opens a host with two shards on its own loopback mux; it
+// hosts no replica until the test starts one.
+func openMuxHost(t *testing.T, dir string, clock *fakeClock, reg prometheus.Registerer) *Host {
 	t.Helper()
 	m, err := raftlog.ListenMux("127.0.0.1:0", raftlog.MuxConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := OpenHost(HostConfig{NodeID: "n0", DataDir: dir, Shards: 2, Mux: m, Manual: true, Clock: clock.Now,
+	h, err := OpenHost(HostConfig{NodeID: "n0", DataDir: dir, Shards: 2, Mux: m, Clock: clock.Now,
 		TickInterval: time.Hour, HeartbeatTimeout: 100 * time.Millisecond, NoSync: true, Registry: reg,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -53,29 +52,25 @@ func startLeader(t *testing.T, h *Host, id int, bootstrap bool) *Shard {
 	return s
 }
 
-// TestManualHostHostsWhatItIsTold: a Manual host needs a Mux and takes no
-// static peers; it starts with no replica (nothing routes, nothing to wait
-// for), rejects shard ids out of range naming the range, and refuses to
-// start replicas once closed.
-func TestManualHostHostsWhatItIsTold(t *testing.T) {
-	_, err := OpenHost(HostConfig{DataDir: t.TempDir(), Manual: true})
-	if err == nil || !strings.Contains(err.Error(), "Manual requires Mux") {
-		t.Fatalf("Manual without a Mux: %v", err)
-	}
-	m, err := raftlog.ListenMux("127.0.0.1:0", raftlog.MuxConfig{})
+// TestHostHostsWhatItIsTold: a host starts with no replica, with a Mux or
+// without (nothing routes, nothing to wait for), rejects shard ids out of
+// range naming the range, and refuses to start replicas once closed.
+func TestHostHostsWhatItIsTold(t *testing.T) {
+	alone, err := OpenHost(HostConfig{DataDir: t.TempDir(), NoSync: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
-	_, err = OpenHost(HostConfig{DataDir: t.TempDir(), Manual: true, Mux: m, Peers: []raft.Server{{ID: "n1", Address: "127.0.0.1:1"}}})
-	if err == nil || !strings.Contains(err.Error(), "Peers") {
-		t.Fatalf("Manual with static peers: %v", err)
+	if n := len(alone.Shards()); n != 0 || !alone.Ready() {
+		t.Errorf("a new host without a Mux: %d replicas, ready %v; want none, true", n, alone.Ready())
+	}
+	if err := alone.Close(); err != nil {
+		t.Fatal(err)
 	}
 
-	h := openManualHost(t, t.TempDir(), newFakeClock(), nil)
+	h := openMuxHost(t, t.TempDir(), newFakeClock(), nil)
 	d := reserve("a", 0).Digest
 	if len(h.Shards()) != 0 || h.Shard(0) != nil || h.For(d) != nil || !h.Ready() || !h.HasLeader() {
-		t.Fatalf("a new Manual host: %d replicas, For %v, ready %v, has leader %v; want none, nil, true, true",
+		t.Fatalf("a new host on a Mux: %d replicas, For %v, ready %v, has leader %v; want none, nil, true, true",
 			len(h.Shards()), h.For(d), h.Ready(), h.HasLeader())
 	}
 	for _, id := range []int{-1, 2} {
@@ -121,7 +116,7 @@ func TestManualHostHostsWhatItIsTold(t *testing.T) {
 // and Raft's term and index start over.
 func TestStopReplicaKeepsOrPurges(t *testing.T) {
 	dir, clock := t.TempDir(), newFakeClock()
-	h := openManualHost(t, dir, clock, nil)
+	h := openMuxHost(t, dir, clock, nil)
 	s := startLeader(t, h, 0, true)
 	settled := reserve("settled", time.Minute)
 	got := propose(t, s, settled)[0]
@@ -185,7 +180,7 @@ func TestStopReplicaKeepsOrPurges(t *testing.T) {
 // next start delete the rest of the replica's state before opening it.
 func TestInterruptedPurgeIsFinished(t *testing.T) {
 	dir := t.TempDir()
-	h := openManualHost(t, dir, newFakeClock(), nil)
+	h := openMuxHost(t, dir, newFakeClock(), nil)
 	s := startLeader(t, h, 1, true)
 	propose(t, s, reserve("x", time.Hour))
 	if err := h.StopReplica(1, false); err != nil {
@@ -213,7 +208,7 @@ func TestInterruptedPurgeIsFinished(t *testing.T) {
 // scrapes of the host (go test -race checks the rest).
 func TestReplicaLifecycleRaces(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	h := openManualHost(t, t.TempDir(), newFakeClock(), reg)
+	h := openMuxHost(t, t.TempDir(), newFakeClock(), reg)
 	var wg sync.WaitGroup
 	started := make([]*Shard, 4)
 	for i := range started {

@@ -17,12 +17,13 @@ import (
 )
 
 // netHosts are hosts on real sockets: each has its own data directory and a
-// raftlog.Mux on loopback. Every shard is one Raft group over all of them
-// (static membership), or, with manual, the test starts replicas and
-// changes groups itself, as the cluster runtime does.
+// raftlog.Mux on loopback. Every shard is one Raft group over all of them,
+// each host bootstrapping its replica with all of them as voters, or, with
+// empty, the test starts replicas and changes groups itself, as the
+// cluster runtime does.
 type netHosts struct {
 	t      testing.TB
-	manual bool
+	empty  bool
 	dirs   []string
 	addrs  []string
 	peers  []raft.Server
@@ -35,14 +36,14 @@ type netHosts struct {
 
 func openNetHosts(t testing.TB, n int) *netHosts { return newNetHosts(t, n, false) }
 
-// openManualHosts opens n hosts in Manual mode: they host no replica yet.
-func openManualHosts(t testing.TB, n int) *netHosts { return newNetHosts(t, n, true) }
+// openEmptyHosts opens n hosts that host no replica yet.
+func openEmptyHosts(t testing.TB, n int) *netHosts { return newNetHosts(t, n, true) }
 
-func newNetHosts(t testing.TB, n int, manual bool) *netHosts { return tunedNetHosts(t, n, manual, nil) }
+func newNetHosts(t testing.TB, n int, empty bool) *netHosts { return tunedNetHosts(t, n, empty, nil) }
 
-func tunedNetHosts(t testing.TB, n int, manual bool, tune func(*HostConfig)) *netHosts {
+func tunedNetHosts(t testing.TB, n int, empty bool, tune func(*HostConfig)) *netHosts {
 	t.Helper()
-	nh := &netHosts{t: t, manual: manual, hosts: make([]*Host, n), muxes: make([]*raftlog.Mux, n), tune: tune}
+	nh := &netHosts{t: t, empty: empty, hosts: make([]*Host, n), muxes: make([]*raftlog.Mux, n), tune: tune}
 	for i := range n {
 		nh.faults = append(nh.faults, &raftlog.Faults{})
 		nh.clocks = append(nh.clocks, newFakeClock())
@@ -68,11 +69,8 @@ func tunedNetHosts(t testing.TB, n int, manual bool, tune func(*HostConfig)) *ne
 
 func (nh *netHosts) open(i int, m *raftlog.Mux) {
 	nh.t.Helper()
-	cfg := HostConfig{NodeID: string(nh.peers[i].ID), DataDir: nh.dirs[i], Shards: 2, Mux: m, Manual: nh.manual,
+	cfg := HostConfig{NodeID: string(nh.peers[i].ID), DataDir: nh.dirs[i], Shards: 2, Mux: m,
 		Clock: nh.clocks[i].Now, TickInterval: time.Hour, NoSync: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	if !nh.manual {
-		cfg.Peers = nh.peers
-	}
 	if nh.tune != nil {
 		nh.tune(&cfg)
 	}
@@ -81,6 +79,14 @@ func (nh *netHosts) open(i int, m *raftlog.Mux) {
 		nh.t.Fatal(err)
 	}
 	nh.hosts[i], nh.muxes[i] = h, m
+	if nh.empty {
+		return
+	}
+	for id := range h.Settings().Shards {
+		if _, err := h.BootstrapReplica(id, nh.peers); err != nil {
+			nh.t.Fatal(err)
+		}
+	}
 }
 
 // stop closes host i (shards first: their transports close their layers),

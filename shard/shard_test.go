@@ -34,7 +34,7 @@ func (c *fakeClock) Stamp() int64        { return c.ms.Load() }
 
 func openHost(t *testing.T, dir string, clock func() time.Time, reg prometheus.Registerer) *Host {
 	t.Helper()
-	h, err := OpenHost(HostConfig{
+	h, err := openStandalone(HostConfig{
 		DataDir:      dir,
 		Shards:       2,
 		Clock:        clock,

@@ -49,7 +49,7 @@ func BenchmarkTieredNode(b *testing.B) {
 	clock := newFakeClock()
 	open := func(budget int64) (*Host, time.Duration) {
 		start := time.Now()
-		h, err := OpenHost(HostConfig{DataDir: dir, Clock: clock.Now, TickInterval: 200 * time.Millisecond,
+		h, err := openStandalone(HostConfig{DataDir: dir, Clock: clock.Now, TickInterval: 200 * time.Millisecond,
 			HotMaxBytes: budget, Logger: benchLogger()})
 		if err != nil {
 			b.Fatal(err)

@@ -200,7 +200,7 @@ func TestTieringSurvivesSnapshotRestart(t *testing.T) {
 	dir := t.TempDir()
 	clock := newFakeClock()
 	open := func() *Host {
-		h, err := OpenHost(HostConfig{DataDir: dir, Shards: 1, Clock: clock.Now, TickInterval: time.Hour, NoSync: true,
+		h, err := openStandalone(HostConfig{DataDir: dir, Shards: 1, Clock: clock.Now, TickInterval: time.Hour, NoSync: true,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)

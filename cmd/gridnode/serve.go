@@ -13,9 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/node"
 	"github.com/l4xg/grid/shard"
 )
 
@@ -40,7 +40,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		join            = fs.String("join", "", "gossip addresses (host:port,...) of cluster members to join")
 		bootstrapExpect = fs.Int("bootstrap-expect", 0, "form a new cluster once this many nodes have met (use the same value on each of them)")
 		replicas        = fs.Int("replicas", cluster.DefaultReplicas, "replicas per shard in a new cluster (hard setting, fixed at bootstrap)")
-		raftListen      = fs.String("raft-listen", api.DefaultRaftListen, "cluster: Raft address, shared by all the node's shards")
+		raftListen      = fs.String("raft-listen", node.DefaultRaftListen, "cluster: Raft address, shared by all the node's shards")
 		raftAdvertise   = fs.String("raft-advertise", "", "cluster: Raft address the other nodes dial (default: --raft-listen)")
 		gossipListen    = fs.String("gossip-listen", cluster.DefaultGossipAddr, "cluster: gossip (memberlist) address, TCP and UDP")
 		gossipAdvertise = fs.String("gossip-advertise", "", "cluster: gossip address the other nodes use (default: --gossip-listen)")
@@ -71,7 +71,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "serve: --shards %d out of range 1..%d\n", *shards, shard.DefaultSlots)
 		return 1
 	}
-	var cc *api.ClusterConfig
+	var cc *node.ClusterConfig
 	if *join != "" || *bootstrapExpect > 0 {
 		if *bootstrapExpect < 0 || *bootstrapExpect > cluster.MaxNodes {
 			fmt.Fprintf(stderr, "serve: --bootstrap-expect %d out of range 0..%d\n", *bootstrapExpect, cluster.MaxNodes)
@@ -85,7 +85,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "serve: --node-id: %v\n", err)
 			return 1
 		}
-		cc = &api.ClusterConfig{
+		cc = &node.ClusterConfig{
 			RaftListen: *raftListen, RaftAdvertise: *raftAdvertise,
 			GossipListen: *gossipListen, GossipAdvertise: *gossipAdvertise, Advertise: *advertise,
 			BootstrapExpect: *bootstrapExpect, Replicas: *replicas, GracePeriod: *grace,
@@ -98,7 +98,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	node, err := api.StartNode(api.NodeConfig{
+	n, err := node.Start(node.Config{
 		Host: shard.HostConfig{NodeID: *nodeID, DataDir: *dataDir, Shards: *shards,
 			HotWindow: *hotWindow, HotMaxBytes: *hotMax, MaxClockOffset: *maxOffset},
 		Listen:     *listen,
@@ -115,8 +115,8 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	logger.Info("gridnode serving", "version", version, "grpc", node.Addr(), "http", node.HTTPAddr(),
-		"data_dir", *dataDir, "shards", *shards, "max_clock_offset", *maxOffset)
+	logger.Info("gridnode serving", "version", version, "grpc", n.Addr(), "http", n.HTTPAddr(),
+		"data_dir", *dataDir, "shards", n.Host().Settings().Shards, "max_clock_offset", *maxOffset)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -124,12 +124,12 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		readyCtx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		start := time.Now()
-		if err := node.WaitReady(readyCtx); err == nil {
+		if err := n.WaitReady(readyCtx); err == nil {
 			logger.Info("ready", "took", time.Since(start).Round(time.Millisecond))
-			if h := node.HTTPAddr(); h != "" {
+			if h := n.HTTPAddr(); h != "" {
 				fmt.Fprintf(stdout, "ready: http %s\n", h) // before grpc: tools wait for the grpc line
 			}
-			fmt.Fprintf(stdout, "ready: grpc %s\n", node.Addr())
+			fmt.Fprintf(stdout, "ready: grpc %s\n", n.Addr())
 		}
 	}()
 	<-ctx.Done()
@@ -137,7 +137,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	logger.Info("shutting down")
 	stopCtx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
-	if err := node.Stop(stopCtx); err != nil {
+	if err := n.Stop(stopCtx); err != nil {
 		logger.Error("shutdown", "err", err)
 		return 2
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/node"
 	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/shard"
 )
@@ -39,7 +40,7 @@ type ClusterOptions struct {
 	// keyspace.DefaultMaxClockOffset.
 	MaxClockOffset time.Duration
 	// HTTP serves each node's /metrics, /healthz and /readyz on a free
-	// loopback port (api.Node.HTTPAddr).
+	// loopback port (node.Node.HTTPAddr).
 	HTTP bool
 	// Sync makes the Raft logs fsync as in production (default off).
 	Sync bool
@@ -48,6 +49,12 @@ type ClusterOptions struct {
 	// WrapRemote, if set, wraps node i's cluster.Remote (the control
 	// leader's way to the shards' leaders), e.g. to count what it sends.
 	WrapRemote func(i int, r cluster.Remote) cluster.Remote
+	// WrapView, if set, wraps node i's cluster runtime as its API server
+	// sees it, e.g. to show the server another map.
+	WrapView func(i int, v api.ClusterView) api.ClusterView
+	// TuneHost, if set, adjusts every node's host config last (slots, tick
+	// interval, hot window).
+	TuneHost func(*shard.HostConfig)
 }
 
 // Cluster is a cluster of real nodes in one process: each has its own data
@@ -57,8 +64,9 @@ type ClusterOptions struct {
 // its gossip too (PartitionRaft leaves gossip up). With gossip cut, each
 // side sees the other dead; nothing moves on that within the grace period
 // (default 30 s), and after Heal the nodes rejoin each other by themselves.
-// Pause stalls the Raft traffic only. Node indexes are 0..n-1; a node keeps
-// its addresses across restarts.
+// Pause stalls the Raft traffic only. CutClientPort closes a node's client
+// connections while its replicas and gossip go on. Node indexes are
+// 0..n-1; a node keeps its addresses across restarts.
 type Cluster struct {
 	t     testing.TB
 	opts  ClusterOptions
@@ -73,8 +81,9 @@ type clusterNode struct {
 	grpc, raft, gossip string
 	faults             *raftlog.Faults
 	gossipFaults       *cluster.GossipFaults
-	node               *api.Node // nil while down
-	wedged             bool      // its last stop hung: it cannot start again
+	clientPort         *clientPort
+	node               *node.Node // nil while down
+	wedged             bool       // its last stop hung: it cannot start again
 }
 
 // StartCluster starts opts.Nodes nodes that form one cluster, and waits
@@ -111,7 +120,7 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 func newClusterNode(root string, i int) *clusterNode {
 	id := fmt.Sprintf("node-%d", i+1)
 	return &clusterNode{
-		id: id, dir: filepath.Join(root, id), faults: &raftlog.Faults{}, gossipFaults: &cluster.GossipFaults{},
+		id: id, dir: filepath.Join(root, id), faults: &raftlog.Faults{}, gossipFaults: &cluster.GossipFaults{}, clientPort: &clientPort{},
 		grpc: "127.0.0.1:0", raft: "127.0.0.1:0", gossip: "127.0.0.1:0",
 	}
 }
@@ -140,29 +149,38 @@ func (c *Cluster) start(i, expect int) error {
 	if c.opts.WrapRemote != nil {
 		wrap = func(r cluster.Remote) cluster.Remote { return c.opts.WrapRemote(i, r) }
 	}
+	var wrapView func(api.ClusterView) api.ClusterView
+	if c.opts.WrapView != nil {
+		wrapView = func(v api.ClusterView) api.ClusterView { return c.opts.WrapView(i, v) }
+	}
 	httpListen := ""
 	if c.opts.HTTP {
 		httpListen = "127.0.0.1:0"
 	}
-	node, err := api.StartNode(api.NodeConfig{
-		Host: shard.HostConfig{NodeID: n.id, DataDir: n.dir, Shards: c.opts.Shards, Clock: clock, NoSync: !c.opts.Sync,
-			MaxClockOffset: c.opts.MaxClockOffset},
-		Listen:     n.grpc,
-		HTTPListen: httpListen,
-		Logger:     logger,
-		Cluster: &api.ClusterConfig{
+	hc := shard.HostConfig{NodeID: n.id, DataDir: n.dir, Shards: c.opts.Shards, Clock: clock, NoSync: !c.opts.Sync,
+		MaxClockOffset: c.opts.MaxClockOffset}
+	if c.opts.TuneHost != nil {
+		c.opts.TuneHost(&hc)
+	}
+	nd, err := node.Start(node.Config{
+		Host:         hc,
+		Listen:       n.grpc,
+		HTTPListen:   httpListen,
+		Logger:       logger,
+		WrapListener: n.clientPort.wrap,
+		Cluster: &node.ClusterConfig{
 			RaftListen: n.raft, GossipListen: n.gossip, Join: join,
 			BootstrapExpect: expect, Replicas: c.opts.Replicas, GracePeriod: c.opts.GracePeriod,
 			Gossip: cluster.FastGossipTiming(), HeartbeatTimeout: c.opts.HeartbeatTimeout,
-			Faults: n.faults, GossipFaults: n.gossipFaults, WrapRemote: wrap,
+			Faults: n.faults, GossipFaults: n.gossipFaults, WrapRemote: wrap, WrapView: wrapView,
 		},
 	})
 	if err != nil {
 		return fmt.Errorf("start %s: %w", n.id, err)
 	}
 	c.mu.Lock()
-	n.node = node
-	n.grpc, n.raft, n.gossip = node.Addr(), node.RaftAddr(), node.Cluster().GossipAddr()
+	n.node = nd
+	n.grpc, n.raft, n.gossip = nd.Addr(), nd.RaftAddr(), nd.Cluster().GossipAddr()
 	c.mu.Unlock()
 	return nil
 }
@@ -179,7 +197,7 @@ func (c *Cluster) Addrs() []string {
 }
 
 // Node returns node i, nil while it is down.
-func (c *Cluster) Node(i int) *api.Node {
+func (c *Cluster) Node(i int) *node.Node {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.nodes[i].node
@@ -304,14 +322,14 @@ func (c *Cluster) agreedMap() (*cluster.Map, map[cluster.NodeID]bool, string) {
 // its acknowledged writes are still on disk; the kill -9 tests with
 // gridnode processes cover unsynced state.)
 func (c *Cluster) Kill(i int) {
-	n, node := c.take(i)
-	if node == nil {
+	n, nd := c.take(i)
+	if nd == nil {
 		return
 	}
 	n.faults.Isolate()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if err := c.stopNode(ctx, n, node); errors.Is(err, errStopHung) {
+	if err := c.stopNode(ctx, n, nd); errors.Is(err, errStopHung) {
 		c.t.Errorf("gridtest: kill: %v", err)
 	}
 	n.faults.Heal()
@@ -325,13 +343,13 @@ const stopHang = 30 * time.Second
 // errStopHung: a node did not stop within stopHang.
 var errStopHung = errors.New("stop hung")
 
-// stopNode stops node, which was n's, waiting at most stopHang. When it
+// stopNode stops nd, which was n's, waiting at most stopHang. When it
 // hangs, n is marked wedged (its data directory stays locked by the stuck
 // instance: it cannot start again) and every goroutine's stack is written
 // to a file that outlives the test, named in the error.
-func (c *Cluster) stopNode(ctx context.Context, n *clusterNode, node *api.Node) error {
+func (c *Cluster) stopNode(ctx context.Context, n *clusterNode, nd *node.Node) error {
 	done := make(chan error, 1)
-	go func() { done <- node.Stop(ctx) }()
+	go func() { done <- nd.Stop(ctx) }()
 	select {
 	case err := <-done:
 		return err
@@ -351,24 +369,24 @@ func (c *Cluster) stopNode(ctx context.Context, n *clusterNode, node *api.Node) 
 
 // take marks node i down and returns it with its running instance (nil
 // when it was down already).
-func (c *Cluster) take(i int) (*clusterNode, *api.Node) {
+func (c *Cluster) take(i int) (*clusterNode, *node.Node) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.nodes[i]
-	node := n.node
+	nd := n.node
 	n.node = nil
-	return n, node
+	return n, nd
 }
 
 // Stop stops node i cleanly (a SIGTERM: it hands its leaderships over).
 func (c *Cluster) Stop(i int) {
-	n, node := c.take(i)
-	if node == nil {
+	n, nd := c.take(i)
+	if nd == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := c.stopNode(ctx, n, node); err != nil {
+	if err := c.stopNode(ctx, n, nd); err != nil {
 		c.t.Errorf("gridtest: stop %s: %v", n.id, err)
 	}
 }
@@ -485,7 +503,8 @@ func (c *Cluster) partition(raft, gossip bool, groups [][]int) {
 	}
 }
 
-// Heal restores every Raft and gossip link and resumes paused nodes.
+// Heal restores every Raft and gossip link and every client port, and
+// resumes paused nodes.
 func (c *Cluster) Heal() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -493,8 +512,14 @@ func (c *Cluster) Heal() {
 		n.faults.Heal()
 		n.faults.Resume()
 		n.gossipFaults.Heal()
+		n.clientPort.heal()
 	}
 }
+
+// CutClientPort closes node i's client (gRPC) connections and closes each
+// new one as soon as it is accepted, until Heal: its API is gone, as when
+// its gRPC server stops, while its replicas, Raft and gossip go on.
+func (c *Cluster) CutClientPort(i int) { c.nodes[i].clientPort.cut() }
 
 // Pause stalls node i's Raft traffic, as a stopped process or a black-holed
 // network would; Resume (or Heal) lets it go on.

@@ -1,6 +1,6 @@
-// Package gridtest starts real grid nodes in-process for tests: real shards
-// on real Raft and Pebble in a temporary directory, a real gRPC server on a
-// free loopback port.
+// Package gridtest starts real grid nodes in-process for tests (node.Start):
+// real shards on real Raft and Pebble in a temporary directory, a real gRPC
+// server on a free loopback port.
 package gridtest
 
 import (
@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/l4xg/grid/api"
+	"github.com/l4xg/grid/node"
 	"github.com/l4xg/grid/shard"
 )
 
@@ -30,7 +30,7 @@ type Options struct {
 
 // Node is a running test node.
 type Node struct {
-	*api.Node
+	*node.Node
 	t    testing.TB
 	dir  string
 	opts Options
@@ -52,7 +52,7 @@ func Start(t testing.TB, opts ...Options) *Node {
 
 func (n *Node) start(listen string) {
 	n.t.Helper()
-	cfg := api.NodeConfig{
+	cfg := node.Config{
 		Host: shard.HostConfig{
 			DataDir:      n.dir,
 			Shards:       n.opts.Shards,
@@ -66,14 +66,14 @@ func (n *Node) start(listen string) {
 	if n.opts.HTTP {
 		cfg.HTTPListen = "127.0.0.1:0"
 	}
-	node, err := api.StartNode(cfg)
+	nd, err := node.Start(cfg)
 	if err != nil {
 		n.t.Fatalf("gridtest: start node: %v", err)
 	}
-	n.Node = node
+	n.Node = nd
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := node.WaitReady(ctx); err != nil {
+	if err := nd.WaitReady(ctx); err != nil {
 		n.t.Fatalf("gridtest: node not ready: %v", err)
 	}
 }

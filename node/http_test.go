@@ -1,4 +1,4 @@
-package api_test
+package node_test
 
 import (
 	"io"

@@ -1,4 +1,4 @@
-package api
+package node
 
 import (
 	"context"
@@ -7,24 +7,22 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
+	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/shard"
 )
 
-// NodeConfig describes a serving node: its shards, its client port and its
+// Config describes a serving node: its shards, its client port and its
 // HTTP port. Zero values are defaults.
-type NodeConfig struct {
+type Config struct {
 	Host shard.HostConfig
 	// Listen is the client gRPC address; "127.0.0.1:0" picks a free port.
 	Listen string
@@ -37,14 +35,17 @@ type NodeConfig struct {
 	// Cluster, if set, makes the node a member of a cluster; nil runs a
 	// standalone node holding every shard.
 	Cluster *ClusterConfig
+	// WrapListener, if set, wraps the client gRPC listener (tests only: to
+	// cut the client port while the node's replicas go on).
+	WrapListener func(net.Listener) net.Listener
 }
 
 // ClusterConfig is what a node needs to join or form a cluster. Zero
 // values are defaults.
 type ClusterConfig struct {
 	// RaftListen carries the Raft traffic of all the node's groups
-	// (default 127.0.0.1:7421); RaftAdvertise is what peers dial (default:
-	// the bound address).
+	// (default DefaultRaftListen); RaftAdvertise is what peers dial
+	// (default: the bound address).
 	RaftListen    string
 	RaftAdvertise string
 	// GossipListen (default 127.0.0.1:7422) and GossipAdvertise: memberlist.
@@ -72,28 +73,42 @@ type ClusterConfig struct {
 	// WrapRemote, if set, wraps the cluster.Remote the control leader
 	// reaches the other nodes with (tests only: to watch what it sends).
 	WrapRemote func(cluster.Remote) cluster.Remote
+	// WrapView, if set, wraps the cluster runtime as the API server sees
+	// it (tests only: to show the server another map or gossip view).
+	WrapView func(api.ClusterView) api.ClusterView
 }
 
-// Node is a running single node: host, gRPC server and HTTP server.
+// HandshakeTimeout bounds how long a new connection to any of a node's
+// ports may take to say what it is before the node closes it: the HTTP/2
+// preface and settings on the gRPC port, the request headers on the HTTP
+// port, the mux header on the Raft port. A peer that opens connections and
+// sends half a greeting holds each one this long at most.
+const HandshakeTimeout = raftlog.DefaultHeaderTimeout
+
+// DefaultRaftListen is where a cluster node's Raft mux listens unless told.
+const DefaultRaftListen = "127.0.0.1:7421"
+
+// Node is one running grid process: its host, its gRPC and HTTP servers
+// and, in a cluster, its Raft mux and cluster runtime.
 type Node struct {
-	cfg      NodeConfig
+	cfg      Config
 	host     *shard.Host
-	server   *Server
+	server   *api.Server
 	grpc     *grpc.Server
 	http     *http.Server
 	lis      net.Listener
 	httpLis  net.Listener
 	mux      *raftlog.Mux  // cluster mode only
 	cluster  *cluster.Node // cluster mode only
-	peers    *Peers        // cluster mode only
+	peers    *api.Peers    // cluster mode only
 	wg       sync.WaitGroup
 	stopOnce sync.Once
 	cancel   context.CancelFunc // ends background work at Stop
 }
 
-// StartNode opens the data directory, starts the shards and begins serving.
+// Start opens the data directory, starts the shards and begins serving.
 // Readiness (all shards leading) follows shortly; see WaitReady.
-func StartNode(cfg NodeConfig) (*Node, error) {
+func Start(cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -106,22 +121,34 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	n := &Node{cfg: cfg}
 	var err error
 	if n.lis, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return nil, fmt.Errorf("api: listen %s: %w", cfg.Listen, err)
+		return nil, fmt.Errorf("node: listen %s: %w", cfg.Listen, err)
+	}
+	if cfg.WrapListener != nil {
+		n.lis = cfg.WrapListener(n.lis)
 	}
 	if cfg.HTTPListen != "" {
 		if n.httpLis, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
 			n.lis.Close()
-			return nil, fmt.Errorf("api: http listen %s: %w", cfg.HTTPListen, err)
+			return nil, fmt.Errorf("node: http listen %s: %w", cfg.HTTPListen, err)
 		}
 	}
-	if err := n.open(reg); err != nil {
+	opts := api.Options{Version: cfg.Version, Registry: reg}
+	if cfg.Cluster == nil {
+		err = n.openStandalone(opts)
+	} else {
+		err = n.openCluster(opts)
+	}
+	if err != nil {
 		n.lis.Close()
 		if n.httpLis != nil {
 			n.httpLis.Close()
 		}
 		return nil, err
 	}
-	n.grpc = n.server.NewGRPCServer()
+	n.server.SetServing(false)
+	// A connection that has not completed its HTTP/2 preface and settings
+	// by then is closed (gRPC's default waits 120 s).
+	n.grpc = n.server.NewGRPCServer(grpc.ConnectionTimeout(HandshakeTimeout))
 	if cfg.HTTPListen != "" {
 		n.http = &http.Server{Handler: n.httpHandler(reg), ReadHeaderTimeout: HandshakeTimeout}
 		n.wg.Add(1)
@@ -145,97 +172,6 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	return n, nil
 }
 
-// open starts the host and, in cluster mode, the Raft mux and the cluster
-// runtime, then the API server over them. The listeners are open already:
-// the cluster gossips the client address.
-func (n *Node) open(reg *prometheus.Registry) error {
-	cfg := n.cfg
-	opts := Options{Version: cfg.Version, Registry: reg}
-	if cfg.Cluster == nil {
-		host, err := shard.OpenHost(cfg.Host)
-		if err != nil {
-			return err
-		}
-		n.host = host
-		opts.Clock = host.Clock
-		n.server = NewServer(host, opts)
-		n.server.SetServing(false)
-		reg.MustRegister(newClockCollector(host, nil))
-		return nil
-	}
-	cc := *cfg.Cluster
-	if cc.RaftListen == "" {
-		cc.RaftListen = DefaultRaftListen
-	}
-	if cc.GossipListen == "" {
-		cc.GossipListen = cluster.DefaultGossipAddr
-	}
-	mux, err := raftlog.ListenMux(cc.RaftListen, raftlog.MuxConfig{Advertise: cc.RaftAdvertise, Faults: cc.Faults, Logger: cfg.Logger})
-	if err != nil {
-		return err
-	}
-	hc := cfg.Host
-	hc.Manual, hc.Mux, hc.HeartbeatTimeout = true, mux, cc.HeartbeatTimeout
-	// The node measures the clock that stamps its shards' entries against
-	// its peers', over gossip; its shards refuse leases while it is
-	// outside the bound.
-	offsets, err := cluster.NewClockOffsets(cluster.ClockOffsetsConfig{Clock: hc.Clock, MaxOffset: hc.MaxClockOffset, Timing: cc.Gossip})
-	if err != nil {
-		mux.Close()
-		return err
-	}
-	hc.PeerClocks = offsets
-	host, err := shard.OpenHost(hc)
-	if err != nil {
-		mux.Close()
-		return err
-	}
-	grpcAddr := cc.Advertise
-	if grpcAddr == "" {
-		grpcAddr = n.lis.Addr().String()
-	}
-	httpAddr := ""
-	if n.httpLis != nil {
-		httpAddr = n.httpLis.Addr().String()
-	}
-	peers := NewPeers()
-	var remote cluster.Remote = peers
-	if cc.WrapRemote != nil {
-		remote = cc.WrapRemote(peers)
-	}
-	cn, err := cluster.Start(cluster.Config{
-		ID: cluster.NodeID(hc.NodeID), GRPCAddr: grpcAddr, HTTPAddr: httpAddr,
-		Host: host, Mux: mux, Logs: host.Logs(), SnapshotDir: filepath.Join(hc.DataDir, "snapshots"),
-		GossipListen: cc.GossipListen, GossipAdvertise: cc.GossipAdvertise, Join: cc.Join, GossipFaults: cc.GossipFaults,
-		BootstrapExpect: cc.BootstrapExpect, Replicas: cc.Replicas, GracePeriod: cc.GracePeriod,
-		Gossip: cc.Gossip, HeartbeatTimeout: cc.HeartbeatTimeout, Remote: remote, Logger: cfg.Logger,
-		ClockOffsets: offsets,
-	})
-	if err != nil {
-		peers.Close()
-		host.Close()
-		mux.Close()
-		return err
-	}
-	n.host, n.mux, n.cluster, n.peers = host, mux, cn, peers
-	opts.Cluster, opts.Peers, opts.ClockOffsets, opts.Clock = cn, peers, offsets, host.Clock
-	n.server = NewServer(host, opts)
-	n.server.SetServing(false)
-	reg.MustRegister(newClockCollector(host, offsets))
-	return nil
-}
-
-// HandshakeTimeout bounds how long a new connection to any of a node's
-// ports may take to say what it is before the node closes it: the HTTP/2
-// preface and settings on the gRPC port (NewGRPCServer), the request
-// headers on the HTTP port, the mux header on the Raft port. A peer that
-// opens connections and sends half a greeting holds each one this long at
-// most.
-const HandshakeTimeout = raftlog.DefaultHeaderTimeout
-
-// DefaultRaftListen is where a cluster node's Raft mux listens unless told.
-const DefaultRaftListen = "127.0.0.1:7421"
-
 // RaftAddr is the advertised address of the node's Raft mux ("" on a
 // standalone node).
 func (n *Node) RaftAddr() string {
@@ -248,6 +184,20 @@ func (n *Node) RaftAddr() string {
 // Cluster is the node's cluster runtime, nil on a standalone node.
 func (n *Node) Cluster() *cluster.Node { return n.cluster }
 
+// Addr is the client gRPC address the node listens on.
+func (n *Node) Addr() string { return n.lis.Addr().String() }
+
+// HTTPAddr is the HTTP address, or "" when disabled.
+func (n *Node) HTTPAddr() string {
+	if n.httpLis == nil {
+		return ""
+	}
+	return n.httpLis.Addr().String()
+}
+
+// Host returns the node's shards.
+func (n *Node) Host() *shard.Host { return n.host }
+
 // ready reports whether the node serves: standalone, every shard leads;
 // in a cluster, cluster.Node.Ready: its map is current, it is not removed,
 // and each replica the map gives it is a voter caught up with its leader.
@@ -259,7 +209,7 @@ func (n *Node) ready() bool {
 }
 
 // reportHealth keeps the gRPC health status in line with the shards: SERVING
-// while every shard has a serving leader, NOT_SERVING otherwise.
+// while the node is ready, NOT_SERVING otherwise.
 func (n *Node) reportHealth(ctx context.Context) {
 	defer n.wg.Done()
 	t := time.NewTicker(250 * time.Millisecond)
@@ -278,53 +228,6 @@ func (n *Node) reportHealth(ctx context.Context) {
 	}
 }
 
-func (n *Node) httpHandler(reg *prometheus.Registry) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if n.cluster != nil {
-			// Cached by the cluster runtime's replica loop: cheap.
-			if ok, why := n.cluster.Readiness(); !ok {
-				http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
-				return
-			}
-		} else if !n.ready() {
-			http.Error(w, "not ready: not every shard has a serving leader", http.StatusServiceUnavailable)
-			return
-		}
-		if err := n.host.ColdHealth(); err != nil {
-			http.Error(w, "not ready: cold tier writes failing (applies wait for them): "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
-	if n.cfg.Pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	}
-	return mux
-}
-
-// Addr is the client gRPC address the node listens on.
-func (n *Node) Addr() string { return n.lis.Addr().String() }
-
-// HTTPAddr is the HTTP address, or "" when disabled.
-func (n *Node) HTTPAddr() string {
-	if n.httpLis == nil {
-		return ""
-	}
-	return n.httpLis.Addr().String()
-}
-
-// Host returns the node's shards.
-func (n *Node) Host() *shard.Host { return n.host }
-
 // WaitReady blocks until the node serves (see ready), or ctx ends.
 func (n *Node) WaitReady(ctx context.Context) error {
 	if n.cluster == nil {
@@ -335,7 +238,7 @@ func (n *Node) WaitReady(ctx context.Context) error {
 	for !n.ready() {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("api: node not ready: %w", ctx.Err())
+			return fmt.Errorf("node: not ready: %w", ctx.Err())
 		case <-t.C:
 		}
 	}
