@@ -54,7 +54,7 @@ type HostConfig struct {
 	// in-memory transport, a one-voter group.
 	Mux *raftlog.Mux
 	// HeartbeatTimeout is every replica's Raft heartbeat timeout (its
-	// election timeout too; the leader lease is half of it); zero means
+	// election timeout and leader lease too: raftlog.SetTimeouts); zero means
 	// Config's default, 500 ms. A failed leader is replaced after about one
 	// to two of them.
 	HeartbeatTimeout time.Duration
