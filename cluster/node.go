@@ -6,14 +6,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/l4xg/grid/raftlog"
@@ -220,7 +218,8 @@ func (n *Node) startControl() error {
 	if err != nil {
 		return err
 	}
-	snaps, err := raftlog.NewSnapshotStore(cfg.SnapshotDir, ControlGroup, 2, io.Discard)
+	raftLogger := raftlog.NewLogger(cfg.Logger.With("group", "control"))
+	snaps, err := raftlog.NewSnapshotStore(cfg.SnapshotDir, ControlGroup, 2, raftLogger)
 	if err != nil {
 		_ = trans.Close()
 		return err
@@ -229,7 +228,7 @@ func (n *Node) startControl() error {
 	rc.LocalID = raft.ServerID(cfg.ID)
 	raftlog.SetTimeouts(rc, cfg.HeartbeatTimeout)
 	rc.SnapshotThreshold = 1024
-	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft-control", Level: hclog.Warn, Output: io.Discard})
+	rc.Logger = raftLogger
 	n.store = cfg.Logs.Group(ControlGroup)
 	r, err := raft.NewRaft(rc, n.ctl, n.store, n.store, snaps, trans)
 	if err != nil {

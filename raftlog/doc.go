@@ -75,6 +75,16 @@
 // Snapshots are not stored in Pebble: [NewSnapshotStore] gives each group a
 // raft.FileSnapshotStore in its own directory, dir/group-<id>.
 //
+// # Logging
+//
+// hashicorp/raft and its snapshot store log through hclog. [NewLogger]
+// adapts the node's *slog.Logger to it, at warn level and above by default
+// ([DefaultLogLevel]), with the message's key/value pairs as attributes;
+// the caller names the group in the slog logger it passes (shard id, or
+// the control group), so a replica's elections and failed appends are in
+// the node's log beside its own lines. [NewSnapshotStore] takes the same
+// logger.
+//
 // # Multiplexed transport
 //
 // A node hosts many groups (its shard replicas and possibly a member of the

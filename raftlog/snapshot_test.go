@@ -2,7 +2,6 @@ package raftlog
 
 import (
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,11 +11,11 @@ import (
 
 func TestSnapshotStorePerGroup(t *testing.T) {
 	dir := t.TempDir()
-	s1, err := NewSnapshotStore(dir, 1, 1, io.Discard)
+	s1, err := NewSnapshotStore(dir, 1, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2, err := NewSnapshotStore(dir, 2, 1, io.Discard)
+	s2, err := NewSnapshotStore(dir, 2, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +42,7 @@ func TestSnapshotStorePerGroup(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(dir, "group-1", "snapshots", l1[0].ID)); err != nil || !fi.IsDir() {
 		t.Fatalf("snapshot not under dir/group-1: %v", err)
 	}
-	if _, err := NewSnapshotStore(dir, 3, 0, io.Discard); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := NewSnapshotStore(dir, 3, 0, nil); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("retain=0: err = %v, want ErrInvalidArgument", err)
 	}
 }

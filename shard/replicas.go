@@ -3,7 +3,6 @@ package shard
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -60,7 +59,7 @@ func (h *Host) HasState(id int) (bool, error) {
 		return false, fmt.Errorf("shard %d: %w", id, err)
 	}
 	g := h.logs.Group(uint64(id))
-	snaps, err := raftlog.NewSnapshotStore(h.snapshotDir(), uint64(id), 2, io.Discard)
+	snaps, err := raftlog.NewSnapshotStore(h.snapshotDir(), uint64(id), 2, raftlog.NewLogger(h.cfg.Logger.With("shard", id)))
 	if err != nil {
 		return false, fmt.Errorf("shard %d: %w", id, err)
 	}

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/l4xg/grid/keyspace"
@@ -157,7 +156,8 @@ func Open(cfg Config) (*Shard, error) {
 			return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
 		}
 	}
-	snaps, err := raftlog.NewSnapshotStore(cfg.SnapshotDir, cfg.ID, 2, io.Discard)
+	raftLogger := raftlog.NewLogger(cfg.Logger.With("shard", cfg.ID))
+	snaps, err := raftlog.NewSnapshotStore(cfg.SnapshotDir, cfg.ID, 2, raftLogger)
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
 	}
@@ -180,7 +180,7 @@ func Open(cfg Config) (*Shard, error) {
 	raftlog.SetTimeouts(rc, cfg.HeartbeatTimeout)
 	rc.BatchApplyCh = true
 	rc.MaxAppendEntries = 256
-	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: fmt.Sprintf("raft-shard-%d", cfg.ID), Level: hclog.Warn, Output: io.Discard})
+	rc.Logger = raftLogger
 	rc.NoSnapshotRestoreOnStart = false
 	// A leader that commits its own removal steps down instead of shutting
 	// Raft down under the Shard: the host stops the replica (StopReplica).
