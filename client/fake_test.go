@@ -568,23 +568,6 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// waitCond waits until cond holds, checking every millisecond, or fails the
-// test after 10 s.
-func waitCond(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(10 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // fakeCluster makes fakes the nodes of one cluster: a cluster map they all
 // answer ClusterMap with, and the truth of which node leads each shard. A
 // node refuses an operation on a shard it does not lead with a Redirect to

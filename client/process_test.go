@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/internal/testwait"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -100,7 +101,7 @@ func TestProcessDefaultBackoffPoisonsAfterMaxAttempts(t *testing.T) {
 		t.Fatalf("attempt 1: %v", err)
 	}
 	var attempt2 error
-	waitCond(t, "the retry delay to pass", func() bool {
+	testwait.For(t, 10*time.Second, "the retry delay to pass", func() bool {
 		_, attempt2 = c.Process(ctx, "ns", "k", fail, WithMaxAttempts(2))
 		return !errors.Is(attempt2, ErrBusy)
 	})

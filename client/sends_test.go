@@ -11,6 +11,7 @@ import (
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -330,7 +331,7 @@ func TestResendAcrossAFailoverIsCounted(t *testing.T) {
 	defer cl.Close()
 	const s = 1
 	var victim int
-	waitCond(t, "a single leader of shard 1", func() bool {
+	testwait.For(t, 10*time.Second, "a single leader of shard 1", func() bool {
 		l := c.Leaders(s)
 		if len(l) == 1 {
 			victim = l[0]

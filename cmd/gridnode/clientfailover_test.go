@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/client"
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // TestSIGSTOPShardLeaderDefaultClient: the gridnode process leading a
@@ -35,7 +36,7 @@ func TestSIGSTOPShardLeaderDefaultClient(t *testing.T) {
 	defer cancel()
 	const s = 0
 	leader := -1
-	waitFor(t, 30*time.Second, "a leader of shard 0", func() bool {
+	testwait.For(t, 30*time.Second, "a leader of shard 0", func() bool {
 		leader = pc.shardLeader(ctx, s)
 		return leader >= 0
 	})
