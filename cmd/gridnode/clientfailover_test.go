@@ -59,7 +59,7 @@ func TestSIGSTOPShardLeaderDefaultClient(t *testing.T) {
 		t.Fatalf("the client takes %+v for the leader, not node %d at %s (%v)", loc.Leader, leader, pc.nodes[leader].grpc, err)
 	}
 
-	proc := pc.nodes[leader].p.cmd.Process
+	proc := pc.nodes[leader].p
 	if err := proc.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}

@@ -129,7 +129,7 @@ func (pc *procCluster) restart(i int) {
 func (pc *procCluster) pause(i int) {
 	pc.tb.Helper()
 	pc.signal(i, syscall.SIGSTOP)
-	stat := fmt.Sprintf("/proc/%d/stat", pc.nodes[i].p.cmd.Process.Pid)
+	stat := fmt.Sprintf("/proc/%d/stat", pc.nodes[i].p.PID())
 	testwait.For(pc.tb, 5*time.Second, pc.nodes[i].id+" stopped", func() bool {
 		b, err := os.ReadFile(stat)
 		// The state follows the command name, which is in parentheses.
@@ -150,7 +150,7 @@ func (pc *procCluster) reconnect(i int) { pc.needLab().reconnect(i) }
 
 func (pc *procCluster) signal(i int, sig syscall.Signal) {
 	pc.tb.Helper()
-	if err := pc.nodes[i].p.cmd.Process.Signal(sig); err != nil {
+	if err := pc.nodes[i].p.Signal(sig); err != nil {
 		pc.tb.Fatalf("%v to %s: %v", sig, pc.nodes[i].id, err)
 	}
 }
