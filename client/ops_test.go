@@ -229,8 +229,13 @@ func TestUnreachableGridIsUnavailable(t *testing.T) {
 	})
 }
 
+// TestRetriedReserveMayFindItsOwnLease: against a grid that ignores
+// request ids, a Process whose granted Reserve lost its answer finds its
+// own lease on the retry and reports BUSY after retry, without running the
+// handler.
 func TestRetriedReserveMayFindItsOwnLease(t *testing.T) {
 	c, f := dialFake(t, fastRetry(3))
+	f.ignoreRequestIDs()
 	var lost atomic.Bool
 	f.setHooks(fakeHooks{after: func(op *gridpb.Op, _ *gridpb.OpResult) error {
 		if op.GetReserve() != nil && lost.CompareAndSwap(false, true) {

@@ -203,7 +203,8 @@ func nil2(context.Context, Lease) ([]byte, error) {
 // request ids, a Process whose Reserve was granted but whose answer was
 // lost finds its own lease on the resend, reported as AfterRetry.
 func TestProcessBusyAfterAResendIsAfterRetry(t *testing.T) {
-	c, f := dialFake(t, fastRetry(3)) // the fake keeps no request ids
+	c, f := dialFake(t, fastRetry(3))
+	f.ignoreRequestIDs()
 	var lost bool
 	var mu sync.Mutex
 	f.setHooks(fakeHooks{after: func(op *gridpb.Op, _ *gridpb.OpResult) error {
