@@ -486,7 +486,7 @@ func TestClusterSkewRandom(t *testing.T) {
 	takeovers := 0
 	for _, op := range ops {
 		in, out := op.Input.(chaos.Input), op.Output.(chaos.Output)
-		if in.Kind == chaos.OpReserve && out.Outcome == client.OutcomeAcquired && out.Attempt > 1 {
+		if in.Kind == chaos.KindReserve && out.Outcome == client.OutcomeAcquired && out.Attempt > 1 {
 			takeovers++
 		}
 	}
