@@ -24,7 +24,7 @@ type staleGets struct {
 }
 
 func (s staleGets) Do(ctx context.Context, in chaos.Input) (chaos.Output, error) {
-	if in.Kind != chaos.OpGet {
+	if in.Kind != chaos.KindGet {
 		return s.Executor.Do(ctx, in)
 	}
 	s.mu.Lock()
@@ -50,7 +50,7 @@ type lostCompletes struct {
 }
 
 func (l lostCompletes) Do(ctx context.Context, in chaos.Input) (chaos.Output, error) {
-	if in.Kind != chaos.OpComplete || in.Result == "stale" {
+	if in.Kind != chaos.KindComplete || in.Result == "stale" {
 		return l.Executor.Do(ctx, in)
 	}
 	now := time.Now().UnixMilli()

@@ -30,7 +30,7 @@ type followerReads struct {
 }
 
 func (f followerReads) Do(ctx context.Context, in chaos.Input) (chaos.Output, error) {
-	if in.Kind != chaos.OpGet {
+	if in.Kind != chaos.KindGet {
 		return f.Executor.Do(ctx, in)
 	}
 	r, err := f.nodes[f.reader(in.Key)].Get(ctx, "chaos", in.Key, client.WithStaleOK())

@@ -13,6 +13,7 @@ import (
 
 	"github.com/l4xg/grid/chaos"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // The in-process cluster is what the workload runs against when a test
@@ -116,11 +117,8 @@ func (f *clusterFaults) ledElsewhere(s, gone int) func() bool {
 // wait is bounded by maxHold, and both end with ctx.
 func (f *clusterFaults) holdOn(ctx context.Context, t *testing.T, g *gate, done *atomic.Int64, cond func() bool) {
 	start := time.Now()
-	deadline := start.Add(f.maxHold)
-	for cond != nil && !cond() && ctx.Err() == nil && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
 	if cond != nil {
+		testwait.Holds(f.maxHold, func() bool { return cond() || ctx.Err() != nil })
 		if cond() {
 			t.Logf("%v: another node leads the shard after %v", f.since(), time.Since(start).Round(time.Millisecond))
 		} else {
@@ -129,10 +127,7 @@ func (f *clusterFaults) holdOn(ctx context.Context, t *testing.T, g *gate, done 
 	}
 	g.raise()
 	from := done.Load()
-	deadline = time.Now().Add(f.maxHold)
-	for done.Load()-from < f.hold && ctx.Err() == nil && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Holds(f.maxHold, func() bool { return done.Load()-from >= f.hold || ctx.Err() != nil })
 }
 
 func (f *clusterFaults) fault(ctx context.Context, t *testing.T, rng *rand.Rand, g *gate, done *atomic.Int64) {

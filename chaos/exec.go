@@ -37,19 +37,19 @@ func (e ClientExecutor) Do(ctx context.Context, in Input) (Output, error) {
 	)
 	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
 	switch in.Kind {
-	case OpReserve:
+	case KindReserve:
 		opts := []client.ReserveOption{client.WithLease(ms(in.Lease)), client.WithMaxAttempts(in.MaxAttempts)}
 		if in.Retention > 0 {
 			opts = append(opts, client.WithPoisonRetention(ms(in.Retention)))
 		}
 		r, err = e.C.Reserve(ctx, e.NS, in.Key, opts...)
-	case OpComplete:
+	case KindComplete:
 		opts := []client.CompleteOption{client.WithResult([]byte(in.Result))}
 		if in.Retention > 0 {
 			opts = append(opts, client.WithRetention(ms(in.Retention)))
 		}
 		r, err = e.C.Complete(ctx, e.NS, in.Key, in.Token, opts...)
-	case OpFail:
+	case KindFail:
 		var opts []client.FailOption
 		if in.Poison {
 			opts = append(opts, client.WithPoison())
@@ -61,13 +61,13 @@ func (e ClientExecutor) Do(ctx context.Context, in Input) (Output, error) {
 			opts = append(opts, client.WithRetention(ms(in.Retention)))
 		}
 		r, err = e.C.Fail(ctx, e.NS, in.Key, in.Token, opts...)
-	case OpExtend:
+	case KindExtend:
 		r, err = e.C.Extend(ctx, e.NS, in.Key, in.Token, ms(in.Lease))
-	case OpRelease:
+	case KindRelease:
 		r, err = e.C.Release(ctx, e.NS, in.Key, in.Token)
-	case OpGet:
+	case KindGet:
 		r, err = e.C.Get(ctx, e.NS, in.Key)
-	case OpForget:
+	case KindForget:
 		r, err = e.C.Forget(ctx, e.NS, in.Key)
 	default:
 		return Output{}, fmt.Errorf("chaos: unknown operation %v", in.Kind)

@@ -56,7 +56,7 @@ func (c *Call) End(out Output) {
 // A Get with an unknown outcome changed nothing and is left out.
 func (c *Call) Unknown() {
 	c.closed.Do(func() {
-		if c.in.Kind == OpGet {
+		if c.in.Kind == KindGet {
 			return
 		}
 		c.r.add(c, Output{Unknown: true}, math.MaxInt64)

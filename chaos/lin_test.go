@@ -362,17 +362,17 @@ func (wk *worker) next() chaos.Input {
 		in.Token = tok
 		switch {
 		case p < 35:
-			in.Kind, in.Retention = chaos.OpComplete, wk.retention()
+			in.Kind, in.Retention = chaos.KindComplete, wk.retention()
 			in.Result = fmt.Sprintf("w%d-%d", wk.id, wk.rng.IntN(1000))
 		case p < 50:
-			in.Kind, in.RetryAfter, in.Retention = chaos.OpFail, wk.retryAfter(), wk.retention()
+			in.Kind, in.RetryAfter, in.Retention = chaos.KindFail, wk.retryAfter(), wk.retention()
 			in.Poison = wk.rng.IntN(4) == 0
 		case p < 75:
-			in.Kind, in.Lease = chaos.OpExtend, wk.lease()
+			in.Kind, in.Lease = chaos.KindExtend, wk.lease()
 		case p < 88:
-			in.Kind = chaos.OpRelease
+			in.Kind = chaos.KindRelease
 		default:
-			in.Kind = chaos.OpGet
+			in.Kind = chaos.KindGet
 		}
 		return in
 	}
@@ -382,12 +382,12 @@ func (wk *worker) next() chaos.Input {
 	}
 	switch {
 	case p < 45:
-		in.Kind, in.Lease, in.Retention = chaos.OpReserve, wk.lease(), wk.retention()
+		in.Kind, in.Lease, in.Retention = chaos.KindReserve, wk.lease(), wk.retention()
 		in.MaxAttempts = 1 + wk.rng.IntN(3)
 	case p < 80-forgets:
-		in.Kind = chaos.OpGet
+		in.Kind = chaos.KindGet
 	case p < 80:
-		in.Kind = chaos.OpForget
+		in.Kind = chaos.KindForget
 	default: // a settle with a token this worker no longer holds
 		in.Token = 1 + wk.rng.Uint64N(1<<20)
 		if len(wk.stale) > 0 {
@@ -395,13 +395,13 @@ func (wk *worker) next() chaos.Input {
 		}
 		switch wk.rng.IntN(4) {
 		case 0:
-			in.Kind, in.Retention, in.Result = chaos.OpComplete, wk.retention(), "stale"
+			in.Kind, in.Retention, in.Result = chaos.KindComplete, wk.retention(), "stale"
 		case 1:
-			in.Kind, in.RetryAfter, in.Retention = chaos.OpFail, wk.retryAfter(), wk.retention()
+			in.Kind, in.RetryAfter, in.Retention = chaos.KindFail, wk.retryAfter(), wk.retention()
 		case 2:
-			in.Kind, in.Lease = chaos.OpExtend, wk.lease()
+			in.Kind, in.Lease = chaos.KindExtend, wk.lease()
 		default:
-			in.Kind = chaos.OpRelease
+			in.Kind = chaos.KindRelease
 		}
 	}
 	return in
@@ -425,7 +425,7 @@ func (wk *worker) step(ctx context.Context, t *testing.T, exec chaos.Executor, r
 	if out.Unknown {
 		call.Note("%s", out.Cause)
 		call.Unknown()
-		if tok, ok := wk.held[in.Key]; ok && in.Kind != chaos.OpGet && in.Kind != chaos.OpExtend {
+		if tok, ok := wk.held[in.Key]; ok && in.Kind != chaos.KindGet && in.Kind != chaos.KindExtend {
 			delete(wk.held, in.Key)
 			wk.stale = append(wk.stale, tok)
 		}
@@ -434,11 +434,11 @@ func (wk *worker) step(ctx context.Context, t *testing.T, exec chaos.Executor, r
 	}
 	call.End(out)
 	switch {
-	case in.Kind == chaos.OpReserve && out.Outcome == client.OutcomeAcquired:
+	case in.Kind == chaos.KindReserve && out.Outcome == client.OutcomeAcquired:
 		wk.held[in.Key] = out.Token
-	case in.Kind == chaos.OpGet, in.Kind == chaos.OpForget:
-	case in.Kind == chaos.OpExtend && out.Outcome == client.OutcomeOK:
-	case in.Kind != chaos.OpReserve:
+	case in.Kind == chaos.KindGet, in.Kind == chaos.KindForget:
+	case in.Kind == chaos.KindExtend && out.Outcome == client.OutcomeOK:
+	case in.Kind != chaos.KindReserve:
 		if tok, ok := wk.held[in.Key]; ok && tok == in.Token {
 			delete(wk.held, in.Key)
 			wk.stale = append(wk.stale, tok)
@@ -530,7 +530,7 @@ func TestLinearizableWithExpiry(t *testing.T) {
 			takeovers := 0
 			for _, op := range ops {
 				in, out := op.Input.(chaos.Input), op.Output.(chaos.Output)
-				if in.Kind == chaos.OpReserve && out.Outcome == client.OutcomeAcquired && out.Attempt > 1 {
+				if in.Kind == chaos.KindReserve && out.Outcome == client.OutcomeAcquired && out.Attempt > 1 {
 					takeovers++
 				}
 			}

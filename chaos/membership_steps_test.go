@@ -9,6 +9,7 @@ import (
 
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // do runs one step; the run loop settles and checks after it.
@@ -60,16 +61,11 @@ func (r *memberRun) resolve(node int) (int, error) {
 // awaitControlLeader waits up to 15 s until a running node other than
 // not leads the control group, and returns it.
 func (r *memberRun) awaitControlLeader(not int) (int, error) {
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if i := r.controlLeaderOtherThan(not); i >= 0 {
-			return i, nil
-		}
-		if time.Now().After(deadline) {
-			return -1, errors.New("no control leader after 15 s")
-		}
-		time.Sleep(10 * time.Millisecond)
+	i := -1
+	if !testwait.Holds(15*time.Second, func() bool { i = r.controlLeaderOtherThan(not); return i >= 0 }) {
+		return -1, errors.New("no control leader after 15 s")
 	}
+	return i, nil
 }
 
 func (r *memberRun) controlLeaderOtherThan(not int) int {
@@ -88,16 +84,9 @@ func (r *memberRun) join(want int) error {
 	// The step is over once the map lists the node: from then on the
 	// planner owes it its share, which settle waits for.
 	id := cluster.NodeID(r.c.ID(want))
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		m := r.c.Map()
-		if m != nil && m.Nodes[id].State == cluster.NodeActive {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s started but is not active in the map after 30 s", id)
-		}
-		time.Sleep(20 * time.Millisecond)
+	active := func() bool { m := r.c.Map(); return m != nil && m.Nodes[id].State == cluster.NodeActive }
+	if !testwait.Holds(30*time.Second, active) {
+		return fmt.Errorf("%s started but is not active in the map after 30 s", id)
 	}
 	r.logf("%s joined the map", id)
 	return nil
@@ -152,16 +141,9 @@ func (r *memberRun) startDrain(i int) error {
 // for good.
 func (r *memberRun) finishDrain(i int) error {
 	id := cluster.NodeID(r.c.ID(i))
-	deadline := time.Now().Add(settleTimeout)
-	for {
-		m := r.c.Map()
-		if m != nil && m.Nodes[id].State == cluster.NodeRemoved {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not removed after %v (map epoch %d: %v)", id, settleTimeout, m.Epoch, m.Nodes[id].State)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var m *cluster.Map
+	if !testwait.Holds(settleTimeout, func() bool { m = r.c.Map(); return m != nil && m.Nodes[id].State == cluster.NodeRemoved }) {
+		return fmt.Errorf("%s not removed after %v (map epoch %d: %v)", id, settleTimeout, m.Epoch, m.Nodes[id].State)
 	}
 	r.c.Stop(i)
 	r.logf("%s removed from the map and stopped", id)
@@ -223,21 +205,14 @@ func (r *memberRun) holdUnder(l led) {
 // holdUntil is holdUnder with the condition cond, described by what.
 func (r *memberRun) holdUntil(cond func() bool, what string) {
 	start := time.Now()
-	deadline := start.Add(15 * time.Second)
-	for !cond() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if cond() {
+	if testwait.Holds(15*time.Second, cond) {
 		r.logf("%s after %v", what, time.Since(start).Round(time.Millisecond))
 	} else {
 		r.logf("not yet after %v: %s", time.Since(start).Round(time.Millisecond), what)
 	}
 	r.hist.g.raise()
 	from := r.hist.done.Load()
-	deadline = time.Now().Add(holdMax)
-	for r.hist.done.Load()-from < holdOps && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Holds(holdMax, func() bool { return r.hist.done.Load()-from >= holdOps })
 }
 
 func (r *memberRun) kill(i int) error {

@@ -13,15 +13,16 @@ import (
 // Kind is the operation of an Input.
 type Kind uint8
 
-// The operations of the register.
+// The operations of the register. They are named Kind*, not Op*: their
+// values are the history's own, not keyspace.Op's.
 const (
-	OpReserve Kind = iota + 1
-	OpComplete
-	OpFail
-	OpExtend
-	OpRelease
-	OpGet
-	OpForget
+	KindReserve Kind = iota + 1
+	KindComplete
+	KindFail
+	KindExtend
+	KindRelease
+	KindGet
+	KindForget
 )
 
 var kindNames = [...]string{"", "reserve", "complete", "fail", "extend", "release", "get", "forget"}
@@ -350,9 +351,9 @@ func transitions(s Register, in Input, t at) []transition {
 	add := func(next Register, a answer) { out = append(out, transition{next, a}) }
 	for _, rec := range s.lookup(t) {
 		switch in.Kind {
-		case OpReserve:
+		case KindReserve:
 			reserve(rec, in, t, add)
-		case OpComplete:
+		case KindComplete:
 			for _, h := range rec.holds(in.Token) {
 				r := h.s
 				switch {
@@ -366,7 +367,7 @@ func transitions(s Register, in Input, t at) []transition {
 					add(r, r.view(client.OutcomeLeaseLost, true))
 				}
 			}
-		case OpFail:
+		case KindFail:
 			for _, h := range rec.holds(in.Token) {
 				r := h.s
 				switch {
@@ -390,7 +391,7 @@ func transitions(s Register, in Input, t at) []transition {
 					add(r, r.view(client.OutcomeLeaseLost, true))
 				}
 			}
-		case OpExtend:
+		case KindExtend:
 			for _, h := range rec.holds(in.Token) {
 				r := h.s
 				if h.yes && r.State == client.StateProcessing {
@@ -400,7 +401,7 @@ func transitions(s Register, in Input, t at) []transition {
 					add(r, r.view(client.OutcomeLeaseLost, true))
 				}
 			}
-		case OpRelease:
+		case KindRelease:
 			if rec.State == client.StateAbsent {
 				add(rec, rec.view(client.OutcomeOK, false))
 				continue
@@ -414,7 +415,7 @@ func transitions(s Register, in Input, t at) []transition {
 					add(r, r.view(client.OutcomeLeaseLost, true))
 				}
 			}
-		case OpGet:
+		case KindGet:
 			// A read changes nothing, not even by reclaiming an expired
 			// record: a later write may be stamped below the read (a
 			// ReadIndex read is stamped by the leader's clock). It shows
@@ -424,7 +425,7 @@ func transitions(s Register, in Input, t at) []transition {
 			} else {
 				add(s, rec.view(client.OutcomeOK, true))
 			}
-		case OpForget:
+		case KindForget:
 			n := rec.cleared()
 			a := n.view(client.OutcomeOK, false)
 			a.existed = rec.State != client.StateAbsent
@@ -519,7 +520,7 @@ func observe(tr transition, out Output) (Register, bool) {
 
 // isWrite reports whether the operation goes through the log as a write
 // (its stamp is ordered with the other writes of the key).
-func (k Kind) isWrite() bool { return k != OpGet }
+func (k Kind) isWrite() bool { return k != KindGet }
 
 // step is the nondeterministic step of the register.
 func step(state, input, output any) []any {
@@ -617,15 +618,15 @@ func partitionEventsByKey(history []porcupine.Event) [][]porcupine.Event {
 func describe(i Input, o Output) string {
 	var call string
 	switch i.Kind {
-	case OpReserve:
+	case KindReserve:
 		call = fmt.Sprintf("reserve(%s, lease=%dms, max=%d)", i.Key, i.Lease, i.MaxAttempts)
-	case OpComplete:
+	case KindComplete:
 		call = fmt.Sprintf("complete(%s, tok=%d, %q)", i.Key, i.Token, i.Result)
-	case OpFail:
+	case KindFail:
 		call = fmt.Sprintf("fail(%s, tok=%d, retry=%dms, poison=%v)", i.Key, i.Token, i.RetryAfter, i.Poison)
-	case OpExtend:
+	case KindExtend:
 		call = fmt.Sprintf("extend(%s, tok=%d, lease=%dms)", i.Key, i.Token, i.Lease)
-	case OpRelease:
+	case KindRelease:
 		call = fmt.Sprintf("release(%s, tok=%d)", i.Key, i.Token)
 	default:
 		call = fmt.Sprintf("%v(%s)", i.Kind, i.Key)
@@ -637,7 +638,7 @@ func describe(i Input, o Output) string {
 	if o.Result != "" {
 		ans += fmt.Sprintf(" res=%q", o.Result)
 	}
-	if i.Kind == OpForget {
+	if i.Kind == KindForget {
 		ans += fmt.Sprintf(" existed=%v", o.Existed)
 	}
 	return call + " -> " + ans

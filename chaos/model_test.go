@@ -47,22 +47,22 @@ func (h *hist) unknown(client int, in chaos.Input) *hist {
 }
 
 func reserve(key string) chaos.Input {
-	return chaos.Input{Key: key, Kind: chaos.OpReserve, Lease: lease, MaxAttempts: 3, Retention: day}
+	return chaos.Input{Key: key, Kind: chaos.KindReserve, Lease: lease, MaxAttempts: 3, Retention: day}
 }
 func complete(key string, tok uint64, res string) chaos.Input {
-	return chaos.Input{Key: key, Kind: chaos.OpComplete, Token: tok, Result: res, Retention: day}
+	return chaos.Input{Key: key, Kind: chaos.KindComplete, Token: tok, Result: res, Retention: day}
 }
 func fail(key string, tok uint64) chaos.Input {
-	return chaos.Input{Key: key, Kind: chaos.OpFail, Token: tok, RetryAfter: hour, Retention: day}
+	return chaos.Input{Key: key, Kind: chaos.KindFail, Token: tok, RetryAfter: hour, Retention: day}
 }
 func extend(key string, tok uint64, l int64) chaos.Input {
-	return chaos.Input{Key: key, Kind: chaos.OpExtend, Token: tok, Lease: l}
+	return chaos.Input{Key: key, Kind: chaos.KindExtend, Token: tok, Lease: l}
 }
 func release(key string, tok uint64) chaos.Input {
-	return chaos.Input{Key: key, Kind: chaos.OpRelease, Token: tok}
+	return chaos.Input{Key: key, Kind: chaos.KindRelease, Token: tok}
 }
-func get(key string) chaos.Input    { return chaos.Input{Key: key, Kind: chaos.OpGet} }
-func forget(key string) chaos.Input { return chaos.Input{Key: key, Kind: chaos.OpForget} }
+func get(key string) chaos.Input    { return chaos.Input{Key: key, Kind: chaos.KindGet} }
+func forget(key string) chaos.Input { return chaos.Input{Key: key, Kind: chaos.KindForget} }
 
 func acquired(tok uint64, att int, now, l int64) chaos.Output {
 	return chaos.Output{Outcome: client.OutcomeAcquired, State: client.StateProcessing, Token: tok, Attempt: att, Deadline: now + l, Now: now}
@@ -140,32 +140,32 @@ func TestModelAccepts(t *testing.T) {
 		// An expired lease is taken over by the next attempt with a larger
 		// token, and the old holder's settle is refused.
 		"expiry takeover": new(hist).
-			seq(0, chaos.Input{Key: keyA, Kind: chaos.OpReserve, Lease: 1000, MaxAttempts: 3}, acquired(10, 1, t0, 1000)).
+			seq(0, chaos.Input{Key: keyA, Kind: chaos.KindReserve, Lease: 1000, MaxAttempts: 3}, acquired(10, 1, t0, 1000)).
 			seq(1, reserve(keyA), acquired(20, 2, t0+1000, lease)).
 			seq(0, complete(keyA, 10, "late"), chaos.Output{Outcome: client.OutcomeLeaseLost, State: client.StateProcessing, Attempt: 2, Deadline: t0 + 1000 + lease, Now: t0 + 1001}),
 		// A completed key past its retention is absent again.
 		"retention ends": new(hist).
 			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
-			seq(0, chaos.Input{Key: keyA, Kind: chaos.OpComplete, Token: 10, Retention: 500}, completed(client.OutcomeOK, 10, "", t0+1+500, t0+1)).
+			seq(0, chaos.Input{Key: keyA, Kind: chaos.KindComplete, Token: 10, Retention: 500}, completed(client.OutcomeOK, 10, "", t0+1+500, t0+1)).
 			seq(1, get(keyA), absentOut(client.OutcomeOK, t0+501)).
 			seq(1, reserve(keyA), acquired(30, 1, t0+502, lease)),
 		// Fail poisons the key once attempts reach max_attempts.
 		"fail poisons at max attempts": new(hist).
-			seq(0, chaos.Input{Key: keyA, Kind: chaos.OpReserve, Lease: lease, MaxAttempts: 1}, acquired(10, 1, t0, lease)).
+			seq(0, chaos.Input{Key: keyA, Kind: chaos.KindReserve, Lease: lease, MaxAttempts: 1}, acquired(10, 1, t0, lease)).
 			seq(0, fail(keyA, 10), chaos.Output{Outcome: client.OutcomeOK, State: client.StatePoisoned, Token: 10, Attempt: 1, Deadline: t0 + 1 + day, Now: t0 + 1}).
 			seq(1, reserve(keyA), chaos.Output{Outcome: client.OutcomePoisoned, State: client.StatePoisoned, Token: 10, Attempt: 1, Deadline: t0 + 1 + day, Now: t0 + 2}),
 		// Zero fields take the grid's defaults: a 30 s lease, 5 attempts, a
 		// 7-day retention, a backoff of 1 s after the first failed attempt.
 		"grid defaults": new(hist).
-			seq(0, chaos.Input{Key: keyA, Kind: chaos.OpReserve}, acquired(10, 1, t0, 30_000)).
-			seq(0, chaos.Input{Key: keyA, Kind: chaos.OpFail, Token: 10}, chaos.Output{Outcome: client.OutcomeOK, State: client.StateFailed, Token: 10, Attempt: 1, Deadline: t0 + 1 + 1000, Now: t0 + 1}).
-			seq(0, chaos.Input{Key: keyA, Kind: chaos.OpReserve}, acquired(20, 2, t0+1001, 30_000)).
-			seq(0, chaos.Input{Key: keyA, Kind: chaos.OpComplete, Token: 20}, chaos.Output{Outcome: client.OutcomeOK, State: client.StateCompleted, Token: 20, Attempt: 2, Deadline: t0 + 1002 + 7*day, Now: t0 + 1002}),
+			seq(0, chaos.Input{Key: keyA, Kind: chaos.KindReserve}, acquired(10, 1, t0, 30_000)).
+			seq(0, chaos.Input{Key: keyA, Kind: chaos.KindFail, Token: 10}, chaos.Output{Outcome: client.OutcomeOK, State: client.StateFailed, Token: 10, Attempt: 1, Deadline: t0 + 1 + 1000, Now: t0 + 1}).
+			seq(0, chaos.Input{Key: keyA, Kind: chaos.KindReserve}, acquired(20, 2, t0+1001, 30_000)).
+			seq(0, chaos.Input{Key: keyA, Kind: chaos.KindComplete, Token: 20}, chaos.Output{Outcome: client.OutcomeOK, State: client.StateCompleted, Token: 20, Attempt: 2, Deadline: t0 + 1002 + 7*day, Now: t0 + 1002}),
 		// A read stamped ahead of a later write (a ReadIndex read by the
 		// leader's clock) may see a record expired that the write still sees.
 		"read stamped ahead of a write": new(hist).
 			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
-			seq(0, chaos.Input{Key: keyA, Kind: chaos.OpComplete, Token: 10, Retention: 500}, completed(client.OutcomeOK, 10, "", t0+1+500, t0+1)).
+			seq(0, chaos.Input{Key: keyA, Kind: chaos.KindComplete, Token: 10, Retention: 500}, completed(client.OutcomeOK, 10, "", t0+1+500, t0+1)).
 			seq(1, get(keyA), absentOut(client.OutcomeOK, t0+600)).
 			seq(1, reserve(keyA), completed(client.OutcomeDuplicate, 10, "", t0+1+500, t0+400)),
 	}
@@ -226,7 +226,7 @@ func TestModelRejects(t *testing.T) {
 			seq(0, reserve(keyA), acquired(10, 1, t0+100, lease)).
 			seq(0, extend(keyA, 10, lease), processing(10, 1, t0+50+lease, t0+50)),
 		"expired lease not taken over": new(hist).
-			seq(0, chaos.Input{Key: keyA, Kind: chaos.OpReserve, Lease: 1000, MaxAttempts: 3}, acquired(10, 1, t0, 1000)).
+			seq(0, chaos.Input{Key: keyA, Kind: chaos.KindReserve, Lease: 1000, MaxAttempts: 3}, acquired(10, 1, t0, 1000)).
 			seq(1, reserve(keyA), busy(1, t0+1000, t0+1000)),
 	}
 	for name, h := range cases {

@@ -1,13 +1,11 @@
 package chaos_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/l4xg/grid/chaos"
+	"github.com/l4xg/grid/internal/gridproc"
 )
 
 // procNode is the Cluster of one gridnode serve process: Kill is a real
@@ -23,10 +22,9 @@ type procNode struct {
 	t    *testing.T
 	bin  string
 	dir  string
-	addr string   // fixed after the first start
-	args []string // more serve flags
-	cmd  *exec.Cmd
-	exit chan struct{} // closed when cmd has exited
+	addr string         // fixed after the first start
+	args []string       // more serve flags
+	proc *gridproc.Proc // nil while stopped
 }
 
 var _ chaos.Cluster = (*procNode)(nil)
@@ -48,51 +46,28 @@ func (p *procNode) Restart(int) {
 }
 
 func (p *procNode) stop(sig syscall.Signal) {
-	if p.cmd == nil {
+	if p.proc == nil {
 		return
 	}
-	_ = p.cmd.Process.Signal(sig)
-	<-p.exit
-	p.cmd = nil
+	_ = p.proc.Signal(sig)
+	<-p.proc.Exited()
+	p.proc = nil
 }
 
 func (p *procNode) start() {
 	t := p.t
-	args := append([]string{"serve", "--data-dir", p.dir, "--shards", "2",
+	args := append([]string{p.bin, "serve", "--data-dir", p.dir, "--shards", "2",
 		"--listen", p.addr, "--http-listen", "", "--log-level", "error"}, p.args...)
-	cmd := exec.Command(p.bin, args...)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	proc, err := gridproc.Start(gridproc.Options{Argv: args, Stderr: os.Stderr})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	a, err := proc.WaitReady(context.Background(), 60*time.Second)
+	if err != nil {
+		proc.Kill()
+		t.Fatalf("gridnode: %v", err)
 	}
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if addr, ok := strings.CutPrefix(sc.Text(), "ready: grpc "); ok {
-				ready <- addr
-			}
-		}
-	}()
-	exit := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exit)
-	}()
-	select {
-	case p.addr = <-ready:
-	case <-exit:
-		t.Fatalf("gridnode exited before ready")
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exit
-		t.Fatal("gridnode not ready within 60s")
-	}
-	p.cmd, p.exit = cmd, exit
+	p.addr, p.proc = a.GRPC, proc
 }
 
 // buildGridnode builds the gridnode binary into a temporary directory.

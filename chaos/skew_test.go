@@ -24,6 +24,7 @@ import (
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -203,17 +204,13 @@ func (r *skewRig) raw(i int) gridpb.GridClient {
 func (r *skewRig) setSkew(offset time.Duration, inside bool) {
 	r.t.Helper()
 	r.skew.Set(offset)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.Until(r.t, 20*time.Second, func() string {
 		st := r.status(0)
 		if d := time.Duration(st.ClockOffsetMs)*time.Millisecond + offset; st.ClockOk == inside && d.Abs() <= 40*time.Millisecond {
-			return
+			return ""
 		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("node 0 at %v: status says offset %d ms, clock_ok %v; want about %v, clock_ok %v", offset, st.ClockOffsetMs, st.ClockOk, -offset, inside)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Sprintf("node 0 at %v: status says offset %d ms, clock_ok %v; want about %v, clock_ok %v", offset, st.ClockOffsetMs, st.ClockOk, -offset, inside)
+	})
 }
 
 // metric is the value of series on node i's /metrics (0 when absent).
@@ -489,7 +486,7 @@ func TestClusterSkewRandom(t *testing.T) {
 	takeovers := 0
 	for _, op := range ops {
 		in, out := op.Input.(chaos.Input), op.Output.(chaos.Output)
-		if in.Kind == chaos.OpReserve && out.Outcome == client.OutcomeAcquired && out.Attempt > 1 {
+		if in.Kind == chaos.KindReserve && out.Outcome == client.OutcomeAcquired && out.Attempt > 1 {
 			takeovers++
 		}
 	}

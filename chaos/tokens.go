@@ -21,7 +21,7 @@ func CheckTokens(ops []porcupine.Operation) error {
 	byKey := map[string][]porcupine.Operation{}
 	for _, op := range ops {
 		in, out := op.Input.(Input), op.Output.(Output)
-		if in.Kind == OpReserve && !out.Unknown && out.Outcome == client.OutcomeAcquired {
+		if in.Kind == KindReserve && !out.Unknown && out.Outcome == client.OutcomeAcquired {
 			byKey[in.Key] = append(byKey[in.Key], op)
 		}
 	}

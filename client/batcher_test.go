@@ -7,8 +7,10 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/internal/testwait"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -54,7 +56,7 @@ func (b *batcher) queued() int {
 // waitQueued waits until n calls wait in the batcher.
 func waitQueued(t *testing.T, c *Client, n int) {
 	t.Helper()
-	waitCond(t, fmt.Sprintf("%d queued calls", n), func() bool { return c.seed.b.queued() == n })
+	testwait.For(t, 10*time.Second, fmt.Sprintf("%d queued calls", n), func() bool { return c.seed.b.queued() == n })
 }
 
 func TestBatchingCoalescesConcurrentCalls(t *testing.T) {

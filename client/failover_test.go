@@ -13,6 +13,7 @@ import (
 
 	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 	gridnode "github.com/l4xg/grid/node"
 	"github.com/l4xg/grid/shard"
 )
@@ -56,7 +57,7 @@ func TestKilledShardLeaderCallersSeeNoError(t *testing.T) {
 	defer cl.Close()
 	const s = 1
 	var victim int
-	waitCond(t, "a single leader of shard 1", func() bool {
+	testwait.For(t, 10*time.Second, "a single leader of shard 1", func() bool {
 		l := c.Leaders(s)
 		if len(l) == 1 {
 			victim = l[0]

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/keyspace"
 	"google.golang.org/grpc"
@@ -18,17 +19,19 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// fakeGrid is a transport fake of the grid for failure injection: a small
-// in-memory version of the record state machine (DESIGN.md section 2), real
-// time, and hooks that refuse RPCs or operations. It is not the grid; the
-// integration tests run against the real server.
+// fakeGrid is a transport fake of the grid for failure injection: the real
+// record state machine (a keyspace.Machine, each operation but a Get one
+// entry of its own, stamped with the real time) behind the service's wire
+// rules (api.Command, api.Answer), and hooks that refuse RPCs or
+// operations. It is not the grid (no Raft, no routing but the fake
+// cluster's); the integration tests run against the real server.
 type fakeGrid struct {
 	gridpb.UnimplementedGridServer
 
 	mu         sync.Mutex
-	recs       map[string]*fakeRec
-	entities   map[string]uint64
-	nextToken  uint64
+	machine    *keyspace.Machine
+	index      uint64       // of the last entry applied
+	noIDs      bool         // a grid from before request ids: it drops them
 	ops        []*gridpb.Op // every operation received, in order
 	batchSizes []int
 	rpcs       map[string]int
@@ -61,27 +64,13 @@ type fakeHooks struct {
 	clusterMap func() error
 }
 
-type fakeRec struct {
-	state       gridpb.State
-	token       uint64
-	attempt     uint32
-	maxAttempts uint32
-	deadline    time.Time
-	completedAt time.Time
-	result      []byte
-	fingerprint *uint64
-	entity      string
-	version     uint64
-}
-
 var _ gridpb.GridServer = (*fakeGrid)(nil)
 
 func newFakeGrid() *fakeGrid {
 	return &fakeGrid{
-		recs:     map[string]*fakeRec{},
-		entities: map[string]uint64{},
-		rpcs:     map[string]int{},
-		changed:  make(chan struct{}),
+		machine: keyspace.NewMachine(),
+		rpcs:    map[string]int{},
+		changed: make(chan struct{}),
 	}
 }
 
@@ -137,6 +126,15 @@ func (f *fakeGrid) counters() (redirects, routed, bare int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.redirects, f.routed, f.bare
+}
+
+// ignoreRequestIDs makes f a grid from before request ids: a Reserve's
+// request id is dropped, so a resend of a granted Reserve finds the lease
+// held (BUSY) instead of getting its grant again.
+func (f *fakeGrid) ignoreRequestIDs() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.noIDs = true
 }
 
 func (f *fakeGrid) setHooks(h fakeHooks) {
@@ -328,7 +326,7 @@ func (f *fakeGrid) Status(ctx context.Context, _ *gridpb.StatusRequest) (*gridpb
 	defer f.mu.Unlock()
 	return &gridpb.StatusResponse{
 		NodeId: "fake", Version: "test", Slots: 4096, ShardCount: 1, MapEpoch: 3, ControlState: "Follower", NowUnixMs: time.Now().UnixMilli(),
-		Shards: []*gridpb.ShardStatus{{Id: 0, RaftState: "Leader", Leader: "fake", Keys: uint64(len(f.recs)), AppliedIndex: 7, StampUnixMs: time.Now().UnixMilli()}},
+		Shards: []*gridpb.ShardStatus{{Id: 0, RaftState: "Leader", Leader: "fake", Keys: uint64(f.machine.Len()), AppliedIndex: 7, StampUnixMs: time.Now().UnixMilli()}},
 	}, nil
 }
 
@@ -356,171 +354,57 @@ func (f *fakeGrid) apply(op *gridpb.Op) (*gridpb.OpResult, error) {
 	return res, err
 }
 
-func recKey(ns string, key []byte) string { return ns + "\x00" + string(key) }
-
-func (r *fakeRec) answer(o gridpb.Outcome, now time.Time) *gridpb.OpResult {
-	res := &gridpb.OpResult{
-		Outcome: o, State: r.state, Token: r.token, Attempt: r.attempt,
-		DeadlineUnixMs: r.deadline.UnixMilli(), NowUnixMs: now.UnixMilli(),
-		Result: r.result, Fingerprint: r.fingerprint,
-	}
-	if !r.completedAt.IsZero() {
-		res.CompletedAtUnixMs = r.completedAt.UnixMilli()
-	}
-	return res
-}
-
-// eval is the record state machine, simplified. f.mu is held.
+// eval runs op on the fake's state machine at now, as a shard's leader
+// does: a Get is a read, any other operation an entry of its own. f.mu is
+// held.
 func (f *fakeGrid) eval(op *gridpb.Op, now time.Time) (*gridpb.OpResult, error) {
-	absent := &gridpb.OpResult{Outcome: gridpb.Outcome_OK, State: gridpb.State_ABSENT, NowUnixMs: now.UnixMilli()}
-	lost := &gridpb.OpResult{Outcome: gridpb.Outcome_LEASE_LOST, State: gridpb.State_ABSENT, NowUnixMs: now.UnixMilli()}
-	live := func(ns string, key []byte) *fakeRec {
-		r := f.recs[recKey(ns, key)]
-		if r != nil && (r.state == gridpb.State_COMPLETED || r.state == gridpb.State_STATE_POISONED) && !now.Before(r.deadline) {
-			delete(f.recs, recKey(ns, key))
-			return nil
-		}
-		return r
+	cmd, read, err := api.Command(op)
+	if err != nil {
+		return nil, err
 	}
-	switch o := op.GetOp().(type) {
-	case *gridpb.Op_Reserve:
-		q := o.Reserve
-		if len(q.GetKey()) == 0 || len(q.GetKey()) > 1024 {
-			return nil, status.Errorf(codes.InvalidArgument, "keyspace: key length %d out of range 1..1024", len(q.GetKey()))
-		}
-		if len(q.GetEntity()) > 0 && q.GetVersion() <= f.entities[string(q.GetEntity())] {
-			return &gridpb.OpResult{Outcome: gridpb.Outcome_STALE, State: gridpb.State_ABSENT, NowUnixMs: now.UnixMilli()}, nil
-		}
-		r := live(string(q.GetNamespace()), q.GetKey())
-		if r != nil && q.Fingerprint != nil && r.fingerprint != nil && *q.Fingerprint != *r.fingerprint {
-			return r.answer(gridpb.Outcome_MISMATCH, now), nil
-		}
-		maxAttempts := q.GetMaxAttempts()
-		if maxAttempts == 0 {
-			maxAttempts = 5
-		}
-		lease := time.Duration(q.GetLeaseMs()) * time.Millisecond
-		switch {
-		case r == nil:
-			r = &fakeRec{}
-			f.recs[recKey(string(q.GetNamespace()), q.GetKey())] = r
-		case r.state == gridpb.State_COMPLETED:
-			return r.answer(gridpb.Outcome_DUPLICATE, now), nil
-		case r.state == gridpb.State_STATE_POISONED:
-			return r.answer(gridpb.Outcome_POISONED, now), nil
-		case now.Before(r.deadline):
-			res := r.answer(gridpb.Outcome_BUSY, now)
-			res.Token, res.RetryAfterMs = 0, millis(r.deadline.Sub(now))
-			return res, nil
-		case r.attempt >= maxAttempts:
-			r.state, r.deadline = gridpb.State_STATE_POISONED, now.Add(time.Hour)
-			return r.answer(gridpb.Outcome_POISONED, now), nil
-		}
-		r.state, r.token, r.deadline, r.maxAttempts = gridpb.State_PROCESSING, f.grant(op), now.Add(lease), maxAttempts
-		r.attempt++
-		r.fingerprint, r.entity, r.version = q.Fingerprint, string(q.GetEntity()), q.GetVersion()
-		return r.answer(gridpb.Outcome_ACQUIRED, now), nil
-	case *gridpb.Op_Complete:
-		q := o.Complete
-		r := live(string(q.GetNamespace()), q.GetKey())
-		if r == nil || r.token != q.GetToken() || (r.state != gridpb.State_PROCESSING && r.state != gridpb.State_COMPLETED) {
-			return lost, nil
-		}
-		if r.state == gridpb.State_PROCESSING {
-			retention := time.Duration(q.GetRetentionMs()) * time.Millisecond
-			if retention == 0 {
-				retention = 7 * 24 * time.Hour
-			}
-			r.state, r.deadline, r.completedAt, r.result = gridpb.State_COMPLETED, now.Add(retention), now, q.GetResult()
-			if r.entity != "" {
-				f.entities[r.entity] = max(f.entities[r.entity], r.version)
-			}
-		}
-		return r.answer(gridpb.Outcome_OK, now), nil
-	case *gridpb.Op_Fail:
-		q := o.Fail
-		r := live(string(q.GetNamespace()), q.GetKey())
-		if r == nil || r.token != q.GetToken() {
-			return lost, nil
-		}
-		if r.state == gridpb.State_PROCESSING {
-			switch {
-			case q.GetPoison() || r.attempt >= r.maxAttempts:
-				r.state, r.deadline = gridpb.State_STATE_POISONED, now.Add(time.Hour)
-			case q.RetryAfterMs != nil:
-				r.state, r.deadline = gridpb.State_FAILED, now.Add(time.Duration(*q.RetryAfterMs)*time.Millisecond)
-			default:
-				r.state, r.deadline = gridpb.State_FAILED, now.Add(10*time.Millisecond<<r.attempt)
-			}
-		}
-		return r.answer(gridpb.Outcome_OK, now), nil
-	case *gridpb.Op_Release:
-		q := o.Release
-		r := live(string(q.GetNamespace()), q.GetKey())
-		if r == nil || r.token != q.GetToken() || r.state != gridpb.State_PROCESSING {
-			return lost, nil
-		}
-		delete(f.recs, recKey(string(q.GetNamespace()), q.GetKey()))
-		return absent, nil
-	case *gridpb.Op_Extend:
-		q := o.Extend
-		r := live(string(q.GetNamespace()), q.GetKey())
-		if r == nil || r.token != q.GetToken() || r.state != gridpb.State_PROCESSING {
-			return lost, nil
-		}
-		r.deadline = now.Add(time.Duration(q.GetLeaseMs()) * time.Millisecond)
-		return r.answer(gridpb.Outcome_OK, now), nil
-	case *gridpb.Op_Get:
-		r := live(string(o.Get.GetNamespace()), o.Get.GetKey())
-		if r == nil {
-			return absent, nil
-		}
-		return r.answer(gridpb.Outcome_OK, now), nil
-	case *gridpb.Op_Forget:
-		q := o.Forget
-		_, existed := f.recs[recKey(string(q.GetNamespace()), q.GetKey())]
-		delete(f.recs, recKey(string(q.GetNamespace()), q.GetKey()))
-		res := absent
-		res.Existed = existed
-		return res, nil
-	default:
-		return nil, status.Error(codes.InvalidArgument, "empty operation")
+	if f.noIDs {
+		cmd.HasRequestID, cmd.RequestID = false, 0
 	}
+	var res keyspace.Result
+	if read {
+		res = f.machine.Get(cmd.Digest, now.UnixMilli(), cmd.ShowToken)
+	} else {
+		res = f.propose(op, now, cmd)[0]
+	}
+	return api.Answer(&res), nil
 }
 
-// steal replaces the token of a key's lease, as a takeover by another
-// consumer would.
+// propose applies cmds as one entry stamped now, with the token layout of
+// op's shard in a cluster (tokens name their shard, as the grid's do), and
+// returns their results. f.mu is held.
+func (f *fakeGrid) propose(op *gridpb.Op, now time.Time, cmds ...keyspace.Command) []keyspace.Result {
+	e := keyspace.Entry{Now: now.UnixMilli(), Commands: cmds}
+	if f.cluster != nil {
+		l, err := keyspace.NewTokenLayout(f.cluster.shardOf(op), len(f.cluster.leads))
+		if err != nil {
+			panic(err)
+		}
+		e.HasLayout, e.Layout = true, l
+	}
+	f.index++
+	return f.machine.Apply(f.index, &e, nil)
+}
+
+// steal makes another consumer the holder of a key's lease, under a new
+// token: the key is forgotten and reserved again, for an hour.
 func (f *fakeGrid) steal(ns, key string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if r := f.recs[recKey(ns, []byte(key))]; r != nil {
-		r.token = f.nextTokenOf(r.token)
-	}
-}
-
-// grant is the token of a new lease granted by the reserve op: it names the
-// op's shard in a cluster, as the grid's tokens do (keyspace.TokenLayout).
-// f.mu is held.
-func (f *fakeGrid) grant(op *gridpb.Op) uint64 {
-	f.nextToken++
-	if f.cluster == nil {
-		return f.nextToken << 16
-	}
-	l, err := keyspace.NewTokenLayout(f.cluster.shardOf(op), len(f.cluster.leads))
+	reserve := ReserveOp(ns, key, WithLease(time.Hour)).pb
+	forget, _, err := api.Command(ForgetOp(ns, key).pb)
 	if err != nil {
 		panic(err)
 	}
-	return l.Token(f.nextToken, 0)
-}
-
-// nextTokenOf is a new token of the shard that granted tok. f.mu is held.
-func (f *fakeGrid) nextTokenOf(tok uint64) uint64 {
-	f.nextToken++
-	if f.cluster == nil {
-		return f.nextToken << 16
+	again, _, err := api.Command(reserve)
+	if err != nil {
+		panic(err)
 	}
-	s, _ := keyspace.TokenShard(tok, len(f.cluster.leads))
-	return keyspace.TokenLayout{Shard: uint32(s), Bits: keyspace.TokenBits(len(f.cluster.leads))}.Token(f.nextToken, 0)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.propose(reserve, time.Now(), forget, again)
 }
 
 // opKey returns the namespace-less key and kind of an operation.
@@ -566,23 +450,6 @@ func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// waitCond waits until cond holds, checking every millisecond, or fails the
-// test after 10 s.
-func waitCond(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(10 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
 }
 
 // fakeCluster makes fakes the nodes of one cluster: a cluster map they all

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // Integration tests against a real in-process grid node (Raft, Pebble, the
@@ -228,7 +229,7 @@ func TestIntegrationLeaseIsExtended(t *testing.T) {
 		}
 		// Outlive the lease three times over by the grid's clock.
 		var r Result
-		waitCond(t, "three leases to pass", func() bool {
+		testwait.For(t, 10*time.Second, "three leases to pass", func() bool {
 			r, err = other.Reserve(ctx, "it", "long")
 			return err != nil || r.Now.Sub(first.Now) > 3*lease
 		})

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -59,7 +60,7 @@ func TestRedirectToAnAvoidedLeaderIsNotFollowed(t *testing.T) {
 		fc := newFakeCluster(t, 3, 3)
 		c := fc.dial(t, "", WithBatching(batching),
 			WithRetryPolicy(RetryPolicy{Budget: 10 * time.Second, BaseBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond}))
-		waitCond(t, "the map", func() bool { return c.r.mapEpoch() == 1 })
+		testwait.For(t, 10*time.Second, "the map", func() bool { return c.r.mapEpoch() == 1 })
 		fc.nodes[1].shutdown() // never reached by this client: its sends are refused
 		var named atomic.Int32
 		fc.setOverride(func(self, shard int) *gridpb.Redirect {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -204,7 +205,7 @@ func TestRetryBackoffRespectsContext(t *testing.T) {
 		done <- err
 	}()
 	// The answer is in once the batch gave its slot back.
-	waitCond(t, "the first answer", func() bool { return f.rpcCount("Batch") == 1 && len(c.seed.b.slots) == 0 })
+	testwait.For(t, 10*time.Second, "the first answer", func() bool { return f.rpcCount("Batch") == 1 && len(c.seed.b.slots) == 0 })
 	cancel() // during the hour of backoff
 	err := <-done
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrUnavailable) {
@@ -228,8 +229,13 @@ func TestUnreachableGridIsUnavailable(t *testing.T) {
 	})
 }
 
+// TestRetriedReserveMayFindItsOwnLease: against a grid that ignores
+// request ids, a Process whose granted Reserve lost its answer finds its
+// own lease on the retry and reports BUSY after retry, without running the
+// handler.
 func TestRetriedReserveMayFindItsOwnLease(t *testing.T) {
 	c, f := dialFake(t, fastRetry(3))
+	f.ignoreRequestIDs()
 	var lost atomic.Bool
 	f.setHooks(fakeHooks{after: func(op *gridpb.Op, _ *gridpb.OpResult) error {
 		if op.GetReserve() != nil && lost.CompareAndSwap(false, true) {

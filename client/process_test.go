@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/internal/testwait"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
 func TestProcessCompletesThenAnswersDuplicates(t *testing.T) {
-	c, _ := dialFake(t)
+	start := time.Date(2030, time.January, 1, 12, 0, 0, 0, time.UTC)
+	c, _ := dialFake(t, WithClock(func() time.Time { return start })) // the client's clock stands still
 	ctx := testCtx(t)
 	var runs atomic.Int32
 	var seen Lease
@@ -23,7 +25,6 @@ func TestProcessCompletesThenAnswersDuplicates(t *testing.T) {
 		seen = l
 		return []byte("receipt-1"), nil
 	}
-	before := time.Now()
 	out, err := c.Process(ctx, "orders", "o-1", h, WithLease(time.Minute), WithRetention(time.Hour))
 	if err != nil || out.Duplicate || string(out.Result) != "receipt-1" || out.Attempt != 1 || out.Token == 0 {
 		t.Fatalf("first: %+v %v", out, err)
@@ -32,8 +33,8 @@ func TestProcessCompletesThenAnswersDuplicates(t *testing.T) {
 		t.Fatalf("lease: %+v", seen)
 	}
 	// Local safe deadline: start + lease - DefaultLeaseMargin (lease/10).
-	if d := seen.Deadline.Sub(before); d < 53*time.Second || d > 55*time.Second {
-		t.Fatalf("local deadline %v after start, want about 54s", d)
+	if want := start.Add(54 * time.Second); !seen.Deadline.Equal(want) {
+		t.Fatalf("local deadline %v, want %v: start + 54s", seen.Deadline, want)
 	}
 	dup, err := c.Process(ctx, "orders", "o-1", h)
 	if err != nil || !dup.Duplicate || string(dup.Result) != "receipt-1" {
@@ -100,7 +101,7 @@ func TestProcessDefaultBackoffPoisonsAfterMaxAttempts(t *testing.T) {
 		t.Fatalf("attempt 1: %v", err)
 	}
 	var attempt2 error
-	waitCond(t, "the retry delay to pass", func() bool {
+	testwait.For(t, 10*time.Second, "the retry delay to pass", func() bool {
 		_, attempt2 = c.Process(ctx, "ns", "k", fail, WithMaxAttempts(2))
 		return !errors.Is(attempt2, ErrBusy)
 	})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -291,7 +292,7 @@ func TestNewerEpochRefreshesTheMap(t *testing.T) {
 	if _, err := c.Reserve(ctx, "ns", fc.keyOn(0, 1)); err != nil {
 		t.Fatal(err)
 	}
-	waitCond(t, "the map of epoch 3", func() bool { return c.r.mapEpoch() == 3 })
+	testwait.For(t, 10*time.Second, "the map of epoch 3", func() bool { return c.r.mapEpoch() == 3 })
 	// Shard 1 moved without any Redirect telling the client: only the
 	// refreshed map sends its operations to node 2 directly.
 	before, _, _ := fc.nodes[1].counters()
@@ -377,7 +378,7 @@ func TestRedirectWithoutLeaderBacksOffAndRefreshes(t *testing.T) {
 	if err != nil || r.Outcome != OutcomeAcquired || sends != 1 {
 		t.Fatalf("reserve: %v, %d sends, %v", r.Outcome, sends, err)
 	}
-	waitCond(t, "a map refresh", func() bool {
+	testwait.For(t, 10*time.Second, "a map refresh", func() bool {
 		return fc.nodes[0].rpcCount("ClusterMap")+fc.nodes[1].rpcCount("ClusterMap") > maps
 	})
 }
@@ -403,7 +404,7 @@ func TestUnreachableLeaderIsAvoidedAndTheMapRefreshed(t *testing.T) {
 		if got := receivedKeys(fc.nodes[2], "reserve"); len(got) != 1 || got[0] != fc.keyOn(1, 1) {
 			t.Fatalf("node 2 applied %v", got)
 		}
-		waitCond(t, "the map of epoch 2", func() bool { return c.r.mapEpoch() == 2 })
+		testwait.For(t, 10*time.Second, "the map of epoch 2", func() bool { return c.r.mapEpoch() == 2 })
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -202,7 +203,8 @@ func nil2(context.Context, Lease) ([]byte, error) {
 // request ids, a Process whose Reserve was granted but whose answer was
 // lost finds its own lease on the resend, reported as AfterRetry.
 func TestProcessBusyAfterAResendIsAfterRetry(t *testing.T) {
-	c, f := dialFake(t, fastRetry(3)) // the fake keeps no request ids
+	c, f := dialFake(t, fastRetry(3))
+	f.ignoreRequestIDs()
 	var lost bool
 	var mu sync.Mutex
 	f.setHooks(fakeHooks{after: func(op *gridpb.Op, _ *gridpb.OpResult) error {
@@ -330,7 +332,7 @@ func TestResendAcrossAFailoverIsCounted(t *testing.T) {
 	defer cl.Close()
 	const s = 1
 	var victim int
-	waitCond(t, "a single leader of shard 1", func() bool {
+	testwait.For(t, 10*time.Second, "a single leader of shard 1", func() bool {
 		l := c.Leaders(s)
 		if len(l) == 1 {
 			victim = l[0]

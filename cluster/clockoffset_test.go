@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/shard"
 )
 
@@ -162,10 +163,10 @@ func TestClockOffsetsOverGossip(t *testing.T) {
 		}
 	}
 	measured := func(id NodeID, peers int) bool { return len(offsets[id].Report().Peers) == peers }
-	waitFor(t, 20*time.Second, "every member to measure both of its peers", func() bool {
+	testwait.For(t, 20*time.Second, "every member to measure both of its peers", func() bool {
 		return measured("a", 2) && measured("b", 2) && measured("c", 2)
 	})
-	waitFor(t, 20*time.Second, "c to find itself outside the bound", func() bool { return offsets["c"].Check() != nil })
+	testwait.For(t, 20*time.Second, "c to find itself outside the bound", func() bool { return offsets["c"].Check() != nil })
 	if err := offsets["c"].Check(); !strings.Contains(err.Error(), "behind its peers'") {
 		t.Errorf("c's verdict: %v", err)
 	}
@@ -184,5 +185,5 @@ func TestClockOffsetsOverGossip(t *testing.T) {
 		}
 	}
 	skew.Store(0)
-	waitFor(t, 20*time.Second, "c back inside the bound", func() bool { return offsets["c"].Check() == nil })
+	testwait.For(t, 20*time.Second, "c back inside the bound", func() bool { return offsets["c"].Check() == nil })
 }

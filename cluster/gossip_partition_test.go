@@ -10,19 +10,8 @@ import (
 
 	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 )
-
-// waitUntil polls cond until it holds or within passes.
-func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // sees reports whether node i's gossip view has exactly the given nodes
 // alive.
@@ -47,7 +36,7 @@ func TestClusterGossipPartitionHeals(t *testing.T) {
 	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Shards: 4})
 	before := replicaSets(c.Map())
 	c.Partition([]int{1, 2})
-	waitUntil(t, 20*time.Second, "node 1 alone, nodes 2 and 3 together", func() bool {
+	testwait.For(t, 20*time.Second, "node 1 alone, nodes 2 and 3 together", func() bool {
 		return sees(c, 0, 0) && sees(c, 1, 1, 2) && sees(c, 2, 1, 2)
 	})
 	// Hold the partition until the broadcasts of the deaths have gone out
@@ -57,7 +46,7 @@ func TestClusterGossipPartitionHeals(t *testing.T) {
 	for i := range marks {
 		marks[i] = c.Node(i).Cluster().GossipDrains()
 	}
-	waitUntil(t, 20*time.Second, "100 more broadcast drains on every node", func() bool {
+	testwait.For(t, 20*time.Second, "100 more broadcast drains on every node", func() bool {
 		for i := range marks {
 			if c.Node(i).Cluster().GossipDrains() < marks[i]+100 {
 				return false
@@ -66,7 +55,7 @@ func TestClusterGossipPartitionHeals(t *testing.T) {
 		return true
 	})
 	c.Heal()
-	waitUntil(t, 20*time.Second, "every node sees every node alive", func() bool {
+	testwait.For(t, 20*time.Second, "every node sees every node alive", func() bool {
 		return sees(c, 0, 0, 1, 2) && sees(c, 1, 0, 1, 2) && sees(c, 2, 0, 1, 2)
 	})
 	c.WaitStable(60 * time.Second)
@@ -96,7 +85,7 @@ func TestClusterRaftPartitionKeepsGossip(t *testing.T) {
 	defer c.Heal()
 	// The Raft cut is seen through its effect: every shard is led from
 	// the majority side. Gossip must not notice.
-	waitUntil(t, 30*time.Second, "every shard led by node 2 or 3 alone", func() bool {
+	testwait.For(t, 30*time.Second, "every shard led by node 2 or 3 alone", func() bool {
 		for s := range 4 {
 			if l := c.Leaders(s); len(l) != 1 || l[0] == 0 {
 				return false
@@ -139,10 +128,10 @@ func TestClusterNodeSurvivesHostileGossip(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := uint64(len(streams) + 1)
-	waitUntil(t, 10*time.Second, "every frame refused", func() bool { return target.RefusedGossipFrames() == want })
+	testwait.For(t, 10*time.Second, "every frame refused", func() bool { return target.RefusedGossipFrames() == want })
 	c.WaitStable(30 * time.Second)
 	i := c.Add()
-	waitUntil(t, 30*time.Second, "every node sees four alive", func() bool {
+	testwait.For(t, 30*time.Second, "every node sees four alive", func() bool {
 		for j := 0; j <= i; j++ {
 			if !sees(c, j, 0, 1, 2, i) {
 				return false

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
+
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // gossipNode starts a Membership on loopback with fast timing, the given
@@ -125,7 +127,7 @@ func sendStream(t *testing.T, addr string, msg []byte) {
 func TestGossipSurvivesHostileFrames(t *testing.T) {
 	a := gossipNode(t, "a", nil, nil)
 	b := gossipNode(t, "b", []string{a.Addr()}, nil)
-	waitFor(t, 10*time.Second, "a and b meet", func() bool { return allAlive(a, b) })
+	testwait.For(t, 10*time.Second, "a and b meet", func() bool { return allAlive(a, b) })
 
 	streams := attackStreams(t)
 	for name, msg := range streams {
@@ -146,10 +148,10 @@ func TestGossipSurvivesHostileFrames(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := uint64(len(streams) + 1)
-	waitFor(t, 10*time.Second, "every frame refused", func() bool { return a.RefusedFrames() == want })
+	testwait.For(t, 10*time.Second, "every frame refused", func() bool { return a.RefusedFrames() == want })
 
 	c := gossipNode(t, "c", []string{a.Addr()}, nil)
-	waitFor(t, 10*time.Second, "c joins, all alive", func() bool { return allAlive(a, b, c) })
+	testwait.For(t, 10*time.Second, "c joins, all alive", func() bool { return allAlive(a, b, c) })
 	if mem, _ := state(a, "b"); mem.Addr != b.Addr() {
 		t.Fatalf("a sees b at %s, want %s", mem.Addr, b.Addr())
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // A drained node keeps running removed: it says so and is not ready.
@@ -29,13 +30,13 @@ func TestRemovedNodeComesBackWiped(t *testing.T) {
 	if _, err := controlLeader(t, c).Drain(ctx, id, false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, func() string {
+	testwait.Until(t, 60*time.Second, func() string {
 		if st := c.Map().Nodes[id].State; st != cluster.NodeRemoved {
 			return fmt.Sprintf("%s is %v", id, st)
 		}
 		return ""
 	})
-	waitFor(t, 10*time.Second, func() string {
+	testwait.Until(t, 10*time.Second, func() string {
 		n := c.Node(x).Cluster()
 		if n.State() != cluster.NodeRemoved || n.Ready() {
 			return fmt.Sprintf("removed node: state %v, ready %v", n.State(), n.Ready())
@@ -61,14 +62,14 @@ func TestRemovedNodeComesBackWiped(t *testing.T) {
 		t.Fatal(err)
 	}
 	leader := controlLeader(t, c)
-	waitFor(t, 30*time.Second, func() string {
+	testwait.Until(t, 30*time.Second, func() string {
 		if !leader.Alive()[id] {
 			return fmt.Sprintf("%s not alive in the control leader's gossip view", id)
 		}
 		return ""
 	})
 	rounds := leader.AdmitRounds()
-	waitFor(t, 30*time.Second, func() string {
+	testwait.Until(t, 30*time.Second, func() string {
 		if leader.AdmitRounds() < rounds+2 {
 			return "two admission rounds"
 		}
@@ -89,7 +90,7 @@ func TestRemovedNodeComesBackWiped(t *testing.T) {
 	if got := c.Node(x).Cluster().Incarnation(); got == inc {
 		t.Fatalf("wiped data directory kept incarnation %x", inc)
 	}
-	waitFor(t, 60*time.Second, func() string {
+	testwait.Until(t, 60*time.Second, func() string {
 		m := c.Map()
 		if st := m.Nodes[id].State; st != cluster.NodeActive {
 			return fmt.Sprintf("%s is %v", id, st)

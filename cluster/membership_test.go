@@ -8,19 +8,9 @@ import (
 	"sync"
 	"testing"
 	"time"
-)
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+	"github.com/l4xg/grid/internal/testwait"
+)
 
 type eventLog struct {
 	mu sync.Mutex
@@ -89,7 +79,7 @@ func TestMembership(t *testing.T) {
 	}
 	all := []*Membership{a, b, c}
 	for _, m := range all {
-		waitFor(t, 5*time.Second, "every member sees three alive", func() bool {
+		testwait.For(t, 5*time.Second, "every member sees three alive", func() bool {
 			n := 0
 			for _, mem := range m.Members() {
 				if mem.State == MemberAlive {
@@ -104,17 +94,17 @@ func TestMembership(t *testing.T) {
 	if mem.Meta != want || mem.MetaErr != nil || mem.Addr != c.Addr() {
 		t.Fatalf("a sees c as %+v, want meta %+v at %s", mem, want, c.Addr())
 	}
-	waitFor(t, 5*time.Second, "join events", func() bool { return logs["a"].has(EventJoin, "c", MemberAlive) })
+	testwait.For(t, 5*time.Second, "join events", func() bool { return logs["a"].has(EventJoin, "c", MemberAlive) })
 
 	// Metadata changes travel too.
 	if err := b.UpdateMeta(NodeMeta{GRPCAddr: "b:9999", RaftAddr: "b:7421"}, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "a sees b's new address", func() bool {
+	testwait.For(t, 5*time.Second, "a sees b's new address", func() bool {
 		mem, _ := state(a, "b")
 		return mem.Meta.GRPCAddr == "b:9999"
 	})
-	waitFor(t, 5*time.Second, "update event", func() bool { return logs["a"].has(EventUpdate, "b", MemberAlive) })
+	testwait.For(t, 5*time.Second, "update event", func() bool { return logs["a"].has(EventUpdate, "b", MemberAlive) })
 
 	// c leaves on purpose: left, not dead.
 	if err := c.Leave(time.Second); err != nil {
@@ -130,7 +120,7 @@ func TestMembership(t *testing.T) {
 		t.Fatalf("start after shutdown: %v", err)
 	}
 	for _, m := range []*Membership{a, b} {
-		waitFor(t, 5*time.Second, "c seen as left", func() bool {
+		testwait.For(t, 5*time.Second, "c seen as left", func() bool {
 			mem, ok := state(m, "c")
 			return ok && mem.State == MemberLeft
 		})
@@ -139,16 +129,16 @@ func TestMembership(t *testing.T) {
 	if err := b.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "b seen as dead", func() bool {
+	testwait.For(t, 10*time.Second, "b seen as dead", func() bool {
 		mem, ok := state(a, "b")
 		return ok && mem.State == MemberDead
 	})
-	waitFor(t, 5*time.Second, "leave event", func() bool { return logs["a"].has(EventLeave, "b", MemberDead) })
+	testwait.For(t, 5*time.Second, "leave event", func() bool { return logs["a"].has(EventLeave, "b", MemberDead) })
 
 	// b restarts on another port under the same id: once the dead entry
 	// may be reclaimed, a accepts the new address.
 	b2 := startMember(t, "b", &eventLog{})
-	waitFor(t, 10*time.Second, "b back at its new address", func() bool {
+	testwait.For(t, 10*time.Second, "b back at its new address", func() bool {
 		b2.Join([]string{a.Addr()})
 		mem, _ := state(a, "b")
 		return mem.State == MemberAlive && mem.Addr == b2.Addr()

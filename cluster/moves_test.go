@@ -9,6 +9,7 @@ import (
 
 	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // adminLog is a cluster.Remote decorator around a node's real one (the
@@ -73,7 +74,7 @@ func (l *adminLog) count(from int) (all, deposed int) {
 func controlLeaderIndex(t *testing.T, c *gridtest.Cluster, not int) int {
 	t.Helper()
 	idx := -1
-	waitFor(t, 30*time.Second, func() string {
+	testwait.Until(t, 30*time.Second, func() string {
 		for i := range len(c.Addrs()) {
 			if n := c.Node(i); n != nil && i != not && n.Cluster().ControlState() == "leader" {
 				idx = i
@@ -101,7 +102,7 @@ func TestDeposedControlLeaderStopsItsRound(t *testing.T) {
 
 	// A fourth node joins: the leader moves three replicas onto it.
 	x := c.Add()
-	waitFor(t, 30*time.Second, func() string {
+	testwait.Until(t, 30*time.Second, func() string {
 		if all, _ := log.count(old); all == before {
 			return "the control leader has sent no shard admin request for the join yet"
 		}
@@ -117,7 +118,7 @@ func TestDeposedControlLeaderStopsItsRound(t *testing.T) {
 	// past the grace period before the join is done, and the plan would
 	// then rightly give node x all four shards.
 	c.PartitionRaft(others)
-	waitFor(t, 10*time.Second, func() string {
+	testwait.Until(t, 10*time.Second, func() string {
 		if st := c.Node(old).Cluster().ControlState(); st == "leader" {
 			return "the cut-off control leader still leads"
 		}
@@ -126,7 +127,7 @@ func TestDeposedControlLeaderStopsItsRound(t *testing.T) {
 	controlLeaderIndex(t, c, old)
 	// The new leader carries the join on; the old one's round, had it
 	// gone on, would be sending requests all along.
-	waitFor(t, 90*time.Second, func() string {
+	testwait.Until(t, 90*time.Second, func() string {
 		if n := replicasOn(c.Map(), c.ID(x)); n != 3 {
 			return fmt.Sprintf("%s holds %d replicas, want 3", c.ID(x), n)
 		}
@@ -152,7 +153,7 @@ func TestDeposedControlLeaderStopsItsRound(t *testing.T) {
 func TestInterruptedAddIsRepaired(t *testing.T) {
 	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Shards: 4})
 	x := c.AddCutOff()
-	waitFor(t, 30*time.Second, func() string {
+	testwait.Until(t, 30*time.Second, func() string {
 		if replicasOn(c.Map(), c.ID(x)) == 0 {
 			return c.ID(x) + " is given no replica yet"
 		}
@@ -162,7 +163,7 @@ func TestInterruptedAddIsRepaired(t *testing.T) {
 	c.Kill(leader)
 	epoch := c.Map().Epoch
 	controlLeaderIndex(t, c, leader)
-	waitFor(t, 30*time.Second, func() string {
+	testwait.Until(t, 30*time.Second, func() string {
 		if m := c.Map(); m.Epoch == epoch {
 			return fmt.Sprintf("the new control leader changed nothing (epoch %d)", m.Epoch)
 		}
@@ -182,7 +183,7 @@ func TestControlGroupFiveVoters(t *testing.T) {
 	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Shards: 2})
 	c.Add()
 	c.Add()
-	waitFor(t, 60*time.Second, func() string {
+	testwait.Until(t, 60*time.Second, func() string {
 		voters := 0
 		var states []string
 		for i := range 5 {

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // Defect 5: a node whose replica is a non-voter of its group (still
@@ -76,7 +77,7 @@ func TestNotReadyWhileNonvoter(t *testing.T) {
 	if err := leader.AddVoter(ctx, id, addr); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, func() string {
+	testwait.Until(t, 20*time.Second, func() string {
 		if ok, why := c.Node(f).Cluster().Readiness(); !ok {
 			return fmt.Sprintf("%s not ready as a voter: %s", id, why)
 		}

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 func TestReconnectTargets(t *testing.T) {
@@ -67,10 +69,10 @@ func TestGossipHealsAfterPartition(t *testing.T) {
 			b := gossipNode(t, "b", []string{a.Addr()}, &GossipFaults{})
 			c := gossipNode(t, "c", []string{a.Addr()}, &GossipFaults{})
 			all := []*Membership{a, b, c}
-			waitFor(t, 10*time.Second, "a, b and c meet", func() bool { return allAlive(all...) })
+			testwait.For(t, 10*time.Second, "a, b and c meet", func() bool { return allAlive(all...) })
 
 			partitionGossip([]*Membership{a}, []*Membership{b, c})
-			waitFor(t, 10*time.Second, "each side sees the other dead", func() bool {
+			testwait.For(t, 10*time.Second, "each side sees the other dead", func() bool {
 				mb, _ := state(a, "b")
 				mc, _ := state(a, "c")
 				ma, _ := state(b, "a")
@@ -84,7 +86,7 @@ func TestGossipHealsAfterPartition(t *testing.T) {
 			for i, m := range all {
 				marks[i] = m.drains.Load()
 			}
-			waitFor(t, 10*time.Second, "100 more broadcast drains everywhere", func() bool {
+			testwait.For(t, 10*time.Second, "100 more broadcast drains everywhere", func() bool {
 				for i, m := range all {
 					if m.drains.Load() < marks[i]+100 {
 						return false
@@ -102,12 +104,12 @@ func TestGossipHealsAfterPartition(t *testing.T) {
 				}
 			}
 			healed := time.Now()
-			waitFor(t, 10*time.Second, "every member sees every other alive", func() bool { return allAlive(all...) })
+			testwait.For(t, 10*time.Second, "every member sees every other alive", func() bool { return allAlive(all...) })
 			t.Logf("all alive %v after the heal", time.Since(healed).Round(time.Millisecond))
 			if udpStaysCut {
 				// a's probes now fail over UDP and pass over TCP; that
 				// must not make it suspect its peers.
-				waitFor(t, 10*time.Second, "a probes over TCP", func() bool {
+				testwait.For(t, 10*time.Second, "a probes over TCP", func() bool {
 					return strings.Contains(alog.String(), "over TCP but UDP probes failed")
 				})
 				if !allAlive(all...) {

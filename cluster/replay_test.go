@@ -12,6 +12,7 @@ import (
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // completeKeys reserves and completes n fresh keys through cl and returns
@@ -54,7 +55,7 @@ func checkDuplicates(t *testing.T, cl *client.Client, tokens map[string]uint64) 
 func groupLists(t *testing.T, c *gridtest.Cluster, s int, id cluster.NodeID) bool {
 	t.Helper()
 	var listed bool
-	waitFor(t, 10*time.Second, func() string {
+	testwait.Until(t, 10*time.Second, func() string {
 		for _, i := range c.Leaders(s) {
 			servers, err := c.Node(i).Host().Shard(s).Configuration()
 			if err != nil {
@@ -72,7 +73,7 @@ func groupLists(t *testing.T, c *gridtest.Cluster, s int, id cluster.NodeID) boo
 func controlLeader(t *testing.T, c *gridtest.Cluster) *cluster.Node {
 	t.Helper()
 	var leader *cluster.Node
-	waitFor(t, 10*time.Second, func() string {
+	testwait.Until(t, 10*time.Second, func() string {
 		for i := range len(c.Addrs()) {
 			if n := c.Node(i); n != nil && n.Cluster().ControlState() == "leader" {
 				leader = n.Cluster()
@@ -115,7 +116,7 @@ func TestRestartReplayDoesNotBootstrapAgain(t *testing.T) {
 		if _, err := ctl.ProposeForTest(context.Background(), cluster.Command{Type: cluster.CmdNodeJoin, Node: self}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, func() string {
+		testwait.Until(t, 10*time.Second, func() string {
 			if err := c.Node(i).Cluster().SnapshotControl(); err != nil {
 				return err.Error()
 			}
@@ -125,7 +126,7 @@ func TestRestartReplayDoesNotBootstrapAgain(t *testing.T) {
 	}
 	third := c.Add()
 	c.WaitStable(60 * time.Second)
-	waitFor(t, 60*time.Second, func() string {
+	testwait.Until(t, 60*time.Second, func() string {
 		if n := replicasOn(c.Map(), c.ID(third)); n < 2 {
 			return fmt.Sprintf("%s holds %d replicas, want 2 or more", c.ID(third), n)
 		}
@@ -162,7 +163,7 @@ func TestRestartReplayDoesNotBootstrapAgain(t *testing.T) {
 
 	// Once the group's committed configuration dropped it, x deleted its
 	// replica of s.
-	waitFor(t, 30*time.Second, func() string {
+	testwait.Until(t, 30*time.Second, func() string {
 		if c.Node(x).Host().Shard(s) != nil {
 			return fmt.Sprintf("%s still runs its replica of shard %d, which moved to %v", c.ID(x), s, now.ShardReplicas[s])
 		}
@@ -173,7 +174,7 @@ func TestRestartReplayDoesNotBootstrapAgain(t *testing.T) {
 	if err := c.Launch(x); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, func() string {
+	testwait.Until(t, 30*time.Second, func() string {
 		if n := c.Node(x); n == nil || n.Host().Shard(u) == nil {
 			return fmt.Sprintf("%s does not run its replica of shard %d", c.ID(x), u)
 		}
@@ -230,7 +231,7 @@ func TestStaleMapDoesNotPurgeLiveReplica(t *testing.T) {
 	// after it.
 	var rounds uint64
 	purgedMember := false
-	waitFor(t, 10*time.Second, func() string {
+	testwait.Until(t, 10*time.Second, func() string {
 		n := c.Node(victim).Cluster()
 		switch {
 		case c.Node(victim).Host().Shard(s) != live:
@@ -273,7 +274,7 @@ func TestGrowThenRollingRestart(t *testing.T) {
 	cl := dialAll(t, c)
 	tokens := completeKeys(t, cl, 60)
 	i := c.Add()
-	waitFor(t, 90*time.Second, func() string {
+	testwait.Until(t, 90*time.Second, func() string {
 		if n := replicasOn(c.Map(), c.ID(i)); n != 6 {
 			return fmt.Sprintf("%s holds %d replicas, want 6", c.ID(i), n)
 		}
@@ -297,7 +298,7 @@ func TestGrowThenRollingRestart(t *testing.T) {
 // leaders in one term never.
 func oneLeader(t *testing.T, c *gridtest.Cluster, s int, when string) {
 	t.Helper()
-	waitFor(t, 10*time.Second, func() string {
+	testwait.Until(t, 10*time.Second, func() string {
 		ls := c.Leaders(s)
 		terms := map[uint64]int{}
 		for _, i := range ls {

@@ -10,6 +10,7 @@ import (
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 func TestClusterFormsAndServes(t *testing.T) {
@@ -168,7 +169,7 @@ func TestJoinAndDrainUnderLoad(t *testing.T) {
 	// Join: node-4 takes its share (12 replicas over 4 nodes: 3 each).
 	i := c.Add()
 	c.WaitStable(60 * time.Second)
-	waitFor(t, 60*time.Second, func() string {
+	testwait.Until(t, 60*time.Second, func() string {
 		if n := replicasOn(c.Map(), c.ID(i)); n != 3 {
 			return fmt.Sprintf("%s holds %d replicas, want 3", c.ID(i), n)
 		}
@@ -185,7 +186,7 @@ func TestJoinAndDrainUnderLoad(t *testing.T) {
 	if _, err := c.Node(leader).Cluster().Drain(ctx, cluster.NodeID(drained), false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, func() string {
+	testwait.Until(t, 60*time.Second, func() string {
 		m := c.Map()
 		if st := m.Nodes[cluster.NodeID(drained)].State; st != cluster.NodeRemoved {
 			return fmt.Sprintf("%s is %v, %d replicas left", drained, st, replicasOn(m, drained))
@@ -195,21 +196,6 @@ func TestJoinAndDrainUnderLoad(t *testing.T) {
 	c.Stop(1)
 	c.WaitStable(60 * time.Second)
 	l.finish(t)
-}
-
-func waitFor(t *testing.T, timeout time.Duration, cond func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		why := cond()
-		if why == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", timeout, why)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // A rolling restart (SIGTERM: each node hands its leaderships over, then
@@ -238,7 +224,7 @@ func TestDeadNodeReplacedAfterGrace(t *testing.T) {
 		}
 	}
 	c.Kill(victim)
-	waitFor(t, 30*time.Second, func() string {
+	testwait.Until(t, 30*time.Second, func() string {
 		if n := replicasOn(c.Map(), c.ID(victim)); n > 0 {
 			return fmt.Sprintf("%s still holds %d replicas", c.ID(victim), n)
 		}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // muxNode is one node of an in-process cluster: a Mux with its Faults and
@@ -49,7 +51,7 @@ func (c *muxCluster) addNode() int {
 	}
 	addr := raft.ServerAddress(m.Addr().String())
 	for _, g := range c.groups {
-		waitFor(t, fmt.Sprintf("group %d: AddVoter %s", g, nodeID(i)), func() bool {
+		testwait.For(t, 10*time.Second, fmt.Sprintf("group %d: AddVoter %s", g, nodeID(i)), func() bool {
 			leader := c.leaderOf(g, i)
 			return leader >= 0 && c.nodes[leader].replicas[g].r.AddVoter(nodeID(i), addr, 0, 5*time.Second).Error() == nil
 		})
@@ -141,24 +143,12 @@ func (c *muxCluster) stop() {
 	}
 }
 
-// waitFor polls cond until it holds, failing the test after 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // waitLeader waits until a node other than except leads group g and
 // returns its index.
 func (c *muxCluster) waitLeader(g uint64, except int) int {
 	c.t.Helper()
 	leader := -1
-	waitFor(c.t, fmt.Sprintf("group %d: leader on a node other than %d", g, except), func() bool {
+	testwait.For(c.t, 10*time.Second, fmt.Sprintf("group %d: leader on a node other than %d", g, except), func() bool {
 		for i, nd := range c.nodes {
 			if i != except && nd.replicas[g].r.State() == raft.Leader {
 				leader = i
@@ -247,7 +237,7 @@ func (c *muxCluster) applyAll(tag string, n int, except int) map[uint64][]string
 func (c *muxCluster) waitReplicated(want map[uint64][]string, nodes ...int) {
 	c.t.Helper()
 	for _, g := range c.groups {
-		waitFor(c.t, fmt.Sprintf("group %d: nodes %v hold the same %d commands", g, nodes, len(want[g])), func() bool {
+		testwait.For(c.t, 10*time.Second, fmt.Sprintf("group %d: nodes %v hold the same %d commands", g, nodes, len(want[g])), func() bool {
 			var first []string
 			for k, i := range nodes {
 				got := c.nodes[i].replicas[g].fsm.commands()

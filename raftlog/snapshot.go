@@ -12,7 +12,7 @@ import (
 // NewSnapshotStore returns a raft.FileSnapshotStore for group, rooted at
 // dir/group-<group> (raft adds its own "snapshots" subdirectory), keeping
 // the newest retain snapshots (retain >= 1). logger receives the snapshot
-// store.s log lines (see RaftLogger); nil discards them.
+// store's log lines (see RaftLogger); nil discards them.
 func NewSnapshotStore(dir string, group uint64, retain int, logger hclog.Logger) (raft.SnapshotStore, error) {
 	if retain < 1 {
 		return nil, fmt.Errorf("%w: group %d: retain %d snapshots, need at least 1", ErrInvalidArgument, group, retain)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // TestTransportReplicatesGroups: 3 nodes, 3 groups across them, one
@@ -71,7 +73,7 @@ func TestTransportJoin(t *testing.T) {
 	for _, g := range c.groups {
 		r := c.nodes[n].replicas[g].r
 		// Raft restores the FSM before it records the snapshot: wait.
-		waitFor(t, fmt.Sprintf("group %d: new node installed a snapshot", g), func() bool {
+		testwait.For(t, 10*time.Second, fmt.Sprintf("group %d: new node installed a snapshot", g), func() bool {
 			return r.Stats()["last_snapshot_index"] != "0"
 		})
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -90,7 +91,7 @@ func TestLeaseWaitsForTheClockToReachTheStamps(t *testing.T) {
 			}
 			got <- res[0]
 		}()
-		waitFor(t, "the Reserve to wait for the clock", func() bool {
+		testwait.For(t, 20*time.Second, "the Reserve to wait for the clock", func() bool {
 			return testutil.ToFloat64(h.metrics.LeaseWaits) == 1
 		})
 		select {
@@ -193,7 +194,7 @@ func TestClockRefusalHandsLeadershipOver(t *testing.T) {
 	const id = 0
 	at, _ := nh.leader(id)
 	peers[at].set(fmt.Errorf("%w: this node's clock is off its peers'", ErrClockOffset), nil)
-	waitFor(t, "the leadership to leave the node outside the bound", func() bool {
+	testwait.For(t, 20*time.Second, "the leadership to leave the node outside the bound", func() bool {
 		next, _ := nh.leader(id)
 		return next != at
 	})
@@ -229,7 +230,7 @@ func TestClockRefusalHandsLeadershipOver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the leadership to go from the host 300 ms behind the stamps to the one 100 ms behind", func() bool {
+	testwait.For(t, 20*time.Second, "the leadership to go from the host 300 ms behind the stamps to the one 100 ms behind", func() bool {
 		next, _ := nh.leader(id)
 		return next == fast
 	})

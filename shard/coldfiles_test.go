@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/tiering"
@@ -315,7 +316,7 @@ func (ls *lagSet) stop(i int) {
 func (ls *lagSet) leader() *Shard {
 	ls.t.Helper()
 	var l *Shard
-	waitFor(ls.t, "a serving leader", func() bool {
+	testwait.For(ls.t, 20*time.Second, "a serving leader", func() bool {
 		for _, r := range ls.replicas {
 			if r.s != nil && r.s.ready() {
 				l = r.s
@@ -344,7 +345,7 @@ func (ls *lagSet) demote(l *Shard) {
 
 func (ls *lagSet) caughtUp(r *replica, index uint64) {
 	ls.t.Helper()
-	waitFor(ls.t, fmt.Sprintf("replica %s applying index %d", r.id, index), func() bool {
+	testwait.For(ls.t, 20*time.Second, fmt.Sprintf("replica %s applying index %d", r.id, index), func() bool {
 		return r.s.raft.AppliedIndex() >= index
 	})
 }

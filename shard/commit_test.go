@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // TestRetriedRemovalOfACutOffLeaderIsNotSuccess (defect 4): a leader cut
@@ -44,7 +46,7 @@ func TestRetriedRemovalOfACutOffLeaderIsNotSuccess(t *testing.T) {
 	// The others, who never got the removal, elect a leader of their own
 	// while the old one steps down; then the network heals.
 	var nl *Shard
-	waitFor(t, "a new leader of shard 0 beside the cut-off one", func() bool {
+	testwait.For(t, 20*time.Second, "a new leader of shard 0 beside the cut-off one", func() bool {
 		for i := range nh.hosts {
 			if r := nh.replica(i, 0); i != at && r.IsLeader() {
 				nl = r
@@ -53,14 +55,14 @@ func TestRetriedRemovalOfACutOffLeaderIsNotSuccess(t *testing.T) {
 		return nl != nil && !l.IsLeader()
 	})
 	nh.faults[at].Heal()
-	waitFor(t, "the old leader to follow the new one", func() bool {
+	testwait.For(t, 20*time.Second, "the old leader to follow the new one", func() bool {
 		lead, _ := l.Leader()
 		return lead == nl.cfg.NodeID && l.Status().CommitIndex >= nl.CommitIndex()
 	})
 	if _, ok := findServer(nl.Status().Group, id); !ok {
 		t.Fatalf("%s is out of the group after the heal although no removal reported success: %v", id, nl.Status().Group)
 	}
-	waitFor(t, "the old leader to drop its uncommitted removal", func() bool {
+	testwait.For(t, 20*time.Second, "the old leader to drop its uncommitted removal", func() bool {
 		_, ok := findServer(l.Status().Group, id)
 		return ok
 	})
@@ -72,7 +74,7 @@ func TestRetriedRemovalOfACutOffLeaderIsNotSuccess(t *testing.T) {
 		if err := nl.TransferLeadership(ctx, "", ""); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "a leader other than "+id, func() bool {
+		testwait.For(t, 20*time.Second, "a leader other than "+id, func() bool {
 			for i := range nh.hosts {
 				if r := nh.replica(i, 0); i != victim && r.IsLeader() {
 					nl = r

@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
+	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/tiering"
@@ -108,13 +109,13 @@ func TestColdDiskFullStallsAndRecovers(t *testing.T) {
 	if !stalled {
 		t.Fatalf("demoting %d records onto a full disk never stalled (cold keys %d)", n, s.Status().Cold.Keys)
 	}
-	waitFor(t, "the cold tier to report the full disk", func() bool {
+	testwait.For(t, 20*time.Second, "the cold tier to report the full disk", func() bool {
 		err := cold.Health()
 		return err != nil && errors.Is(err, syscall.ENOSPC)
 	})
 
 	full.on.Store(false)
-	waitFor(t, "the cold tier to recover", func() bool { return cold.Health() == nil })
+	testwait.For(t, 20*time.Second, "the cold tier to recover", func() bool { return cold.Health() == nil })
 	for range 10 { // the remaining demotions
 		if _, err := s.prop.propose(context.Background(), nil, true); err != nil {
 			t.Fatal(err)

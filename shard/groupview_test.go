@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // TestGroupViewFollowsMembership: Status reports the group as each replica
@@ -24,7 +26,7 @@ func TestGroupViewFollowsMembership(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "host 0 to lead", r0.IsLeader)
+	testwait.For(t, 20*time.Second, "host 0 to lead", r0.IsLeader)
 	st := r0.Status()
 	if st.Suffrage != SuffrageVoter || !st.ConfigCommitted || st.ConfigIndex == 0 || st.LastContact != 0 || len(st.Group) != 1 {
 		t.Fatalf("leader alone: %+v", st.GroupView)
@@ -46,7 +48,7 @@ func TestGroupViewFollowsMembership(t *testing.T) {
 	if !v.ConfigCommitted || v.ConfigIndex <= alone || len(v.Group) != 2 || v.Group[1].ID != "n1" || v.Group[1].Suffrage != raft.Nonvoter {
 		t.Fatalf("leader after adding n1 as a non-voter: %+v (alone at %d)", v, alone)
 	}
-	waitFor(t, "n1 to see itself a non-voter", func() bool {
+	testwait.For(t, 20*time.Second, "n1 to see itself a non-voter", func() bool {
 		v := r1.Status().GroupView
 		return v.Suffrage == SuffrageNonvoter && v.ConfigCommitted && v.LastContact >= 0
 	})
@@ -57,7 +59,7 @@ func TestGroupViewFollowsMembership(t *testing.T) {
 	if !promoted.ConfigCommitted || promoted.ConfigIndex <= v.ConfigIndex || promoted.Suffrage != SuffrageVoter {
 		t.Fatalf("leader after promoting n1: %+v", promoted)
 	}
-	waitFor(t, "n1 to see itself a voter at the leader's configuration", func() bool {
+	testwait.For(t, 20*time.Second, "n1 to see itself a voter at the leader's configuration", func() bool {
 		v := r1.Status().GroupView
 		return v.Suffrage == SuffrageVoter && v.ConfigCommitted && v.ConfigIndex == promoted.ConfigIndex
 	})
@@ -81,7 +83,7 @@ func TestGroupViewFollowsMembership(t *testing.T) {
 		}
 	}
 	var l *Shard
-	waitFor(t, "a leader after the restart", func() bool {
+	testwait.For(t, 20*time.Second, "a leader after the restart", func() bool {
 		for i := range nh.hosts {
 			if r := nh.replica(i, 0); r != nil && r.IsLeader() {
 				l = r

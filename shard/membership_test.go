@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -32,7 +33,7 @@ func TestMoveAReplicaAcrossHosts(t *testing.T) {
 	id := func(i int) string { return string(nh.peers[i].ID) }
 
 	r0 := start(0, true)
-	waitFor(t, "host 0 to lead the new group", r0.IsLeader)
+	testwait.For(t, 20*time.Second, "host 0 to lead the new group", r0.IsLeader)
 	first := propose(t, r0, reserve("order-1", time.Hour))[0]
 	if first.Outcome != keyspace.OutcomeAcquired {
 		t.Fatalf("reserve on host 0 alone: %v", first.Outcome)
@@ -48,7 +49,7 @@ func TestMoveAReplicaAcrossHosts(t *testing.T) {
 			t.Fatalf("add non-voter %s: %v", id(i), err)
 		}
 		commit := r0.CommitIndex()
-		waitFor(t, "the non-voter to catch up", func() bool { return r.Status().AppliedIndex >= commit })
+		testwait.For(t, 20*time.Second, "the non-voter to catch up", func() bool { return r.Status().AppliedIndex >= commit })
 		if err := r0.AddVoter(ctx, id(i), nh.addrs[i]); err != nil {
 			t.Fatalf("add voter %s: %v", id(i), err)
 		}
@@ -59,7 +60,7 @@ func TestMoveAReplicaAcrossHosts(t *testing.T) {
 
 	// A follower refuses every change, and knows the configuration.
 	commit := r0.CommitIndex()
-	waitFor(t, "host 2 to apply its promotion and know its leader", func() bool {
+	testwait.For(t, 20*time.Second, "host 2 to apply its promotion and know its leader", func() bool {
 		l, _ := r2.Leader()
 		return l == id(0) && r2.Status().AppliedIndex >= commit
 	})
@@ -85,7 +86,7 @@ func TestMoveAReplicaAcrossHosts(t *testing.T) {
 	if r0.IsLeader() {
 		t.Fatal("host 0 still leads after the transfer")
 	}
-	waitFor(t, "host 1 to lead", r1.IsLeader)
+	testwait.For(t, 20*time.Second, "host 1 to lead", r1.IsLeader)
 	if _, err := r0.Propose(ctx, []keyspace.Command{reserve("late", time.Hour)}); !errorsIs(err, ErrNotLeader) {
 		t.Fatalf("proposal to the old leader: %v, want ErrNotLeader", err)
 	}
@@ -111,7 +112,7 @@ func TestMoveAReplicaAcrossHosts(t *testing.T) {
 	if next.Outcome != keyspace.OutcomeAcquired {
 		t.Fatalf("write on hosts 1 and 2: %v", next.Outcome)
 	}
-	waitFor(t, "host 2 to apply the write", func() bool {
+	testwait.For(t, 20*time.Second, "host 2 to apply the write", func() bool {
 		res, _ := r2.Get(ctx, reserve("order-2", 0).Digest, true)
 		return res.State == keyspace.Processing
 	})

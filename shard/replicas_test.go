@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
 )
@@ -48,7 +49,7 @@ func startLeader(t *testing.T, h *Host, id int, bootstrap bool) *Shard {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the replica to lead", s.IsLeader)
+	testwait.For(t, 20*time.Second, "the replica to lead", s.IsLeader)
 	return s
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
 )
@@ -118,7 +119,7 @@ func (nh *netHosts) leader(id int) (int, *Shard) {
 	nh.t.Helper()
 	var at int
 	var s *Shard
-	waitFor(nh.t, fmt.Sprintf("a leader of shard %d", id), func() bool {
+	testwait.For(nh.t, 20*time.Second, fmt.Sprintf("a leader of shard %d", id), func() bool {
 		for i := range nh.hosts {
 			if r := nh.replica(i, id); r != nil && r.ready() {
 				at, s = i, r
@@ -177,7 +178,7 @@ func TestReplicatedShardsOverTheMux(t *testing.T) {
 	nh.restart(at)
 	back := nh.replica(at, id)
 	var got keyspace.Result
-	waitFor(t, "the restarted replica to catch up", func() bool {
+	testwait.For(t, 20*time.Second, "the restarted replica to catch up", func() bool {
 		got, _ = back.Read(context.Background(), d, ReadOptions{StaleOK: true, ShowToken: true})
 		return got.State == keyspace.Completed
 	})
@@ -217,7 +218,7 @@ func BenchmarkFailover(b *testing.B) {
 					nh.restart(at)
 				}
 				back := nh.replica(at, 0)
-				waitFor(b, "the node to follow again", func() bool {
+				testwait.For(b, 20*time.Second, "the node to follow again", func() bool {
 					_, id := back.raft.LeaderWithID()
 					return id != "" && back.raft.State() == raft.Follower
 				})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/tiering"
@@ -83,7 +84,7 @@ func openReplicaSet(t *testing.T, n int) *replicaSet {
 func (rs *replicaSet) leader() *Shard {
 	rs.t.Helper()
 	var l *Shard
-	waitFor(rs.t, "a serving leader", func() bool {
+	testwait.For(rs.t, 20*time.Second, "a serving leader", func() bool {
 		for _, s := range rs.replicas {
 			if s.ready() {
 				l = s
@@ -106,7 +107,7 @@ func (rs *replicaSet) tick() {
 		rs.t.Fatal(err)
 	}
 	index := l.raft.LastIndex()
-	waitFor(rs.t, fmt.Sprintf("every replica applying index %d", index), func() bool {
+	testwait.For(rs.t, 20*time.Second, fmt.Sprintf("every replica applying index %d", index), func() bool {
 		for _, s := range rs.replicas {
 			if s.raft.AppliedIndex() < index {
 				return false
@@ -123,17 +124,6 @@ func (rs *replicaSet) everyReplica(what string, cond func(st Status) bool) {
 		if st := s.Status(); !cond(st) {
 			rs.t.Fatalf("replica %s: %s: hot %d, cold %d, stats %+v", s.cfg.NodeID, what, st.Keys, st.Cold.Keys, st.Stats)
 		}
-	}
-}
-
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -33,8 +33,10 @@ func runAudit(t *testing.T, s *Store, ns string, since, until int64, stopAfter i
 }
 
 func TestAuditRangesNamespacesAndOrder(t *testing.T) {
+	// The tags are fixed: equal ones would be a change of the tag function,
+	// which the ranges below rely on telling these namespaces apart.
 	if keyspace.NamespaceTag("orders") == keyspace.NamespaceTag("billing") {
-		t.Skip("test namespaces share a tag")
+		t.Fatal("namespaces orders and billing share a tag")
 	}
 	s := openTest(t, testOptions())
 	var want []audited

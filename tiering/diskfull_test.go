@@ -13,6 +13,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // diskFull fails sstable writes with ENOSPC while it is on. MANIFEST writes
@@ -39,18 +41,6 @@ func (f *diskFull) MaybeError(op errorfs.Op) error {
 		return fmt.Errorf("write %s: %w", op.Path, syscall.ENOSPC)
 	}
 	return nil
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // A full disk (sstable writes fail with ENOSPC) stalls the writer instead
@@ -93,7 +83,7 @@ func TestDiskFullReportsStallsAndRecovers(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	waitFor(t, "a write stall with ENOSPC reported", func() bool {
+	testwait.For(t, 20*time.Second, "a write stall with ENOSPC reported", func() bool {
 		st, err := s.Stats()
 		return err == nil && st.Stalled && reported.Load() > 0 && errors.Is(s.Health(), syscall.ENOSPC)
 	})
@@ -105,7 +95,7 @@ func TestDiskFullReportsStallsAndRecovers(t *testing.T) {
 
 	full.on.Store(false)
 	<-done
-	waitFor(t, "Health to clear", func() bool { return s.Health() == nil })
+	testwait.For(t, 20*time.Second, "Health to clear", func() bool { return s.Health() == nil })
 	for i := before; i < total; i++ {
 		want[digest("ns", i)] = settled(i, int64(1000+i), int64(5000+i))
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -319,8 +320,7 @@ func TestCLIAudit(t *testing.T) {
 // waitCold waits until the node's cold tiers hold n records.
 func waitCold(t *testing.T, c *client.Client, n uint64) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.Until(t, 20*time.Second, func() string {
 		s, err := c.Status(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -330,13 +330,10 @@ func waitCold(t *testing.T, c *client.Client, n uint64) {
 			cold += sh.ColdKeys
 		}
 		if cold == n {
-			return
+			return ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cold tier holds %d records, want %d", cold, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Sprintf("cold tier holds %d records, want %d", cold, n)
+	})
 }
 
 // TestCLILocate: on a real 3-node cluster (in-process), locate names the
@@ -369,7 +366,7 @@ func TestCLILocate(t *testing.T) {
 		}
 		// The leader the node names is the one that leads, once the
 		// cluster is settled.
-		waitFor(t, 30*time.Second, "a single leader of shard "+strconv.Itoa(s), func() bool { return len(c.Leaders(s)) == 1 })
+		testwait.For(t, 30*time.Second, "a single leader of shard "+strconv.Itoa(s), func() bool { return len(c.Leaders(s)) == 1 })
 		code, stdout, _ = cli(t, "locate", "--addr", addrs[i%3], "--ns", "cli", "--key", key, "--json")
 		j = oneJSON(t, stdout)
 		if l := c.Leaders(s); code != 0 || len(l) != 1 || j["leader_id"] != c.ID(l[0]) || j["leader_addr"] != addrs[l[0]] {

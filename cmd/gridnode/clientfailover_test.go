@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/client"
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // TestSIGSTOPShardLeaderDefaultClient: the gridnode process leading a
@@ -35,7 +36,7 @@ func TestSIGSTOPShardLeaderDefaultClient(t *testing.T) {
 	defer cancel()
 	const s = 0
 	leader := -1
-	waitFor(t, 30*time.Second, "a leader of shard 0", func() bool {
+	testwait.For(t, 30*time.Second, "a leader of shard 0", func() bool {
 		leader = pc.shardLeader(ctx, s)
 		return leader >= 0
 	})
@@ -58,7 +59,7 @@ func TestSIGSTOPShardLeaderDefaultClient(t *testing.T) {
 		t.Fatalf("the client takes %+v for the leader, not node %d at %s (%v)", loc.Leader, leader, pc.nodes[leader].grpc, err)
 	}
 
-	proc := pc.nodes[leader].p.cmd.Process
+	proc := pc.nodes[leader].p
 	if err := proc.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}

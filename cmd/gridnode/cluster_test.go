@@ -202,28 +202,3 @@ func TestShardHealth(t *testing.T) {
 		t.Errorf("group of a shard without a leader's answer: %q", g)
 	}
 }
-
-// waitFor polls cond until it holds, or fails tb after timeout, saying why
-// with the first of detail, if given.
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool, detail ...func() string) {
-	tb.Helper()
-	if holds(timeout, cond) {
-		return
-	}
-	if len(detail) > 0 {
-		tb.Fatalf("no %s within %v: %s", what, timeout, detail[0]())
-	}
-	tb.Fatalf("no %s within %v", what, timeout)
-}
-
-// holds polls cond for up to d and reports whether it came to hold.
-func holds(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond) // a poll interval
-	}
-	return true
-}

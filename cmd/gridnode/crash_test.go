@@ -1,29 +1,24 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/l4xg/grid/client"
+	"github.com/l4xg/grid/internal/gridproc"
 )
 
 // proc is a gridnode serve child process.
 type proc struct {
-	cmd     *exec.Cmd
-	addr    string
-	ready   chan string   // its gRPC address, once it has printed its ready line
-	exited  chan struct{} // closed when the process has exited
-	exitErr error
+	*gridproc.Proc
+	addr string // its gRPC address, once waitReady has returned
 }
 
 // startServe runs "gridnode serve" on dir and waits for its ready line.
@@ -50,55 +45,34 @@ func launchProcIn(t testing.TB, stderr io.Writer, wrap []string, args ...string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	argv := append(append(slices.Clone(wrap), exe, "serve"), args...)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "GRIDNODE_EXEC=1")
-	cmd.Stderr = stderr
-	out, err := cmd.StdoutPipe()
+	p, err := gridproc.Start(gridproc.Options{
+		Argv:   append(append(slices.Clone(wrap), exe, "serve"), args...),
+		Env:    append(os.Environ(), "GRIDNODE_EXEC=1"),
+		Stderr: stderr,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, ready: make(chan string, 1), exited: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if addr, ok := strings.CutPrefix(sc.Text(), "ready: grpc "); ok {
-				p.ready <- addr
-			}
-		}
-	}()
-	go func() {
-		p.exitErr = cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.exited
-	})
-	return p
+	t.Cleanup(p.Kill)
+	return &proc{Proc: p}
 }
 
 // waitReady waits for the ready line of p.
 func (p *proc) waitReady(t testing.TB, timeout time.Duration) {
 	t.Helper()
-	select {
-	case p.addr = <-p.ready:
-	case <-p.exited:
-		t.Fatalf("gridnode exited before ready: %v", p.exitErr)
-	case <-time.After(timeout):
-		t.Fatalf("gridnode not ready within %v", timeout)
+	a, err := p.WaitReady(context.Background(), timeout)
+	if err != nil {
+		t.Fatalf("gridnode: %v", err)
 	}
+	p.addr = a.GRPC
 }
 
 func (p *proc) kill9(t testing.TB) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := p.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-p.exited
+	<-p.Exited()
 }
 
 type want struct {
@@ -200,13 +174,13 @@ func TestKill9KeepsAcknowledged(t *testing.T) {
 	}
 
 	// Graceful stop: SIGTERM drains and exits 0.
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-p.exited:
-		if p.exitErr != nil {
-			t.Fatalf("exit after SIGTERM: %v", p.exitErr)
+	case <-p.Exited():
+		if err := p.Err(); err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("no exit within 30s of SIGTERM")

@@ -1,19 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/l4xg/grid/internal/gridproc"
 )
 
 const (
@@ -68,30 +67,36 @@ func demo(args []string, stdout, stderr io.Writer) (code int) {
 	exited := make(chan *demoNode, *nodes)
 	for i := range *nodes {
 		id := fmt.Sprintf("node-%d", i+1)
-		cmd := exec.Command(self, "serve",
-			"--node-id", id,
-			"--data-dir", filepath.Join(*dir, id),
-			"--listen", port(i, 0), "--raft-listen", port(i, 1),
-			"--gossip-listen", port(i, 2), "--http-listen", port(i, 3),
-			"--bootstrap-expect", fmt.Sprint(*nodes), "--replicas", fmt.Sprint(*replicas),
-			"--join", port(0, 2))
-		cmd.SysProcAttr = demoProcAttr()
-		// The ready line is watched on the node's stdout; exec copies it,
-		// so Wait returns only once it has all been read.
-		cmd.Stdout = &readyWatch{id: id, ready: ready}
-		cmd.Stderr = io.Discard
+		var logTo io.Writer
 		if *logs {
-			cmd.Stderr = prefixWriter{w: stderr, prefix: id + " "}
+			logTo = prefixWriter{w: stderr, prefix: id + " "}
 		}
-		if err := cmd.Start(); err != nil {
+		p, err := gridproc.Start(gridproc.Options{
+			Argv: []string{self, "serve",
+				"--node-id", id,
+				"--data-dir", filepath.Join(*dir, id),
+				"--listen", port(i, 0), "--raft-listen", port(i, 1),
+				"--gossip-listen", port(i, 2), "--http-listen", port(i, 3),
+				"--bootstrap-expect", fmt.Sprint(*nodes), "--replicas", fmt.Sprint(*replicas),
+				"--join", port(0, 2)},
+			Stderr:      logTo,
+			SysProcAttr: demoProcAttr(),
+		})
+		if err != nil {
 			fmt.Fprintf(stderr, "demo: start %s: %v\n", id, err)
 			return exitUnreachable
 		}
-		n := &demoNode{id: id, cmd: cmd, done: make(chan struct{})}
+		n := &demoNode{id: id, p: p}
 		procs = append(procs, n)
 		go func() {
-			n.err = cmd.Wait()
-			close(n.done)
+			select {
+			case <-p.Ready():
+				ready <- id
+			case <-p.Exited():
+			}
+		}()
+		go func() {
+			<-p.Exited()
 			exited <- n
 		}()
 	}
@@ -103,7 +108,7 @@ func demo(args []string, stdout, stderr io.Writer) (code int) {
 		case <-ready:
 			up++
 		case n := <-exited:
-			fmt.Fprintf(stderr, "demo: %s exited before it was ready: %v (ports in use? run with --logs to see why)\n", n.id, n.err)
+			fmt.Fprintf(stderr, "demo: %s exited before it was ready: %v (ports in use? run with --logs to see why)\n", n.id, n.p.Err())
 			return exitUnreachable
 		case <-ctx.Done():
 			return exitOK
@@ -127,7 +132,7 @@ wait:
 		select {
 		case n := <-exited:
 			// The others go on: a cluster of three outlives one node.
-			fmt.Fprintf(stderr, "demo: %s exited: %v\n", n.id, n.err)
+			fmt.Fprintf(stderr, "demo: %s exited: %v\n", n.id, n.p.Err())
 		case <-ctx.Done():
 			break wait
 		}
@@ -138,10 +143,8 @@ wait:
 
 // demoNode is one node process of the demo.
 type demoNode struct {
-	id   string
-	cmd  *exec.Cmd
-	done chan struct{} // closed when it has exited; err is then set
-	err  error
+	id string
+	p  *gridproc.Proc
 }
 
 // stopDemoNodes sends SIGTERM to every node still running and waits for
@@ -151,9 +154,9 @@ func stopDemoNodes(procs []*demoNode, stderr io.Writer) bool {
 	var running []*demoNode
 	for _, n := range procs {
 		select {
-		case <-n.done:
+		case <-n.p.Exited():
 		default:
-			_ = n.cmd.Process.Signal(syscall.SIGTERM)
+			_ = n.p.Signal(syscall.SIGTERM)
 			running = append(running, n)
 		}
 	}
@@ -161,44 +164,16 @@ func stopDemoNodes(procs []*demoNode, stderr io.Writer) bool {
 	deadline := time.After(demoStopTimeout)
 	for _, n := range running {
 		select {
-		case <-n.done:
+		case <-n.p.Exited():
 		case <-deadline:
-			_ = n.cmd.Process.Kill()
-			<-n.done
+			n.p.Kill()
 		}
-		if n.err != nil {
-			fmt.Fprintf(stderr, "demo: %s did not stop cleanly: %v\n", n.id, n.err)
+		if err := n.p.Err(); err != nil {
+			fmt.Fprintf(stderr, "demo: %s did not stop cleanly: %v\n", n.id, err)
 			clean = false
 		}
 	}
 	return clean
-}
-
-// readyWatch is a node's stdout: it sends the node's id on ready at its
-// "ready: grpc" line and discards the rest.
-type readyWatch struct {
-	id    string
-	ready chan<- string
-	once  sync.Once
-	line  []byte
-}
-
-func (r *readyWatch) Write(b []byte) (int, error) {
-	r.line = append(r.line, b...)
-	for {
-		i := bytes.IndexByte(r.line, '\n')
-		if i < 0 {
-			break
-		}
-		if bytes.HasPrefix(r.line[:i], []byte("ready: grpc ")) {
-			r.once.Do(func() { r.ready <- r.id })
-		}
-		r.line = r.line[i+1:]
-	}
-	if len(r.line) > 4096 {
-		r.line = r.line[:0] // no line that long is worth watching
-	}
-	return len(b), nil
 }
 
 // prefixWriter prefixes every write (a line of a node's log) with its node.

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // TestDemo: gridnode demo --nodes 3 comes up and says so, gridnode status
@@ -76,7 +78,7 @@ func TestDemo(t *testing.T) {
 
 	addr := fmt.Sprintf("127.0.0.1:%d", base)
 	var stdout string
-	waitFor(t, 30*time.Second, "status showing 3 active nodes", func() bool {
+	testwait.For(t, 30*time.Second, "status showing 3 active nodes", func() bool {
 		var code int
 		code, stdout, _ = cli(t, "status", "--addr", addr)
 		return code == 0 && strings.Count(stdout, "  active  yes") == 3

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/client"
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // Failover with real gridnode processes: a 3-node cluster as an operator
@@ -97,11 +98,11 @@ func runFault(tb testing.TB, pc *procCluster, c *client.Client, f fault, target 
 	defer func() { stopLoad(); wg.Wait() }()
 	l.run(loadCtx, &wg, 2)
 
-	waitFor(tb, 30*time.Second, "completed keys on every shard before the fault", func() bool {
+	testwait.For(tb, 30*time.Second, "completed keys on every shard before the fault", func() bool {
 		return slices.Min(l.completedOn()) >= 5
 	})
 	run := failoverRun{node: -1}
-	waitFor(tb, 10*time.Second, fmt.Sprintf("a leader of shard %d", target), func() bool {
+	testwait.For(tb, 10*time.Second, fmt.Sprintf("a leader of shard %d", target), func() bool {
 		run.node = pc.shardLeader(ctx, uint32(target))
 		return run.node >= 0
 	})
@@ -119,16 +120,16 @@ func runFault(tb testing.TB, pc *procCluster, c *client.Client, f fault, target 
 	}
 
 	recovered := func() bool { _, ok := l.recovered(); return ok }
-	if !holds(faultHold, recovered) {
+	if !testwait.Holds(faultHold, recovered) {
 		undo()
 	}
-	waitFor(tb, 30*time.Second, fmt.Sprintf("a write acknowledged by every shard after %s of node-%d", f.name, run.node+1),
+	testwait.For(tb, 30*time.Second, fmt.Sprintf("a write acknowledged by every shard after %s of node-%d", f.name, run.node+1),
 		recovered, l.progress)
 	run.took, _ = l.recovered()
 	// More load after the failover, so that keys completed after the
 	// fault, in every shard, are checked too.
 	before := len(l.ackedKeys())
-	waitFor(tb, 30*time.Second, "completed keys after the failover", func() bool { return len(l.ackedKeys()) >= before+50 }, l.progress)
+	testwait.For(tb, 30*time.Second, "completed keys after the failover", func() bool { return len(l.ackedKeys()) >= before+50 }, l.progress)
 	undo()
 	stopLoad()
 	wg.Wait()

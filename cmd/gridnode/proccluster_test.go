@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/client"
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // procCluster is a cluster of gridnode serve processes, on loopback or, to
@@ -128,8 +129,8 @@ func (pc *procCluster) restart(i int) {
 func (pc *procCluster) pause(i int) {
 	pc.tb.Helper()
 	pc.signal(i, syscall.SIGSTOP)
-	stat := fmt.Sprintf("/proc/%d/stat", pc.nodes[i].p.cmd.Process.Pid)
-	waitFor(pc.tb, 5*time.Second, pc.nodes[i].id+" stopped", func() bool {
+	stat := fmt.Sprintf("/proc/%d/stat", pc.nodes[i].p.PID())
+	testwait.For(pc.tb, 5*time.Second, pc.nodes[i].id+" stopped", func() bool {
 		b, err := os.ReadFile(stat)
 		// The state follows the command name, which is in parentheses.
 		end := strings.LastIndex(string(b), ") ")
@@ -149,7 +150,7 @@ func (pc *procCluster) reconnect(i int) { pc.needLab().reconnect(i) }
 
 func (pc *procCluster) signal(i int, sig syscall.Signal) {
 	pc.tb.Helper()
-	if err := pc.nodes[i].p.cmd.Process.Signal(sig); err != nil {
+	if err := pc.nodes[i].p.Signal(sig); err != nil {
 		pc.tb.Fatalf("%v to %s: %v", sig, pc.nodes[i].id, err)
 	}
 }
@@ -223,18 +224,14 @@ func (pc *procCluster) shardLeader(ctx context.Context, shard uint32) int {
 // restarted node has caught up.
 func (pc *procCluster) waitHealthy(c *client.Client, timeout time.Duration) {
 	pc.tb.Helper()
-	deadline := time.Now().Add(timeout)
-	why := ""
-	for time.Now().Before(deadline) {
+	testwait.Until(pc.tb, timeout, func() string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		why = pc.unhealthy(ctx, c)
-		cancel()
-		if why == "" {
-			return
+		defer cancel()
+		if why := pc.unhealthy(ctx, c); why != "" {
+			return "cluster not healthy: " + why
 		}
-		time.Sleep(100 * time.Millisecond) // a poll interval, not a synchronisation
-	}
-	pc.tb.Fatalf("cluster not healthy within %v: %s", timeout, why)
+		return ""
+	})
 }
 
 func (pc *procCluster) unhealthy(ctx context.Context, c *client.Client) string {

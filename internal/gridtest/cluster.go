@@ -17,6 +17,7 @@ import (
 
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/node"
 	"github.com/l4xg/grid/raftlog"
@@ -246,17 +247,11 @@ func (c *Cluster) WaitStable(timeout time.Duration) {
 // AwaitStable is WaitStable reporting failure as an error, for callers off
 // the test's goroutine (fault injectors).
 func (c *Cluster) AwaitStable(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		why := c.unstable()
-		if why == "" {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("gridtest: cluster not stable after %v: %s", timeout, why)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var why string
+	if testwait.Holds(timeout, func() bool { why = c.unstable(); return why == "" }) {
+		return nil
 	}
+	return fmt.Errorf("gridtest: cluster not stable after %v: %s", timeout, why)
 }
 
 func (c *Cluster) unstable() string {

@@ -244,7 +244,7 @@ func (c *GridCluster) askMaps(ctx context.Context, conns []gridpb.GridClient) ([
 func (c *GridCluster) pause(ctx context.Context) error {
 	for _, g := range c.Nodes {
 		if g.Exited() {
-			return fmt.Errorf("launch: gridnode %s exited: %v", g.ID, g.exitErr)
+			return fmt.Errorf("launch: gridnode %s exited: %v", g.ID, g.p.Err())
 		}
 	}
 	select {

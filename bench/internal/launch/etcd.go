@@ -15,6 +15,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/l4xg/grid/internal/gridproc"
 )
 
 // ErrNoEtcd is returned when no etcd binary is on PATH.
@@ -23,8 +25,7 @@ var ErrNoEtcd = errors.New("launch: etcd not found on PATH")
 // EtcdCluster is a set of throwaway etcd members on loopback ports.
 type EtcdCluster struct {
 	Endpoints []string
-	members   []*exec.Cmd
-	exited    []chan struct{}
+	members   []*gridproc.Proc
 	dir       string
 }
 
@@ -50,7 +51,8 @@ func freePorts(n int) ([]int, error) {
 
 // StartEtcd starts members etcd members (1 or 3) with fsync on (etcd's
 // default), waits until every member answers Status, and returns them.
-// stderr receives their logs (nil discards).
+// stderr receives their logs (nil discards); it must take concurrent
+// writes (an *os.File does).
 func StartEtcd(ctx context.Context, members int, stderr io.Writer) (*EtcdCluster, error) {
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
@@ -72,25 +74,23 @@ func StartEtcd(ctx context.Context, members int, stderr io.Writer) (*EtcdCluster
 	for i := range members {
 		client := fmt.Sprintf("http://127.0.0.1:%d", ports[2*i])
 		peer := fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1])
-		cmd := exec.Command(bin,
+		argv := []string{bin,
 			"--name", fmt.Sprintf("m%d", i),
 			"--data-dir", filepath.Join(dir, fmt.Sprintf("m%d", i)),
 			"--listen-client-urls", client, "--advertise-client-urls", client,
 			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 			"--initial-cluster", strings.Join(initial, ","),
 			"--initial-cluster-state", "new", "--initial-cluster-token", "bench",
-			"--quota-backend-bytes", fmt.Sprint(int64(8)<<30),
-			"--logger", "zap", "--log-level", "error")
-		cmd.Stdout, cmd.Stderr = stderr, stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // none outlives the benchmark
-		if err := cmd.Start(); err != nil {
+			"--quota-backend-bytes", fmt.Sprint(int64(8) << 30),
+			"--logger", "zap", "--log-level", "error"}
+		m, err := gridproc.Start(gridproc.Options{Argv: argv, Stdout: stderr, Stderr: stderr,
+			SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}, // none outlives the benchmark
+		})
+		if err != nil {
 			c.Stop()
 			return nil, fmt.Errorf("launch: start etcd: %w", err)
 		}
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		c.members = append(c.members, cmd)
-		c.exited = append(c.exited, done)
+		c.members = append(c.members, m)
 		c.Endpoints = append(c.Endpoints, client)
 	}
 	if err := c.waitReady(ctx, time.Minute); err != nil {
@@ -117,9 +117,9 @@ func (c *EtcdCluster) waitReady(ctx context.Context, within time.Duration) error
 			if err == nil && st.Leader != 0 {
 				break
 			}
-			for i, done := range c.exited {
+			for i, m := range c.members {
 				select {
-				case <-done:
+				case <-m.Exited():
 					return fmt.Errorf("launch: etcd member %d exited before ready", i)
 				default:
 				}
@@ -136,8 +136,8 @@ func (c *EtcdCluster) waitReady(ctx context.Context, within time.Duration) error
 
 // Stop terminates the members and removes their data.
 func (c *EtcdCluster) Stop() {
-	for i, cmd := range c.members {
-		stopProcess(cmd, c.exited[i], 10*time.Second)
+	for _, m := range c.members {
+		m.Stop(10 * time.Second)
 	}
 	os.RemoveAll(c.dir)
 }

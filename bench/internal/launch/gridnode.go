@@ -1,16 +1,17 @@
 package launch
 
 import (
-	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/l4xg/grid/internal/gridproc"
 )
 
 // readyTimeout bounds the wait for a node's "ready: grpc" line.
@@ -43,17 +44,12 @@ func ModuleDir(dir string) (string, error) {
 
 // Gridnode is a running "gridnode serve" child.
 type Gridnode struct {
-	cmd      *exec.Cmd
+	p        *gridproc.Proc
 	dir      string
 	ID       string // --node-id; "" for a standalone node
 	Addr     string // gRPC
 	HTTPAddr string // /metrics, /debug/pprof when Pprof
-	ready    chan readyAddrs
-	exited   chan struct{}
-	exitErr  error
 }
-
-type readyAddrs struct{ grpc, http string }
 
 // GridnodeOptions of StartGridnode.
 type GridnodeOptions struct {
@@ -96,95 +92,53 @@ func commonArgs(shards int, pprof bool) []string {
 }
 
 // spawn starts bin with args; dir is the node's data directory, removed at
-// Stop (and now, if the start fails). The node's stdout is scanned for its
-// ready lines.
+// Stop (and now, if the start fails).
 func spawn(bin string, args []string, dir string, stderr io.Writer) (*Gridnode, error) {
-	cmd := exec.Command(bin, args...)
-	cmd.Stderr = stderr
-	// If the benchmark dies without stopping its children (kill -9, a
-	// crash), the kernel sends them SIGTERM: no node outlives the run.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	out, err := cmd.StdoutPipe()
+	p, err := gridproc.Start(gridproc.Options{
+		Argv: append([]string{bin}, args...), Stderr: stderr,
+		// If the benchmark dies without stopping its children (kill -9, a
+		// crash), the kernel sends them SIGTERM: no node outlives the run.
+		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM},
+	})
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("launch: start gridnode: %w", err)
 	}
-	g := &Gridnode{cmd: cmd, dir: dir, ready: make(chan readyAddrs, 1), exited: make(chan struct{})}
-	go func() {
-		var a readyAddrs
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			line := sc.Text()
-			if h, ok := strings.CutPrefix(line, "ready: http "); ok {
-				a.http = h
-			}
-			if h, ok := strings.CutPrefix(line, "ready: grpc "); ok {
-				a.grpc = h
-				select {
-				case g.ready <- a:
-				default: // a second ready line: the first one counts
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, out)
-	}()
-	go func() {
-		g.exitErr = cmd.Wait()
-		close(g.exited)
-	}()
-	return g, nil
+	return &Gridnode{p: p, dir: dir}, nil
 }
 
 // waitReady waits for the node's "ready: grpc" line and records its
 // addresses. It does not stop the node on failure.
 func (g *Gridnode) waitReady(ctx context.Context, within time.Duration) error {
-	t := time.NewTimer(within)
-	defer t.Stop()
-	select {
-	case a := <-g.ready:
-		g.Addr, g.HTTPAddr = a.grpc, a.http
-		return nil
-	case <-g.exited:
-		return fmt.Errorf("launch: gridnode %s exited before ready: %v", g.ID, g.exitErr)
-	case <-t.C:
+	a, err := g.p.WaitReady(ctx, within)
+	switch {
+	case errors.Is(err, gridproc.ErrExited):
+		return fmt.Errorf("launch: gridnode %s exited before ready: %v", g.ID, g.p.Err())
+	case errors.Is(err, gridproc.ErrNotReady):
 		return fmt.Errorf("launch: gridnode %s not ready within %v", g.ID, within)
-	case <-ctx.Done():
-		return ctx.Err()
+	case err != nil:
+		return err
 	}
+	g.Addr, g.HTTPAddr = a.GRPC, a.HTTP
+	return nil
 }
 
 // PID of the node.
-func (g *Gridnode) PID() int { return g.cmd.Process.Pid }
+func (g *Gridnode) PID() int { return g.p.PID() }
 
 // Stop sends SIGTERM, kills the node if it has not exited within 20 s, and
 // removes its data directory.
 func (g *Gridnode) Stop() {
-	stopProcess(g.cmd, g.exited, 20*time.Second)
+	g.p.Stop(20 * time.Second)
 	os.RemoveAll(g.dir)
 }
 
 // Exited reports whether the node's process has ended.
 func (g *Gridnode) Exited() bool {
 	select {
-	case <-g.exited:
+	case <-g.p.Exited():
 		return true
 	default:
 		return false
-	}
-}
-
-func stopProcess(cmd *exec.Cmd, exited <-chan struct{}, grace time.Duration) {
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-exited:
-	case <-t.C:
-		_ = cmd.Process.Kill()
-		<-exited
 	}
 }

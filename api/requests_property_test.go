@@ -18,13 +18,14 @@ import (
 	"github.com/l4xg/grid/internal/gridtest"
 )
 
-// TestRandomRequests: any request, however malformed its fields, gets a
-// result or an InvalidArgument/ResourceExhausted error, never Internal or
-// Unknown, with a short, valid UTF-8 message, in a Batch as alone; and the
-// node keeps serving on the same connection. Field values are drawn around
-// every limit, namespaces among them that are not UTF-8, hold control
-// bytes or run to a megabyte.
-func TestRandomRequests(t *testing.T) {
+// TestRequestsProperty is a property test (rapid), run on one node: any
+// request, however malformed its fields, gets a result or an
+// InvalidArgument/ResourceExhausted error, never Internal or Unknown, with
+// a short, valid UTF-8 message, in a Batch as alone; and the node keeps
+// serving on the same connection. Field values are drawn around every
+// limit, namespaces among them that are not UTF-8, hold control bytes or
+// run to a megabyte.
+func TestRequestsProperty(t *testing.T) {
 	n := gridtest.Start(t)
 	cc := dialCounting(t, n.Addr())
 	c := cc.c
