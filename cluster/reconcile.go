@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"golang.org/x/sync/errgroup"
 )
 
 // maxParallelMoves bounds the moves the control leader runs at once, each
@@ -307,7 +308,9 @@ func (n *Node) reconcileControl(ctx context.Context, m *Map, alive map[NodeID]bo
 // executeRound runs the first move of each shard in moves, up to
 // maxParallelMoves at once, and waits for them. A move refused with
 // ErrStaleFence (a shard's node knows a later control term: this node
-// does not lead any more) or ErrNotControlLeader stops the round.
+// does not lead any more) or ErrNotControlLeader stops the round: no move
+// starts after it, and the moves running see their context end. Any other
+// failure leaves the other moves going. It returns the failures joined.
 func (n *Node) executeRound(ctx context.Context, moves []Move) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -319,23 +322,20 @@ func (n *Node) executeRound(ctx context.Context, moves []Move) error {
 			first = append(first, mv)
 		}
 	}
-	sem := make(chan struct{}, maxParallelMoves)
 	var (
-		wg   sync.WaitGroup
+		g    errgroup.Group
 		mu   sync.Mutex
 		errs []error
 	)
+	g.SetLimit(maxParallelMoves)
 	for _, mv := range first {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
 		if ctx.Err() != nil {
 			break
 		}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		g.Go(func() error {
+			if ctx.Err() != nil {
+				return nil // the round stopped while this move waited for its turn
+			}
 			mctx, cancel := context.WithTimeout(ctx, moveTimeout)
 			defer cancel()
 			if err := n.execute(mctx, mv); err != nil {
@@ -345,12 +345,13 @@ func (n *Node) executeRound(ctx context.Context, moves []Move) error {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("%v: %w", mv, err))
 				mu.Unlock()
-				return
+				return nil // the other moves go on: errors are joined below
 			}
 			n.cfg.Logger.Info("move done", "move", mv.String())
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait() // every function returns nil
 	return errors.Join(errs...)
 }
 

@@ -37,7 +37,7 @@ func (g *GroupStore) FirstIndex() (uint64, error) { return g.edgeIndex(true) }
 func (g *GroupStore) LastIndex() (uint64, error) { return g.edgeIndex(false) }
 
 func (g *GroupStore) edgeIndex(first bool) (uint64, error) {
-	db, err := g.s.acquire()
+	db, err := g.s.db.Acquire()
 	if err != nil {
 		return 0, err
 	}
@@ -72,7 +72,7 @@ func (g *GroupStore) edgeIndex(first bool) (uint64, error) {
 // GetLog reads the entry at index into log. A missing entry yields
 // raft.ErrLogNotFound itself, unwrapped, because raft compares it with ==.
 func (g *GroupStore) GetLog(index uint64, log *raft.Log) error {
-	db, err := g.s.acquire()
+	db, err := g.s.db.Acquire()
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func (g *GroupStore) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
 	}
-	db, err := g.s.acquire()
+	db, err := g.s.db.Acquire()
 	if err != nil {
 		return err
 	}
@@ -140,7 +140,7 @@ func (g *GroupStore) DeleteRange(min, max uint64) error {
 	if min > max {
 		return nil
 	}
-	db, err := g.s.acquire()
+	db, err := g.s.db.Acquire()
 	if err != nil {
 		return err
 	}
@@ -160,7 +160,7 @@ func (g *GroupStore) DeleteRange(min, max uint64) error {
 
 // Set stores val under key, durably.
 func (g *GroupStore) Set(key, val []byte) error {
-	db, err := g.s.acquire()
+	db, err := g.s.db.Acquire()
 	if err != nil {
 		return err
 	}
@@ -175,7 +175,7 @@ func (g *GroupStore) Set(key, val []byte) error {
 // set yields (nil, ErrKeyNotFound); a key set to an empty value yields a
 // non-nil empty slice.
 func (g *GroupStore) Get(key []byte) ([]byte, error) {
-	db, err := g.s.acquire()
+	db, err := g.s.db.Acquire()
 	if err != nil {
 		return nil, err
 	}

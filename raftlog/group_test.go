@@ -252,7 +252,7 @@ func TestGetLogDetectsCorruption(t *testing.T) {
 	s := openStore(t, t.TempDir(), Options{})
 	g := s.Group(1)
 	// Write raw values behind the GroupStore's back.
-	db, err := s.acquire()
+	db, err := s.db.Acquire()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -125,7 +125,7 @@ func open(dir string, opts Options, fs vfs.FS) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: open %s: %w", ErrStorage, dir, err)
 	}
-	s := &Store{db: pebbleguard.New(db), wo: pebble.Sync}
+	s := &Store{db: pebbleguard.New(db, ErrClosed), wo: pebble.Sync}
 	if opts.NoSync {
 		s.wo = pebble.NoSync
 	}
@@ -165,17 +165,6 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// acquire returns the open database, held until the caller calls
-// s.db.Release. If the store is closed it returns ErrClosed and holds
-// nothing.
-func (s *Store) acquire() (*pebble.DB, error) {
-	db, ok := s.db.Acquire()
-	if !ok {
-		return nil, ErrClosed
-	}
-	return db, nil
-}
-
 // Group returns the log and stable store of Raft group id. The returned
 // value is a lightweight handle; calling Group again for the same id returns
 // an equivalent handle over the same data.
@@ -187,7 +176,7 @@ func (s *Store) Group(id uint64) *GroupStore {
 // synced batch. Snapshots live outside the Store and are not touched.
 // Raft must no longer be running on the group.
 func (s *Store) DeleteGroup(id uint64) error {
-	db, err := s.acquire()
+	db, err := s.db.Acquire()
 	if err != nil {
 		return err
 	}

@@ -47,7 +47,7 @@ func TestOpenRejectsIncompatibleLayout(t *testing.T) {
 
 func TestOpenRecordsLayout(t *testing.T) {
 	s := openStore(t, t.TempDir(), Options{NoSync: true, CacheSize: 1 << 20})
-	db, err := s.acquire()
+	db, err := s.db.Acquire()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func (s *Store) Audit(nsTag uint16, since, until int64, fn AuditFunc) error {
 		return nil
 	}
 	gens := s.liveGens()
-	return s.with(func(db *pebble.DB) error {
+	return s.db.With(func(db *pebble.DB) error {
 		snap := db.NewSnapshot()
 		defer snap.Close()
 		probe, err := snap.NewIter(nil)

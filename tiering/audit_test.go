@@ -105,7 +105,7 @@ func TestAuditFollowsRestoredGeneration(t *testing.T) {
 		t.Fatalf("audit after restore returned %d, want 10", len(got))
 	}
 	// A store reopened on the same files finds the live generation.
-	if err := s.with(func(db *pebble.DB) error { return db.Flush() }); err != nil {
+	if err := s.db.With(func(db *pebble.DB) error { return db.Flush() }); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {

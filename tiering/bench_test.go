@@ -50,7 +50,7 @@ func BenchmarkColdGet(b *testing.B) {
 		}
 	}
 	mustFlush(b, sh)
-	if err := s.with(func(db *pebble.DB) error {
+	if err := s.db.With(func(db *pebble.DB) error {
 		if err := db.Flush(); err != nil {
 			return err
 		}
@@ -90,7 +90,7 @@ func BenchmarkColdGet(b *testing.B) {
 	b.Run("MissWithDBGet", func(b *testing.B) {
 		before, _ := s.Metrics()
 		var k [recordKeyLen]byte
-		err := s.with(func(db *pebble.DB) error {
+		err := s.db.With(func(db *pebble.DB) error {
 			for i := range b.N {
 				_, _, err := db.Get(recordKey(&k, 1, sh.gen, misses[i&(len(misses)-1)]))
 				if !errors.Is(err, pebble.ErrNotFound) {

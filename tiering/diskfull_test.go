@@ -61,7 +61,7 @@ func TestDiskFullReportsStallsAndRecovers(t *testing.T) {
 	sh := s.Shard(1)
 	const before, total = 200, 6000 // 6000 records are ~1.2 MB: past 4 memtables
 	want := fill(t, sh, 0, before)
-	if err := s.with(func(db *pebble.DB) error { return db.Flush() }); err != nil {
+	if err := s.db.With(func(db *pebble.DB) error { return db.Flush() }); err != nil {
 		t.Fatal(err)
 	}
 
@@ -100,7 +100,7 @@ func TestDiskFullReportsStallsAndRecovers(t *testing.T) {
 		want[digest("ns", i)] = settled(i, int64(1000+i), int64(5000+i))
 	}
 	checkHolds(t, sh, want)
-	if err := s.with(func(db *pebble.DB) error {
+	if err := s.db.With(func(db *pebble.DB) error {
 		if err := db.Flush(); err != nil {
 			return err
 		}
@@ -167,7 +167,7 @@ func TestBallastAbsorbsDiskFull(t *testing.T) {
 	sh := s.Shard(1)
 	full.on.Store(true)
 	want := fill(t, sh, 0, 3000) // several memtables' worth: flushes run
-	if err := s.with(func(db *pebble.DB) error { return db.Flush() }); err != nil {
+	if err := s.db.With(func(db *pebble.DB) error { return db.Flush() }); err != nil {
 		t.Fatal(err)
 	}
 	st, err := s.Stats()

@@ -510,7 +510,7 @@ func (s *Store) ingestLinks(shard uint32, dir string, n int) error {
 		}
 		paths[i] = p
 	}
-	return s.with(func(db *pebble.DB) error {
+	return s.db.With(func(db *pebble.DB) error {
 		if err := db.Ingest(context.Background(), paths); err != nil {
 			return fmt.Errorf("%w: ingest: %w", ErrStorage, err)
 		}

@@ -97,7 +97,7 @@ func mustFlush(t testing.TB, sh *Shard) {
 func rawKeys(t testing.TB, s *Store, id uint32) map[byte]int {
 	t.Helper()
 	n := map[byte]int{}
-	err := s.with(func(db *pebble.DB) error {
+	err := s.db.With(func(db *pebble.DB) error {
 		lo, hi := shardBounds(id)
 		it, err := db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 		if err != nil {

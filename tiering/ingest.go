@@ -85,7 +85,7 @@ func (iw *ingester) finish() error {
 	if len(iw.paths) == 0 {
 		return nil
 	}
-	err := iw.s.with(func(db *pebble.DB) error {
+	err := iw.s.db.With(func(db *pebble.DB) error {
 		if err := db.Ingest(context.Background(), iw.paths); err != nil {
 			return fmt.Errorf("%w: ingest: %w", ErrStorage, err)
 		}

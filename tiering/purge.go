@@ -68,7 +68,7 @@ type dueEntry struct {
 func (s *Shard) dueLocked(b *pebble.Batch, now int64, limit int) ([]dueEntry, int64, error) {
 	var due []dueEntry
 	var last int64
-	err := s.store.with(func(*pebble.DB) error {
+	err := s.store.db.With(func(*pebble.DB) error {
 		var lk [expiryKeyLen]byte
 		lo := expiryKey(&lk, s.id, s.gen, s.purgeFloor, keyspace.Digest{})
 		_, hi := kindBounds(s.id, s.gen, kindExpiry)

@@ -104,11 +104,11 @@ func (s *Shard) Lookup(d keyspace.Digest) (keyspace.ColdRecord, bool, error) {
 	key := recordKey(&k, s.id, s.gen, d)
 	var err error
 	if b := s.batch; b != nil {
-		err = s.store.with(func(*pebble.DB) error { return lookup(b, key) })
+		err = s.store.db.With(func(*pebble.DB) error { return lookup(b, key) })
 		s.mu.Unlock()
 	} else {
 		s.mu.Unlock()
-		err = s.store.with(func(db *pebble.DB) error { return lookup(db, key) })
+		err = s.store.db.With(func(db *pebble.DB) error { return lookup(db, key) })
 	}
 	if err != nil || !ok {
 		return keyspace.ColdRecord{}, false, err
@@ -154,7 +154,7 @@ func (s *Shard) probe(r pebble.Reader, key []byte, fn func(v []byte) error) (boo
 // on a closed store.
 func (s *Shard) batchLocked() *pebble.Batch {
 	if s.batch == nil {
-		err := s.store.with(func(db *pebble.DB) error {
+		err := s.store.db.With(func(db *pebble.DB) error {
 			s.batch = db.NewIndexedBatch()
 			return nil
 		})
@@ -229,7 +229,7 @@ func (s *Shard) removeLocked(d keyspace.Digest, keep func(deadline int64) bool) 
 	}
 	var ok bool
 	err := s.store.retry(sourceForeground, func() error {
-		return s.store.with(func(*pebble.DB) error {
+		return s.store.db.With(func(*pebble.DB) error {
 			var err error
 			ok, err = s.probe(b, key, meta)
 			return err
@@ -297,7 +297,7 @@ func (s *Shard) Wipe() error {
 func (s *Store) commit(b *pebble.Batch) error {
 	cur := b
 	return s.retry(sourceForeground, func() error {
-		return s.with(func(db *pebble.DB) error {
+		return s.db.With(func(db *pebble.DB) error {
 			if cur == nil {
 				cur = db.NewBatch()
 				if err := cur.Apply(b, nil); err != nil {
@@ -320,7 +320,7 @@ func (s *Store) commit(b *pebble.Batch) error {
 // deleteRange deletes the keys in [lo, hi) and commits at once.
 func (s *Store) deleteRange(lo, hi []byte) error {
 	return s.retry(sourceForeground, func() error {
-		return s.with(func(db *pebble.DB) error {
+		return s.db.With(func(db *pebble.DB) error {
 			if err := db.DeleteRange(lo, hi, pebble.NoSync); err != nil {
 				return fmt.Errorf("%w: delete range: %w", ErrStorage, err)
 			}

@@ -269,7 +269,7 @@ func TestOnDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := fill(t, s.Shard(1), 0, 100)
-	if err := s.with(func(db *pebble.DB) error { return db.Flush() }); err != nil {
+	if err := s.db.With(func(db *pebble.DB) error { return db.Flush() }); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, ballastName)); err != nil {

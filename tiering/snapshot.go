@@ -86,7 +86,7 @@ func (s *Shard) Snapshot() *ShardSnapshot {
 		ss.err = fmt.Errorf("snapshot: %w", err)
 		return ss
 	}
-	ss.err = s.store.with(func(db *pebble.DB) error {
+	ss.err = s.store.db.With(func(db *pebble.DB) error {
 		ss.snap = db.NewSnapshot()
 		return nil
 	})
@@ -103,7 +103,7 @@ func (ss *ShardSnapshot) Close() error {
 		return nil
 	}
 	ss.snap = nil
-	err := ss.store.with(func(*pebble.DB) error { return snap.Close() })
+	err := ss.store.db.With(func(*pebble.DB) error { return snap.Close() })
 	if errors.Is(err, ErrClosed) {
 		return nil // the snapshot went with the database
 	}
@@ -138,7 +138,7 @@ func (ss *ShardSnapshot) write(w io.Writer, ref *filesRef, fw *filesWriter) (int
 		sw.Raw(ref.nonce[:])
 	}
 	var count uint64
-	err := ss.store.with(func(*pebble.DB) error {
+	err := ss.store.db.With(func(*pebble.DB) error {
 		lo, hi := genBounds(ss.shard, ss.gen)
 		it, err := ss.snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 		if err != nil {

@@ -78,7 +78,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: open %s: %w", ErrStorage, dir, err)
 	}
-	s.db, s.dir = pebbleguard.New(db), dir
+	s.db, s.dir = pebbleguard.New(db, ErrClosed), dir
 	wo := po.Clone()
 	wo.EnsureDefaults()
 	// Level 0's options: ingestion decides the level, and tables written
@@ -138,27 +138,6 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// acquire returns the open database, held until the caller calls
-// s.db.Release. If the store is closed it returns ErrClosed and holds
-// nothing.
-func (s *Store) acquire() (*pebble.DB, error) {
-	db, ok := s.db.Acquire()
-	if !ok {
-		return nil, ErrClosed
-	}
-	return db, nil
-}
-
-// with runs fn with the open database.
-func (s *Store) with(fn func(db *pebble.DB) error) error {
-	db, err := s.acquire()
-	if err != nil {
-		return err
-	}
-	defer s.db.Release()
-	return fn(db)
-}
-
 // Health returns the last storage error not yet followed by a success of
 // the same kind (a failed flush is cleared by a successful flush or
 // compaction, a failed commit by a successful commit), or nil. It returns
@@ -192,7 +171,7 @@ func (s *Store) Stats() (StoreStats, error) {
 		WriteStalls:      s.health.stalls.Load(),
 		BackgroundErrors: s.health.background.Load(),
 	}
-	err := s.with(func(db *pebble.DB) error {
+	err := s.db.With(func(db *pebble.DB) error {
 		m := db.Metrics()
 		st.DiskBytes = m.DiskSpaceUsage()
 		st.FilterHits, st.FilterMisses = m.Filter.Hits, m.Filter.Misses
@@ -205,7 +184,7 @@ func (s *Store) Stats() (StoreStats, error) {
 // hits), for export and for tests.
 func (s *Store) Metrics() (*pebble.Metrics, error) {
 	var m *pebble.Metrics
-	err := s.with(func(db *pebble.DB) error {
+	err := s.db.With(func(db *pebble.DB) error {
 		m = db.Metrics()
 		return nil
 	})
@@ -230,7 +209,7 @@ func (s *Store) Shard(id uint32) *Shard {
 // settles the generation anyway.
 func (s *Store) findGen(id uint32) byte {
 	var gen byte
-	_ = s.with(func(db *pebble.DB) error {
+	_ = s.db.With(func(db *pebble.DB) error {
 		lo, hi := shardBounds(id)
 		it, err := db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 		if err != nil {

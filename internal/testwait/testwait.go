@@ -1,8 +1,3 @@
-// Package testwait waits, in tests, for a condition to come to hold: it
-// polls the condition under a deadline instead of sleeping for a guessed
-// time, and fails the test with what did not happen. It imports only the
-// standard library, so that any package's tests can use it, also a
-// package's internal tests that gridtest's imports would make a cycle of.
 package testwait
 
 import (
