@@ -220,7 +220,7 @@ func (n *Node) raftLogger() hclog.Logger {
 
 func (n *Node) startControl() error {
 	cfg := n.cfg
-	trans, err := raftlog.NewTransport(cfg.Mux, ControlGroup, raftlog.TransportConfig{Logger: n.raftLogger()})
+	trans, err := raftlog.NewTransport(cfg.Mux, ControlGroup, raftlog.TransportConfig{})
 	if err != nil {
 		return err
 	}

@@ -79,9 +79,11 @@
 //
 // [SetTimeouts] is the one rule for a group's failure detection: heartbeat,
 // election and leader lease all equal the heartbeat timeout. [RaftLogger]
-// sends hashicorp/raft's log lines (its Raft, transport and snapshot store)
-// to the node's slog logger at warn and above, so an operator sees Raft's
-// warnings and errors.
+// sends hashicorp/raft's log lines (its Raft and snapshot store) to the
+// node's slog logger at warn and above, so an operator sees Raft's warnings
+// and errors. The transport keeps a null logger: raft's NetworkTransport
+// logs every connection closed under it (a replica stopped, a peer gone) as
+// an error.
 //
 // # Multiplexed transport
 //

@@ -152,7 +152,7 @@ func (h *Host) openShard(i int, bootstrap bool, voters []raft.Server) (*Shard, e
 	}
 	var trans *raft.NetworkTransport
 	if cfg.Mux != nil {
-		t, err := raftlog.NewTransport(cfg.Mux, uint64(i), raftlog.TransportConfig{Logger: raftLogger(cfg.Logger, uint64(i))})
+		t, err := raftlog.NewTransport(cfg.Mux, uint64(i), raftlog.TransportConfig{})
 		if err != nil {
 			return nil, fmt.Errorf("shard %d: %w", i, err)
 		}
