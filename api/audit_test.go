@@ -19,9 +19,9 @@ import (
 // audit of an empty cold tier ends cleanly with no record.
 func TestAuditAndDigestRefusals(t *testing.T) {
 	n := gridtest.Start(t)
-	c := dial(t, n.Addr())
+	c := gridtest.Dial(t, n.Addr())
 	audit := func(r *gridpb.AuditRequest) (int, error) {
-		stream, err := c.Audit(ctx(t), r)
+		stream, err := c.Audit(gridtest.Context(t), r)
 		if err != nil {
 			return 0, err
 		}
@@ -59,12 +59,12 @@ func TestAuditAndDigestRefusals(t *testing.T) {
 		{Digest: make([]byte, 16), Namespace: []byte("orders")},
 		{Digest: make([]byte, 16), Key: []byte("k")},
 	} {
-		_, err := c.Get(ctx(t), req)
+		_, err := c.Get(gridtest.Context(t), req)
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "invalid digest") {
 			t.Errorf("Get(%v) = %v; want InvalidArgument naming the digest", req, err)
 		}
 	}
-	res, err := c.Get(ctx(t), &gridpb.GetRequest{Digest: make([]byte, 16)})
+	res, err := c.Get(gridtest.Context(t), &gridpb.GetRequest{Digest: make([]byte, 16)})
 	if err != nil || res.GetState() != gridpb.State_ABSENT || res.GetTier() != gridpb.Tier_TIER_UNSPECIFIED {
 		t.Fatalf("Get of an unknown digest: %v, %v", res, err)
 	}
@@ -80,15 +80,15 @@ func TestAuditInAClusterListsLedShards(t *testing.T) {
 		c.HotWindow, c.TickInterval = time.Millisecond, 20*time.Millisecond // settled records go cold at once
 	}})
 	leaders := []*member{tc.leader(0), tc.leader(1)}
-	c := dial(t, tc.nodes[0].addr)
+	c := gridtest.Dial(t, tc.nodes[0].addr)
 	for s := range testShards {
 		for i := range perShard {
 			k := keyOf(t, s, "audit", i)
-			res, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: k})
+			res, err := c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: k})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: k, Token: res.Token}); err != nil {
+			if _, err := c.Complete(gridtest.Context(t), &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: k, Token: res.Token}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -105,7 +105,7 @@ func TestAuditInAClusterListsLedShards(t *testing.T) {
 	})
 	seen := map[string]string{}
 	for _, n := range tc.nodes {
-		stream, err := dial(t, n.addr).Audit(ctx(t), &gridpb.AuditRequest{Namespace: []byte("ns")})
+		stream, err := gridtest.Dial(t, n.addr).Audit(gridtest.Context(t), &gridpb.AuditRequest{Namespace: []byte("ns")})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -16,20 +15,6 @@ import (
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/internal/gridtest"
 )
-
-func httpGet(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
-}
 
 // setClock is a clock the test sets.
 type setClock struct{ ms atomic.Int64 }
@@ -48,13 +33,13 @@ func TestClockFarBehindGrantsNoLease(t *testing.T) {
 	clock := &setClock{}
 	clock.ms.Store(time.Now().UnixMilli())
 	n := gridtest.Start(t, gridtest.Options{Clock: clock.Now, HTTP: true})
-	c := dial(t, n.Addr())
-	st, err := c.Status(ctx(t), &gridpb.StatusRequest{})
+	c := gridtest.Dial(t, n.Addr())
+	st, err := c.Status(gridtest.Context(t), &gridpb.StatusRequest{})
 	if err != nil || !st.ClockOk || st.MaxClockOffsetMs != 250 || st.ClockOffsetMs != 0 {
 		t.Fatalf("status of a node with a good clock: %v %v; want clock_ok, bound 250 ms, offset 0", st, err)
 	}
 	ns, key := []byte("clock"), []byte("k")
-	held, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: ns, Key: key, LeaseMs: 10_000})
+	held, err := c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: ns, Key: key, LeaseMs: 10_000})
 	if err != nil || held.Outcome != gridpb.Outcome_ACQUIRED {
 		t.Fatalf("reserve: %v %v", held, err)
 	}
@@ -67,25 +52,25 @@ func TestClockFarBehindGrantsNoLease(t *testing.T) {
 			t.Fatalf("%s on a node an hour behind: %v; want UNAVAILABLE naming the rule, the lag and the bound", what, err)
 		}
 	}
-	_, err = c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: ns, Key: []byte("other"), LeaseMs: 10_000})
+	_, err = c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: ns, Key: []byte("other"), LeaseMs: 10_000})
 	refused("reserve", err)
-	_, err = c.Extend(ctx(t), &gridpb.ExtendRequest{Namespace: ns, Key: key, Token: held.Token, LeaseMs: 10_000})
+	_, err = c.Extend(gridtest.Context(t), &gridpb.ExtendRequest{Namespace: ns, Key: key, Token: held.Token, LeaseMs: 10_000})
 	refused("extend", err)
 
-	cl, err := client.Dial(ctx(t), n.Addr(), client.WithRetryPolicy(client.RetryPolicy{Attempts: 1}))
+	cl, err := client.Dial(gridtest.Context(t), n.Addr(), client.WithRetryPolicy(client.RetryPolicy{Attempts: 1}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	if _, err := cl.Reserve(ctx(t), "clock", "other"); !errors.Is(err, client.ErrUnavailable) || !strings.Contains(err.Error(), "1h0m0s behind") {
+	if _, err := cl.Reserve(gridtest.Context(t), "clock", "other"); !errors.Is(err, client.ErrUnavailable) || !strings.Contains(err.Error(), "1h0m0s behind") {
 		t.Fatalf("client reserve: %v; want ErrUnavailable with the grid's reason", err)
 	}
 
-	done, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: ns, Key: key, Token: held.Token})
+	done, err := c.Complete(gridtest.Context(t), &gridpb.CompleteRequest{Namespace: ns, Key: key, Token: held.Token})
 	if err != nil || done.Outcome != gridpb.Outcome_OK || done.NowUnixMs != held.NowUnixMs {
 		t.Fatalf("complete on a node an hour behind: %v %v; want OK at the previous stamp %d", done, err, held.NowUnixMs)
 	}
-	st, err = c.Status(ctx(t), &gridpb.StatusRequest{})
+	st, err = c.Status(gridtest.Context(t), &gridpb.StatusRequest{})
 	if err != nil || !st.ClockOk {
 		t.Fatalf("status of a node an hour behind its stamps: %v %v; want clock_ok (no peer says otherwise)", st, err)
 	}
@@ -99,7 +84,7 @@ func TestClockFarBehindGrantsNoLease(t *testing.T) {
 		t.Errorf("status shows %d shards with stamps an hour ahead of the node's clock, want 1: %v", ahead, st)
 	}
 	base := "http://" + n.HTTPAddr()
-	_, metrics := httpGet(t, base+"/metrics")
+	_, metrics := gridtest.HTTPGet(t, base+"/metrics")
 	for _, want := range []string{
 		"l4xg_grid_clock_outside_bound 0",
 		"l4xg_grid_clock_shards_behind_stamps 1",
@@ -110,12 +95,12 @@ func TestClockFarBehindGrantsNoLease(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-	if code, _ := httpGet(t, base+"/readyz"); code != http.StatusOK {
+	if code, _ := gridtest.HTTPGet(t, base+"/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz of a node outside the clock bound: %d, want 200 (readiness means caught up)", code)
 	}
 
 	clock.Add(time.Hour)
-	again, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: ns, Key: []byte("other"), LeaseMs: 10_000})
+	again, err := c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: ns, Key: []byte("other"), LeaseMs: 10_000})
 	if err != nil || again.Outcome != gridpb.Outcome_ACQUIRED || again.NowUnixMs != clock.Now().UnixMilli() {
 		t.Fatalf("reserve with the clock set right: %v %v; want ACQUIRED at the node's clock", again, err)
 	}

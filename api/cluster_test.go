@@ -144,7 +144,7 @@ func viewLeader(t *testing.T, nodes []*testNode, s int) *testNode {
 				}
 			}
 		}
-		_, err := dial(t, l.addr).Get(redirectOnly(t), &gridpb.GetRequest{Namespace: []byte("probe"), Key: keyOf(t, s, "probe", 0)})
+		_, err := gridtest.Dial(t, l.addr).Get(redirectOnly(t), &gridpb.GetRequest{Namespace: []byte("probe"), Key: keyOf(t, s, "probe", 0)})
 		return err == nil
 	})
 	return l
@@ -211,7 +211,7 @@ func (tc *testCluster) leader(s int) *member {
 				}
 			}
 		}
-		_, err := dial(tc.t, l.addr).Get(redirectOnly(tc.t), &gridpb.GetRequest{Namespace: []byte("probe"), Key: keyOf(tc.t, s, "probe", 0)})
+		_, err := gridtest.Dial(tc.t, l.addr).Get(redirectOnly(tc.t), &gridpb.GetRequest{Namespace: []byte("probe"), Key: keyOf(tc.t, s, "probe", 0)})
 		return err == nil
 	})
 	return l
@@ -259,7 +259,7 @@ func keyOf(t testing.TB, s int, prefix string, i int) []byte {
 // redirectOnly is a test context asking for Redirects instead of
 // forwarding.
 func redirectOnly(t *testing.T) context.Context {
-	return metadata.AppendToOutgoingContext(ctx(t), api.MetadataRedirect, "1")
+	return metadata.AppendToOutgoingContext(gridtest.Context(t), api.MetadataRedirect, "1")
 }
 
 // redirectDetail returns the Redirect detail of a status error.

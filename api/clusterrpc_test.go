@@ -28,8 +28,8 @@ import (
 // group to change, and its Status carries no cluster fields.
 func TestStandaloneClusterRPCs(t *testing.T) {
 	n := gridtest.Start(t, gridtest.Options{Shards: 4})
-	c := dial(t, n.Addr())
-	m, err := c.ClusterMap(ctx(t), &gridpb.ClusterMapRequest{})
+	c := gridtest.Dial(t, n.Addr())
+	m, err := c.ClusterMap(gridtest.Context(t), &gridpb.ClusterMapRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,15 +43,15 @@ func TestStandaloneClusterRPCs(t *testing.T) {
 			t.Errorf("shard %d: %v, want led and held by %s alone", i, s, self)
 		}
 	}
-	_, err = c.Drain(ctx(t), &gridpb.DrainRequest{})
+	_, err = c.Drain(gridtest.Context(t), &gridpb.DrainRequest{})
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "standalone node: nothing to drain") {
 		t.Errorf("drain of a standalone node: %v", err)
 	}
-	_, err = c.ShardAdmin(ctx(t), &gridpb.ShardAdminRequest{Action: gridpb.ShardAdminAction_TRANSFER_LEADERSHIP})
+	_, err = c.ShardAdmin(gridtest.Context(t), &gridpb.ShardAdminRequest{Action: gridpb.ShardAdminAction_TRANSFER_LEADERSHIP})
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("shard admin on a standalone node: %v", err)
 	}
-	st, err := c.Status(ctx(t), &gridpb.StatusRequest{})
+	st, err := c.Status(gridtest.Context(t), &gridpb.StatusRequest{})
 	if err != nil || st.MapEpoch != 0 || st.ControlState != "" || st.ShardCount != 0 || len(st.Shards) != 4 {
 		t.Errorf("standalone status: %v %v", st, err)
 	}
@@ -65,7 +65,7 @@ func TestStandaloneClusterRPCs(t *testing.T) {
 func TestStartingNodeRefusesWithRedirect(t *testing.T) {
 	view := &testView{self: "a", controlLeader: ""}
 	n := startViewNode(t, view, listen(t))
-	c := dial(t, n.addr)
+	c := gridtest.Dial(t, n.addr)
 	want := "node is starting and has no cluster map yet"
 	starting := func(what string, err error) {
 		t.Helper()
@@ -75,15 +75,15 @@ func TestStartingNodeRefusesWithRedirect(t *testing.T) {
 			t.Errorf("%s: %v (redirect %v), want UNAVAILABLE %q with a Redirect, reason %q", what, err, rd, want, gridpb.ReasonStarting)
 		}
 	}
-	_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("k")})
+	_, err := c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("k")})
 	starting("reserve", err)
-	_, err = c.Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{reserveOp([]byte("k"))}})
+	_, err = c.Batch(gridtest.Context(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{reserveOp([]byte("k"))}})
 	starting("batch", err)
-	_, err = c.ClusterMap(ctx(t), &gridpb.ClusterMapRequest{})
+	_, err = c.ClusterMap(gridtest.Context(t), &gridpb.ClusterMapRequest{})
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), want) {
 		t.Errorf("cluster map: %v, want UNAVAILABLE %q", err, want)
 	}
-	st, err := c.Status(ctx(t), &gridpb.StatusRequest{})
+	st, err := c.Status(gridtest.Context(t), &gridpb.StatusRequest{})
 	if err != nil || st.MapEpoch != 0 || st.ShardCount != testShards || st.ControlState != "Follower" {
 		t.Errorf("status: %v %v", st, err)
 	}
@@ -100,7 +100,7 @@ func TestRemovedNodeRefusesWithRedirect(t *testing.T) {
 		"b": {ID: "b", GRPCAddr: lisB.Addr().String(), State: cluster.NodeActive},
 	}, ShardReplicas: [][]cluster.NodeID{{"b"}, {"b"}}}
 	a := startViewNode(t, &testView{self: "a", m: m.Clone(), controlLeader: "b"}, lisA)
-	_, err := dial(t, a.addr).Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("k"), LeaseMs: 1000})
+	_, err := gridtest.Dial(t, a.addr).Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("k"), LeaseMs: 1000})
 	rd := redirectDetail(err)
 	if status.Code(err) != codes.Unavailable || rd == nil || rd.Reason != gridpb.ReasonRemoved || rd.LeaderAddr != "" ||
 		rd.Epoch != 9 || !strings.Contains(err.Error(), "removed from the cluster") {
@@ -139,13 +139,13 @@ func TestDrainForwardedToControlLeader(t *testing.T) {
 		}}
 	follower := &testView{self: "a", m: m.Clone(), controlLeader: "b"}
 	startViewNode(t, leader, lisB)
-	a := dial(t, startViewNode(t, follower, lisA).addr)
+	a := gridtest.Dial(t, startViewNode(t, follower, lisA).addr)
 
-	resp, err := a.Drain(ctx(t), &gridpb.DrainRequest{})
+	resp, err := a.Drain(gridtest.Context(t), &gridpb.DrainRequest{})
 	if err != nil || resp.NodeId != "a" || resp.State != "draining" || resp.ReplicasLeft != 1 || resp.Epoch != 4 {
 		t.Fatalf("drain of self through a follower: %v %v", resp, err)
 	}
-	if resp, err := a.Drain(ctx(t), &gridpb.DrainRequest{NodeId: []byte("b"), Force: true}); err != nil || resp.NodeId != "b!" {
+	if resp, err := a.Drain(gridtest.Context(t), &gridpb.DrainRequest{NodeId: []byte("b"), Force: true}); err != nil || resp.NodeId != "b!" {
 		t.Fatalf("forced drain of b through a follower: %v %v", resp, err)
 	}
 	mu.Lock()
@@ -161,9 +161,9 @@ func TestDrainForwardedToControlLeader(t *testing.T) {
 		code codes.Code
 		want string
 	}{
-		{"unknown node", ctx(t), "ghost", codes.NotFound, `unknown node "ghost"`},
-		{"invalid node id", ctx(t), "bad id", codes.InvalidArgument, "invalid node id"},
-		{"forwarded already", metadata.AppendToOutgoingContext(ctx(t), api.MetadataForwarded, "1"), "a", codes.Unavailable, `not the control group's leader (leader: "b")`},
+		{"unknown node", gridtest.Context(t), "ghost", codes.NotFound, `unknown node "ghost"`},
+		{"invalid node id", gridtest.Context(t), "bad id", codes.InvalidArgument, "invalid node id"},
+		{"forwarded already", metadata.AppendToOutgoingContext(gridtest.Context(t), api.MetadataForwarded, "1"), "a", codes.Unavailable, `not the control group's leader (leader: "b")`},
 	} {
 		_, err := a.Drain(tt.ctx, &gridpb.DrainRequest{NodeId: []byte(tt.id)})
 		if status.Code(err) != tt.code || !strings.Contains(err.Error(), tt.want) {
@@ -174,13 +174,13 @@ func TestDrainForwardedToControlLeader(t *testing.T) {
 	follower.mu.Lock()
 	follower.controlLeader = ""
 	follower.mu.Unlock()
-	if _, err := a.Drain(ctx(t), &gridpb.DrainRequest{}); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "not the control group's leader") {
+	if _, err := a.Drain(gridtest.Context(t), &gridpb.DrainRequest{}); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "not the control group's leader") {
 		t.Errorf("drain with no known control leader: %v, want UNAVAILABLE", err)
 	}
 	follower.mu.Lock()
 	follower.controlLeader = "c"
 	follower.mu.Unlock()
-	if _, err := a.Drain(ctx(t), &gridpb.DrainRequest{}); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "outcome unknown") {
+	if _, err := a.Drain(gridtest.Context(t), &gridpb.DrainRequest{}); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "outcome unknown") {
 		t.Errorf("drain with the control leader's API gone: %v, want UNAVAILABLE, outcome unknown", err)
 	}
 }
@@ -201,8 +201,8 @@ func TestClusterMapAndStatus(t *testing.T) {
 	f := tc.nodes[(ctl.i+1)%3]
 	waitFor(t, string(f.id)+" to be a control group voter", func() bool { return tc.Node(f.i).Cluster().ControlState() == "follower" })
 	real := tc.Map()
-	fc := dial(t, f.addr)
-	st, err := fc.Status(ctx(t), &gridpb.StatusRequest{})
+	fc := gridtest.Dial(t, f.addr)
+	st, err := fc.Status(gridtest.Context(t), &gridpb.StatusRequest{})
 	if err != nil || st.MapEpoch != real.Epoch || st.ShardCount != testShards || st.ControlState != "follower" || len(st.Shards) != testShards ||
 		st.NodeState != "active" {
 		t.Fatalf("status: %v %v", st, err)
@@ -234,7 +234,7 @@ func TestClusterMapAndStatus(t *testing.T) {
 	}
 	views[f.i].show(want, alive)
 
-	got, err := fc.ClusterMap(ctx(t), &gridpb.ClusterMapRequest{})
+	got, err := fc.ClusterMap(gridtest.Context(t), &gridpb.ClusterMapRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,9 +334,9 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 	if l := viewLeader(t, nodes, 1); l != n2 {
 		t.Fatalf("shard 1 led by %s, want n2 (it bootstrapped alone)", l.id)
 	}
-	c0, c1, c2 := dial(t, n0.addr), dial(t, n1.addr), dial(t, n2.addr)
+	c0, c1, c2 := gridtest.Dial(t, n0.addr), gridtest.Dial(t, n1.addr), gridtest.Dial(t, n2.addr)
 	admin := func(c gridpb.GridClient, action gridpb.ShardAdminAction, n *testNode) (*gridpb.ShardAdminResponse, error) {
-		return c.ShardAdmin(ctx(t), &gridpb.ShardAdminRequest{Shard: 0, Action: action, NodeId: []byte(n.id), RaftAddr: []byte(n.mux.Addr().String()),
+		return c.ShardAdmin(gridtest.Context(t), &gridpb.ShardAdminRequest{Shard: 0, Action: action, NodeId: []byte(n.id), RaftAddr: []byte(n.mux.Addr().String()),
 			ControlTerm: testTerm, Epoch: testEpoch})
 	}
 
@@ -352,7 +352,7 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 			{&gridpb.ShardAdminRequest{Shard: 0, Action: gridpb.ShardAdminAction_ADD_VOTER, NodeId: []byte("n5")}, "needs its Raft address"},
 			{&gridpb.ShardAdminRequest{Shard: 0, Action: gridpb.ShardAdminAction_ADD_NONVOTER, NodeId: []byte("bad id"), RaftAddr: []byte("x:1")}, "not in [A-Za-z0-9._-]"},
 		} {
-			_, err := c0.ShardAdmin(ctx(t), tt.req)
+			_, err := c0.ShardAdmin(gridtest.Context(t), tt.req)
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("ShardAdmin(%v) = %v, want INVALID_ARGUMENT naming %q", tt.req, err, tt.want)
 			}
@@ -395,11 +395,11 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 		add := cluster.AdminRequest{Shard: 0, Action: cluster.AdminAddNonvoter, Node: n2.id, RaftAddr: n2.mux.Addr().String()}
 		for _, f := range []cluster.Fence{{ControlTerm: testTerm - 1, Epoch: testEpoch}, {}} {
 			add.Fence = f
-			_, err := p.ShardAdmin(ctx(t), n0.addr, add)
+			_, err := p.ShardAdmin(gridtest.Context(t), n0.addr, add)
 			if !errors.Is(err, cluster.ErrStaleFence) || errors.Is(err, cluster.ErrNotShardLeader) {
 				t.Errorf("add n2 to shard 0 under %+v (n0 knows term %d): %v, want ErrStaleFence", f, testTerm, err)
 			}
-			_, err = c0.ShardAdmin(ctx(t), &gridpb.ShardAdminRequest{Shard: 0, Action: gridpb.ShardAdminAction_TRANSFER_LEADERSHIP,
+			_, err = c0.ShardAdmin(gridtest.Context(t), &gridpb.ShardAdminRequest{Shard: 0, Action: gridpb.ShardAdminAction_TRANSFER_LEADERSHIP,
 				NodeId: []byte(n1.id), RaftAddr: []byte(n1.mux.Addr().String()), ControlTerm: f.ControlTerm, Epoch: f.Epoch})
 			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "control term") {
 				t.Errorf("transfer under %+v: %v, want FAILED_PRECONDITION naming the control term", f, err)
@@ -415,14 +415,14 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 		// A later term than the receiver knows is not stale: the receiver
 		// has not heard of the new term yet.
 		rm := cluster.AdminRequest{Shard: 0, Action: cluster.AdminRemoveServer, Node: "n9", Fence: cluster.Fence{ControlTerm: testTerm + 1}}
-		if _, err := p.ShardAdmin(ctx(t), n0.addr, rm); err != nil {
+		if _, err := p.ShardAdmin(gridtest.Context(t), n0.addr, rm); err != nil {
 			t.Errorf("remove a non-member under a later term: %v", err)
 		}
 	})
 
 	t.Run("operations on a shard not hosted here are forwarded or redirected", func(t *testing.T) {
 		k0, k1 := keyOf(t, 0, "away", 0), keyOf(t, 1, "away", 0)
-		resp, err := c2.Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{reserveOp(k0), reserveOp(k1), getOp(k0, true)}})
+		resp, err := c2.Batch(gridtest.Context(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{reserveOp(k0), reserveOp(k1), getOp(k0, true)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -433,7 +433,7 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 		// n1 follows shard 0 and holds no replica of shard 1: both groups
 		// go away, to two nodes, in parallel.
 		m0, m1 := keyOf(t, 0, "mixed", 0), keyOf(t, 1, "mixed", 0)
-		resp, err = c1.Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{reserveOp(m0), reserveOp(m1), getOp(m0, false), getOp(m1, false)}})
+		resp, err = c1.Batch(gridtest.Context(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{reserveOp(m0), reserveOp(m1), getOp(m0, false), getOp(m1, false)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -462,11 +462,11 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 		}
 		// n2's map still prefers n0, which no longer leads and does not
 		// forward a forwarded request again: it names n1.
-		_, err := c2.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: keyOf(t, 0, "moved", 0)})
+		_, err := c2.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: keyOf(t, 0, "moved", 0)})
 		if status.Code(err) != codes.Unavailable || !sameRedirect(redirectDetail(err), 0, n1) {
 			t.Errorf("reserve on n2 after the transfer: %v (detail %v), want a Redirect to n1", err, redirectDetail(err))
 		}
-		if res, err := c1.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: keyOf(t, 0, "moved", 0)}); err != nil || res.Outcome != gridpb.Outcome_ACQUIRED {
+		if res, err := c1.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: keyOf(t, 0, "moved", 0)}); err != nil || res.Outcome != gridpb.Outcome_ACQUIRED {
 			t.Errorf("reserve on the new leader: %v %v", res, err)
 		}
 	})
@@ -475,7 +475,7 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 		p := api.NewPeers()
 		defer p.Close()
 		fence := cluster.Fence{ControlTerm: testTerm, Epoch: testEpoch}
-		st, ok, err := p.ShardStatus(ctx(t), n0.addr, 0)
+		st, ok, err := p.ShardStatus(gridtest.Context(t), n0.addr, 0)
 		if err != nil || !ok || st.RaftState != "Follower" || st.Leader != n1.id || st.Commit == 0 {
 			t.Errorf("ShardStatus of n0's replica of shard 0: %+v %v %v", st, ok, err)
 		}
@@ -484,29 +484,29 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 			st.LastContact < 0 || st.Role(n0.id) != "voter" || st.Role(n2.id) != "none" {
 			t.Errorf("n0's view of shard 0's group: %+v, want %v committed, a last contact", st, both)
 		}
-		lst, _, err := p.ShardStatus(ctx(t), n1.addr, 0)
+		lst, _, err := p.ShardStatus(gridtest.Context(t), n1.addr, 0)
 		if err != nil || lst.LastContact != 0 || !slices.Equal(lst.Group, both) || lst.ConfigIndex != st.ConfigIndex {
 			t.Errorf("the leader n1's view of shard 0's group: %+v %v, want %v at index %d, last contact 0", lst, err, both, st.ConfigIndex)
 		}
-		if _, ok, err := p.ShardStatus(ctx(t), n2.addr, 0); ok || err != nil {
+		if _, ok, err := p.ShardStatus(gridtest.Context(t), n2.addr, 0); ok || err != nil {
 			t.Errorf("ShardStatus of a shard n2 does not hold: ok=%v %v", ok, err)
 		}
-		_, err = p.ShardAdmin(ctx(t), n0.addr, cluster.AdminRequest{Shard: 0, Action: cluster.AdminRemoveServer, Node: n0.id, Fence: fence})
+		_, err = p.ShardAdmin(gridtest.Context(t), n0.addr, cluster.AdminRequest{Shard: 0, Action: cluster.AdminRemoveServer, Node: n0.id, Fence: fence})
 		if !errors.Is(err, cluster.ErrNotShardLeader) {
 			t.Errorf("ShardAdmin on a follower: %v, want ErrNotShardLeader", err)
 		}
-		commit, err := p.ShardAdmin(ctx(t), n1.addr, cluster.AdminRequest{Shard: 0, Action: cluster.AdminRemoveServer, Node: n0.id, Fence: fence})
+		commit, err := p.ShardAdmin(gridtest.Context(t), n1.addr, cluster.AdminRequest{Shard: 0, Action: cluster.AdminRemoveServer, Node: n0.id, Fence: fence})
 		if err != nil || commit == 0 {
 			t.Fatalf("remove n0 through the leader: %d %v", commit, err)
 		}
-		lst, _, err = p.ShardStatus(ctx(t), n1.addr, 0)
+		lst, _, err = p.ShardStatus(gridtest.Context(t), n1.addr, 0)
 		if err != nil || !slices.Equal(lst.Group, both[1:]) || !lst.ConfigCommitted || lst.ConfigIndex <= st.ConfigIndex || lst.Role(n0.id) != "none" {
 			t.Errorf("the leader's view after removing n0: %+v %v", lst, err)
 		}
 		if err := p.Close(); err != nil {
 			t.Errorf("close: %v", err)
 		}
-		if _, _, err := p.ShardStatus(ctx(t), n1.addr, 0); err == nil || !strings.Contains(err.Error(), "closed") {
+		if _, _, err := p.ShardStatus(gridtest.Context(t), n1.addr, 0); err == nil || !strings.Contains(err.Error(), "closed") {
 			t.Errorf("ShardStatus after Close: %v", err)
 		}
 	})

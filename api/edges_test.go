@@ -63,7 +63,7 @@ func dialCounting(t *testing.T, addr string) *countingConn {
 // connection, never dialled again since the first.
 func (cc *countingConn) alive(t *testing.T, what string) {
 	t.Helper()
-	if _, err := cc.c.Get(ctx(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: []byte("alive")}); err != nil {
+	if _, err := cc.c.Get(gridtest.Context(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: []byte("alive")}); err != nil {
 		t.Fatalf("after %s: a normal call fails: %v", what, err)
 	}
 	if n := cc.dials.Load(); n != 1 {
@@ -159,14 +159,14 @@ func TestBadNamespacesAnswerInvalidArgument(t *testing.T) {
 			if name == huge {
 				ns = fourMiB(t, func(v []byte) int { return proto.Size(request(opOf(v))) })
 			}
-			_, err := unary(ctx(t), cc.c, opOf(ns))
+			_, err := unary(gridtest.Context(t), cc.c, opOf(ns))
 			refused(t, name+" "+op, err, codes.InvalidArgument, rule)
 			cc.alive(t, name+" "+op)
 			batch := func(ns []byte) *gridpb.BatchRequest { return &gridpb.BatchRequest{Ops: []*gridpb.Op{opOf(ns)}} }
 			if name == huge {
 				ns = fourMiB(t, func(v []byte) int { return proto.Size(batch(v)) })
 			}
-			resp, err := cc.c.Batch(ctx(t), batch(ns))
+			resp, err := cc.c.Batch(gridtest.Context(t), batch(ns))
 			if err != nil || len(resp.GetResults()) != 1 || resp.Results[0].Error == nil {
 				t.Fatalf("%s batch %s: %.300v %v, want one refused operation", name, op, resp, err)
 			}
@@ -177,7 +177,7 @@ func TestBadNamespacesAnswerInvalidArgument(t *testing.T) {
 		if name == huge {
 			ns = fourMiB(t, func(v []byte) int { return proto.Size(&gridpb.AuditRequest{Namespace: v}) })
 		}
-		stream, err := cc.c.Audit(ctx(t), &gridpb.AuditRequest{Namespace: ns})
+		stream, err := cc.c.Audit(gridtest.Context(t), &gridpb.AuditRequest{Namespace: ns})
 		if err == nil {
 			_, err = stream.Recv()
 		}
@@ -188,7 +188,7 @@ func TestBadNamespacesAnswerInvalidArgument(t *testing.T) {
 		if name == huge {
 			ns = fourMiB(t, func(v []byte) int { return proto.Size(digest(v)) })
 		}
-		_, err = cc.c.Get(ctx(t), digest(ns))
+		_, err = cc.c.Get(gridtest.Context(t), digest(ns))
 		refused(t, name+" get by digest", err, codes.InvalidArgument, "invalid digest")
 		cc.alive(t, name+" get by digest")
 	}
@@ -202,11 +202,11 @@ func TestArbitraryKeyBytes(t *testing.T) {
 	cc := dialCounting(t, n.Addr())
 	ns := []byte("ns")
 	key := []byte{0xff, 0x00, 0xfe, '\n'}
-	res, err := cc.c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: ns, Key: key, Entity: []byte{0xc3}, Version: 1})
+	res, err := cc.c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: ns, Key: key, Entity: []byte{0xc3}, Version: 1})
 	if err != nil || res.Outcome != gridpb.Outcome_ACQUIRED {
 		t.Fatalf("reserve of a non-UTF-8 key: %v %v", res, err)
 	}
-	done, err := cc.c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: ns, Key: key, Entity: []byte{0xc3}, Token: res.Token, Result: []byte{0xff}})
+	done, err := cc.c.Complete(gridtest.Context(t), &gridpb.CompleteRequest{Namespace: ns, Key: key, Entity: []byte{0xc3}, Token: res.Token, Result: []byte{0xff}})
 	if err != nil || done.Outcome != gridpb.Outcome_OK {
 		t.Fatalf("complete of a non-UTF-8 key: %v %v", done, err)
 	}
@@ -214,7 +214,7 @@ func TestArbitraryKeyBytes(t *testing.T) {
 		{Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: ns, Key: key, Entity: []byte{0xc3}}}},
 		{Op: &gridpb.Op_Reserve{Reserve: &gridpb.ReserveRequest{Namespace: ns, Key: []byte("\x80\x81\x00")}}},
 	}
-	resp, err := cc.c.Batch(ctx(t), &gridpb.BatchRequest{Ops: ops})
+	resp, err := cc.c.Batch(gridtest.Context(t), &gridpb.BatchRequest{Ops: ops})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestAdminRequestsAtTheEdges(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := startViewNode(t, &testView{self: "a", m: m, controlLeader: "a", controlTerm: testTerm}, lis)
-	if err := n.host.WaitReady(ctx(t)); err != nil {
+	if err := n.host.WaitReady(gridtest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	cc := dialCounting(t, n.addr)
@@ -263,7 +263,7 @@ func TestAdminRequestsAtTheEdges(t *testing.T) {
 	huge := fourMiB(t, func(v []byte) int { return len(drain(v)) })
 	for name, id := range map[string][]byte{"not UTF-8": {0xff, 0xfe}, "control bytes": []byte("a\x00b"), "4 MiB": huge} {
 		var out gridpb.DrainResponse
-		err := cc.conn.Invoke(ctx(t), "/l4xg.grid.v1.Grid/Drain", drain(id), &out, grpc.ForceCodec(rawCodec{}))
+		err := cc.conn.Invoke(gridtest.Context(t), "/l4xg.grid.v1.Grid/Drain", drain(id), &out, grpc.ForceCodec(rawCodec{}))
 		refused(t, "drain of node id "+name, err, codes.InvalidArgument, "invalid node id")
 		cc.alive(t, "drain of node id "+name)
 	}
@@ -282,7 +282,7 @@ func TestAdminRequestsAtTheEdges(t *testing.T) {
 	}
 	admin := func(action gridpb.ShardAdminAction, node, addr []byte) error {
 		var out gridpb.ShardAdminResponse
-		return cc.conn.Invoke(ctx(t), "/l4xg.grid.v1.Grid/ShardAdmin", adminRequest(action, node, addr), &out, grpc.ForceCodec(rawCodec{}))
+		return cc.conn.Invoke(gridtest.Context(t), "/l4xg.grid.v1.Grid/ShardAdmin", adminRequest(action, node, addr), &out, grpc.ForceCodec(rawCodec{}))
 	}
 	addr := []byte("127.0.0.1:1")
 	hugeID := fourMiB(t, func(v []byte) int { return len(adminRequest(gridpb.ShardAdminAction_ADD_NONVOTER, v, addr)) })
@@ -327,11 +327,11 @@ func TestBatchBoundsReplayedResults(t *testing.T) {
 	cc := dialCounting(t, n.Addr())
 	ns, key := []byte("dup"), []byte("k")
 	stored := bytes.Repeat([]byte("r"), keyspace.MaxResultLen)
-	res, err := cc.c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: ns, Key: key})
+	res, err := cc.c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: ns, Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cc.c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: ns, Key: key, Token: res.Token, Result: stored}); err != nil {
+	if _, err := cc.c.Complete(gridtest.Context(t), &gridpb.CompleteRequest{Namespace: ns, Key: key, Token: res.Token, Result: stored}); err != nil {
 		t.Fatal(err)
 	}
 	for name, op := range map[string]*gridpb.Op{
@@ -342,7 +342,7 @@ func TestBatchBoundsReplayedResults(t *testing.T) {
 		for i := range req.Ops {
 			req.Ops[i] = op
 		}
-		resp, err := cc.c.Batch(ctx(t), req)
+		resp, err := cc.c.Batch(gridtest.Context(t), req)
 		if err != nil {
 			t.Fatalf("batch of %d %ss (%d bytes): %v", len(req.Ops), name, proto.Size(req), err)
 		}
@@ -374,7 +374,7 @@ func TestBatchBoundsReplayedResults(t *testing.T) {
 		}
 		cc.alive(t, name+" batch")
 	}
-	got, err := cc.c.Get(ctx(t), &gridpb.GetRequest{Namespace: ns, Key: key})
+	got, err := cc.c.Get(gridtest.Context(t), &gridpb.GetRequest{Namespace: ns, Key: key})
 	if err != nil || !bytes.Equal(got.Result, stored) || got.ResultOmitted {
 		t.Fatalf("get after the batches: %d result bytes, omitted %v, %v", len(got.GetResult()), got.GetResultOmitted(), err)
 	}

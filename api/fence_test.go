@@ -23,7 +23,7 @@ func TestStaleFenceRefusedOnRealNodes(t *testing.T) {
 	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Shards: 2})
 	for i := range 3 {
 		waitFor(t, "node status active and ready", func() bool {
-			st, err := dial(t, c.Addrs()[i]).Status(ctx(t), &gridpb.StatusRequest{})
+			st, err := gridtest.Dial(t, c.Addrs()[i]).Status(gridtest.Context(t), &gridpb.StatusRequest{})
 			return err == nil && st.NodeState == "active" && st.Ready
 		})
 	}
@@ -74,7 +74,7 @@ func TestStaleFenceRefusedOnRealNodes(t *testing.T) {
 	defer p.Close()
 	req := cluster.AdminRequest{Shard: 0, Action: cluster.AdminRemoveServer, Node: cluster.NodeID(c.ID(victim)),
 		Fence: cluster.Fence{ControlTerm: oldTerm, Epoch: old.Epoch}}
-	if _, err := p.ShardAdmin(ctx(t), c.Addrs()[at], req); !errors.Is(err, cluster.ErrStaleFence) {
+	if _, err := p.ShardAdmin(gridtest.Context(t), c.Addrs()[at], req); !errors.Is(err, cluster.ErrStaleFence) {
 		t.Fatalf("removal of %s under the deposed control term %d: %v, want ErrStaleFence", c.ID(victim), oldTerm, err)
 	}
 	after, err := r.Configuration()
@@ -90,7 +90,7 @@ func TestStaleFenceRefusedOnRealNodes(t *testing.T) {
 	cur := c.Node(at).Cluster().ControlTerm()
 	tr := cluster.AdminRequest{Shard: 0, Action: cluster.AdminTransferLeadership, Node: cluster.NodeID(c.ID(victim)),
 		RaftAddr: c.Node(victim).RaftAddr(), Fence: cluster.Fence{ControlTerm: cur, Epoch: c.Map().Epoch}}
-	if _, err := p.ShardAdmin(ctx(t), c.Addrs()[at], tr); errors.Is(err, cluster.ErrStaleFence) {
+	if _, err := p.ShardAdmin(gridtest.Context(t), c.Addrs()[at], tr); errors.Is(err, cluster.ErrStaleFence) {
 		t.Fatalf("transfer under the current control term %d: %v", cur, err)
 	}
 }

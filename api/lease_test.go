@@ -47,14 +47,14 @@ func reserveReq(key, requestID string, leaseMs int64) *gridpb.ReserveRequest {
 func TestReserveResentGetsItsGrant(t *testing.T) {
 	clock := newFixedClock()
 	n := gridtest.Start(t, gridtest.Options{Clock: clock.now})
-	c := dial(t, n.Addr())
+	c := gridtest.Dial(t, n.Addr())
 
-	first, err := c.Reserve(ctx(t), reserveReq("k", "call-1", 30_000))
+	first, err := c.Reserve(gridtest.Context(t), reserveReq("k", "call-1", 30_000))
 	if err != nil || first.Outcome != gridpb.Outcome_ACQUIRED || first.Replayed {
 		t.Fatalf("first send: %v %v", first, err)
 	}
 	clock.add(2 * time.Second)
-	again, err := c.Reserve(ctx(t), reserveReq("k", "call-1", 30_000))
+	again, err := c.Reserve(gridtest.Context(t), reserveReq("k", "call-1", 30_000))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,13 +67,13 @@ func TestReserveResentGetsItsGrant(t *testing.T) {
 		"another request id": reserveReq("k", "call-2", 30_000),
 		"no request id":      reserveReq("k", "", 30_000),
 	} {
-		other, err := c.Reserve(ctx(t), req)
+		other, err := c.Reserve(gridtest.Context(t), req)
 		if err != nil || other.Outcome != gridpb.Outcome_BUSY || other.Token != 0 || other.Replayed {
 			t.Errorf("%s: %v %v, want BUSY without a token", name, other, err)
 		}
 	}
 	// The grant is the caller's: its token settles the key.
-	done, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: []byte("lease"), Key: []byte("k"), Token: again.Token})
+	done, err := c.Complete(gridtest.Context(t), &gridpb.CompleteRequest{Namespace: []byte("lease"), Key: []byte("k"), Token: again.Token})
 	if err != nil || done.Outcome != gridpb.Outcome_OK {
 		t.Fatalf("complete with the replayed token: %v %v", done, err)
 	}
@@ -82,7 +82,7 @@ func TestReserveResentGetsItsGrant(t *testing.T) {
 	// one call in one request only after a resend, but the rule is the
 	// same), and across Batches.
 	op := &gridpb.Op{Op: &gridpb.Op_Reserve{Reserve: reserveReq("b", "call-b", 30_000)}}
-	resp, err := c.Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{op, op}})
+	resp, err := c.Batch(gridtest.Context(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{op, op}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestReserveResentGetsItsGrant(t *testing.T) {
 	if r[0].Outcome != gridpb.Outcome_ACQUIRED || r[0].Replayed || r[1].Outcome != gridpb.Outcome_ACQUIRED || !r[1].Replayed || r[1].Token != r[0].Token {
 		t.Fatalf("one reserve sent twice in a batch: %v", r)
 	}
-	resp, err = c.Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{op}})
+	resp, err = c.Batch(gridtest.Context(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{op}})
 	if err != nil || !resp.Results[0].Replayed || resp.Results[0].Token != r[0].Token {
 		t.Fatalf("resent in another batch: %v %v", resp, err)
 	}
@@ -98,7 +98,7 @@ func TestReserveResentGetsItsGrant(t *testing.T) {
 	// Past its deadline the lease is not replayed: the resend takes it
 	// over like any reserve, with a new token and the lost attempt counted.
 	clock.add(31 * time.Second)
-	late, err := c.Reserve(ctx(t), reserveReq("b", "call-b", 30_000))
+	late, err := c.Reserve(gridtest.Context(t), reserveReq("b", "call-b", 30_000))
 	if err != nil || late.Outcome != gridpb.Outcome_ACQUIRED || late.Replayed || late.Token <= r[0].Token || late.Attempt != 2 {
 		t.Fatalf("resend after the lease expired: %v %v, want a takeover (attempt 2, new token)", late, err)
 	}
@@ -108,16 +108,16 @@ func TestReserveResentGetsItsGrant(t *testing.T) {
 // InvalidArgument naming the limit; 64 bytes are fine.
 func TestReserveRequestIDLimit(t *testing.T) {
 	n := gridtest.Start(t)
-	c := dial(t, n.Addr())
-	_, err := c.Reserve(ctx(t), reserveReq("k", strings.Repeat("x", 65), 30_000))
+	c := gridtest.Dial(t, n.Addr())
+	_, err := c.Reserve(gridtest.Context(t), reserveReq("k", strings.Repeat("x", 65), 30_000))
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "request id") || !strings.Contains(err.Error(), "limit 64") {
 		t.Fatalf("65-byte request id: %v, want InvalidArgument naming the 64-byte limit", err)
 	}
-	resp, err := c.Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{{Op: &gridpb.Op_Reserve{Reserve: reserveReq("k", strings.Repeat("x", 65), 30_000)}}}})
+	resp, err := c.Batch(gridtest.Context(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{{Op: &gridpb.Op_Reserve{Reserve: reserveReq("k", strings.Repeat("x", 65), 30_000)}}}})
 	if err != nil || resp.Results[0].Error == nil || codes.Code(resp.Results[0].Error.Code) != codes.InvalidArgument {
 		t.Fatalf("65-byte request id in a batch: %v %v", resp, err)
 	}
-	res, err := c.Reserve(ctx(t), reserveReq("k", strings.Repeat("x", 64), 30_000))
+	res, err := c.Reserve(gridtest.Context(t), reserveReq("k", strings.Repeat("x", 64), 30_000))
 	if err != nil || res.Outcome != gridpb.Outcome_ACQUIRED {
 		t.Fatalf("64-byte request id: %v %v", res, err)
 	}
@@ -130,16 +130,16 @@ func TestReserveRequestIDLimit(t *testing.T) {
 // returned the holder's token.
 func TestGetShowsNoToken(t *testing.T) {
 	n := gridtest.Start(t)
-	c := dial(t, n.Addr())
-	held, err := c.Reserve(ctx(t), reserveReq("held", "", 60_000))
+	c := gridtest.Dial(t, n.Addr())
+	held, err := c.Reserve(gridtest.Context(t), reserveReq("held", "", 60_000))
 	if err != nil || held.Outcome != gridpb.Outcome_ACQUIRED {
 		t.Fatal(held, err)
 	}
-	settled, err := c.Reserve(ctx(t), reserveReq("settled", "", 60_000))
+	settled, err := c.Reserve(gridtest.Context(t), reserveReq("settled", "", 60_000))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: []byte("lease"), Key: []byte("settled"), Token: settled.Token}); err != nil {
+	if _, err := c.Complete(gridtest.Context(t), &gridpb.CompleteRequest{Namespace: []byte("lease"), Key: []byte("settled"), Token: settled.Token}); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range []struct {
@@ -154,11 +154,11 @@ func TestGetShowsNoToken(t *testing.T) {
 				if show {
 					want = k.token
 				}
-				got, err := c.Get(ctx(t), req)
+				got, err := c.Get(gridtest.Context(t), req)
 				if err != nil || got.State != k.state || got.Token != want {
 					t.Errorf("Get %s stale_ok=%v show_token=%v: %v %v, want %v with token %d", k.key, stale, show, got, err, k.state, want)
 				}
-				resp, err := c.Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{{Op: &gridpb.Op_Get{Get: req}}}})
+				resp, err := c.Batch(gridtest.Context(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{{Op: &gridpb.Op_Get{Get: req}}}})
 				if err != nil || resp.Results[0].State != k.state || resp.Results[0].Token != want {
 					t.Errorf("Batch Get %s stale_ok=%v show_token=%v: %v %v, want %v with token %d", k.key, stale, show, resp, err, k.state, want)
 				}
@@ -166,7 +166,7 @@ func TestGetShowsNoToken(t *testing.T) {
 		}
 	}
 	// A reserve finding the settled record still gets its token (DUPLICATE).
-	dup, err := c.Reserve(ctx(t), reserveReq("settled", "", 60_000))
+	dup, err := c.Reserve(gridtest.Context(t), reserveReq("settled", "", 60_000))
 	if err != nil || dup.Outcome != gridpb.Outcome_DUPLICATE || dup.Token != settled.Token {
 		t.Errorf("duplicate: %v %v, want DUPLICATE with token %d", dup, err, settled.Token)
 	}
@@ -180,14 +180,14 @@ func TestGetShowsNoToken(t *testing.T) {
 func TestExtendNeverShortens(t *testing.T) {
 	clock := newFixedClock()
 	n := gridtest.Start(t, gridtest.Options{Clock: clock.now})
-	c := dial(t, n.Addr())
-	held, err := c.Reserve(ctx(t), reserveReq("k", "", 10_000))
+	c := gridtest.Dial(t, n.Addr())
+	held, err := c.Reserve(gridtest.Context(t), reserveReq("k", "", 10_000))
 	if err != nil || held.Outcome != gridpb.Outcome_ACQUIRED {
 		t.Fatal(held, err)
 	}
 	extend := func(leaseMs int64) *gridpb.OpResult {
 		t.Helper()
-		r, err := c.Extend(ctx(t), &gridpb.ExtendRequest{Namespace: []byte("lease"), Key: []byte("k"), Token: held.Token, LeaseMs: leaseMs})
+		r, err := c.Extend(gridtest.Context(t), &gridpb.ExtendRequest{Namespace: []byte("lease"), Key: []byte("k"), Token: held.Token, LeaseMs: leaseMs})
 		if err != nil || r.Outcome != gridpb.Outcome_OK {
 			t.Fatalf("extend %d ms: %v %v", leaseMs, r, err)
 		}
@@ -198,7 +198,7 @@ func TestExtendNeverShortens(t *testing.T) {
 		t.Fatalf("extend by 1 s with 9 s left: deadline %d, want the lease's %d kept", r.DeadlineUnixMs, held.DeadlineUnixMs)
 	}
 	clock.add(4 * time.Second)
-	other, err := c.Reserve(ctx(t), reserveReq("k", "", 10_000))
+	other, err := c.Reserve(gridtest.Context(t), reserveReq("k", "", 10_000))
 	if err != nil || other.Outcome != gridpb.Outcome_BUSY || other.DeadlineUnixMs != held.DeadlineUnixMs {
 		t.Fatalf("another consumer 5 s into a 10 s lease: %v %v, want BUSY until %d", other, err, held.DeadlineUnixMs)
 	}
@@ -228,21 +228,21 @@ func TestReserveResentThroughAnotherNode(t *testing.T) {
 	}
 	k := keyOf(t, 0, "resent", 0)
 	req := &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: k, LeaseMs: 60_000, RequestId: []byte("call-1")}
-	first, err := dial(t, followers[0].addr).Reserve(ctx(t), req)
+	first, err := gridtest.Dial(t, followers[0].addr).Reserve(gridtest.Context(t), req)
 	if err != nil || first.Outcome != gridpb.Outcome_ACQUIRED || first.Replayed {
 		t.Fatalf("first send, through %s: %v %v", followers[0].id, first, err)
 	}
-	again, err := dial(t, l.addr).Reserve(ctx(t), req)
+	again, err := gridtest.Dial(t, l.addr).Reserve(gridtest.Context(t), req)
 	if err != nil || again.Outcome != gridpb.Outcome_ACQUIRED || !again.Replayed || again.Token != first.Token || again.DeadlineUnixMs != first.DeadlineUnixMs {
 		t.Fatalf("resend to the leader %s: %v %v, want the grant with token %d replayed", l.id, again, err, first.Token)
 	}
-	resp, err := dial(t, followers[1].addr).Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{{Op: &gridpb.Op_Reserve{Reserve: req}}}})
+	resp, err := gridtest.Dial(t, followers[1].addr).Batch(gridtest.Context(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{{Op: &gridpb.Op_Reserve{Reserve: req}}}})
 	if err != nil || !resp.Results[0].Replayed || resp.Results[0].Token != first.Token {
 		t.Fatalf("resend in a batch through %s: %v %v", followers[1].id, resp, err)
 	}
-	fc := dial(t, followers[0].addr)
+	fc := gridtest.Dial(t, followers[0].addr)
 	for _, show := range []bool{false, true} {
-		got, err := fc.Get(ctx(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: k, ShowToken: show})
+		got, err := fc.Get(gridtest.Context(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: k, ShowToken: show})
 		want := uint64(0)
 		if show {
 			want = first.Token

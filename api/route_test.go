@@ -25,7 +25,7 @@ func TestClusterRouting(t *testing.T) {
 	tc := startCluster(t, gridtest.ClusterOptions{})
 	l0, l1 := tc.leader(0), tc.leader(1)
 	f := tc.follower(0)
-	fc := dial(t, f.addr)
+	fc := gridtest.Dial(t, f.addr)
 	t.Logf("shard 0 led by %s, shard 1 by %s; asking %s", l0.id, l1.id, f.id)
 
 	t.Run("a batch sent to a follower is forwarded, in order", func(t *testing.T) {
@@ -36,7 +36,7 @@ func TestClusterRouting(t *testing.T) {
 			reserveOp(keyOf(t, 0, "fwd", 1)),
 			getOp(keyOf(t, 0, "fwd", 0), false), // after its reserve, on the leader
 		}
-		resp, err := fc.Batch(ctx(t), &gridpb.BatchRequest{Ops: ops})
+		resp, err := fc.Batch(gridtest.Context(t), &gridpb.BatchRequest{Ops: ops})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func TestClusterRouting(t *testing.T) {
 		// The leaders hold what the follower acknowledged.
 		for i, l := range map[int]*member{0: l0, 1: l1} {
 			k := keyOf(t, i, "fwd", 0)
-			got, err := dial(t, l.addr).Get(redirectOnly(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: k, ShowToken: true})
+			got, err := gridtest.Dial(t, l.addr).Get(redirectOnly(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: k, ShowToken: true})
 			if err != nil || got.State != gridpb.State_PROCESSING || got.Token != r[i].Token {
 				t.Errorf("leader %s of shard %d: %v %v, want PROCESSING with token %d", l.id, i, got, err, r[i].Token)
 			}
@@ -81,7 +81,7 @@ func TestClusterRouting(t *testing.T) {
 		} else if r.Error == nil || !tc.redirectsTo(r.Error.Redirect, 1, l1) {
 			t.Errorf("op on shard 1: %v, want a Redirect to %s", r, l1.id)
 		}
-		got, err := dial(t, l0.addr).Get(redirectOnly(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: keyOf(t, 0, "redir", 0)})
+		got, err := gridtest.Dial(t, l0.addr).Get(redirectOnly(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: keyOf(t, 0, "redir", 0)})
 		if err != nil || got.State != gridpb.State_ABSENT {
 			t.Errorf("a redirected reserve was applied: %v %v", got, err)
 		}
@@ -90,7 +90,7 @@ func TestClusterRouting(t *testing.T) {
 	t.Run("a unary RPC with grid-redirect gets a Redirect status detail", func(t *testing.T) {
 		for name, c := range map[string]context.Context{
 			"grid-redirect":  redirectOnly(t),
-			"grid-forwarded": metadata.AppendToOutgoingContext(ctx(t), api.MetadataForwarded, "1"),
+			"grid-forwarded": metadata.AppendToOutgoingContext(gridtest.Context(t), api.MetadataForwarded, "1"),
 		} {
 			_, err := fc.Reserve(c, &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: keyOf(t, 0, "unary", 0)})
 			want := fmt.Sprintf("shard 0 is led by %s at %s", l0.id, l0.addr)
@@ -102,15 +102,15 @@ func TestClusterRouting(t *testing.T) {
 
 	t.Run("unary RPCs sent to a follower are forwarded", func(t *testing.T) {
 		k := keyOf(t, 0, "unary", 1)
-		res, err := fc.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: k, LeaseMs: 60000})
+		res, err := fc.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: k, LeaseMs: 60000})
 		if err != nil || res.Outcome != gridpb.Outcome_ACQUIRED {
 			t.Fatalf("reserve: %v %v", res, err)
 		}
-		done, err := fc.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: k, Token: res.Token, Result: []byte("ok")})
+		done, err := fc.Complete(gridtest.Context(t), &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: k, Token: res.Token, Result: []byte("ok")})
 		if err != nil || done.Outcome != gridpb.Outcome_OK {
 			t.Fatalf("complete: %v %v", done, err)
 		}
-		got, err := fc.Get(ctx(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: k})
+		got, err := fc.Get(gridtest.Context(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: k})
 		if err != nil || got.State != gridpb.State_COMPLETED || string(got.Result) != "ok" {
 			t.Fatalf("linearizable get: %v %v", got, err)
 		}
@@ -128,11 +128,11 @@ func TestClusterRouting(t *testing.T) {
 	// Last: it takes the leader's gRPC port away.
 	t.Run("a forward that fails on its way is an unknown outcome, not a redirect", func(t *testing.T) {
 		tc.CutClientPort(l0.i) // the leader's replica still leads; its API is gone
-		_, err := fc.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: keyOf(t, 0, "lost", 0)})
+		_, err := fc.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: keyOf(t, 0, "lost", 0)})
 		if status.Code(err) != codes.Unavailable || redirectDetail(err) != nil || !strings.Contains(err.Error(), "outcome unknown") {
 			t.Errorf("reserve forwarded to a gone API: %v (detail %v), want UNAVAILABLE, outcome unknown, no Redirect", err, redirectDetail(err))
 		}
-		resp, err := fc.Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{reserveOp(keyOf(t, 0, "lost", 1))}})
+		resp, err := fc.Batch(gridtest.Context(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{reserveOp(keyOf(t, 0, "lost", 1))}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"net"
 	"strings"
 	"testing"
@@ -17,41 +16,25 @@ import (
 	"github.com/l4xg/grid/internal/gridtest"
 )
 
-func dial(t *testing.T, addr string) gridpb.GridClient {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return gridpb.NewGridClient(conn)
-}
-
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return c
-}
-
 func TestReserveCompleteDuplicate(t *testing.T) {
 	n := gridtest.Start(t)
-	c := dial(t, n.Addr())
-	res, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("orders"), Key: []byte("m-1"), LeaseMs: 5000})
+	c := gridtest.Dial(t, n.Addr())
+	res, err := c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("orders"), Key: []byte("m-1"), LeaseMs: 5000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Outcome != gridpb.Outcome_ACQUIRED || res.Token == 0 || res.Attempt != 1 {
 		t.Fatalf("reserve: %v", res)
 	}
-	done, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: []byte("orders"), Key: []byte("m-1"), Token: res.Token, Result: []byte("ok")})
+	done, err := c.Complete(gridtest.Context(t), &gridpb.CompleteRequest{Namespace: []byte("orders"), Key: []byte("m-1"), Token: res.Token, Result: []byte("ok")})
 	if err != nil || done.Outcome != gridpb.Outcome_OK || done.State != gridpb.State_COMPLETED {
 		t.Fatalf("complete: %v %v", done, err)
 	}
-	dup, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("orders"), Key: []byte("m-1")})
+	dup, err := c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("orders"), Key: []byte("m-1")})
 	if err != nil || dup.Outcome != gridpb.Outcome_DUPLICATE || string(dup.Result) != "ok" || dup.CompletedAtUnixMs == 0 {
 		t.Fatalf("duplicate: %v %v", dup, err)
 	}
-	got, err := c.Get(ctx(t), &gridpb.GetRequest{Namespace: []byte("orders"), Key: []byte("m-1"), ShowToken: true})
+	got, err := c.Get(gridtest.Context(t), &gridpb.GetRequest{Namespace: []byte("orders"), Key: []byte("m-1"), ShowToken: true})
 	if err != nil || got.State != gridpb.State_COMPLETED || got.Token != res.Token {
 		t.Fatalf("get: %v %v", got, err)
 	}
@@ -61,7 +44,7 @@ func TestReserveCompleteDuplicate(t *testing.T) {
 // right code and a message naming it, and that the node keeps serving.
 func TestLimits(t *testing.T) {
 	n := gridtest.Start(t)
-	c := dial(t, n.Addr())
+	c := gridtest.Dial(t, n.Addr())
 	big := make([]byte, 64<<10+1)
 	cases := []struct {
 		name string
@@ -70,52 +53,52 @@ func TestLimits(t *testing.T) {
 		msg  string
 	}{
 		{"empty key", func() error {
-			_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: nil})
+			_, err := c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: nil})
 			return err
 		}, codes.InvalidArgument, "empty key"},
 		{"key over 1 KiB", func() error {
-			_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: make([]byte, 1025)})
+			_, err := c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: make([]byte, 1025)})
 			return err
 		}, codes.InvalidArgument, "key too long: 1025 bytes, limit 1024"},
 		{"bad namespace", func() error {
-			_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("Bad NS"), Key: []byte("k")})
+			_, err := c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("Bad NS"), Key: []byte("k")})
 			return err
 		}, codes.InvalidArgument, "invalid namespace"},
 		{"lease too short", func() error {
-			_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("k"), LeaseMs: 50})
+			_, err := c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("k"), LeaseMs: 50})
 			return err
 		}, codes.InvalidArgument, "lease out of range: 50ms, limit 100ms..1h0m0s"},
 		{"lease too long", func() error {
-			_, err := c.Extend(ctx(t), &gridpb.ExtendRequest{Namespace: []byte("ns"), Key: []byte("k"), Token: 1, LeaseMs: 2 * 3600 * 1000})
+			_, err := c.Extend(gridtest.Context(t), &gridpb.ExtendRequest{Namespace: []byte("ns"), Key: []byte("k"), Token: 1, LeaseMs: 2 * 3600 * 1000})
 			return err
 		}, codes.InvalidArgument, "lease out of range"},
 		{"token 0", func() error {
-			_, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: []byte("k"), Token: 0})
+			_, err := c.Complete(gridtest.Context(t), &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: []byte("k"), Token: 0})
 			return err
 		}, codes.InvalidArgument, "invalid token"},
 		{"retention over 400 days", func() error {
-			_, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: []byte("k"), Token: 7, RetentionMs: 401 * 24 * 3600 * 1000})
+			_, err := c.Complete(gridtest.Context(t), &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: []byte("k"), Token: 7, RetentionMs: 401 * 24 * 3600 * 1000})
 			return err
 		}, codes.InvalidArgument, "retention out of range"},
 		{"result over 64 KiB", func() error {
-			_, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: []byte("k"), Token: 7, Result: big})
+			_, err := c.Complete(gridtest.Context(t), &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: []byte("k"), Token: 7, Result: big})
 			return err
 		}, codes.ResourceExhausted, "result too large: 65537 bytes, limit 65536"},
 		{"lease that overflows a duration", func() error {
-			_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("k"), LeaseMs: 1<<58 + 30000})
+			_, err := c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("k"), LeaseMs: 1<<58 + 30000})
 			return err
 		}, codes.InvalidArgument, "lease out of range"},
 		{"retention that overflows a duration", func() error {
-			_, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: []byte("k"), Token: 7, RetentionMs: -(1 << 58) + 1000})
+			_, err := c.Complete(gridtest.Context(t), &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: []byte("k"), Token: 7, RetentionMs: -(1 << 58) + 1000})
 			return err
 		}, codes.InvalidArgument, "retention out of range"},
 		{"negative retry_after", func() error {
 			ms := int64(-5)
-			_, err := c.Fail(ctx(t), &gridpb.FailRequest{Namespace: []byte("ns"), Key: []byte("k"), Token: 7, RetryAfterMs: &ms})
+			_, err := c.Fail(gridtest.Context(t), &gridpb.FailRequest{Namespace: []byte("ns"), Key: []byte("k"), Token: 7, RetryAfterMs: &ms})
 			return err
 		}, codes.InvalidArgument, "retry_after out of range"},
 		{"max attempts over cap", func() error {
-			_, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("k"), MaxAttempts: 1000})
+			_, err := c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("k"), MaxAttempts: 1000})
 			return err
 		}, codes.InvalidArgument, "max_attempts out of range"},
 		{"batch over 1000", func() error {
@@ -123,11 +106,11 @@ func TestLimits(t *testing.T) {
 			for i := range ops {
 				ops[i] = &gridpb.Op{Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: []byte("ns"), Key: []byte("k")}}}
 			}
-			_, err := c.Batch(ctx(t), &gridpb.BatchRequest{Ops: ops})
+			_, err := c.Batch(gridtest.Context(t), &gridpb.BatchRequest{Ops: ops})
 			return err
 		}, codes.ResourceExhausted, "batch too large: 1001 operations, limit 1000"},
 		{"empty batch", func() error {
-			_, err := c.Batch(ctx(t), &gridpb.BatchRequest{})
+			_, err := c.Batch(gridtest.Context(t), &gridpb.BatchRequest{})
 			return err
 		}, codes.InvalidArgument, "empty batch"},
 		{"request over 4 MiB", func() error {
@@ -135,7 +118,7 @@ func TestLimits(t *testing.T) {
 			for i := range ops {
 				ops[i] = &gridpb.Op{Op: &gridpb.Op_Complete{Complete: &gridpb.CompleteRequest{Namespace: []byte("ns"), Key: []byte("k"), Token: 1, Result: big[:60<<10]}}}
 			}
-			_, err := c.Batch(ctx(t), &gridpb.BatchRequest{Ops: ops})
+			_, err := c.Batch(gridtest.Context(t), &gridpb.BatchRequest{Ops: ops})
 			return err
 		}, codes.ResourceExhausted, "larger than max"},
 	}
@@ -146,7 +129,7 @@ func TestLimits(t *testing.T) {
 		}
 	}
 	// Still serving.
-	res, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("after")})
+	res, err := c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("after")})
 	if err != nil || res.Outcome != gridpb.Outcome_ACQUIRED {
 		t.Fatalf("node stopped serving after bad input: %v %v", res, err)
 	}
@@ -156,7 +139,7 @@ func TestLimits(t *testing.T) {
 // and results come back in order.
 func TestBatchPerOperationErrors(t *testing.T) {
 	n := gridtest.Start(t)
-	c := dial(t, n.Addr())
+	c := gridtest.Dial(t, n.Addr())
 	var ops []*gridpb.Op
 	for i := 0; i < 50; i++ {
 		key := []byte{byte('a' + i%26), byte('0' + i/26)}
@@ -166,7 +149,7 @@ func TestBatchPerOperationErrors(t *testing.T) {
 		ops = append(ops, &gridpb.Op{Op: &gridpb.Op_Reserve{Reserve: &gridpb.ReserveRequest{Namespace: []byte("b"), Key: key}}})
 	}
 	ops = append(ops, &gridpb.Op{Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: []byte("b"), Key: []byte("a0"), ShowToken: true}}})
-	resp, err := c.Batch(ctx(t), &gridpb.BatchRequest{Ops: ops})
+	resp, err := c.Batch(gridtest.Context(t), &gridpb.BatchRequest{Ops: ops})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,12 +196,12 @@ func TestGarbageOnPort(t *testing.T) {
 	}
 	defer conn.Close()
 	var out gridpb.OpResult
-	err = conn.Invoke(ctx(t), "/l4xg.grid.v1.Grid/Reserve", rawMessage{0xff, 0xff, 0xff, 0x0f}, &out, grpc.ForceCodec(rawCodec{}))
+	err = conn.Invoke(gridtest.Context(t), "/l4xg.grid.v1.Grid/Reserve", rawMessage{0xff, 0xff, 0xff, 0x0f}, &out, grpc.ForceCodec(rawCodec{}))
 	if status.Code(err) == codes.OK {
 		t.Errorf("garbage message accepted: %v", &out)
 	}
-	c := dial(t, n.Addr())
-	res, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("still-up")})
+	c := gridtest.Dial(t, n.Addr())
+	res, err := c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("still-up")})
 	if err != nil || res.Outcome != gridpb.Outcome_ACQUIRED {
 		t.Fatalf("node not serving after garbage: %v %v", res, err)
 	}
@@ -245,10 +228,10 @@ func (rawCodec) Name() string { return "proto" }
 // after sees it held.
 func TestBatchOrder(t *testing.T) {
 	n := gridtest.Start(t)
-	c := dial(t, n.Addr())
+	c := gridtest.Dial(t, n.Addr())
 	get := &gridpb.Op{Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: []byte("o"), Key: []byte("k")}}}
 	reserve := &gridpb.Op{Op: &gridpb.Op_Reserve{Reserve: &gridpb.ReserveRequest{Namespace: []byte("o"), Key: []byte("k")}}}
-	resp, err := c.Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{get, reserve, get}})
+	resp, err := c.Batch(gridtest.Context(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{get, reserve, get}})
 	if err != nil {
 		t.Fatal(err)
 	}

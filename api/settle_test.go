@@ -56,13 +56,13 @@ func settleOp(op keyspace.Op, key, entity []byte, token uint64) *gridpb.Op {
 func unarySettle(c gridpb.GridClient, t *testing.T, op *gridpb.Op) (*gridpb.OpResult, error) {
 	switch o := op.GetOp().(type) {
 	case *gridpb.Op_Complete:
-		return c.Complete(ctx(t), o.Complete)
+		return c.Complete(gridtest.Context(t), o.Complete)
 	case *gridpb.Op_Fail:
-		return c.Fail(ctx(t), o.Fail)
+		return c.Fail(gridtest.Context(t), o.Fail)
 	case *gridpb.Op_Release:
-		return c.Release(ctx(t), o.Release)
+		return c.Release(gridtest.Context(t), o.Release)
 	case *gridpb.Op_Extend:
-		return c.Extend(ctx(t), o.Extend)
+		return c.Extend(gridtest.Context(t), o.Extend)
 	}
 	t.Fatalf("not a settle: %v", op)
 	return nil, nil
@@ -70,7 +70,7 @@ func unarySettle(c gridpb.GridClient, t *testing.T, op *gridpb.Op) (*gridpb.OpRe
 
 // viaBatch sends op alone in a Batch.
 func viaBatch(c gridpb.GridClient, t *testing.T, op *gridpb.Op) (*gridpb.OpResult, error) {
-	resp, err := c.Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{op}})
+	resp, err := c.Batch(gridtest.Context(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{op}})
 	if err != nil {
 		return nil, err
 	}
@@ -93,8 +93,8 @@ func reserveWith(key, entity []byte, version uint64) *gridpb.ReserveRequest {
 // entity the settle names.
 func TestSettleFindsItsKeyWithoutTheEntity(t *testing.T) {
 	n := gridtest.Start(t)
-	c := dial(t, n.Addr())
-	m, err := c.ClusterMap(ctx(t), &gridpb.ClusterMapRequest{})
+	c := gridtest.Dial(t, n.Addr())
+	m, err := c.ClusterMap(gridtest.Context(t), &gridpb.ClusterMapRequest{})
 	if err != nil || m.ShardCount < 2 {
 		t.Fatalf("cluster map: %v %v", m, err)
 	}
@@ -111,7 +111,7 @@ func TestSettleFindsItsKeyWithoutTheEntity(t *testing.T) {
 		for _, op := range []keyspace.Op{keyspace.OpComplete, keyspace.OpFail, keyspace.OpRelease, keyspace.OpExtend} {
 			p := keys[i]
 			i++
-			res, err := c.Reserve(ctx(t), reserveWith(p.key, p.entity, 5))
+			res, err := c.Reserve(gridtest.Context(t), reserveWith(p.key, p.entity, 5))
 			if err != nil || res.Outcome != gridpb.Outcome_ACQUIRED {
 				t.Fatalf("reserve %s: %v %v", p.key, res, err)
 			}
@@ -126,7 +126,7 @@ func TestSettleFindsItsKeyWithoutTheEntity(t *testing.T) {
 			if err != nil || got.Outcome != gridpb.Outcome_OK || got.State != want[op] {
 				t.Fatalf("%s %v by token without the entity: %v %v; want OK %v", send.name, op, got, err, want[op])
 			}
-			rec, err := c.Get(ctx(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: p.key, Entity: p.entity})
+			rec, err := c.Get(gridtest.Context(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: p.key, Entity: p.entity})
 			if err != nil || rec.State != want[op] {
 				t.Fatalf("%s %v: the record is %v %v, want %v", send.name, op, rec, err, want[op])
 			}
@@ -139,7 +139,7 @@ func TestSettleFindsItsKeyWithoutTheEntity(t *testing.T) {
 			// The entity's version 5 is committed: version 4 of another
 			// key of it is stale.
 			other := append([]byte("late-"), p.key...)
-			if r, err := c.Reserve(ctx(t), reserveWith(other, p.entity, 4)); err != nil || r.Outcome != gridpb.Outcome_STALE {
+			if r, err := c.Reserve(gridtest.Context(t), reserveWith(other, p.entity, 4)); err != nil || r.Outcome != gridpb.Outcome_STALE {
 				t.Errorf("%s: reserve of version 4 after version 5 completed: %v %v, want STALE", send.name, r, err)
 			}
 		}
@@ -148,11 +148,11 @@ func TestSettleFindsItsKeyWithoutTheEntity(t *testing.T) {
 	// The token decides: a settle naming another entity than the key's
 	// still settles the lease its token names.
 	p := keys[i]
-	res, err := c.Reserve(ctx(t), reserveWith(p.key, p.entity, 1))
+	res, err := c.Reserve(gridtest.Context(t), reserveWith(p.key, p.entity, 1))
 	if err != nil || res.Outcome != gridpb.Outcome_ACQUIRED {
 		t.Fatalf("reserve: %v %v", res, err)
 	}
-	got, err := c.Extend(ctx(t), &gridpb.ExtendRequest{Namespace: []byte("ns"), Key: p.key, Entity: []byte("another-entity"), Token: res.Token, LeaseMs: 60000})
+	got, err := c.Extend(gridtest.Context(t), &gridpb.ExtendRequest{Namespace: []byte("ns"), Key: p.key, Entity: []byte("another-entity"), Token: res.Token, LeaseMs: 60000})
 	if err != nil || got.Outcome != gridpb.Outcome_OK {
 		t.Errorf("extend naming another entity: %v %v, want OK", got, err)
 	}
@@ -166,8 +166,8 @@ func TestSettleFindsItsKeyWithoutTheEntity(t *testing.T) {
 // Release of a key nobody holds.
 func TestSettleWithAForeignToken(t *testing.T) {
 	n := gridtest.Start(t)
-	c := dial(t, n.Addr())
-	m, err := c.ClusterMap(ctx(t), &gridpb.ClusterMapRequest{})
+	c := gridtest.Dial(t, n.Addr())
+	m, err := c.ClusterMap(gridtest.Context(t), &gridpb.ClusterMapRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,11 +187,11 @@ func TestSettleWithAForeignToken(t *testing.T) {
 			absent = k
 		}
 	}
-	mine, err := c.Reserve(ctx(t), reserveWith(held, nil, 0))
+	mine, err := c.Reserve(gridtest.Context(t), reserveWith(held, nil, 0))
 	if err != nil || mine.Outcome != gridpb.Outcome_ACQUIRED {
 		t.Fatalf("reserve: %v %v", mine, err)
 	}
-	theirs, err := c.Reserve(ctx(t), reserveWith(other, nil, 0))
+	theirs, err := c.Reserve(gridtest.Context(t), reserveWith(other, nil, 0))
 	if err != nil || theirs.Outcome != gridpb.Outcome_ACQUIRED {
 		t.Fatalf("reserve: %v %v", theirs, err)
 	}
@@ -215,7 +215,7 @@ func TestSettleWithAForeignToken(t *testing.T) {
 	}
 	// Both leases are untouched.
 	for _, k := range [][]byte{held, other} {
-		if got, err := c.Get(ctx(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: k}); err != nil || got.State != gridpb.State_PROCESSING {
+		if got, err := c.Get(gridtest.Context(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: k}); err != nil || got.State != gridpb.State_PROCESSING {
 			t.Errorf("%s after the foreign settles: %v %v", k, got, err)
 		}
 	}
@@ -233,29 +233,29 @@ func TestSettleByTokenInACluster(t *testing.T) {
 	}
 	for k, p := range keys {
 		l := tc.leader(p.shard)
-		res, err := dial(t, l.addr).Reserve(ctx(t), reserveWith(p.key, p.entity, 3))
+		res, err := gridtest.Dial(t, l.addr).Reserve(gridtest.Context(t), reserveWith(p.key, p.entity, 3))
 		if err != nil || res.Outcome != gridpb.Outcome_ACQUIRED {
 			t.Fatalf("reserve %s: %v %v", p.key, res, err)
 		}
 		// A smart client asking a node that does not lead the token's shard
 		// is redirected there, not to the key's own shard.
 		f := tc.follower(p.shard)
-		_, err = dial(t, f.addr).Extend(redirectOnly(t), &gridpb.ExtendRequest{Namespace: []byte("ns"), Key: p.key, Token: res.Token, LeaseMs: 60000})
+		_, err = gridtest.Dial(t, f.addr).Extend(redirectOnly(t), &gridpb.ExtendRequest{Namespace: []byte("ns"), Key: p.key, Token: res.Token, LeaseMs: 60000})
 		if rd := redirectDetail(err); rd == nil || !tc.redirectsTo(rd, p.shard, l) {
 			t.Errorf("key %d: extend with grid-redirect at a follower: %v (redirect %v), want a Redirect to shard %d at %s", k, err, rd, p.shard, l.id)
 		}
 		// A thin client asking any node is forwarded.
 		for _, nd := range tc.nodes {
-			got, err := dial(t, nd.addr).Extend(ctx(t), &gridpb.ExtendRequest{Namespace: []byte("ns"), Key: p.key, Token: res.Token, LeaseMs: 60000})
+			got, err := gridtest.Dial(t, nd.addr).Extend(gridtest.Context(t), &gridpb.ExtendRequest{Namespace: []byte("ns"), Key: p.key, Token: res.Token, LeaseMs: 60000})
 			if err != nil || got.Outcome != gridpb.Outcome_OK {
 				t.Errorf("key %d: extend without the entity at %s: %v %v", k, nd.id, got, err)
 			}
 		}
-		done, err := dial(t, f.addr).Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{settleOp(keyspace.OpComplete, p.key, nil, res.Token)}})
+		done, err := gridtest.Dial(t, f.addr).Batch(gridtest.Context(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{settleOp(keyspace.OpComplete, p.key, nil, res.Token)}})
 		if err != nil || done.Results[0].Outcome != gridpb.Outcome_OK || done.Results[0].State != gridpb.State_COMPLETED {
 			t.Fatalf("key %d: complete without the entity in a batch at a follower: %v %v", k, done, err)
 		}
-		stale, err := dial(t, l.addr).Reserve(ctx(t), reserveWith(append([]byte("next-"), p.key...), p.entity, 2))
+		stale, err := gridtest.Dial(t, l.addr).Reserve(gridtest.Context(t), reserveWith(append([]byte("next-"), p.key...), p.entity, 2))
 		if err != nil || stale.Outcome != gridpb.Outcome_STALE {
 			t.Errorf("key %d: version 2 after version 3 completed: %v %v, want STALE", k, stale, err)
 		}
@@ -266,25 +266,25 @@ func TestSettleByTokenInACluster(t *testing.T) {
 	// through every node: the second step reaches the key's record on
 	// shard 0, forwarded if need be, and answers for it.
 	mine, theirs := keyOf(t, 0, "foreign", 0), keyOf(t, 1, "foreign", 0)
-	held, err := dial(t, tc.leader(0).addr).Reserve(ctx(t), reserveWith(mine, nil, 0))
+	held, err := gridtest.Dial(t, tc.leader(0).addr).Reserve(gridtest.Context(t), reserveWith(mine, nil, 0))
 	if err != nil || held.Outcome != gridpb.Outcome_ACQUIRED {
 		t.Fatalf("reserve: %v %v", held, err)
 	}
-	other, err := dial(t, tc.leader(1).addr).Reserve(ctx(t), reserveWith(theirs, nil, 0))
+	other, err := gridtest.Dial(t, tc.leader(1).addr).Reserve(gridtest.Context(t), reserveWith(theirs, nil, 0))
 	if err != nil || other.Outcome != gridpb.Outcome_ACQUIRED {
 		t.Fatalf("reserve: %v %v", other, err)
 	}
 	release := &gridpb.ReleaseRequest{Namespace: []byte("ns"), Key: mine, Token: other.Token}
-	got, err := dial(t, tc.leader(1).addr).Release(redirectOnly(t), release)
+	got, err := gridtest.Dial(t, tc.leader(1).addr).Release(redirectOnly(t), release)
 	if err != nil || got.Outcome != gridpb.Outcome_LEASE_LOST || got.State != gridpb.State_PROCESSING {
 		t.Errorf("release with a foreign token at the token's leader, grid-redirect: %v %v; want LEASE_LOST of the PROCESSING record", got, err)
 	}
 	for _, nd := range tc.nodes {
-		got, err := dial(t, nd.addr).Release(ctx(t), release)
+		got, err := gridtest.Dial(t, nd.addr).Release(gridtest.Context(t), release)
 		if err != nil || got.Outcome != gridpb.Outcome_LEASE_LOST || got.State != gridpb.State_PROCESSING {
 			t.Errorf("release with a foreign token at %s: %v %v; want LEASE_LOST of the PROCESSING record", nd.id, got, err)
 		}
-		resp, err := dial(t, nd.addr).Batch(ctx(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{
+		resp, err := gridtest.Dial(t, nd.addr).Batch(gridtest.Context(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{
 			settleOp(keyspace.OpRelease, mine, nil, other.Token), settleOp(keyspace.OpExtend, theirs, nil, other.Token),
 		}})
 		if err != nil || resp.Results[0].Outcome != gridpb.Outcome_LEASE_LOST || resp.Results[0].State != gridpb.State_PROCESSING ||

@@ -59,7 +59,7 @@ func TestHalfSentPrefaceIsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	if _, err := gridpb.NewGridClient(cc).Get(ctx(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: []byte("alive")}); err != nil {
+	if _, err := gridpb.NewGridClient(cc).Get(gridtest.Context(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: []byte("alive")}); err != nil {
 		t.Fatalf("after a half-sent preface: a normal call fails: %v", err)
 	}
 	if d := dials.Load(); d != 1 {

@@ -1,7 +1,6 @@
 package node_test
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,44 +9,30 @@ import (
 	"github.com/l4xg/grid/internal/gridtest"
 )
 
-func httpGet(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
-}
-
 // TestHTTPEndpoints: health, readiness and the Prometheus metrics reflect
 // what the node did.
 func TestHTTPEndpoints(t *testing.T) {
 	n := gridtest.Start(t, gridtest.Options{HTTP: true})
 	base := "http://" + n.HTTPAddr()
-	if code, _ := httpGet(t, base+"/healthz"); code != http.StatusOK {
+	if code, _ := gridtest.HTTPGet(t, base+"/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz: %d", code)
 	}
-	if code, _ := httpGet(t, base+"/readyz"); code != http.StatusOK {
+	if code, _ := gridtest.HTTPGet(t, base+"/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz of a serving node: %d", code)
 	}
-	c := dial(t, n.Addr())
-	res, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("m"), Key: []byte("k")})
+	c := gridtest.Dial(t, n.Addr())
+	res, err := c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("m"), Key: []byte("k")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Complete(ctx(t), &gridpb.CompleteRequest{Namespace: []byte("m"), Key: []byte("k"), Token: res.Token}); err != nil {
+	if _, err := c.Complete(gridtest.Context(t), &gridpb.CompleteRequest{Namespace: []byte("m"), Key: []byte("k"), Token: res.Token}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("m"), Key: []byte("k")}); err != nil {
+	if _, err := c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("m"), Key: []byte("k")}); err != nil {
 		t.Fatal(err)
 	}
-	_, _ = c.Reserve(ctx(t), &gridpb.ReserveRequest{Namespace: []byte("m"), Key: nil})
-	_, body := httpGet(t, base+"/metrics")
+	_, _ = c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("m"), Key: nil})
+	_, body := gridtest.HTTPGet(t, base+"/metrics")
 	for _, want := range []string{
 		`l4xg_grid_outcomes_total{op="reserve",outcome="ACQUIRED"} 1`,
 		`l4xg_grid_outcomes_total{op="reserve",outcome="DUPLICATE"} 1`,
