@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -19,7 +20,7 @@ import (
 // shard whose leadership moves during the audit can be listed twice or
 // missed).
 func (s *Server) Audit(r *gridpb.AuditRequest, stream gridpb.Grid_AuditServer) error {
-	if err := keyspace.ValidateNamespace(string(r.GetNamespace())); err != nil {
+	if err := digest.ValidateNamespace(string(r.GetNamespace())); err != nil {
 		return toStatus(err)
 	}
 	since, until := r.GetSinceUnixMs(), r.GetUntilUnixMs()
@@ -33,12 +34,12 @@ func (s *Server) Audit(r *gridpb.AuditRequest, stream gridpb.Grid_AuditServer) e
 	limit, sent := r.GetLimit(), uint32(0)
 	led := s.ledShards()
 	var sendErr error
-	err := s.host.Audit(keyspace.NamespaceTag(string(r.GetNamespace())), since, until, func(shard uint32, d keyspace.Digest, rec keyspace.ColdRecord) bool {
+	err := s.host.Audit(digest.NamespaceTag(string(r.GetNamespace())), since, until, func(shard uint32, d digest.Digest, rec keyspace.ColdRecord) bool {
 		if led != nil && !led[shard] {
 			return true // another node lists this shard
 		}
 		out := &gridpb.AuditRecord{
-			Digest:            digestBytes(d),
+			Digest:            d.Bytes(),
 			Shard:             shard,
 			State:             gridpb.State(rec.State()),
 			Token:             rec.Token,

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/shard"
 )
@@ -234,7 +235,7 @@ func (s *Server) forwardBatch(ctx context.Context, to peer, ops []*gridpb.Op, it
 // client can take the answer and a request cannot ask for a response
 // thousands of times its size (1000 Reserves of one completed key would
 // otherwise bring its 64 KiB result back 1000 times).
-const maxBatchResponse = keyspace.MaxRequestBytes
+const maxBatchResponse = digest.MaxRequestBytes
 
 // boundResults keeps the BatchResponse of out within maxBatchResponse by
 // leaving out stored results, in request order: results are kept while

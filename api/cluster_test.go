@@ -17,8 +17,8 @@ import (
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/gridtest"
-	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/shard"
 )
@@ -244,7 +244,7 @@ func keyOf(t testing.TB, s int, prefix string, i int) []byte {
 	}
 	for j := 0; j < 10000; j++ {
 		k := []byte(fmt.Sprintf("%s-%d", prefix, j))
-		d := keyspace.RecordDigest(ns, k, nil)
+		d := digest.Record(ns, k, nil)
 		if int(uint64(d.Slot(testSlots))*testShards/testSlots) == s {
 			if i == 0 {
 				return k

@@ -9,7 +9,7 @@ import (
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster"
-	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/shard"
 )
 
@@ -107,7 +107,7 @@ func (s *Server) Drain(ctx context.Context, req *gridpb.DrainRequest) (*gridpb.D
 	case errors.Is(err, cluster.ErrRejected):
 		if m := cv.Map(); m != nil {
 			if _, known := m.Nodes[id]; !known {
-				err = fmt.Errorf("%w %s: not in the cluster map (epoch %d): %w", errUnknownNode, keyspace.Quote(id), m.Epoch, err)
+				err = fmt.Errorf("%w %s: not in the cluster map (epoch %d): %w", errUnknownNode, digest.Quote(id), m.Epoch, err)
 			}
 		}
 	}

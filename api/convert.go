@@ -1,12 +1,12 @@
 package api
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/shard"
 )
@@ -18,17 +18,18 @@ type target struct {
 	cmd     keyspace.Command
 }
 
-func digest(ns string, key, entity []byte) (keyspace.Digest, error) {
-	if err := keyspace.ValidateNamespace(ns); err != nil {
-		return keyspace.Digest{}, err
+// recordDigest validates a key's name and returns its record digest.
+func recordDigest(ns string, key, entity []byte) (digest.Digest, error) {
+	if err := digest.ValidateNamespace(ns); err != nil {
+		return digest.Digest{}, err
 	}
-	if err := keyspace.ValidateKey(key); err != nil {
-		return keyspace.Digest{}, err
+	if err := digest.ValidateKey(key); err != nil {
+		return digest.Digest{}, err
 	}
-	if err := keyspace.ValidateEntity(entity); err != nil {
-		return keyspace.Digest{}, err
+	if err := digest.ValidateEntity(entity); err != nil {
+		return digest.Digest{}, err
 	}
-	return keyspace.RecordDigest(ns, key, entity), nil
+	return digest.Record(ns, key, entity), nil
 }
 
 // orDefault converts milliseconds from the wire, 0 meaning def. Values so
@@ -45,32 +46,32 @@ func orDefault(ms int64, def time.Duration) time.Duration {
 }
 
 func lease(ms int64) (int64, error) {
-	d := orDefault(ms, keyspace.DefaultLease)
-	return d.Milliseconds(), keyspace.ValidateLease(d)
+	d := orDefault(ms, digest.DefaultLease)
+	return d.Milliseconds(), digest.ValidateLease(d)
 }
 
 func retention(ms int64, def time.Duration) (int64, error) {
 	d := orDefault(ms, def)
-	return d.Milliseconds(), keyspace.ValidateRetention(d)
+	return d.Milliseconds(), digest.ValidateRetention(d)
 }
 
 func reserveCommand(r *gridpb.ReserveRequest) (t target, err error) {
 	c := &t.cmd
 	c.Op = keyspace.OpReserve
-	if c.Digest, err = digest(string(r.GetNamespace()), r.GetKey(), r.GetEntity()); err != nil {
+	if c.Digest, err = recordDigest(string(r.GetNamespace()), r.GetKey(), r.GetEntity()); err != nil {
 		return t, err
 	}
 	if c.Lease, err = lease(r.GetLeaseMs()); err != nil {
 		return t, err
 	}
-	if c.Retention, err = retention(r.GetPoisonRetentionMs(), keyspace.DefaultPoisonRetention); err != nil {
+	if c.Retention, err = retention(r.GetPoisonRetentionMs(), digest.DefaultPoisonRetention); err != nil {
 		return t, fmt.Errorf("poison_retention: %w", err)
 	}
 	attempts := int(r.GetMaxAttempts())
 	if attempts == 0 {
-		attempts = keyspace.DefaultMaxAttempts
+		attempts = digest.DefaultMaxAttempts
 	}
-	if err = keyspace.ValidateMaxAttempts(attempts); err != nil {
+	if err = digest.ValidateMaxAttempts(attempts); err != nil {
 		return t, err
 	}
 	c.MaxAttempts = uint8(attempts)
@@ -78,9 +79,9 @@ func reserveCommand(r *gridpb.ReserveRequest) (t target, err error) {
 		c.HasFingerprint, c.Fingerprint = true, r.GetFingerprint()
 	}
 	if len(r.GetEntity()) > 0 {
-		c.HasEntity, c.Entity, c.Version = true, keyspace.EntityDigest(string(r.GetNamespace()), r.GetEntity()), r.GetVersion()
+		c.HasEntity, c.Entity, c.Version = true, digest.Entity(string(r.GetNamespace()), r.GetEntity()), r.GetVersion()
 	}
-	if err = keyspace.ValidateRequestID(r.GetRequestId()); err != nil {
+	if err = digest.ValidateRequestID(r.GetRequestId()); err != nil {
 		return t, err
 	}
 	if id := r.GetRequestId(); len(id) > 0 {
@@ -91,11 +92,11 @@ func reserveCommand(r *gridpb.ReserveRequest) (t target, err error) {
 
 func settleCommand(op keyspace.Op, ns string, key, entity []byte, token uint64) (t target, err error) {
 	t.cmd.Op = op
-	if t.cmd.Digest, err = digest(ns, key, entity); err != nil {
+	if t.cmd.Digest, err = recordDigest(ns, key, entity); err != nil {
 		return t, err
 	}
 	t.cmd.Token = token
-	return t, keyspace.ValidateToken(token)
+	return t, digest.ValidateToken(token)
 }
 
 func completeCommand(r *gridpb.CompleteRequest) (target, error) {
@@ -103,10 +104,10 @@ func completeCommand(r *gridpb.CompleteRequest) (target, error) {
 	if err != nil {
 		return t, err
 	}
-	if t.cmd.Retention, err = retention(r.GetRetentionMs(), keyspace.DefaultRetention); err != nil {
+	if t.cmd.Retention, err = retention(r.GetRetentionMs(), digest.DefaultRetention); err != nil {
 		return t, err
 	}
-	if err = keyspace.ValidateResult(r.GetResult()); err != nil {
+	if err = digest.ValidateResult(r.GetResult()); err != nil {
 		return t, err
 	}
 	t.cmd.Result = r.GetResult()
@@ -118,12 +119,12 @@ func failCommand(r *gridpb.FailRequest) (target, error) {
 	if err != nil {
 		return t, err
 	}
-	if t.cmd.Retention, err = retention(r.GetRetentionMs(), keyspace.DefaultPoisonRetention); err != nil {
+	if t.cmd.Retention, err = retention(r.GetRetentionMs(), digest.DefaultPoisonRetention); err != nil {
 		return t, err
 	}
 	if r.RetryAfterMs != nil {
 		d := orDefault(r.GetRetryAfterMs(), 0)
-		if err = keyspace.ValidateRetryAfter(d); err != nil {
+		if err = digest.ValidateRetryAfter(d); err != nil {
 			return t, err
 		}
 		t.cmd.HasRetryAfter, t.cmd.RetryAfter = true, d.Milliseconds()
@@ -149,13 +150,14 @@ func getTarget(r *gridpb.GetRequest) (t target, err error) {
 	t.read, t.staleOK = true, r.GetStaleOk()
 	t.cmd.Op, t.cmd.ShowToken = keyspace.OpGet, r.GetShowToken()
 	if raw := r.GetDigest(); raw != nil {
-		if len(raw) != 16 || r.GetKey() != nil || r.GetEntity() != nil || len(r.GetNamespace()) != 0 {
-			return t, fmt.Errorf("%w: want 16 bytes and no namespace, key or entity beside it (got %d bytes)", errBadDigest, len(raw))
+		d, ok := digest.Decode(raw)
+		if !ok || r.GetKey() != nil || r.GetEntity() != nil || len(r.GetNamespace()) != 0 {
+			return t, fmt.Errorf("%w: want %d bytes and no namespace, key or entity beside it (got %d bytes)", errBadDigest, digest.Size, len(raw))
 		}
-		t.cmd.Digest = keyspace.Digest{Hi: binary.BigEndian.Uint64(raw), Lo: binary.BigEndian.Uint64(raw[8:])}
+		t.cmd.Digest = d
 		return t, nil
 	}
-	t.cmd.Digest, err = digest(string(r.GetNamespace()), r.GetKey(), r.GetEntity())
+	t.cmd.Digest, err = recordDigest(string(r.GetNamespace()), r.GetKey(), r.GetEntity())
 	return t, err
 }
 
@@ -165,16 +167,9 @@ func (t *target) readOptions() shard.ReadOptions {
 	return shard.ReadOptions{StaleOK: t.staleOK, ShowToken: t.cmd.ShowToken}
 }
 
-// digestBytes renders a digest on the wire: Hi then Lo, big-endian, the
-// order of its hex form.
-func digestBytes(d keyspace.Digest) []byte {
-	b := binary.BigEndian.AppendUint64(make([]byte, 0, 16), d.Hi)
-	return binary.BigEndian.AppendUint64(b, d.Lo)
-}
-
 func forgetCommand(r *gridpb.ForgetRequest) (t target, err error) {
 	t.cmd.Op = keyspace.OpForget
-	t.cmd.Digest, err = digest(string(r.GetNamespace()), r.GetKey(), r.GetEntity())
+	t.cmd.Digest, err = recordDigest(string(r.GetNamespace()), r.GetKey(), r.GetEntity())
 	return t, err
 }
 

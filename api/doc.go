@@ -22,7 +22,7 @@
 // entities are arbitrary bytes anyway), so that input which is not UTF-8
 // reaches validation and is refused with InvalidArgument naming the rule,
 // not by the protobuf decoder with Internal. An error that echoes an input
-// quotes at most a short prefix of it (keyspace.Quote): an error message
+// quotes at most a short prefix of it (digest.Quote): an error message
 // travels in a header, and a client tears down the whole connection over a
 // header past its limit.
 //
@@ -42,7 +42,7 @@
 //
 // An operation's shard is its record digest's, but a settle (Complete,
 // Fail, Release, Extend) goes first to the shard its token names
-// (keyspace.TokenShard), so it need not name the entity its key was
+// (digest.TokenShard), so it need not name the entity its key was
 // reserved with; when that shard holds no record of the key, the node
 // that ran it there sends it on to the digest's shard (route.go,
 // router.place). The answer is the key record's, wherever it lives.

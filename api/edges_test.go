@@ -18,8 +18,8 @@ import (
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/gridtest"
-	"github.com/l4xg/grid/keyspace"
 )
 
 // Answers at the edges: hostile bytes, inputs as large as a request may
@@ -101,14 +101,14 @@ func opsFor(ns, key []byte) map[string]*gridpb.Op {
 }
 
 // fourMiB is the value of control bytes (a namespace, a node id) with
-// which the request size(v) measures is exactly keyspace.MaxRequestBytes,
+// which the request size(v) measures is exactly digest.MaxRequestBytes,
 // the largest a node takes: its error, quoting v with %q, would be some
 // 16.8 MB, past a gRPC client's 16 MiB header limit.
 func fourMiB(t *testing.T, size func(v []byte) int) []byte {
 	t.Helper()
-	v := bytes.Repeat([]byte{0x01}, keyspace.MaxRequestBytes-256)
-	v = bytes.Repeat([]byte{0x01}, len(v)+keyspace.MaxRequestBytes-size(v))
-	if n := size(v); n != keyspace.MaxRequestBytes {
+	v := bytes.Repeat([]byte{0x01}, digest.MaxRequestBytes-256)
+	v = bytes.Repeat([]byte{0x01}, len(v)+digest.MaxRequestBytes-size(v))
+	if n := size(v); n != digest.MaxRequestBytes {
 		t.Fatalf("fourMiB: a request of %d bytes", n)
 	}
 	return v
@@ -184,11 +184,11 @@ func TestBadNamespacesAnswerInvalidArgument(t *testing.T) {
 		refused(t, name+" audit", err, codes.InvalidArgument, rule)
 		cc.alive(t, name+" audit")
 		// A digest leaves no room for a namespace beside it.
-		digest := func(ns []byte) *gridpb.GetRequest { return &gridpb.GetRequest{Digest: make([]byte, 16), Namespace: ns} }
+		getByDigest := func(ns []byte) *gridpb.GetRequest { return &gridpb.GetRequest{Digest: make([]byte, 16), Namespace: ns} }
 		if name == huge {
-			ns = fourMiB(t, func(v []byte) int { return proto.Size(digest(v)) })
+			ns = fourMiB(t, func(v []byte) int { return proto.Size(getByDigest(v)) })
 		}
-		_, err = cc.c.Get(gridtest.Context(t), digest(ns))
+		_, err = cc.c.Get(gridtest.Context(t), getByDigest(ns))
 		refused(t, name+" get by digest", err, codes.InvalidArgument, "invalid digest")
 		cc.alive(t, name+" get by digest")
 	}
@@ -326,7 +326,7 @@ func TestBatchBoundsReplayedResults(t *testing.T) {
 	n := gridtest.Start(t)
 	cc := dialCounting(t, n.Addr())
 	ns, key := []byte("dup"), []byte("k")
-	stored := bytes.Repeat([]byte("r"), keyspace.MaxResultLen)
+	stored := bytes.Repeat([]byte("r"), digest.MaxResultLen)
 	res, err := cc.c.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: ns, Key: key})
 	if err != nil {
 		t.Fatal(err)
@@ -338,7 +338,7 @@ func TestBatchBoundsReplayedResults(t *testing.T) {
 		"reserve": {Op: &gridpb.Op_Reserve{Reserve: &gridpb.ReserveRequest{Namespace: ns, Key: key}}},
 		"get":     {Op: &gridpb.Op_Get{Get: &gridpb.GetRequest{Namespace: ns, Key: key}}},
 	} {
-		req := &gridpb.BatchRequest{Ops: make([]*gridpb.Op, keyspace.MaxBatchOps)}
+		req := &gridpb.BatchRequest{Ops: make([]*gridpb.Op, digest.MaxBatchOps)}
 		for i := range req.Ops {
 			req.Ops[i] = op
 		}
@@ -348,8 +348,8 @@ func TestBatchBoundsReplayedResults(t *testing.T) {
 		}
 		size := proto.Size(resp)
 		t.Logf("%d %ss: request %d bytes, response %d bytes", len(req.Ops), name, proto.Size(req), size)
-		if size > keyspace.MaxRequestBytes {
-			t.Errorf("%ss: response of %d bytes, want at most %d", name, size, keyspace.MaxRequestBytes)
+		if size > digest.MaxRequestBytes {
+			t.Errorf("%ss: response of %d bytes, want at most %d", name, size, digest.MaxRequestBytes)
 		}
 		kept := 0
 		for i, r := range resp.Results {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster"
-	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/shard"
 )
 
@@ -23,14 +23,14 @@ func code(err error) codes.Code {
 	switch {
 	case err == nil:
 		return codes.OK
-	case errors.Is(err, keyspace.ErrBatchTooLarge), errors.Is(err, keyspace.ErrResultTooLarge):
+	case errors.Is(err, digest.ErrBatchTooLarge), errors.Is(err, digest.ErrResultTooLarge):
 		return codes.ResourceExhausted
-	case errors.Is(err, keyspace.ErrInvalidNamespace), errors.Is(err, keyspace.ErrEmptyKey),
-		errors.Is(err, keyspace.ErrKeyTooLong), errors.Is(err, keyspace.ErrEntityTooLong),
-		errors.Is(err, keyspace.ErrLeaseOutOfRange), errors.Is(err, keyspace.ErrRetention),
-		errors.Is(err, keyspace.ErrRetryAfter), errors.Is(err, keyspace.ErrMaxAttempts),
-		errors.Is(err, keyspace.ErrInvalidToken), errors.Is(err, keyspace.ErrEmptyBatch),
-		errors.Is(err, keyspace.ErrRequestIDTooLong),
+	case errors.Is(err, digest.ErrInvalidNamespace), errors.Is(err, digest.ErrEmptyKey),
+		errors.Is(err, digest.ErrKeyTooLong), errors.Is(err, digest.ErrEntityTooLong),
+		errors.Is(err, digest.ErrLeaseOutOfRange), errors.Is(err, digest.ErrRetention),
+		errors.Is(err, digest.ErrRetryAfter), errors.Is(err, digest.ErrMaxAttempts),
+		errors.Is(err, digest.ErrInvalidToken), errors.Is(err, digest.ErrEmptyBatch),
+		errors.Is(err, digest.ErrRequestIDTooLong),
 		errors.Is(err, errNoOperation), errors.Is(err, errBadDigest), errors.Is(err, errAuditRange),
 		errors.Is(err, errBadAdmin), errors.Is(err, errBadNodeID):
 		return codes.InvalidArgument

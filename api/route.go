@@ -12,6 +12,7 @@ import (
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/shard"
 )
@@ -176,12 +177,12 @@ func (r *router) keyStep() *router {
 
 // shardOf returns the shard of d and this node's replica of it (nil when
 // it holds none).
-func (r *router) shardOf(d keyspace.Digest) (int, *shard.Shard) {
+func (r *router) shardOf(d digest.Digest) (int, *shard.Shard) {
 	if r.m == nil {
-		id := r.s.host.SlotShard(d.Slot(r.s.host.Settings().Slots))
+		id := r.s.host.ShardOf(d)
 		return id, r.s.host.Shard(id)
 	}
-	id := r.m.ShardOfSlot(d.Slot(r.m.Slots))
+	id := r.m.ShardOf(d)
 	return id, r.replica(id)
 }
 
@@ -211,7 +212,7 @@ func (r *router) shards() int {
 //
 // Every operation goes to its record digest's shard, but a settle
 // (Complete, Fail, Release, Extend), which goes first to the shard its
-// token names (keyspace.TokenShard): the shard that granted the lease,
+// token names (digest.TokenShard): the shard that granted the lease,
 // which holds the key's record whatever entity placed it there, so a
 // settle need not name the entity. When that shard is not the digest's and
 // holds no record of the key (keyspace.Result.Found: nothing was applied
@@ -226,7 +227,7 @@ func (r *router) place(t target) (id int, sh *shard.Shard, second int) {
 	if r.byKey || !settles(t.cmd.Op) {
 		return id, sh, -1
 	}
-	granted, ok := keyspace.TokenShard(t.cmd.Token, r.shards())
+	granted, ok := digest.TokenShard(t.cmd.Token, r.shards())
 	if !ok || granted == id {
 		return id, sh, -1
 	}

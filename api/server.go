@@ -14,7 +14,7 @@ import (
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster"
-	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/shard"
 )
 
@@ -74,7 +74,7 @@ func NewServer(host *shard.Host, opts Options) *Server {
 // options follow (the node adds its handshake timeout).
 func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 	opts := append([]grpc.ServerOption{
-		grpc.MaxRecvMsgSize(keyspace.MaxRequestBytes),
+		grpc.MaxRecvMsgSize(digest.MaxRequestBytes),
 		grpc.UnaryInterceptor(s.metrics.intercept),
 		// Peers keep idle connections alive with pings (see Peers).
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerKeepaliveTime / 2, PermitWithoutStream: true}),
@@ -145,7 +145,7 @@ func (s *Server) Forget(ctx context.Context, r *gridpb.ForgetRequest) (*gridpb.O
 // not lead are forwarded or redirected (batch.go).
 func (s *Server) Batch(ctx context.Context, r *gridpb.BatchRequest) (*gridpb.BatchResponse, error) {
 	ops := r.GetOps()
-	if err := keyspace.ValidateBatchLen(len(ops)); err != nil {
+	if err := digest.ValidateBatchLen(len(ops)); err != nil {
 		return nil, toStatus(err)
 	}
 	s.metrics.batchOps.Observe(float64(len(ops)))

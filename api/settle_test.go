@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/keyspace"
 )
@@ -22,11 +23,11 @@ type placed struct {
 // on another shard than its own, in a grid of slots slots and shards shards.
 func placedKeys(t testing.TB, prefix string, n int, slots uint32, shards int) []placed {
 	t.Helper()
-	shardOf := func(d keyspace.Digest) int { return int(uint64(d.Slot(slots)) * uint64(shards) / uint64(slots)) }
+	shardOf := func(d digest.Digest) int { return int(uint64(d.Slot(slots)) * uint64(shards) / uint64(slots)) }
 	var out []placed
 	for j := 0; len(out) < n && j < 10000; j++ {
 		key, entity := []byte(fmt.Sprintf("%s-%d", prefix, j)), []byte(fmt.Sprintf("order-%s-%d", prefix, j))
-		p := placed{key: key, entity: entity, own: shardOf(keyspace.RecordDigest("ns", key, nil)), shard: shardOf(keyspace.RecordDigest("ns", key, entity))}
+		p := placed{key: key, entity: entity, own: shardOf(digest.Record("ns", key, nil)), shard: shardOf(digest.Record("ns", key, entity))}
 		if p.own != p.shard {
 			out = append(out, p)
 		}
@@ -115,7 +116,7 @@ func TestSettleFindsItsKeyWithoutTheEntity(t *testing.T) {
 			if err != nil || res.Outcome != gridpb.Outcome_ACQUIRED {
 				t.Fatalf("reserve %s: %v %v", p.key, res, err)
 			}
-			if s, ok := keyspace.TokenShard(res.Token, int(m.ShardCount)); !ok || s != p.shard {
+			if s, ok := digest.TokenShard(res.Token, int(m.ShardCount)); !ok || s != p.shard {
 				t.Fatalf("token %d names shard %d, the key lives on shard %d", res.Token, s, p.shard)
 			}
 			lost, err := send.fn(c, t, settleOp(op, p.key, nil, res.Token+uint64(m.ShardCount)))
@@ -173,7 +174,7 @@ func TestSettleWithAForeignToken(t *testing.T) {
 	}
 	shards := int(m.ShardCount)
 	shardOf := func(key []byte) int {
-		return int(uint64(keyspace.KeyDigest("ns", key).Slot(m.Slots)) * uint64(shards) / uint64(m.Slots))
+		return int(uint64(digest.Key("ns", key).Slot(m.Slots)) * uint64(shards) / uint64(m.Slots))
 	}
 	var held, other, absent []byte
 	for j := 0; absent == nil; j++ {
@@ -195,7 +196,7 @@ func TestSettleWithAForeignToken(t *testing.T) {
 	if err != nil || theirs.Outcome != gridpb.Outcome_ACQUIRED {
 		t.Fatalf("reserve: %v %v", theirs, err)
 	}
-	if s, _ := keyspace.TokenShard(theirs.Token, shards); s == shardOf(held) {
+	if s, _ := digest.TokenShard(theirs.Token, shards); s == shardOf(held) {
 		t.Fatalf("the foreign token names the key's own shard")
 	}
 	for _, send := range []struct {

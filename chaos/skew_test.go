@@ -23,9 +23,9 @@ import (
 	"github.com/l4xg/grid/chaos"
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/internal/testwait"
-	"github.com/l4xg/grid/keyspace"
 )
 
 // skewedClock is one node's clock: the test's fake clock plus an offset
@@ -90,7 +90,7 @@ func keyOn(c *gridtest.Cluster, prefix string, i int) string {
 
 // holderMargin is the lease margin of the holders in these tests: the
 // maximum clock offset, the least shard/doc.go says is safe.
-const holderMargin = keyspace.DefaultMaxClockOffset
+const holderMargin = digest.DefaultMaxClockOffset
 
 // grant is a lease as its holder sees it, in the test's real time (the
 // fake clock every correct node runs on): start is read before the
@@ -284,7 +284,7 @@ func TestClusterLeasesUnderClockSkew(t *testing.T) {
 	r := newSkewRig(t, ctx)
 	for _, after := range []bool{false, true} {
 		for _, offset := range []time.Duration{-200 * time.Millisecond, 200 * time.Millisecond, -300 * time.Millisecond, 300 * time.Millisecond} {
-			inside := offset.Abs() <= keyspace.DefaultMaxClockOffset
+			inside := offset.Abs() <= digest.DefaultMaxClockOffset
 			name := fmt.Sprintf("before/%v", offset)
 			if after {
 				name = fmt.Sprintf("after/%v", offset)
@@ -388,7 +388,7 @@ func TestClusterSlowLeaderGrantsNoFrozenLease(t *testing.T) {
 	}
 	defer cl.Close()
 	const lease = 10 * time.Second
-	margin := max(lease/10, keyspace.DefaultMaxClockOffset) // the client's default
+	margin := max(lease/10, digest.DefaultMaxClockOffset) // the client's default
 	key := keyOn(c, "frozen", 0)
 	s := c.ShardOf("chaos", key)
 	if err := moveLeader(ctx, c, s, 1); err != nil {

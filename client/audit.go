@@ -2,20 +2,19 @@ package client
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"io"
 	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/digest"
 )
 
 // GetDigest reads a record by its digest, as Audit lists it, instead of by
 // namespace and key. The grid keeps keys only as digests, so this is how a
 // forensic lookup follows up an audit line.
-func (c *Client) GetDigest(ctx context.Context, d keyspace.Digest, opts ...GetOption) (Result, error) {
-	r := &gridpb.GetRequest{Digest: digestBytes(d)}
+func (c *Client) GetDigest(ctx context.Context, d digest.Digest, opts ...GetOption) (Result, error) {
+	r := &gridpb.GetRequest{Digest: d.Bytes()}
 	for _, o := range opts {
 		o.applyGet(r)
 	}
@@ -34,7 +33,7 @@ type AuditQuery struct {
 
 // AuditRecord is one settled record of the cold tier.
 type AuditRecord struct {
-	Digest      keyspace.Digest
+	Digest      digest.Digest
 	Shard       uint32
 	State       State
 	Token       uint64
@@ -89,18 +88,11 @@ func auditFromPB(p *gridpb.AuditRecord) AuditRecord {
 		RetainedUntil: fromUnixMs(p.GetDeadlineUnixMs()),
 		Result:        p.GetResult(),
 	}
-	if b := p.GetDigest(); len(b) == 16 {
-		r.Digest = keyspace.Digest{Hi: binary.BigEndian.Uint64(b), Lo: binary.BigEndian.Uint64(b[8:])}
-	}
+	r.Digest, _ = digest.Decode(p.GetDigest())
 	if p.Fingerprint != nil {
 		r.Fingerprint, r.HasFingerprint = *p.Fingerprint, true
 	}
 	return r
-}
-
-func digestBytes(d keyspace.Digest) []byte {
-	b := binary.BigEndian.AppendUint64(make([]byte, 0, 16), d.Hi)
-	return binary.BigEndian.AppendUint64(b, d.Lo)
 }
 
 func unixMs(t time.Time) int64 {

@@ -29,7 +29,7 @@
 // between the client's clock and the grid's and the grid's own offset
 // between nodes; its default, DefaultLeaseMargin, is lease/10 but at least
 // the grid's default maximum clock offset (250 ms,
-// keyspace.DefaultMaxClockOffset), and at most lease/2. Leases shorter than
+// digest.DefaultMaxClockOffset), and at most lease/2. Leases shorter than
 // about twice that offset (500 ms) therefore keep less than the offset as
 // margin, and are less well protected against clock skew. A replayed grant
 // (a resend that got its own earlier grant back) has less left than the

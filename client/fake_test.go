@@ -12,6 +12,7 @@ import (
 
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -380,7 +381,7 @@ func (f *fakeGrid) eval(op *gridpb.Op, now time.Time) (*gridpb.OpResult, error) 
 func (f *fakeGrid) propose(op *gridpb.Op, now time.Time, cmds ...keyspace.Command) []keyspace.Result {
 	e := keyspace.Entry{Now: now.UnixMilli(), Commands: cmds}
 	if f.cluster != nil {
-		l, err := keyspace.NewTokenLayout(f.cluster.shardOf(op), len(f.cluster.leads))
+		l, err := digest.NewTokenLayout(f.cluster.shardOf(op), len(f.cluster.leads))
 		if err != nil {
 			panic(err)
 		}
@@ -508,13 +509,13 @@ func fakeNodeID(n int) string { return fmt.Sprintf("n%d", n) }
 // carries), its slot, the slot's shard.
 func (fc *fakeCluster) shardOf(op *gridpb.Op) int {
 	if tok := settleToken(op); tok != 0 {
-		if s, ok := keyspace.TokenShard(tok, len(fc.leads)); ok {
+		if s, ok := digest.TokenShard(tok, len(fc.leads)); ok {
 			return s
 		}
 	}
-	var d keyspace.Digest
+	var d digest.Digest
 	if raw := op.GetGet().GetDigest(); len(raw) == 16 {
-		d = keyspace.Digest{Hi: binary.BigEndian.Uint64(raw), Lo: binary.BigEndian.Uint64(raw[8:])}
+		d = digest.Digest{Hi: binary.BigEndian.Uint64(raw), Lo: binary.BigEndian.Uint64(raw[8:])}
 	} else {
 		var k interface {
 			GetNamespace() []byte
@@ -537,7 +538,7 @@ func (fc *fakeCluster) shardOf(op *gridpb.Op) int {
 		case *gridpb.Op_Forget:
 			k = o.Forget
 		}
-		d = keyspace.RecordDigest(string(k.GetNamespace()), k.GetKey(), k.GetEntity())
+		d = digest.Record(string(k.GetNamespace()), k.GetKey(), k.GetEntity())
 	}
 	return int(uint64(d.Slot(fc.slots)) * uint64(len(fc.leads)) / uint64(fc.slots))
 }

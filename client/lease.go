@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/digest"
 )
 
 // The local safe deadline: the one rule of how long a holder trusts a
@@ -13,13 +13,13 @@ import (
 // included) and for Process.
 
 // DefaultLeaseMargin is the margin of a lease without WithLeaseMargin:
-// lease/10, at least keyspace.DefaultMaxClockOffset (250 ms, the grid's
+// lease/10, at least digest.DefaultMaxClockOffset (250 ms, the grid's
 // default bound on clock offsets), and at most lease/2 so that a short
 // lease keeps half of itself. A lease shorter than twice the maximum clock
 // offset (500 ms by default) therefore gets a margin below that offset, and
 // less protection against clock skew than longer leases.
 func DefaultLeaseMargin(lease time.Duration) time.Duration {
-	return min(max(lease/10, keyspace.DefaultMaxClockOffset), lease/2)
+	return min(max(lease/10, digest.DefaultMaxClockOffset), lease/2)
 }
 
 // LeaseMarginOption is the option made by WithLeaseMargin.
@@ -110,7 +110,7 @@ func askedLease(op *gridpb.Op) time.Duration {
 		ms = o.Extend.GetLeaseMs()
 	}
 	if ms <= 0 {
-		return keyspace.DefaultLease
+		return digest.DefaultLease
 	}
 	return time.Duration(ms) * time.Millisecond
 }

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/gridtest"
-	"github.com/l4xg/grid/keyspace"
 )
 
 func TestDefaultLeaseMargin(t *testing.T) {
@@ -27,8 +27,8 @@ func TestDefaultLeaseMargin(t *testing.T) {
 			t.Errorf("DefaultLeaseMargin(%v) = %v, want %v", lease, got, want)
 		}
 	}
-	if keyspace.DefaultMaxClockOffset != 250*ms {
-		t.Fatalf("the table assumes a 250 ms max clock offset, not %v", keyspace.DefaultMaxClockOffset)
+	if digest.DefaultMaxClockOffset != 250*ms {
+		t.Fatalf("the table assumes a 250 ms max clock offset, not %v", digest.DefaultMaxClockOffset)
 	}
 }
 
@@ -127,7 +127,7 @@ func TestLeaseMarginAndRequestIDOptions(t *testing.T) {
 		"negative margin":      ReserveOp("ns", "k", WithLeaseMargin(-time.Millisecond)),
 		"margin of the lease":  ReserveOp("ns", "k", WithLease(time.Second), WithLeaseMargin(time.Second)),
 		"extend margin":        ExtendOp("ns", "k", 1, time.Second, WithLeaseMargin(2*time.Second)),
-		"request id too long":  ReserveOp("ns", "k", WithRequestID(strings.Repeat("x", keyspace.MaxRequestIDLen+1))),
+		"request id too long":  ReserveOp("ns", "k", WithRequestID(strings.Repeat("x", digest.MaxRequestIDLen+1))),
 		"default lease margin": ReserveOp("ns", "k", WithLeaseMargin(DefaultLease)),
 	} {
 		_, _, err := c.one(ctx, op)
@@ -155,7 +155,7 @@ func TestLeaseMarginAndRequestIDOptions(t *testing.T) {
 	if id := ReserveOp("ns", "k", WithRequestID("")).pb.GetReserve().GetRequestId(); len(id) != 0 {
 		t.Fatalf("WithRequestID(\"\") sent %x", id)
 	}
-	r, err := c.Reserve(ctx, "ns", "k", WithRequestID(strings.Repeat("y", keyspace.MaxRequestIDLen)))
+	r, err := c.Reserve(ctx, "ns", "k", WithRequestID(strings.Repeat("y", digest.MaxRequestIDLen)))
 	if err != nil || r.Outcome != OutcomeAcquired {
 		t.Fatalf("reserve with a 64-byte request id: %+v %v", r, err)
 	}
@@ -163,7 +163,7 @@ func TestLeaseMarginAndRequestIDOptions(t *testing.T) {
 	for _, op := range f.received() {
 		got = op.GetReserve().GetRequestId()
 	}
-	if len(got) != keyspace.MaxRequestIDLen {
+	if len(got) != digest.MaxRequestIDLen {
 		t.Fatalf("sent request id of %d bytes", len(got))
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/digest"
 )
 
 // Location is where a key lives in the grid: its record digest, slot and
@@ -61,7 +61,7 @@ func (c *Client) Locate(ctx context.Context, ns, key string, opts ...LocateOptio
 	if ns == "" || key == "" {
 		return Location{}, fmt.Errorf("%w: locate needs a namespace and a key", ErrInvalidArgument)
 	}
-	d := keyspace.RecordDigest(ns, []byte(key), EntityOption(lc.entity).bytes())
+	d := digest.Record(ns, []byte(key), EntityOption(lc.entity).bytes())
 	if c.r.fixed {
 		m, err := c.ClusterMap(ctx)
 		if err != nil {
@@ -90,7 +90,7 @@ func (c *Client) Locate(ctx context.Context, ns, key string, opts ...LocateOptio
 // locate is what the router holds for digest d: the map (nil when none,
 // a standalone answer then naming from), the shard's leader it knows, and
 // whether that answer is good (a map, and a leader that is not avoided).
-func (r *router) locate(d keyspace.Digest) (from string, m *gridpb.ClusterMapResponse, leader string, ok bool) {
+func (r *router) locate(d digest.Digest) (from string, m *gridpb.ClusterMapResponse, leader string, ok bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	switch r.mode {
@@ -100,7 +100,7 @@ func (r *router) locate(d keyspace.Digest) (from string, m *gridpb.ClusterMapRes
 		}
 		return r.single, &gridpb.ClusterMapResponse{Standalone: true}, "", true
 	case modeCluster:
-		sh := r.shards[shardOf(d, r.slots, len(r.shards))]
+		sh := r.shards[d.Shard(r.slots, len(r.shards))]
 		return "", r.last, sh.leader, sh.leader != "" && !r.isDown(sh.leader)
 	}
 	return "", nil, "", false
@@ -109,12 +109,12 @@ func (r *router) locate(d keyspace.Digest) (from string, m *gridpb.ClusterMapRes
 // locateIn computes the Location of d in map m. leaderAddr, when set, is
 // the leader the client learned, which wins over the map's. from is the
 // node a standalone answer came from.
-func locateIn(from string, m *gridpb.ClusterMapResponse, d keyspace.Digest, leaderAddr string) (Location, error) {
+func locateIn(from string, m *gridpb.ClusterMapResponse, d digest.Digest, leaderAddr string) (Location, error) {
 	loc := Location{Digest: d.String(), Epoch: m.GetEpoch()}
 	slots, n := m.GetSlots(), int(m.GetShardCount())
 	valid := slots > 0 && n > 0 && n <= int(slots)
 	if valid {
-		loc.Slot, loc.Shard = d.Slot(slots), shardOf(d, slots, n)
+		loc.Slot, loc.Shard = d.Slot(slots), d.Shard(slots, n)
 	}
 	if m.GetStandalone() {
 		// A standalone node says its slot and shard counts too (a node

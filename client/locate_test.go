@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/testwait"
-	"github.com/l4xg/grid/keyspace"
 )
 
 // TestLocateByTheClientsMap: Locate computes digest, slot and shard as the
@@ -20,7 +20,7 @@ func TestLocateByTheClientsMap(t *testing.T) {
 	for s := range 4 {
 		key := fc.keyOn(s, 0)
 		loc, err := c.Locate(ctx, "ns", key)
-		d := keyspace.RecordDigest("ns", []byte(key), nil)
+		d := digest.Record("ns", []byte(key), nil)
 		if err != nil || loc.Shard != s || loc.Digest != d.String() || loc.Slot != d.Slot(fc.slots) || loc.Epoch != 1 {
 			t.Fatalf("locate %s: %+v %v; want shard %d digest %s slot %d", key, loc, err, s, d, d.Slot(fc.slots))
 		}
@@ -32,7 +32,7 @@ func TestLocateByTheClientsMap(t *testing.T) {
 	// An entity places the key by the entity.
 	key := fc.keyOn(0, 0)
 	loc, err := c.Locate(ctx, "ns", key, ForEntity("order-9"))
-	want := keyspace.RecordDigest("ns", []byte(key), []byte("order-9"))
+	want := digest.Record("ns", []byte(key), []byte("order-9"))
 	if err != nil || loc.Digest != want.String() || loc.Shard != fc.shardOf(ReserveOp("ns", key, WithEntity("order-9", 1)).pb) {
 		t.Fatalf("locate with an entity: %+v %v, want digest %s", loc, err, want)
 	}

@@ -34,27 +34,11 @@ func (c *Client) fillResult(ctx context.Context, op Op, r *Result) {
 // getOf is a Get of the key op names (op itself when it is a Get), nil for
 // an empty operation.
 func getOf(op *gridpb.Op) *gridpb.Op {
-	var k interface {
-		GetNamespace() []byte
-		GetKey() []byte
-		GetEntity() []byte
-	}
-	switch o := op.GetOp().(type) {
-	case *gridpb.Op_Get:
+	if op.GetGet() != nil {
 		return op
-	case *gridpb.Op_Reserve:
-		k = o.Reserve
-	case *gridpb.Op_Complete:
-		k = o.Complete
-	case *gridpb.Op_Fail:
-		k = o.Fail
-	case *gridpb.Op_Release:
-		k = o.Release
-	case *gridpb.Op_Extend:
-		k = o.Extend
-	case *gridpb.Op_Forget:
-		k = o.Forget
-	default:
+	}
+	k := keyOf(op)
+	if k == nil {
 		return nil
 	}
 	get := &gridpb.GetRequest{Namespace: k.GetNamespace(), Key: k.GetKey(), Entity: k.GetEntity()}

@@ -6,26 +6,30 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/digest"
 	"google.golang.org/grpc"
 )
 
 // Limits and defaults of the client.
 const (
 	// MaxBatchSize is the grid's limit of operations in one Batch RPC.
-	MaxBatchSize = 1000
+	MaxBatchSize = digest.MaxBatchOps
 	// maxBatchBytes keeps one Batch request under the grid's 4 MiB request
 	// limit, with room for framing.
-	maxBatchBytes = 4<<20 - 64<<10
+	maxBatchBytes = digest.MaxRequestBytes - 64<<10
 	// maxRecvBytes fits a response of MaxBatchSize duplicates, each carrying
 	// a 64 KiB stored result.
 	maxRecvBytes = 96 << 20
 
-	// DefaultLease is the lease of Reserve and Process when none is given.
-	DefaultLease = 30 * time.Second
-	// DefaultMaxAttempts is the attempts of Process before a key is poisoned.
-	DefaultMaxAttempts = 5
-	// DefaultRetention is how long Process keeps a completed key.
-	DefaultRetention = 7 * 24 * time.Hour
+	// DefaultLease is the lease of Reserve and Process when none is given:
+	// the grid's.
+	DefaultLease = digest.DefaultLease
+	// DefaultMaxAttempts is the attempts of Process before a key is
+	// poisoned: the grid's.
+	DefaultMaxAttempts = digest.DefaultMaxAttempts
+	// DefaultRetention is how long Process keeps a completed key: the
+	// grid's.
+	DefaultRetention = digest.DefaultRetention
 
 	// DefaultRetryBudget is how long after its first send a call that finds
 	// the grid unavailable is still sent again (DefaultRetryPolicy).

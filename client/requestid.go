@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/digest"
 )
 
 // requestIDLen is the length of the request ids the client draws: 128
@@ -50,7 +50,7 @@ func WithRequestID(id string) ReserveOption { return requestIDOption(id) }
 
 // checkRequestID refuses an id longer than the grid's limit.
 func checkRequestID(id []byte) error {
-	if err := keyspace.ValidateRequestID(id); err != nil {
+	if err := digest.ValidateRequestID(id); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	return nil

@@ -7,10 +7,10 @@ package client
 // operations. The router holds the cluster map, fetched with the ClusterMap
 // RPC: the slot and shard counts, the nodes' gRPC addresses and, per shard,
 // its replicas and leader. For each operation it computes the record digest
-// as the grid does (keyspace.RecordDigest; a Get by digest uses the digest it
+// as the grid does (digest.Record; a Get by digest uses the digest it
 // carries), the digest's slot and the slot's shard, and picks the shard's
 // leader; a settle (Complete, Fail, Release, Extend) goes to the shard its
-// token names (keyspace.TokenShard), as the grid routes it, so it reaches a
+// token names (digest.TokenShard), as the grid routes it, so it reaches a
 // key reserved WithEntity without ForEntity. Each node has its own
 // connection and batcher (nodes.go).
 //
@@ -49,14 +49,13 @@ package client
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/digest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -143,12 +142,12 @@ func (r *router) close() {
 // client routing by a cluster map needs it.
 type routeKey struct {
 	op   *gridpb.Op
-	d    keyspace.Digest
+	d    digest.Digest
 	ok   bool
 	done bool
 }
 
-func (k *routeKey) digest() (keyspace.Digest, bool) {
+func (k *routeKey) digest() (digest.Digest, bool) {
 	if !k.done {
 		k.d, k.ok = digestOf(k.op)
 		k.done = true
@@ -162,7 +161,7 @@ func (k *routeKey) digest() (keyspace.Digest, bool) {
 // raw digest is not 16 bytes).
 func (k *routeKey) shardIn(slots uint32, shards int) (int, bool) {
 	if tok := settleToken(k.op); tok != 0 {
-		if s, ok := keyspace.TokenShard(tok, shards); ok {
+		if s, ok := digest.TokenShard(tok, shards); ok {
 			return s, true
 		}
 	}
@@ -170,7 +169,7 @@ func (k *routeKey) shardIn(slots uint32, shards int) (int, bool) {
 	if !ok {
 		return 0, false
 	}
-	return shardOf(d, slots, shards), true
+	return d.Shard(slots, shards), true
 }
 
 // settleToken is the token of a settle, 0 for any other operation.
@@ -189,38 +188,46 @@ func settleToken(op *gridpb.Op) uint64 {
 }
 
 // digestOf is the record digest the grid computes for op (api/convert.go);
-// ok is false for a Get whose raw digest is not 16 bytes, which any node
-// refuses.
-func digestOf(op *gridpb.Op) (d keyspace.Digest, ok bool) {
-	switch o := op.GetOp().(type) {
-	case *gridpb.Op_Reserve:
-		return keyspace.RecordDigest(string(o.Reserve.GetNamespace()), o.Reserve.GetKey(), o.Reserve.GetEntity()), true
-	case *gridpb.Op_Complete:
-		return keyspace.RecordDigest(string(o.Complete.GetNamespace()), o.Complete.GetKey(), o.Complete.GetEntity()), true
-	case *gridpb.Op_Fail:
-		return keyspace.RecordDigest(string(o.Fail.GetNamespace()), o.Fail.GetKey(), o.Fail.GetEntity()), true
-	case *gridpb.Op_Release:
-		return keyspace.RecordDigest(string(o.Release.GetNamespace()), o.Release.GetKey(), o.Release.GetEntity()), true
-	case *gridpb.Op_Extend:
-		return keyspace.RecordDigest(string(o.Extend.GetNamespace()), o.Extend.GetKey(), o.Extend.GetEntity()), true
-	case *gridpb.Op_Get:
-		if raw := o.Get.GetDigest(); raw != nil {
-			if len(raw) != 16 {
-				return d, false
-			}
-			return keyspace.Digest{Hi: binary.BigEndian.Uint64(raw), Lo: binary.BigEndian.Uint64(raw[8:])}, true
-		}
-		return keyspace.RecordDigest(string(o.Get.GetNamespace()), o.Get.GetKey(), o.Get.GetEntity()), true
-	case *gridpb.Op_Forget:
-		return keyspace.RecordDigest(string(o.Forget.GetNamespace()), o.Forget.GetKey(), o.Forget.GetEntity()), true
+// ok is false for an empty operation, and for a Get whose raw digest is not
+// digest.Size bytes, which any node refuses.
+func digestOf(op *gridpb.Op) (digest.Digest, bool) {
+	if raw := op.GetGet().GetDigest(); raw != nil {
+		return digest.Decode(raw)
 	}
-	return d, false
+	k := keyOf(op)
+	if k == nil {
+		return digest.Digest{}, false
+	}
+	return digest.Record(string(k.GetNamespace()), k.GetKey(), k.GetEntity()), true
 }
 
-// shardOf maps a digest to its shard: the slot, then contiguous slot ranges
-// per shard (cluster.Map.ShardOfSlot, shard.Host.SlotShard).
-func shardOf(d keyspace.Digest, slots uint32, shards int) int {
-	return int(uint64(d.Slot(slots)) * uint64(shards) / uint64(slots))
+// namedKey is the part of every operation's request that names its key.
+type namedKey interface {
+	GetNamespace() []byte
+	GetKey() []byte
+	GetEntity() []byte
+}
+
+// keyOf is the request of op, by the key it names; nil for an empty
+// operation.
+func keyOf(op *gridpb.Op) namedKey {
+	switch o := op.GetOp().(type) {
+	case *gridpb.Op_Reserve:
+		return o.Reserve
+	case *gridpb.Op_Complete:
+		return o.Complete
+	case *gridpb.Op_Fail:
+		return o.Fail
+	case *gridpb.Op_Release:
+		return o.Release
+	case *gridpb.Op_Extend:
+		return o.Extend
+	case *gridpb.Op_Get:
+		return o.Get
+	case *gridpb.Op_Forget:
+		return o.Forget
+	}
+	return nil
 }
 
 // target is the node to send k's operation to. probe > 0 after Redirects

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/internal/testwait"
-	"github.com/l4xg/grid/keyspace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -74,7 +74,7 @@ func TestRoutingSendsEachOperationToItsShardLeader(t *testing.T) {
 			if err != nil || r.Outcome != OutcomeAcquired {
 				t.Fatalf("reserve %s: %v %v", k, r.Outcome, err)
 			}
-			if _, err := c.GetDigest(ctx, keyspace.KeyDigest("ns", []byte(k))); err != nil {
+			if _, err := c.GetDigest(ctx, digest.Key("ns", []byte(k))); err != nil {
 				t.Fatalf("get by digest %s: %v", k, err)
 			}
 		}

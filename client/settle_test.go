@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/gridtest"
-	"github.com/l4xg/grid/keyspace"
 )
 
 // TestSettlesWithoutTheEntityOnARealCluster: on a real 3-node cluster (4
@@ -30,8 +30,8 @@ func TestSettlesWithoutTheEntityOnARealCluster(t *testing.T) {
 	moved := 0
 	for i := range 16 {
 		key, entity := fmt.Sprintf("evt-%d", i), fmt.Sprintf("order-%d", i)
-		placed := keyspace.RecordDigest("ns", []byte(key), []byte(entity))
-		if m.ShardOfSlot(placed.Slot(m.Slots)) != c.ShardOf("ns", key) {
+		placed := digest.Record("ns", []byte(key), []byte(entity))
+		if m.ShardOf(placed) != c.ShardOf("ns", key) {
 			moved++
 		}
 		r, err := cl.Reserve(ctx, "ns", key, WithEntity(entity, 7))
@@ -89,7 +89,7 @@ func TestLocateOnAStandaloneNode(t *testing.T) {
 		seen := map[int]bool{}
 		for i := range 32 {
 			key := fmt.Sprintf("k%d", i)
-			d := keyspace.RecordDigest("ns", []byte(key), nil)
+			d := digest.Record("ns", []byte(key), nil)
 			slot := d.Slot(uint32(m.Slots))
 			want := int(uint64(slot) * uint64(m.ShardCount) / uint64(m.Slots))
 			loc, err := cl.Locate(testCtx(t), "ns", key)

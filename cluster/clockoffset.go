@@ -10,7 +10,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
-	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/shard"
 )
 
@@ -64,7 +64,7 @@ type ClockOffsetsConfig struct {
 	// Now is the runtime clock that ages estimates. Default time.Now.
 	Now func() time.Time
 	// MaxOffset is the bound (gridnode serve --max-clock-offset); default
-	// keyspace.DefaultMaxClockOffset.
+	// digest.DefaultMaxClockOffset.
 	MaxOffset time.Duration
 	// Window is how long an estimate counts; default ClockWindowProbes
 	// probe intervals of Timing.
@@ -87,7 +87,7 @@ func NewClockOffsets(cfg ClockOffsetsConfig) (*ClockOffsets, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.MaxOffset == 0 {
-		cfg.MaxOffset = keyspace.DefaultMaxClockOffset
+		cfg.MaxOffset = digest.DefaultMaxClockOffset
 	}
 	if err := shard.ValidateMaxClockOffset(cfg.MaxOffset); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)

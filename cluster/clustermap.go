@@ -9,23 +9,23 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/digest"
 )
 
 // NodeID names a node for its whole life: 1..64 bytes of [A-Za-z0-9._-].
 type NodeID string
 
 // Validate checks the id's length and alphabet. The error quotes the id
-// with keyspace.Quote: it may come from a caller.
+// with digest.Quote: it may come from a caller.
 func (id NodeID) Validate() error {
 	if len(id) == 0 || len(id) > 64 {
-		return fmt.Errorf("node id %s: length %d out of range 1..64", keyspace.Quote(id), len(id))
+		return fmt.Errorf("node id %s: length %d out of range 1..64", digest.Quote(id), len(id))
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
 		if !ok {
-			return fmt.Errorf("node id %s: byte %s at %d not in [A-Za-z0-9._-]", keyspace.Quote(id), keyspace.Quote(id[i:i+1]), i)
+			return fmt.Errorf("node id %s: byte %s at %d not in [A-Za-z0-9._-]", digest.Quote(id), digest.Quote(id[i:i+1]), i)
 		}
 	}
 	return nil
@@ -38,20 +38,20 @@ func (id NodeID) Validate() error {
 func ValidateAddr(addr string) error {
 	const rule = "want host:port, the host of [A-Za-z0-9._:%-], the port 1..65535"
 	if len(addr) == 0 || len(addr) > maxString {
-		return fmt.Errorf("address %s: length %d out of range 1..%d", keyspace.Quote(addr), len(addr), maxString)
+		return fmt.Errorf("address %s: length %d out of range 1..%d", digest.Quote(addr), len(addr), maxString)
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || host == "" {
-		return fmt.Errorf("address %s: %s", keyspace.Quote(addr), rule)
+		return fmt.Errorf("address %s: %s", digest.Quote(addr), rule)
 	}
 	for i := 0; i < len(host); i++ {
 		c := host[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:%-", c) >= 0) {
-			return fmt.Errorf("address %s: %s", keyspace.Quote(addr), rule)
+			return fmt.Errorf("address %s: %s", digest.Quote(addr), rule)
 		}
 	}
 	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
-		return fmt.Errorf("address %s: %s", keyspace.Quote(addr), rule)
+		return fmt.Errorf("address %s: %s", digest.Quote(addr), rule)
 	}
 	return nil
 }
@@ -167,11 +167,9 @@ func (m *Map) bumpGeneration(s int) {
 	m.Generation[s]++
 }
 
-// ShardOfSlot maps a slot to its shard: contiguous slot ranges per shard,
-// the same function as shard.Host.SlotShard.
-func (m *Map) ShardOfSlot(slot uint32) int {
-	return int(uint64(slot) * uint64(m.Shards) / uint64(m.Slots))
-}
+// ShardOf is the shard that owns digest d under the map's slot and shard
+// counts (digest.Digest.Shard).
+func (m *Map) ShardOf(d digest.Digest) int { return d.Shard(m.Slots, m.Shards) }
 
 // Clone returns a deep copy of m.
 func (m *Map) Clone() *Map {

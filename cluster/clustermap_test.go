@@ -92,15 +92,6 @@ func TestMapValidate(t *testing.T) {
 	}
 }
 
-func TestShardOfSlot(t *testing.T) {
-	m := &Map{Slots: 4096, Shards: 8}
-	for slot, want := range map[uint32]int{0: 0, 511: 0, 512: 1, 4095: 7} {
-		if got := m.ShardOfSlot(slot); got != want {
-			t.Errorf("ShardOfSlot(%d) = %d, want %d", slot, got, want)
-		}
-	}
-}
-
 // FuzzDecodeMap: no input crashes the decoder, and whatever decodes is a
 // valid map whose encoding is exactly the input (canonical form).
 func FuzzDecodeMap(f *testing.F) {

@@ -1,5 +1,7 @@
 package keyspace
 
+import "github.com/l4xg/grid/digest"
+
 // ColdTier is the lower tier of settled records (DESIGN section 4): COMPLETED
 // and POISONED records leave the hot table for it once the hot window has
 // passed or the hot table is over its budget, and lookups that miss the hot
@@ -13,11 +15,11 @@ package keyspace
 type ColdTier interface {
 	// Get returns the record held for d. The record's Result may alias the
 	// tier's buffers: the Machine copies what it keeps.
-	Get(d Digest) (ColdRecord, bool)
+	Get(d digest.Digest) (ColdRecord, bool)
 	// Put stores r for d; d is not held yet.
-	Put(d Digest, r *ColdRecord)
+	Put(d digest.Digest, r *ColdRecord)
 	// Delete removes the record of d, which is held.
-	Delete(d Digest)
+	Delete(d digest.Digest)
 	// Purge removes at most limit records whose Deadline is at or before
 	// now, oldest first, and returns how many it removed.
 	Purge(now int64, limit int) int
@@ -33,9 +35,3 @@ type ColdRecord struct {
 
 // HasFingerprint reports whether the record carries a payload fingerprint.
 func (r *ColdRecord) HasFingerprint() bool { return r.has(flagFingerprint) }
-
-// NamespaceTag is the 16-bit tag of the namespace a digest was made in. It
-// lets the cold tier index records by namespace for audits; distinct
-// namespaces may share a tag, so an audit by tag can list a few records of
-// another namespace, never miss one of its own.
-func (d Digest) NamespaceTag() uint16 { return uint16(d.Hi >> tagShift) }

@@ -4,26 +4,28 @@ import (
 	"bytes"
 	"slices"
 	"testing"
+
+	"github.com/l4xg/grid/digest"
 )
 
 // memCold is a ColdTier in a map, for the machine's own tests; tiering/ has
 // the Pebble one and its tests.
 type memCold struct {
-	recs   map[Digest]ColdRecord
+	recs   map[digest.Digest]ColdRecord
 	puts   int
 	purged int
 }
 
 var _ ColdTier = (*memCold)(nil)
 
-func newMemCold() *memCold { return &memCold{recs: make(map[Digest]ColdRecord)} }
+func newMemCold() *memCold { return &memCold{recs: make(map[digest.Digest]ColdRecord)} }
 
-func (c *memCold) Get(d Digest) (ColdRecord, bool) {
+func (c *memCold) Get(d digest.Digest) (ColdRecord, bool) {
 	r, ok := c.recs[d]
 	return r, ok
 }
 
-func (c *memCold) Put(d Digest, r *ColdRecord) {
+func (c *memCold) Put(d digest.Digest, r *ColdRecord) {
 	if _, ok := c.recs[d]; ok {
 		panic("memCold: Put of a held digest")
 	}
@@ -33,7 +35,7 @@ func (c *memCold) Put(d Digest, r *ColdRecord) {
 	c.puts++
 }
 
-func (c *memCold) Delete(d Digest) {
+func (c *memCold) Delete(d digest.Digest) {
 	if _, ok := c.recs[d]; !ok {
 		panic("memCold: Delete of a digest not held")
 	}
@@ -41,13 +43,13 @@ func (c *memCold) Delete(d Digest) {
 }
 
 func (c *memCold) Purge(now int64, limit int) int {
-	var due []Digest
+	var due []digest.Digest
 	for d, r := range c.recs {
 		if r.Deadline <= now {
 			due = append(due, d)
 		}
 	}
-	slices.SortFunc(due, func(a, b Digest) int { return int(c.recs[a].Deadline - c.recs[b].Deadline) })
+	slices.SortFunc(due, func(a, b digest.Digest) int { return int(c.recs[a].Deadline - c.recs[b].Deadline) })
 	n := min(limit, len(due))
 	for _, d := range due[:n] {
 		delete(c.recs, d)
@@ -93,10 +95,10 @@ func (r *tierRun) ticks(now int64, p *TierPolicy) {
 }
 
 // settleKeys reserves and completes n keys at now with the given retention.
-func (r *tierRun) settleKeys(prefix string, n int, now, retention int64) []Digest {
-	ds := make([]Digest, n)
+func (r *tierRun) settleKeys(prefix string, n int, now, retention int64) []digest.Digest {
+	ds := make([]digest.Digest, n)
 	for i := range ds {
-		ds[i] = KeyDigest("t", []byte(prefix+string(rune('a'+i%26))+string(rune('a'+i/26%26))+string(rune('a'+i/676))))
+		ds[i] = digest.Key("t", []byte(prefix+string(rune('a'+i%26))+string(rune('a'+i/26%26))+string(rune('a'+i/676))))
 		got := r.apply(now, reserveOf(ds[i], 1000))[0]
 		res := r.apply(now, Command{Op: OpComplete, Digest: ds[i], Token: got.Token, Retention: retention, Result: []byte("receipt")})[0]
 		if res.Outcome != OutcomeOK {
@@ -168,7 +170,7 @@ func TestTierBudget(t *testing.T) {
 	r := newTierRun(t)
 	r.settleKeys("s", 200, 0, 7*dayMs)
 	for i := range 50 {
-		r.apply(0, reserveOf(KeyDigest("t", []byte{'p', byte(i)}), 60*60*1000))
+		r.apply(0, reserveOf(digest.Key("t", []byte{'p', byte(i)}), 60*60*1000))
 	}
 	budget := int64(100 * tabSlotSize)
 	r.ticks(1, &TierPolicy{HotWindow: dayMs, HotMaxBytes: budget})

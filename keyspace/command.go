@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/l4xg/grid/digest"
 )
 
 // Op is the type byte of a command inside a log entry.
@@ -52,7 +54,7 @@ func (o Op) String() string {
 // applies exactly the same values.
 type Command struct {
 	Op     Op
-	Digest Digest
+	Digest digest.Digest
 	Token  uint64 // Complete, Fail, Release, Extend
 
 	Lease     int64 // Reserve, Extend
@@ -62,7 +64,7 @@ type Command struct {
 	HasFingerprint bool  // Reserve
 	Fingerprint    uint64
 	HasEntity      bool // Reserve
-	Entity         Digest
+	Entity         digest.Digest
 	Version        uint64
 	// HasRequestID and RequestID (Reserve): RequestIDHash of the request
 	// id the caller gave the reserve, the same across its resends.
@@ -100,13 +102,13 @@ type Entry struct {
 	HasPolicy bool // Tick only
 	Policy    TierPolicy
 	HasLayout bool
-	Layout    TokenLayout
+	Layout    digest.TokenLayout
 	Commands  []Command
 }
 
 // MaxEntryCommands bounds the commands of one entry, so the command's
 // position fits in the low 16 bits of its fencing token.
-const MaxEntryCommands = 1<<16 - 1
+const MaxEntryCommands = digest.MaxTokenPosition
 
 // entryVersionLayout is the version of an entry that carries its token
 // layout, after the stamp (Entry.HasLayout).
@@ -182,8 +184,7 @@ func appendCommand(buf []byte, c *Command) []byte {
 		flags |= cmdShowToken
 	}
 	buf = append(buf, byte(c.Op), flags)
-	buf = binary.BigEndian.AppendUint64(buf, c.Digest.Hi)
-	buf = binary.BigEndian.AppendUint64(buf, c.Digest.Lo)
+	buf = c.Digest.Append(buf)
 	switch c.Op {
 	case OpReserve:
 		buf = binary.AppendUvarint(buf, uint64(c.Lease))
@@ -193,8 +194,7 @@ func appendCommand(buf []byte, c *Command) []byte {
 			buf = binary.BigEndian.AppendUint64(buf, c.Fingerprint)
 		}
 		if c.HasEntity {
-			buf = binary.BigEndian.AppendUint64(buf, c.Entity.Hi)
-			buf = binary.BigEndian.AppendUint64(buf, c.Entity.Lo)
+			buf = c.Entity.Append(buf)
 			buf = binary.AppendUvarint(buf, c.Version)
 		}
 		if c.HasRequestID {
@@ -252,10 +252,10 @@ func DecodeEntry(b []byte) (Entry, error) {
 		if d.err != nil {
 			return e, d.err
 		}
-		if shard > 1<<MaxTokenBits {
+		if shard > 1<<digest.MaxTokenBits {
 			return e, fmt.Errorf("%w: token layout names shard %d", ErrCorruptEntry, shard)
 		}
-		e.Layout = TokenLayout{Shard: uint32(shard), Bits: bits}
+		e.Layout = digest.TokenLayout{Shard: uint32(shard), Bits: bits}
 		if err := e.Layout.Validate(); err != nil {
 			return e, fmt.Errorf("%w: %w", ErrCorruptEntry, err)
 		}
@@ -383,9 +383,14 @@ func (d *decoder) uint64() uint64 {
 	return v
 }
 
-func (d *decoder) digest() Digest {
-	hi := d.uint64()
-	return Digest{Hi: hi, Lo: d.uint64()}
+func (d *decoder) digest() digest.Digest {
+	if len(d.b) < digest.Size {
+		d.fail()
+		return digest.Digest{}
+	}
+	v, _ := digest.Decode(d.b[:digest.Size])
+	d.b = d.b[digest.Size:]
+	return v
 }
 
 func (d *decoder) uvarint() uint64 {

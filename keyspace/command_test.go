@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/l4xg/grid/digest"
 	"pgregory.net/rapid"
 )
 
@@ -19,7 +20,7 @@ var cmdOps = []Op{OpReserve, OpComplete, OpFail, OpRelease, OpExtend, OpForget, 
 func cmdGen(t *rapid.T) Command {
 	c := Command{
 		Op:     rapid.SampledFrom(cmdOps).Draw(t, "op"),
-		Digest: Digest{Hi: rapid.Uint64().Draw(t, "hi"), Lo: rapid.Uint64().Draw(t, "lo")},
+		Digest: digest.Digest{Hi: rapid.Uint64().Draw(t, "hi"), Lo: rapid.Uint64().Draw(t, "lo")},
 	}
 	flags := rapid.IntRange(0, cmdKnownFlags).Draw(t, "flags")
 	c.HasFingerprint = flags&cmdFingerprint != 0
@@ -37,7 +38,7 @@ func cmdGen(t *rapid.T) Command {
 			c.Fingerprint = rapid.Uint64().Draw(t, "fp")
 		}
 		if c.HasEntity {
-			c.Entity = Digest{Hi: rapid.Uint64().Draw(t, "ehi"), Lo: rapid.Uint64().Draw(t, "elo")}
+			c.Entity = digest.Digest{Hi: rapid.Uint64().Draw(t, "ehi"), Lo: rapid.Uint64().Draw(t, "elo")}
 			c.Version = rapid.Uint64().Draw(t, "version")
 		}
 		if c.HasRequestID {
@@ -64,8 +65,8 @@ func cmdGen(t *rapid.T) Command {
 func cmdEntryGen(t *rapid.T) Entry {
 	e := Entry{Now: rapid.Int64().Draw(t, "now"), Tick: rapid.Bool().Draw(t, "tick")}
 	if rapid.Bool().Draw(t, "has-layout") {
-		bits := uint8(rapid.IntRange(0, MaxTokenBits).Draw(t, "token-bits"))
-		e.HasLayout, e.Layout = true, TokenLayout{Bits: bits, Shard: uint32(rapid.Uint64Range(0, 1<<bits-1).Draw(t, "token-shard"))}
+		bits := uint8(rapid.IntRange(0, digest.MaxTokenBits).Draw(t, "token-bits"))
+		e.HasLayout, e.Layout = true, digest.TokenLayout{Bits: bits, Shard: uint32(rapid.Uint64Range(0, 1<<bits-1).Draw(t, "token-shard"))}
 	}
 	for range rapid.IntRange(0, 20).Draw(t, "n") {
 		e.Commands = append(e.Commands, cmdGen(t))
@@ -109,7 +110,7 @@ func TestEntryRoundTrip(t *testing.T) {
 func TestEntryEveryOpAndFlag(t *testing.T) {
 	for _, op := range cmdOps {
 		for flags := range cmdKnownFlags + 1 {
-			c := Command{Op: op, Digest: Digest{Hi: 0x0102030405060708, Lo: 0x1112131415161718},
+			c := Command{Op: op, Digest: digest.Digest{Hi: 0x0102030405060708, Lo: 0x1112131415161718},
 				HasFingerprint: flags&cmdFingerprint != 0, HasEntity: flags&cmdEntity != 0,
 				HasRetryAfter: flags&cmdRetryAfter != 0, Poison: flags&cmdPoison != 0,
 				HasRequestID: flags&cmdRequestID != 0, ShowToken: flags&cmdShowToken != 0}
@@ -120,7 +121,7 @@ func TestEntryEveryOpAndFlag(t *testing.T) {
 					c.Fingerprint = 1<<64 - 1
 				}
 				if c.HasEntity {
-					c.Entity, c.Version = Digest{Hi: 9, Lo: 10}, 1<<64-1
+					c.Entity, c.Version = digest.Digest{Hi: 9, Lo: 10}, 1<<64-1
 				}
 				if c.HasRequestID {
 					c.RequestID = RequestIDHash([]byte("request"))
@@ -264,7 +265,7 @@ func TestEntryEncodingBeforeRequestIDs(t *testing.T) {
 // hint from a newer binary: its length-prefixed payload is skipped, the
 // commands around it decode, and Apply answers IGNORED without a change.
 func TestDecodeEntryIgnorableOp(t *testing.T) {
-	d := KeyDigest("t", []byte("k"))
+	d := digest.Key("t", []byte("k"))
 	reserve := AppendEntry(nil, &Entry{Commands: []Command{{Op: OpReserve, Digest: d, Lease: 1000, Retention: 1000, MaxAttempts: 3}}})
 	b := cmdRaw(entryVersion, kindCommands, 3,
 		cmdHead(0x80, 0), uv(3), []byte("xyz"),
@@ -292,8 +293,8 @@ func TestDecodeEntryIgnorableOp(t *testing.T) {
 // must give the same entry.
 func TestAppendEntryIgnorableOp(t *testing.T) {
 	e := Entry{Now: 1, Commands: []Command{
-		{Op: 0x80, Digest: Digest{Hi: 1, Lo: 2}},
-		{Op: OpForget, Digest: Digest{Hi: 3, Lo: 4}},
+		{Op: 0x80, Digest: digest.Digest{Hi: 1, Lo: 2}},
+		{Op: OpForget, Digest: digest.Digest{Hi: 3, Lo: 4}},
 	}}
 	got, err := DecodeEntry(AppendEntry(nil, &e))
 	if err != nil || !cmdEqual(got, e) {
@@ -305,7 +306,7 @@ func TestAppendEntryIgnorableOp(t *testing.T) {
 // documented), and the Machine copies them, so reusing the entry buffer does
 // not change a stored result.
 func TestDecodeEntryResultAliases(t *testing.T) {
-	d := KeyDigest("t", []byte("k"))
+	d := digest.Key("t", []byte("k"))
 	m := NewMachine()
 	m.Apply(1, &Entry{Now: 1, Commands: []Command{{Op: OpReserve, Digest: d, Lease: 1000, Retention: 1000, MaxAttempts: 3}}}, nil)
 	b := AppendEntry(nil, &Entry{Now: 2, Commands: []Command{{Op: OpComplete, Digest: d, Token: 1 << 16, Retention: 1000, Result: []byte("result")}}})
@@ -358,11 +359,11 @@ func TestOpAndOutcomeNames(t *testing.T) {
 //
 //	go test -fuzz FuzzDecodeEntry -fuzztime 60s ./keyspace/
 func FuzzDecodeEntry(f *testing.F) {
-	d := KeyDigest("t", []byte("k"))
+	d := digest.Key("t", []byte("k"))
 	for _, e := range []Entry{
 		{},
 		{Now: 1, Tick: true},
-		{Now: 1, Tick: true, HasLayout: true, Layout: TokenLayout{Shard: 5, Bits: 3}},
+		{Now: 1, Tick: true, HasLayout: true, Layout: digest.TokenLayout{Shard: 5, Bits: 3}},
 		{Now: 2, Commands: []Command{{Op: OpReserve, Digest: d, Lease: 1000, Retention: 5000, MaxAttempts: 3,
 			HasFingerprint: true, Fingerprint: 7, HasEntity: true, Entity: d, Version: 9}}},
 		{Now: 3, Commands: []Command{{Op: OpComplete, Digest: d, Token: 1 << 16, Retention: 1000, Result: []byte("ok")},

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
+	"github.com/l4xg/grid/digest"
 )
 
 // TestMachineDataDriven runs the scripts under testdata/machine: the record
@@ -46,7 +47,7 @@ import (
 // A token T is "tN" (the N-th distinct token the script has seen, in order of
 // appearance), "last" or absent (the token of the key's last ACQUIRED), or a
 // number. Keys are record digests in namespace "t"; a key first reserved with
-// an entity keeps that entity (RecordDigest) for every later command, as the
+// an entity keeps that entity (digest.Record) for every later command, as the
 // API requires.
 //
 // BUSY, LEASE_LOST, MISMATCH and STALE never show a token: the holder's
@@ -83,26 +84,26 @@ const ddNamespace = "t"
 
 type ddHarness struct {
 	m         *Machine
-	index     uint64            // last Raft index applied
-	keys      map[string]Digest // key name -> record digest
-	keyEntity map[string]string // key name -> entity named at its first reserve
-	entities  map[string]Digest
-	names     map[uint64]string // token -> tN
-	tokens    []uint64          // tN -> token, by N-1
-	last      map[string]uint64 // key -> token of its last ACQUIRED
-	granted   map[Digest]uint64 // largest token granted per record digest
-	ids       map[uint64]string // RequestIDHash -> request id named by a reserve
+	index     uint64                   // last Raft index applied
+	keys      map[string]digest.Digest // key name -> record digest
+	keyEntity map[string]string        // key name -> entity named at its first reserve
+	entities  map[string]digest.Digest
+	names     map[uint64]string        // token -> tN
+	tokens    []uint64                 // tN -> token, by N-1
+	last      map[string]uint64        // key -> token of its last ACQUIRED
+	granted   map[digest.Digest]uint64 // largest token granted per record digest
+	ids       map[uint64]string        // RequestIDHash -> request id named by a reserve
 }
 
 func newDDHarness() *ddHarness {
 	return &ddHarness{
 		m:         NewMachine(),
-		keys:      make(map[string]Digest),
+		keys:      make(map[string]digest.Digest),
 		keyEntity: make(map[string]string),
-		entities:  make(map[string]Digest),
+		entities:  make(map[string]digest.Digest),
 		names:     make(map[uint64]string),
 		last:      make(map[string]uint64),
-		granted:   make(map[Digest]uint64),
+		granted:   make(map[digest.Digest]uint64),
 		ids:       make(map[uint64]string),
 	}
 }
@@ -281,7 +282,7 @@ func (h *ddHarness) nextIndex(t *testing.T, a *ddArgs) uint64 {
 
 // digest returns the record digest of key. entity is the entity named by the
 // command (reserve only); other commands use the key's entity.
-func (h *ddHarness) digest(t *testing.T, key, entity string) Digest {
+func (h *ddHarness) digest(t *testing.T, key, entity string) digest.Digest {
 	t.Helper()
 	if known, ok := h.keyEntity[key]; ok && entity != "" && entity != known {
 		t.Fatalf("key %s was reserved with entity %s, not %s", key, known, entity)
@@ -291,7 +292,7 @@ func (h *ddHarness) digest(t *testing.T, key, entity string) Digest {
 	} else {
 		h.keyEntity[key] = entity
 	}
-	d := RecordDigest(ddNamespace, []byte(key), []byte(entity))
+	d := digest.Record(ddNamespace, []byte(key), []byte(entity))
 	if old, ok := h.keys[key]; ok && old != d {
 		t.Fatalf("key %s first used without entity, now with %s", key, entity)
 	}
@@ -342,7 +343,7 @@ func (h *ddHarness) command(t *testing.T, a *ddArgs) (Command, string) {
 			t.Fatalf("%s: key %s was reserved with entity %s: name it", a.pos, key, h.keyEntity[key])
 		}
 		if entity != "" {
-			c.HasEntity, c.Entity, c.Version = true, EntityDigest(ddNamespace, []byte(entity)), a.uint(t, "version")
+			c.HasEntity, c.Entity, c.Version = true, digest.Entity(ddNamespace, []byte(entity)), a.uint(t, "version")
 			h.entities[entity] = c.Entity
 		}
 		if id, ok := a.lookup("id"); ok {
@@ -539,7 +540,7 @@ func (h *ddHarness) dump() string {
 	return b.String()
 }
 
-func (h *ddHarness) entityName(d Digest) string {
+func (h *ddHarness) entityName(d digest.Digest) string {
 	for name, e := range h.entities {
 		if e == d {
 			return name
@@ -561,7 +562,7 @@ func ksCheckMachine(t ksTB, m *Machine) {
 	t.Helper()
 	var counts [Poisoned + 1]int64
 	n, fps, results, pending, ids := 0, 0, 0, 0, 0
-	m.table.Range(func(d Digest, r Record) bool {
+	m.table.Range(func(d digest.Digest, r Record) bool {
 		n++
 		s := r.State()
 		if s < Processing || s > Poisoned {

@@ -1,10 +1,9 @@
-// Package keyspace is the deterministic heart of L4XG Grid: key digests and
-// their validation, the record state machine of DESIGN section 2, the hot
-// table that holds records, expiry by stamped time, entity versions, the
-// command encoding of Raft log entries and the snapshot format. The
-// validators' errors name the limit they enforce and quote the offending
-// input with Quote, which keeps at most a short prefix of it: the API
-// sends these errors back to the caller as they are.
+// Package keyspace is the deterministic heart of L4XG Grid: the record state
+// machine of DESIGN section 2, the hot table that holds records, expiry by
+// stamped time, entity versions, the command encoding of Raft log entries
+// and the snapshot format. The rules a client computes too (digests, slots,
+// the token layout, the wire limits and their validators) are in package
+// digest, which keyspace builds on.
 //
 // # Determinism
 //
@@ -14,7 +13,7 @@
 // backwards and every replica that applies the same entries at the same
 // indexes computes the same results and state. Fencing tokens are derived
 // from the Raft index and the command's position in its entry, shifted to
-// make room for the shard id in the low bits (TokenLayout:
+// make room for the shard id in the low bits (digest.TokenLayout:
 // (index<<16 | position) << bits | shard, bits from the grid's shard
 // count, written by the leader into each entry), so they increase strictly
 // per shard with no extra storage, across leader changes and restarts, and
@@ -60,7 +59,7 @@
 // An entity (an order id) carries a committed version, raised by Complete.
 // A Reserve naming the entity with a version at or below it is STALE. So the
 // check and the raise are atomic with the key's own record, a key reserved
-// with an entity has its slot bits taken from the entity (RecordDigest): all
+// with an entity has its slot bits taken from the entity (digest.Record): all
 // keys of an entity live on the entity's shard. Get and Forget of such a key
 // must name the same entity. Settles need not: their token names the shard
 // (the API routes by it), and inside the shard a settle whose digest does

@@ -1,6 +1,10 @@
 package keyspace
 
-import "container/heap"
+import (
+	"container/heap"
+
+	"github.com/l4xg/grid/digest"
+)
 
 // Expiry and demotion are driven by stamped time only. A record is logically
 // ABSENT as soon as a stamp passes its retention end (every lookup checks),
@@ -30,7 +34,7 @@ func (m *Machine) sweep(now int64) {
 		window *= overBudgetSweepFactor
 	}
 	demotions := 0
-	m.cursor = m.table.Sweep(m.cursor, window, func(d Digest, r Record) bool {
+	m.cursor = m.table.Sweep(m.cursor, window, func(d digest.Digest, r Record) bool {
 		if r.gone(now) {
 			m.dropSide(d, r)
 			m.stats.Reclaimed++
@@ -75,7 +79,7 @@ type entityHeap struct{ items []entityDeadline }
 
 type entityDeadline struct {
 	deadline int64
-	entity   Digest
+	entity   digest.Digest
 }
 
 func (h *entityHeap) Len() int { return len(h.items) }
@@ -92,6 +96,6 @@ func (h *entityHeap) Pop() any {
 	return x
 }
 
-func (h *entityHeap) push(deadline int64, e Digest) {
+func (h *entityHeap) push(deadline int64, e digest.Digest) {
 	heap.Push(h, entityDeadline{deadline: deadline, entity: e})
 }

@@ -1,6 +1,10 @@
 package keyspace
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/l4xg/grid/digest"
+)
 
 // Get returns the record of d as of the stamp max(m.Now(), now), without
 // changing anything: a settled record past its retention reads as ABSENT.
@@ -10,7 +14,7 @@ import "bytes"
 // reader is not the holder, and the token of a lease would let it settle
 // another consumer's work. This is the one place the rule lives; OpGet
 // (a read in log order) and the shard's local reads both come here.
-func (m *Machine) Get(d Digest, now int64, showToken bool) Result {
+func (m *Machine) Get(d digest.Digest, now int64, showToken bool) Result {
 	res := m.get(d, now)
 	if !showToken {
 		res.Token = 0
@@ -18,7 +22,7 @@ func (m *Machine) Get(d Digest, now int64, showToken bool) Result {
 	return res
 }
 
-func (m *Machine) get(d Digest, now int64) Result {
+func (m *Machine) get(d digest.Digest, now int64) Result {
 	now = max(now, m.now)
 	rec, had := m.table.Get(d)
 	if had && rec.gone(now) {

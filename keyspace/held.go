@@ -1,9 +1,11 @@
 package keyspace
 
+import "github.com/l4xg/grid/digest"
+
 // held looks up the record a settle (Complete, Fail, Release, Extend) acts
 // on and returns its digest; it notes for Result.Found whether it found
 // one. In an entry with a token layout a settle need not name the entity
-// its key was reserved with (RecordDigest takes the slot bits of such a key
+// its key was reserved with (digest.Record takes the slot bits of such a key
 // from the entity): the same key under other slot bits on this shard is the
 // same key placed by another entity, or by none. In order, it is:
 //
@@ -25,13 +27,13 @@ package keyspace
 // does not reach the cold tier, which holds only settled records: a settle
 // repeated without the entity after its record moved there answers as if
 // the record were gone.
-func (m *Machine) held(c *Command, now int64) (Digest, Record, bool) {
+func (m *Machine) held(c *Command, now int64) (digest.Digest, Record, bool) {
 	d, rec, had := m.heldRecord(c, now)
 	m.found = had
 	return d, rec, had
 }
 
-func (m *Machine) heldRecord(c *Command, now int64) (Digest, Record, bool) {
+func (m *Machine) heldRecord(c *Command, now int64) (digest.Digest, Record, bool) {
 	d := c.Digest
 	rec, had := m.lookup(d, now)
 	if had && rec.Token == c.Token || !m.placements {

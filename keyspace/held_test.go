@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/l4xg/grid/digest"
 	"pgregory.net/rapid"
 )
 
@@ -14,18 +15,18 @@ import (
 func TestSettleWithoutTheEntity(t *testing.T) {
 	const ns = "shop"
 	key, entity := []byte("evt-1"), []byte("order-1")
-	placed := RecordDigest(ns, key, entity)
-	bare := RecordDigest(ns, key, nil)
-	wrong := RecordDigest(ns, key, []byte("order-2"))
+	placed := digest.Record(ns, key, entity)
+	bare := digest.Record(ns, key, nil)
+	wrong := digest.Record(ns, key, []byte("order-2"))
 	reserve := func(k []byte, version uint64) Command {
-		return Command{Op: OpReserve, Digest: RecordDigest(ns, k, entity), Lease: 1000, MaxAttempts: 3, Retention: 1000,
-			HasEntity: true, Entity: EntityDigest(ns, entity), Version: version}
+		return Command{Op: OpReserve, Digest: digest.Record(ns, k, entity), Lease: 1000, MaxAttempts: 3, Retention: 1000,
+			HasEntity: true, Entity: digest.Entity(ns, entity), Version: version}
 	}
 	m := NewMachine()
 	index := uint64(0)
 	apply := func(now int64, c Command) Result {
 		index++
-		return m.Apply(index, &Entry{Now: now, HasLayout: true, Layout: TokenLayout{Shard: 3, Bits: 3}, Commands: []Command{c}}, nil)[0]
+		return m.Apply(index, &Entry{Now: now, HasLayout: true, Layout: digest.TokenLayout{Shard: 3, Bits: 3}, Commands: []Command{c}}, nil)[0]
 	}
 	r := apply(1, reserve(key, 5))
 	if r.Outcome != OutcomeAcquired {
@@ -51,7 +52,7 @@ func TestSettleWithoutTheEntity(t *testing.T) {
 	// A key with no record here: the settle says it found none, and the
 	// API asks the key's own shard.
 	for _, op := range []Op{OpComplete, OpFail, OpRelease, OpExtend} {
-		r := apply(5, Command{Op: op, Digest: RecordDigest(ns, []byte("elsewhere"), nil), Token: tok, Lease: 1000, Retention: 1000})
+		r := apply(5, Command{Op: op, Digest: digest.Record(ns, []byte("elsewhere"), nil), Token: tok, Lease: 1000, Retention: 1000})
 		if r.Found || r.State != Absent {
 			t.Fatalf("%v of a key with no record here: %v %v found %v", op, r.Outcome, r.State, r.Found)
 		}
@@ -76,10 +77,10 @@ func TestSettleWithoutTheEntity(t *testing.T) {
 			t.Fatalf("reserve %s: %v", k, r.Outcome)
 		}
 		want := map[Op]State{OpFail: Failed, OpRelease: Absent}[op]
-		if r := apply(9, Command{Op: op, Digest: RecordDigest(ns, k, nil), Token: r.Token, Retention: 1000}); r.Outcome != OutcomeOK || r.State != want {
+		if r := apply(9, Command{Op: op, Digest: digest.Record(ns, k, nil), Token: r.Token, Retention: 1000}); r.Outcome != OutcomeOK || r.State != want {
 			t.Fatalf("%v without the entity: %v %v, want OK %v", op, r.Outcome, r.State, want)
 		}
-		if got := m.Get(RecordDigest(ns, k, entity), 0, false); got.State != want {
+		if got := m.Get(digest.Record(ns, k, entity), 0, false); got.State != want {
 			t.Fatalf("after %v: the record is %v", op, got.State)
 		}
 	}
@@ -90,7 +91,7 @@ func TestSettleWithoutTheEntity(t *testing.T) {
 // the record its token holds.
 func TestSettleBothPlacements(t *testing.T) {
 	m := NewMachine()
-	bare := RecordDigest("ns", []byte("k"), nil)
+	bare := digest.Record("ns", []byte("k"), nil)
 	placed := bare
 	placed.Hi ^= 0x5a5a5a5a // other slot bits: as an entity on the same shard would place it
 	res := m.Apply(1, &Entry{Now: 1, HasLayout: true, Commands: []Command{
@@ -120,8 +121,8 @@ func TestSettleBothPlacements(t *testing.T) {
 func TestOldEntriesSettleByTheExactDigest(t *testing.T) {
 	for _, layout := range []bool{false, true} {
 		m := NewMachine()
-		bare := RecordDigest("ns", []byte("k"), nil)
-		placed := RecordDigest("ns", []byte("k"), []byte("order-1"))
+		bare := digest.Record("ns", []byte("k"), nil)
+		placed := digest.Record("ns", []byte("k"), []byte("order-1"))
 		tok := m.Apply(1, &Entry{Now: 1, HasLayout: layout, Commands: []Command{
 			{Op: OpReserve, Digest: placed, Lease: 1000, MaxAttempts: 1, Retention: 1000},
 		}}, nil)[0].Token
@@ -140,7 +141,7 @@ func TestOldEntriesSettleByTheExactDigest(t *testing.T) {
 // (runs that wrap, keys that differ only in slot bits, or in other bits).
 func TestTablePlacements(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		digest := rapid.Custom(func(t *rapid.T) Digest {
+		digests := rapid.Custom(func(t *rapid.T) digest.Digest {
 			lo := rapid.Uint64Range(0, 3).Draw(t, "lo")
 			if rapid.Bool().Draw(t, "top") {
 				lo = math.MaxUint64 - lo
@@ -149,11 +150,11 @@ func TestTablePlacements(t *testing.T) {
 			if rapid.Bool().Draw(t, "segment") {
 				upper |= 1 << 60
 			}
-			return Digest{Hi: upper | rapid.Uint64Range(0, 3).Draw(t, "slot")<<30, Lo: lo}
+			return digest.Digest{Hi: upper | rapid.Uint64Range(0, 3).Draw(t, "slot")<<30, Lo: lo}
 		})
-		tab, model := NewTable(), map[Digest]Record{}
+		tab, model := NewTable(), map[digest.Digest]Record{}
 		for i := range rapid.IntRange(0, 200).Draw(t, "ops") {
-			d := digest.Draw(t, "d")
+			d := digests.Draw(t, "d")
 			if rapid.IntRange(0, 3).Draw(t, "delete") == 0 {
 				tab.Delete(d)
 				delete(model, d)
@@ -164,11 +165,11 @@ func TestTablePlacements(t *testing.T) {
 			model[d] = r
 		}
 		for range 20 {
-			d, tok := digest.Draw(t, "query"), rapid.Uint64Range(1, 6).Draw(t, "query-token")
-			var wantHeld, wantFirst Digest
+			d, tok := digests.Draw(t, "query"), rapid.Uint64Range(1, 6).Draw(t, "query-token")
+			var wantHeld, wantFirst digest.Digest
 			var holds, placed bool
 			for _, k := range tabSortedKeys(model) {
-				if k.Lo != d.Lo || k.Hi&^slotMask != d.Hi&^slotMask {
+				if k.Lo != d.Lo || k.Hi&^digest.SlotMask != d.Hi&^digest.SlotMask {
 					continue
 				}
 				if !placed {

@@ -1,6 +1,10 @@
 package keyspace
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/l4xg/grid/digest"
+)
 
 // Machine is the record state machine of one shard: the hot table, the
 // out-of-line side data, the entity versions and the stamped clock.
@@ -39,13 +43,13 @@ type Machine struct {
 // found in the cold tier, so its out-of-line data is at hand and removing it
 // goes to the right tier.
 type coldLookup struct {
-	d   Digest
+	d   digest.Digest
 	rec ColdRecord
 	ok  bool
 }
 
 type entityRef struct {
-	entity  Digest
+	entity  digest.Digest
 	version uint64
 }
 
@@ -122,7 +126,7 @@ func (m *Machine) Apply(index uint64, e *Entry, out []Result) []Result {
 		}
 		m.sweep(now)
 	}
-	var tokens TokenLayout
+	var tokens digest.TokenLayout
 	if e.HasLayout {
 		tokens = e.Layout
 	}
@@ -157,7 +161,7 @@ func (m *Machine) apply(c *Command, now int64, token uint64) Result {
 
 // lookup returns the live record of d from the hot table, else from the
 // cold tier (remembered in m.coldHit), reclaiming it first if it is gone.
-func (m *Machine) lookup(d Digest, now int64) (Record, bool) {
+func (m *Machine) lookup(d digest.Digest, now int64) (Record, bool) {
 	r, ok := m.table.Get(d)
 	if ok {
 		if r.gone(now) {
@@ -183,11 +187,11 @@ func (m *Machine) lookup(d Digest, now int64) (Record, bool) {
 }
 
 // inCold reports whether d's record, as lookup found it, is a cold one.
-func (m *Machine) inCold(d Digest) bool { return m.coldHit.ok && m.coldHit.d == d }
+func (m *Machine) inCold(d digest.Digest) bool { return m.coldHit.ok && m.coldHit.d == d }
 
 // put stores r for d in the hot table, replacing old (if had) and keeping
 // counts. A record replacing a cold one leaves the cold tier.
-func (m *Machine) put(d Digest, old Record, had bool, r Record) {
+func (m *Machine) put(d digest.Digest, old Record, had bool, r Record) {
 	if had && m.inCold(d) {
 		m.cold.Delete(d)
 		m.coldHit = coldLookup{}
@@ -201,7 +205,7 @@ func (m *Machine) put(d Digest, old Record, had bool, r Record) {
 }
 
 // remove deletes d's record and all its side data, from whichever tier.
-func (m *Machine) remove(d Digest, r Record) {
+func (m *Machine) remove(d digest.Digest, r Record) {
 	if m.inCold(d) {
 		m.cold.Delete(d)
 		m.coldHit = coldLookup{}
@@ -211,7 +215,7 @@ func (m *Machine) remove(d Digest, r Record) {
 	m.dropSide(d, r)
 }
 
-func (m *Machine) dropSide(d Digest, r Record) {
+func (m *Machine) dropSide(d digest.Digest, r Record) {
 	m.counts[r.State()]--
 	if r.has(flagFingerprint) {
 		m.fingerprints.del(d)
@@ -227,7 +231,7 @@ func (m *Machine) dropSide(d Digest, r Record) {
 	}
 }
 
-func (m *Machine) dropResult(d Digest) {
+func (m *Machine) dropResult(d digest.Digest) {
 	if old, ok := m.results.get(d); ok {
 		m.resultBytes -= int64(len(old))
 		m.results.del(d)
@@ -235,7 +239,7 @@ func (m *Machine) dropResult(d Digest) {
 }
 
 // fingerprint returns the stored payload fingerprint of d's record.
-func (m *Machine) fingerprint(d Digest) uint64 {
+func (m *Machine) fingerprint(d digest.Digest) uint64 {
 	if m.inCold(d) {
 		return m.coldHit.rec.Fingerprint
 	}
@@ -244,7 +248,7 @@ func (m *Machine) fingerprint(d Digest) uint64 {
 }
 
 // result returns the stored result of d's record.
-func (m *Machine) result(d Digest) []byte {
+func (m *Machine) result(d digest.Digest) []byte {
 	if m.inCold(d) {
 		return m.coldHit.rec.Result
 	}
@@ -254,7 +258,7 @@ func (m *Machine) result(d Digest) []byte {
 
 // view builds the Result of an outcome from the record as it now stands;
 // a settle's says whether held found a record of its key (Result.Found).
-func (m *Machine) view(o Outcome, d Digest, r Record, had bool, now int64) Result {
+func (m *Machine) view(o Outcome, d digest.Digest, r Record, had bool, now int64) Result {
 	res := Result{Outcome: o, State: Absent, Now: now, Found: m.found}
 	if !had {
 		return res
@@ -280,7 +284,7 @@ func (m *Machine) view(o Outcome, d Digest, r Record, had bool, now int64) Resul
 }
 
 // setResult stores or clears the out-of-line result of a record being written.
-func (m *Machine) setResult(d Digest, r *Record, result []byte) {
+func (m *Machine) setResult(d digest.Digest, r *Record, result []byte) {
 	if r.has(flagResult) {
 		m.dropResult(d)
 		r.setFlag(flagResult, false)
@@ -304,7 +308,7 @@ func settle(r Record, s State, now, retention int64) Record {
 
 // dropRequestID forgets the request id of a record leaving PROCESSING: only
 // a lease in force answers its own reserve again (see reserve).
-func (m *Machine) dropRequestID(d Digest, r *Record) {
+func (m *Machine) dropRequestID(d digest.Digest, r *Record) {
 	if r.has(flagRequestID) {
 		m.requestIDs.del(d)
 		r.setFlag(flagRequestID, false)
@@ -312,7 +316,7 @@ func (m *Machine) dropRequestID(d Digest, r *Record) {
 }
 
 // dropPending forgets the reserve's entity reference of a record, returning it.
-func (m *Machine) dropPending(d Digest, r *Record) (entityRef, bool) {
+func (m *Machine) dropPending(d digest.Digest, r *Record) (entityRef, bool) {
 	if !r.has(flagEntity) {
 		return entityRef{}, false
 	}

@@ -4,10 +4,11 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/l4xg/grid/digest"
 	"pgregory.net/rapid"
 )
 
-func reserveOf(d Digest, lease int64) Command {
+func reserveOf(d digest.Digest, lease int64) Command {
 	return Command{Op: OpReserve, Digest: d, Lease: lease, MaxAttempts: 3, Retention: 10_000}
 }
 
@@ -140,11 +141,11 @@ func TestMachineSweepBounded(t *testing.T) {
 // past their deadline, the latest raise winning.
 func TestMachineEntitySweep(t *testing.T) {
 	m := NewMachine()
-	e := EntityDigest("t", []byte("order"))
+	e := digest.Entity("t", []byte("order"))
 	index := uint64(0)
 	settle := func(key string, version uint64, now, retention int64) {
 		t.Helper()
-		d := RecordDigest("t", []byte(key), []byte("order"))
+		d := digest.Record("t", []byte(key), []byte("order"))
 		c := reserveOf(d, 1000)
 		c.HasEntity, c.Entity, c.Version = true, e, version
 		index++
@@ -182,7 +183,7 @@ func TestMachineEntitySweep(t *testing.T) {
 // record is settled.
 func TestHotLiveBytesCountsRequestIDs(t *testing.T) {
 	plain, withID := NewMachine(), NewMachine()
-	d := KeyDigest("t", []byte("k"))
+	d := digest.Key("t", []byte("k"))
 	c := reserveOf(d, 1000)
 	granted := plain.Apply(1, &Entry{Now: 1, Commands: []Command{c}}, nil)[0]
 	c.HasRequestID, c.RequestID = true, RequestIDHash([]byte("call"))

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/l4xg/grid/digest"
 	"pgregory.net/rapid"
 )
 
@@ -45,12 +46,12 @@ func mdlEntityOf(key int) int {
 
 func mdlEntityName(e int) []byte { return fmt.Appendf(nil, "order-%d", e) }
 
-func mdlDigest(key int) Digest {
+func mdlDigest(key int) digest.Digest {
 	var entity []byte
 	if e := mdlEntityOf(key); e >= 0 {
 		entity = mdlEntityName(e)
 	}
-	return RecordDigest(mdlNamespace, fmt.Appendf(nil, "key-%d", key), entity)
+	return digest.Record(mdlNamespace, fmt.Appendf(nil, "key-%d", key), entity)
 }
 
 type mdlRec struct {
@@ -404,9 +405,9 @@ type mdlRun struct {
 	// entries of a binary from before). placements lets settles in such
 	// entries name their key under other slot bits (see settleDigest).
 	// upgrade, if set, is a layout the run may switch to once, from none.
-	layout     *TokenLayout
+	layout     *digest.TokenLayout
 	placements bool
-	upgrade    *TokenLayout
+	upgrade    *digest.TokenLayout
 }
 
 // mdlLogged is one applied entry and its results, to replay elsewhere.
@@ -469,16 +470,16 @@ func (run *mdlRun) token(t *rapid.T, key int) uint64 {
 // when the run allows it, the key under other slot bits (without its
 // entity, or with an entity it was never reserved with). The model ignores
 // the difference: a settle need not name the key's entity.
-func (run *mdlRun) settleDigest(t *rapid.T, key int) Digest {
+func (run *mdlRun) settleDigest(t *rapid.T, key int) digest.Digest {
 	if !run.placements || run.layout == nil {
 		return mdlDigest(key)
 	}
 	name := fmt.Appendf(nil, "key-%d", key)
 	switch rapid.IntRange(0, 3).Draw(t, "settle-placement") {
 	case 0:
-		return RecordDigest(mdlNamespace, name, nil)
+		return digest.Record(mdlNamespace, name, nil)
 	case 1:
-		return RecordDigest(mdlNamespace, name, []byte("order-9"))
+		return digest.Record(mdlNamespace, name, []byte("order-9"))
 	}
 	return mdlDigest(key)
 }
@@ -497,7 +498,7 @@ func (run *mdlRun) command(t *rapid.T) (Command, int) {
 		}
 		if e := mdlEntityOf(key); e >= 0 {
 			c.HasEntity = true
-			c.Entity = EntityDigest(mdlNamespace, mdlEntityName(e))
+			c.Entity = digest.Entity(mdlNamespace, mdlEntityName(e))
 			c.Version = rapid.Uint64Range(0, 4).Draw(t, "version")
 		}
 		if id := rapid.IntRange(0, 2).Draw(t, "request-id"); id > 0 {
@@ -542,7 +543,7 @@ func (run *mdlRun) command(t *rapid.T) (Command, int) {
 
 // useTokens makes the run's entries carry layout l, and the model grant its
 // tokens.
-func (run *mdlRun) useTokens(l TokenLayout) {
+func (run *mdlRun) useTokens(l digest.TokenLayout) {
 	run.layout = &l
 	run.model.tokens = mdlTokens{shard: uint64(l.Shard), bits: l.Bits}
 }
@@ -741,8 +742,8 @@ func TestMachineModelTokens(t *testing.T) {
 		run := newMdlRun()
 		run.seen = seen
 		run.placements = true
-		bits := uint8(rapid.IntRange(0, MaxTokenBits).Draw(rt, "token-bits"))
-		l := TokenLayout{Bits: bits, Shard: uint32(rapid.Uint64Range(0, 1<<bits-1).Draw(rt, "token-shard"))}
+		bits := uint8(rapid.IntRange(0, digest.MaxTokenBits).Draw(rt, "token-bits"))
+		l := digest.TokenLayout{Bits: bits, Shard: uint32(rapid.Uint64Range(0, 1<<bits-1).Draw(rt, "token-shard"))}
 		if rapid.Bool().Draw(rt, "upgrade-later") {
 			run.upgrade = &l
 		} else {

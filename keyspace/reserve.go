@@ -1,5 +1,7 @@
 package keyspace
 
+import "github.com/l4xg/grid/digest"
+
 // reserve implements the Reserve table of DESIGN section 2, with the replay
 // of section 3 first: a Reserve that carries the request id of the lease in
 // force on its key is a resend of the reserve that was granted it.
@@ -65,7 +67,7 @@ func (m *Machine) reserve(c *Command, now int64, token uint64) Result {
 // differs is not the same message, so that reserve goes on to MISMATCH. A
 // lease past its deadline is not replayed: the resend takes it over like any
 // reserve would, with a new token.
-func (m *Machine) replays(c *Command, d Digest, rec Record, now int64) bool {
+func (m *Machine) replays(c *Command, d digest.Digest, rec Record, now int64) bool {
 	if !c.HasRequestID || !rec.has(flagRequestID) || rec.State() != Processing || rec.Deadline <= now {
 		return false
 	}

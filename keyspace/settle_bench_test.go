@@ -1,6 +1,10 @@
 package keyspace
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/l4xg/grid/digest"
+)
 
 // BenchmarkMachineSettle applies entries of 100 settles to a machine
 // holding 100,000 PROCESSING records; ns/settle is the cost per command.
@@ -24,12 +28,12 @@ func BenchmarkMachineSettle(b *testing.B) {
 	}
 	for _, c := range []struct {
 		name   string
-		digest func(k int) Digest
+		digest func(k int) digest.Digest
 		token  func(k int) uint64
 	}{
-		{"held", func(k int) Digest { return tabTestDigest(uint64(k)) }, func(k int) uint64 { return tokens[k] }},
-		{"lost", func(k int) Digest { return tabTestDigest(uint64(k)) }, func(k int) uint64 { return tokens[k] + 1<<40 }},
-		{"absent", func(k int) Digest { return tabTestDigest(uint64(keys + k)) }, func(k int) uint64 { return tokens[k] }},
+		{"held", func(k int) digest.Digest { return tabTestDigest(uint64(k)) }, func(k int) uint64 { return tokens[k] }},
+		{"lost", func(k int) digest.Digest { return tabTestDigest(uint64(k)) }, func(k int) uint64 { return tokens[k] + 1<<40 }},
+		{"absent", func(k int) digest.Digest { return tabTestDigest(uint64(keys + k)) }, func(k int) uint64 { return tokens[k] }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			s := Entry{Commands: make([]Command, machBenchPerEntry)}

@@ -1,6 +1,10 @@
 package keyspace
 
-import "iter"
+import (
+	"iter"
+
+	"github.com/l4xg/grid/digest"
+)
 
 // sideMap is a map keyed by digest, cut into sideParts parts that a snapshot
 // shares copy-on-write: taking a snapshot marks every part shared in O(parts),
@@ -17,15 +21,15 @@ type sideMap[V any] struct {
 }
 
 type sidePart[V any] struct {
-	m      map[Digest]V
+	m      map[digest.Digest]V
 	shared bool // held by a snapshot: copy before writing
 }
 
 const sideParts = 256
 
-func sidePartOf(d Digest) int { return int(d.Lo >> 56) }
+func sidePartOf(d digest.Digest) int { return int(d.Lo >> 56) }
 
-func (s *sideMap[V]) get(d Digest) (V, bool) {
+func (s *sideMap[V]) get(d digest.Digest) (V, bool) {
 	p := s.parts[sidePartOf(d)]
 	if p == nil {
 		var zero V
@@ -36,15 +40,15 @@ func (s *sideMap[V]) get(d Digest) (V, bool) {
 }
 
 // writable returns the part of d, copying it first if a snapshot shares it.
-func (s *sideMap[V]) writable(d Digest) *sidePart[V] {
+func (s *sideMap[V]) writable(d digest.Digest) *sidePart[V] {
 	i := sidePartOf(d)
 	p := s.parts[i]
 	switch {
 	case p == nil:
-		p = &sidePart[V]{m: make(map[Digest]V)}
+		p = &sidePart[V]{m: make(map[digest.Digest]V)}
 		s.parts[i] = p
 	case p.shared:
-		c := &sidePart[V]{m: make(map[Digest]V, len(p.m)+1)}
+		c := &sidePart[V]{m: make(map[digest.Digest]V, len(p.m)+1)}
 		for k, v := range p.m {
 			c.m[k] = v
 		}
@@ -54,7 +58,7 @@ func (s *sideMap[V]) writable(d Digest) *sidePart[V] {
 	return p
 }
 
-func (s *sideMap[V]) set(d Digest, v V) {
+func (s *sideMap[V]) set(d digest.Digest, v V) {
 	p := s.writable(d)
 	if _, ok := p.m[d]; !ok {
 		s.n++
@@ -62,7 +66,7 @@ func (s *sideMap[V]) set(d Digest, v V) {
 	p.m[d] = v
 }
 
-func (s *sideMap[V]) del(d Digest) {
+func (s *sideMap[V]) del(d digest.Digest) {
 	if p := s.parts[sidePartOf(d)]; p == nil {
 		return
 	} else if _, ok := p.m[d]; !ok {
@@ -85,8 +89,8 @@ func (s *sideMap[V]) share() sideMap[V] {
 }
 
 // all yields every entry, part by part (in no defined order within a part).
-func (s *sideMap[V]) all() iter.Seq2[Digest, V] {
-	return func(yield func(Digest, V) bool) {
+func (s *sideMap[V]) all() iter.Seq2[digest.Digest, V] {
+	return func(yield func(digest.Digest, V) bool) {
 		for _, p := range s.parts {
 			if p == nil {
 				continue

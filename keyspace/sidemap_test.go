@@ -3,15 +3,17 @@ package keyspace
 import (
 	"maps"
 	"testing"
+
+	"github.com/l4xg/grid/digest"
 )
 
 // TestSideMapCopyOnWrite: a shared copy keeps the entries of the moment it
 // was taken while the map is written, deleted from and shared again.
 func TestSideMapCopyOnWrite(t *testing.T) {
 	var s sideMap[int]
-	want := make(map[Digest]int)
+	want := make(map[digest.Digest]int)
 	for i := range 2000 {
-		d := KeyDigest("t", []byte{byte(i), byte(i >> 8)})
+		d := digest.Key("t", []byte{byte(i), byte(i >> 8)})
 		s.set(d, i)
 		want[d] = i
 	}
@@ -23,14 +25,14 @@ func TestSideMapCopyOnWrite(t *testing.T) {
 			s.set(d, -v)
 		}
 	}
-	s.set(KeyDigest("t", []byte("new")), 7)
+	s.set(digest.Key("t", []byte("new")), 7)
 	second := s.share()
-	s.del(KeyDigest("t", []byte("new")))
+	s.del(digest.Key("t", []byte("new")))
 
 	if got := maps.Collect(snap.all()); !maps.Equal(got, want) || snap.len() != len(want) {
 		t.Fatalf("first copy changed: %d entries (len %d), want %d", len(got), snap.len(), len(want))
 	}
-	if v, ok := second.get(KeyDigest("t", []byte("new"))); !ok || v != 7 {
+	if v, ok := second.get(digest.Key("t", []byte("new"))); !ok || v != 7 {
 		t.Fatalf("second copy lost an entry: %d, %v", v, ok)
 	}
 	for d, v := range want {

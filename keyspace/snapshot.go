@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/snapio"
 )
 
@@ -77,7 +78,7 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	for _, l := range levels {
 		sw.U64(uint64(l))
 	}
-	s.view.Range(func(d Digest, r Record) bool {
+	s.view.Range(func(d digest.Digest, r Record) bool {
 		sw.digest(d)
 		sw.U64(r.Token)
 		sw.U64(uint64(r.Deadline))
@@ -118,7 +119,7 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 // snapWriter writes the machine's snapshot fields onto a checksummed stream.
 type snapWriter struct{ *snapio.Writer }
 
-func (sw *snapWriter) digest(d Digest) {
+func (sw *snapWriter) digest(d digest.Digest) {
 	sw.U64(d.Hi)
 	sw.U64(d.Lo)
 }
@@ -168,7 +169,7 @@ func ReadSnapshot(r io.Reader) (*Machine, error) {
 			break
 		}
 		be := binary.BigEndian
-		d := Digest{Hi: be.Uint64(raw[0:]), Lo: be.Uint64(raw[8:])}
+		d := digest.Digest{Hi: be.Uint64(raw[0:]), Lo: be.Uint64(raw[8:])}
 		rec := Record{Token: be.Uint64(raw[16:]), Deadline: int64(be.Uint64(raw[24:])), Meta: be.Uint64(raw[32:])}
 		if s := rec.State(); s < Processing || s > Poisoned {
 			return nil, fmt.Errorf("%w: record %v has state %d", ErrCorruptSnapshot, d, s)
@@ -201,7 +202,7 @@ func ReadSnapshot(r io.Reader) (*Machine, error) {
 	for n := sr.count(24); n > 0 && sr.Err == nil; n-- {
 		d := sr.digest()
 		size := sr.U64()
-		if size > MaxResultLen {
+		if size > digest.MaxResultLen {
 			return nil, fmt.Errorf("%w: result of %d bytes", ErrCorruptSnapshot, size)
 		}
 		res := make([]byte, size)
@@ -234,9 +235,9 @@ func ReadSnapshot(r io.Reader) (*Machine, error) {
 // snapReader reads the machine's snapshot fields from a checksummed stream.
 type snapReader struct{ *snapio.Reader }
 
-func (sr *snapReader) digest() Digest {
+func (sr *snapReader) digest() digest.Digest {
 	hi := sr.U64()
-	return Digest{Hi: hi, Lo: sr.U64()}
+	return digest.Digest{Hi: hi, Lo: sr.U64()}
 }
 
 // count reads an element count, refusing absurd values before allocating.

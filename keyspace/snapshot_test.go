@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/l4xg/grid/digest"
 	"pgregory.net/rapid"
 )
 
@@ -22,11 +23,11 @@ import (
 // Stats are not snapshotted and not compared.
 type ksState struct {
 	Table        []tabEntry
-	Fingerprints map[Digest]uint64
-	Results      map[Digest]string
-	Pending      map[Digest]entityRef
-	RequestIDs   map[Digest]uint64
-	Entities     map[Digest]entityVersion
+	Fingerprints map[digest.Digest]uint64
+	Results      map[digest.Digest]string
+	Pending      map[digest.Digest]entityRef
+	RequestIDs   map[digest.Digest]uint64
+	Entities     map[digest.Digest]entityVersion
 	Now          int64
 	Cursor       uint64
 	Ticks        uint64
@@ -37,7 +38,7 @@ func ksStateOf(m *Machine) ksState {
 	s := ksState{
 		Table:        tabCollect(m.table.Range),
 		Fingerprints: maps.Collect(m.fingerprints.all()),
-		Results:      make(map[Digest]string, m.results.len()),
+		Results:      make(map[digest.Digest]string, m.results.len()),
 		Pending:      maps.Collect(m.pending.all()),
 		RequestIDs:   maps.Collect(m.requestIDs.all()),
 		Entities:     maps.Collect(m.entities.all()),
@@ -63,7 +64,7 @@ func ksCompareState(t ksTB, what string, got, want ksState) {
 }
 
 // ksGets reads every digest at every stamp.
-func ksGets(m *Machine, ds []Digest, stamps []int64) []Result {
+func ksGets(m *Machine, ds []digest.Digest, stamps []int64) []Result {
 	var out []Result
 	for _, d := range ds {
 		for _, now := range stamps {
@@ -95,7 +96,7 @@ func snapRoundTrip(rt *rapid.T) {
 	for range rapid.IntRange(0, 150).Draw(rt, "before") {
 		run.step(rt)
 	}
-	digests := make([]Digest, mdlKeys)
+	digests := make([]digest.Digest, mdlKeys)
 	for k := range digests {
 		digests[k] = mdlDigest(k)
 	}
@@ -187,7 +188,7 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 	ksLoad(m, &index, 1000, 0, keys)
 	ksLoad(twin, &twinIndex, 1000, 0, keys)
 	at := ksStateOf(m)
-	probe := []Digest{tabTestDigest(0), tabTestDigest(7), tabTestDigest(11), tabTestDigest(keys - 1), tabTestDigest(keys + 5)}
+	probe := []digest.Digest{tabTestDigest(0), tabTestDigest(7), tabTestDigest(11), tabTestDigest(keys - 1), tabTestDigest(keys + 5)}
 	stamps := ksStamps(m.Now())
 	gets := ksGets(m, probe, stamps)
 
@@ -263,7 +264,7 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 func ksSmallSnapshot(t testing.TB) []byte {
 	m := ksSmallMachine()
 	m.Apply(3, &Entry{Now: 1200, Commands: []Command{
-		{Op: OpReserve, Digest: KeyDigest("snap", []byte("f")), Lease: 1000, MaxAttempts: 3, Retention: 5000,
+		{Op: OpReserve, Digest: digest.Key("snap", []byte("f")), Lease: 1000, MaxAttempts: 3, Retention: 5000,
 			HasRequestID: true, RequestID: RequestIDHash([]byte("request-f"))},
 	}}, nil)
 	if m.fingerprints.len() == 0 || m.results.len() == 0 || m.pending.len() == 0 || m.entities.len() == 0 || m.requestIDs.len() == 0 {
@@ -283,8 +284,8 @@ func ksSmallSnapshot(t testing.TB) []byte {
 // in the version 2 format, before request ids existed.
 func ksSmallMachine() *Machine {
 	m := NewMachine()
-	d := func(k string) Digest { return KeyDigest("snap", []byte(k)) }
-	entity := EntityDigest("snap", []byte("order"))
+	d := func(k string) digest.Digest { return digest.Key("snap", []byte(k)) }
+	entity := digest.Entity("snap", []byte("order"))
 	m.Apply(1, &Entry{Now: 1000, Commands: []Command{
 		{Op: OpReserve, Digest: d("a"), Lease: 1000, MaxAttempts: 3, Retention: 5000, HasFingerprint: true, Fingerprint: 7},
 		{Op: OpReserve, Digest: d("b"), Lease: 1000, MaxAttempts: 3, Retention: 5000, HasEntity: true, Entity: entity, Version: 4},
@@ -319,7 +320,7 @@ func TestSnapshotV2Loads(t *testing.T) {
 	}
 	ksCheckMachine(t, m)
 	ksCompareState(t, "version 2 snapshot", ksStateOf(m), ksStateOf(ksSmallMachine()))
-	d := KeyDigest("snap", []byte("f"))
+	d := digest.Key("snap", []byte("f"))
 	c := Command{Op: OpReserve, Digest: d, Lease: 1000, MaxAttempts: 3, Retention: 5000, HasRequestID: true, RequestID: 9}
 	first := m.Apply(3, &Entry{Now: 1200, Commands: []Command{c}}, nil)[0]
 	again := m.Apply(4, &Entry{Now: 1300, Commands: []Command{c}}, nil)[0]

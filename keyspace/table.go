@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/l4xg/grid/digest"
 )
 
 // Table is the hot tier: an open-addressing hash table of fixed-size
@@ -82,7 +84,7 @@ const (
 )
 
 type tabSlot struct {
-	d Digest
+	d digest.Digest
 	r Record // r.Meta == 0: empty
 }
 
@@ -99,7 +101,7 @@ func NewTable() *Table {
 	return &Table{gen: 1}
 }
 
-func tabSegOf(d Digest) int { return int(d.Hi >> (64 - tabSegBits)) }
+func tabSegOf(d digest.Digest) int { return int(d.Hi >> (64 - tabSegBits)) }
 
 // tabHome is the fastrange reduction of lo onto [0, n).
 func tabHome(lo uint64, n int) int {
@@ -109,13 +111,13 @@ func tabHome(lo uint64, n int) int {
 
 // tabLess orders digests of equal home slot: by Lo (which fastrange maps
 // monotonically), then Hi.
-func tabLess(a, b Digest) bool {
+func tabLess(a, b digest.Digest) bool {
 	return a.Lo < b.Lo || a.Lo == b.Lo && a.Hi < b.Hi
 }
 
 // find returns the position of d in the segment and true, or the position
 // where d belongs and false. The segment must have slots.
-func (s *tabSegment) find(d Digest) (int, bool) {
+func (s *tabSegment) find(d digest.Digest) (int, bool) {
 	n := len(s.slots)
 	p := tabHome(d.Lo, n)
 	for dist := 0; ; dist++ {
@@ -277,7 +279,7 @@ func (t *Table) pruneViews() {
 }
 
 // Get returns the record stored for d.
-func (t *Table) Get(d Digest) (Record, bool) {
+func (t *Table) Get(d digest.Digest) (Record, bool) {
 	s := &t.segs[tabSegOf(d)]
 	if len(s.slots) == 0 {
 		return Record{}, false
@@ -289,23 +291,23 @@ func (t *Table) Get(d Digest) (Record, bool) {
 }
 
 // placements finds the records stored under d with any slot bits (the low
-// 32 bits of Hi, which RecordDigest takes from an entity): the same key
+// 32 bits of Hi, which digest.Record takes from an entity): the same key
 // placed on this shard by another entity, or by none. Such digests share
 // d's segment (the top bits of Hi), home slot and Lo, so they sit next to
 // each other in d's probe run, ordered by Hi; the search scans that run
 // alone. It returns the one whose token is token if any (held), and the
 // lowest of them (first); ok flags say which were found.
-func (t *Table) placements(d Digest, token uint64) (held Digest, heldOK bool, first Digest, firstOK bool) {
+func (t *Table) placements(d digest.Digest, token uint64) (held digest.Digest, heldOK bool, first digest.Digest, firstOK bool) {
 	s := &t.segs[tabSegOf(d)]
 	n := len(s.slots)
 	if n == 0 {
 		return
 	}
-	low := Digest{Hi: d.Hi &^ slotMask, Lo: d.Lo}
+	low := digest.Digest{Hi: d.Hi &^ digest.SlotMask, Lo: d.Lo}
 	p, _ := s.find(low)
 	for range n {
 		e := &s.slots[p]
-		if e.r.Meta == 0 || e.d.Lo != d.Lo || e.d.Hi&^slotMask != low.Hi {
+		if e.r.Meta == 0 || e.d.Lo != d.Lo || e.d.Hi&^digest.SlotMask != low.Hi {
 			break
 		}
 		if !firstOK {
@@ -322,7 +324,7 @@ func (t *Table) placements(d Digest, token uint64) (held Digest, heldOK bool, fi
 }
 
 // Put stores r for d, inserting or overwriting. It panics if r.Meta == 0.
-func (t *Table) Put(d Digest, r Record) {
+func (t *Table) Put(d digest.Digest, r Record) {
 	if r.Meta == 0 {
 		panic("keyspace: Table.Put of a record with Meta == 0")
 	}
@@ -355,7 +357,7 @@ func (t *Table) Put(d Digest, r Record) {
 }
 
 // Delete removes d and reports whether it was present.
-func (t *Table) Delete(d Digest) bool {
+func (t *Table) Delete(d digest.Digest) bool {
 	si := tabSegOf(d)
 	s := &t.segs[si]
 	if len(s.slots) == 0 {
@@ -410,11 +412,11 @@ func (t *Table) Bytes() int {
 
 // Range calls fn for every record in a deterministic order (segment by
 // segment, slot by slot) until fn returns false. fn must not modify t.
-func (t *Table) Range(fn func(d Digest, r Record) bool) {
+func (t *Table) Range(fn func(d digest.Digest, r Record) bool) {
 	tabRange(&t.segs, fn)
 }
 
-func tabRange(segs *[tabSegs]tabSegment, fn func(d Digest, r Record) bool) {
+func tabRange(segs *[tabSegs]tabSegment, fn func(d digest.Digest, r Record) bool) {
 	for i := range segs {
 		for j := range segs[i].slots {
 			if e := &segs[i].slots[j]; e.r.Meta != 0 && !fn(e.d, e.r) {
@@ -433,7 +435,7 @@ func tabRange(segs *[tabSegs]tabSegment, fn func(d Digest, r Record) bool) {
 // within one pass, but a record is only ever removed when drop asked for it.
 // Sweep returns the cursor to continue from; it stops at the end of the order
 // and returns 0 there, so 0 marks a completed pass.
-func (t *Table) Sweep(cursor uint64, n int, drop func(d Digest, r Record) bool) uint64 {
+func (t *Table) Sweep(cursor uint64, n int, drop func(d digest.Digest, r Record) bool) uint64 {
 	si, p := int(cursor>>32), int(uint32(cursor))
 	if si >= tabSegs {
 		si, p = 0, 0
@@ -477,7 +479,7 @@ func (t *Table) Snapshot() *TableView {
 
 // Range calls fn for every record of the view, in the order Table.Range
 // would have used at snapshot time, until fn returns false.
-func (v *TableView) Range(fn func(d Digest, r Record) bool) {
+func (v *TableView) Range(fn func(d digest.Digest, r Record) bool) {
 	if v.released.Load() {
 		panic("keyspace: Range on a released TableView")
 	}

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+
+	"github.com/l4xg/grid/digest"
 )
 
 const tabBenchKeys = 1_000_000
@@ -93,7 +95,7 @@ func BenchmarkTableGetMiss(b *testing.B) {
 func BenchmarkReadSnapshot(b *testing.B) {
 	m := NewMachine()
 	for i := range 1_000_000 {
-		m.table.Put(KeyDigest("b", []byte(strconv.Itoa(i))), Record{Token: uint64(i) + 1, Deadline: 1, Meta: makeMeta(Completed, 0, 1, 0)})
+		m.table.Put(digest.Key("b", []byte(strconv.Itoa(i))), Record{Token: uint64(i) + 1, Deadline: 1, Meta: makeMeta(Completed, 0, 1, 0)})
 	}
 	var buf bytes.Buffer
 	s := m.Snapshot()

@@ -8,18 +8,19 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/l4xg/grid/digest"
 	"pgregory.net/rapid"
 )
 
 // tdigest returns a pseudo-random digest derived from i (splitmix64).
-func tabTestDigest(i uint64) Digest {
+func tabTestDigest(i uint64) digest.Digest {
 	mix := func(z uint64) uint64 {
 		z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
 		z = (z ^ z>>27) * 0x94d049bb133111eb
 		return z ^ z>>31
 	}
 	x := i * 0x9e3779b97f4a7c15
-	return Digest{Hi: mix(x + 1), Lo: mix(x + 2)}
+	return digest.Digest{Hi: mix(x + 1), Lo: mix(x + 2)}
 }
 
 func tabTestRecord(i uint64) Record {
@@ -33,13 +34,13 @@ type tabTester interface {
 }
 
 type tabEntry struct {
-	d Digest
+	d digest.Digest
 	r Record
 }
 
-func tabCollect(rng func(func(Digest, Record) bool)) []tabEntry {
+func tabCollect(rng func(func(digest.Digest, Record) bool)) []tabEntry {
 	var out []tabEntry
-	rng(func(d Digest, r Record) bool {
+	rng(func(d digest.Digest, r Record) bool {
 		out = append(out, tabEntry{d, r})
 		return true
 	})
@@ -48,10 +49,10 @@ func tabCollect(rng func(func(Digest, Record) bool)) []tabEntry {
 
 // checkContents verifies that a Range function yields exactly model, each
 // digest once.
-func tabCheckContents(t tabTester, what string, rng func(func(Digest, Record) bool), model map[Digest]Record) {
+func tabCheckContents(t tabTester, what string, rng func(func(digest.Digest, Record) bool), model map[digest.Digest]Record) {
 	t.Helper()
 	got := tabCollect(rng)
-	seen := make(map[Digest]bool, len(got))
+	seen := make(map[digest.Digest]bool, len(got))
 	for _, e := range got {
 		if seen[e.d] {
 			t.Fatalf("%s: %v ranged twice", what, e.d)
@@ -67,7 +68,7 @@ func tabCheckContents(t tabTester, what string, rng func(func(Digest, Record) bo
 }
 
 // checkTable verifies t against model and its internal invariants.
-func tabCheck(tb tabTester, t *Table, model map[Digest]Record) {
+func tabCheck(tb tabTester, t *Table, model map[digest.Digest]Record) {
 	tb.Helper()
 	if t.Len() != len(model) {
 		tb.Fatalf("Len = %d, model has %d", t.Len(), len(model))
@@ -138,9 +139,9 @@ func TestTableBasic(t *testing.T) {
 		t.Fatal("Get after Delete hit")
 	}
 	tab.Put(d1, tabTestRecord(12))
-	tabCheck(t, tab, map[Digest]Record{d1: tabTestRecord(12), d2: tabTestRecord(20)})
+	tabCheck(t, tab, map[digest.Digest]Record{d1: tabTestRecord(12), d2: tabTestRecord(20)})
 	calls := 0
-	tab.Range(func(Digest, Record) bool { calls++; return false })
+	tab.Range(func(digest.Digest, Record) bool { calls++; return false })
 	if calls != 1 {
 		t.Fatalf("Range after false: %d calls", calls)
 	}
@@ -157,17 +158,17 @@ func TestTablePutZeroMetaPanics(t *testing.T) {
 
 func TestTableZeroDigest(t *testing.T) {
 	tab := NewTable()
-	var z Digest
+	var z digest.Digest
 	tab.Put(z, tabTestRecord(1))
-	tab.Put(Digest{Lo: 1}, tabTestRecord(2))
-	tab.Put(Digest{Hi: math.MaxUint64, Lo: math.MaxUint64}, tabTestRecord(3))
+	tab.Put(digest.Digest{Lo: 1}, tabTestRecord(2))
+	tab.Put(digest.Digest{Hi: math.MaxUint64, Lo: math.MaxUint64}, tabTestRecord(3))
 	if r, ok := tab.Get(z); !ok || r != tabTestRecord(1) {
 		t.Fatalf("Get(zero) = %v, %v", r, ok)
 	}
 	if !tab.Delete(z) {
 		t.Fatal("Delete(zero) = false")
 	}
-	tabCheck(t, tab, map[Digest]Record{{Lo: 1}: tabTestRecord(2), {Hi: math.MaxUint64, Lo: math.MaxUint64}: tabTestRecord(3)})
+	tabCheck(t, tab, map[digest.Digest]Record{{Lo: 1}: tabTestRecord(2), {Hi: math.MaxUint64, Lo: math.MaxUint64}: tabTestRecord(3)})
 }
 
 func TestTableGrowthAndShrink(t *testing.T) {
@@ -176,7 +177,7 @@ func TestTableGrowthAndShrink(t *testing.T) {
 	if empty > 16<<10 {
 		t.Fatalf("empty table holds %d bytes", empty)
 	}
-	model := map[Digest]Record{}
+	model := map[digest.Digest]Record{}
 	next := 100
 	for i := range uint64(200_000) {
 		d := tabTestDigest(i)
@@ -204,13 +205,13 @@ func TestTableGrowthAndShrink(t *testing.T) {
 // TestTableHomeCollisions uses digests of one segment whose Lo values share
 // home slot 0 (small Lo) or the last slot (Lo near the top, so runs wrap).
 func TestTableHomeCollisions(t *testing.T) {
-	var ds []Digest
+	var ds []digest.Digest
 	for i := range uint64(40) {
-		ds = append(ds, Digest{Hi: i % 3, Lo: i / 3}, Digest{Hi: 7 + i%2, Lo: math.MaxUint64 - i/2})
+		ds = append(ds, digest.Digest{Hi: i % 3, Lo: i / 3}, digest.Digest{Hi: 7 + i%2, Lo: math.MaxUint64 - i/2})
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 50 {
-		tab, model := NewTable(), map[Digest]Record{}
+		tab, model := NewTable(), map[digest.Digest]Record{}
 		for i := range 400 {
 			d := ds[rng.IntN(len(ds))]
 			if rng.IntN(3) == 0 {
@@ -267,7 +268,7 @@ func TestTableDeterminism(t *testing.T) {
 			}
 		case op < 99:
 			m := uint64(i%5 + 2)
-			drop := func(_ Digest, r Record) bool { return r.Token%m == 0 }
+			drop := func(_ digest.Digest, r Record) bool { return r.Token%m == 0 }
 			ca, cb = a.Sweep(ca, 500, drop), b.Sweep(cb, 500, drop)
 			if ca != cb {
 				t.Fatal("Sweep cursors differ")
@@ -298,11 +299,11 @@ func TestTableRestoreLayout(t *testing.T) {
 	for i := range uint64(90_000) {
 		tab.Delete(tabTestDigest(i))
 	}
-	tab.Sweep(0, 10_000, func(_ Digest, r Record) bool { return r.Token%5 == 0 })
+	tab.Sweep(0, 10_000, func(_ digest.Digest, r Record) bool { return r.Token%5 == 0 })
 	v := tab.Snapshot()
 	defer v.Release()
 	restored := NewTable()
-	v.Range(func(d Digest, r Record) bool { restored.Put(d, r); return true })
+	v.Range(func(d digest.Digest, r Record) bool { restored.Put(d, r); return true })
 	if err := restored.relevel(v.capLevels()); err != nil {
 		t.Fatal(err)
 	}
@@ -315,23 +316,23 @@ func TestTableRestoreLayout(t *testing.T) {
 		}
 	}
 	plain := NewTable()
-	v.Range(func(d Digest, r Record) bool { plain.Put(d, r); return true })
+	v.Range(func(d digest.Digest, r Record) bool { plain.Put(d, r); return true })
 	if plain.Bytes() == tab.Bytes() {
 		t.Fatal("history did not diverge from a plain rebuild; the test proves nothing")
 	}
 }
 
 func TestTableSweep(t *testing.T) {
-	tab, model := NewTable(), map[Digest]Record{}
+	tab, model := NewTable(), map[digest.Digest]Record{}
 	for i := range uint64(20_000) {
 		tab.Put(tabTestDigest(i), tabTestRecord(i))
 		model[tabTestDigest(i)] = tabTestRecord(i)
 	}
 	// A pass in small steps without deletions visits every record once.
-	seen := map[Digest]int{}
+	seen := map[digest.Digest]int{}
 	cursor, calls := uint64(0), 0
 	for {
-		cursor = tab.Sweep(cursor, 37, func(d Digest, r Record) bool {
+		cursor = tab.Sweep(cursor, 37, func(d digest.Digest, r Record) bool {
 			seen[d]++
 			return false
 		})
@@ -349,7 +350,7 @@ func TestTableSweep(t *testing.T) {
 	}
 	// A cursor from nowhere restarts at 0; n <= 0 visits nothing.
 	visits := 0
-	count := func(Digest, Record) bool { visits++; return false }
+	count := func(digest.Digest, Record) bool { visits++; return false }
 	if c := tab.Sweep(^uint64(0), 5, count); c != 5 || visits == 0 {
 		t.Fatalf("Sweep(bad cursor) = %x after %d visits", c, visits)
 	}
@@ -357,7 +358,7 @@ func TestTableSweep(t *testing.T) {
 		t.Fatalf("Sweep(n=0) = %x", c)
 	}
 	// One unbounded pass deletes every record drop asks for.
-	drop := func(d Digest, r Record) bool {
+	drop := func(d digest.Digest, r Record) bool {
 		if model[d] != r {
 			t.Fatalf("drop(%v, %v): model has %v", d, r, model[d])
 		}
@@ -372,7 +373,7 @@ func TestTableSweep(t *testing.T) {
 	}
 	tabCheck(t, tab, model)
 	// Bounded passes until nothing is left.
-	all := func(d Digest, r Record) bool { delete(model, d); return true }
+	all := func(d digest.Digest, r Record) bool { delete(model, d); return true }
 	for cursor = tab.Sweep(0, 100, all); cursor != 0; cursor = tab.Sweep(cursor, 100, all) {
 	}
 	for tab.Len() > 0 {
@@ -382,7 +383,7 @@ func TestTableSweep(t *testing.T) {
 }
 
 func TestTableSnapshot(t *testing.T) {
-	tab, model := NewTable(), map[Digest]Record{}
+	tab, model := NewTable(), map[digest.Digest]Record{}
 	for i := range uint64(5000) {
 		tab.Put(tabTestDigest(i), tabTestRecord(i))
 		model[tabTestDigest(i)] = tabTestRecord(i)
@@ -416,13 +417,13 @@ func TestTableSnapshot(t *testing.T) {
 			t.Fatal("Range on a released view did not panic")
 		}
 	}()
-	v.Range(func(Digest, Record) bool { return true })
+	v.Range(func(digest.Digest, Record) bool { return true })
 }
 
 // TestTableSnapshotConcurrent ranges views in other goroutines while the
 // owner writes heavily (run with -race).
 func TestTableSnapshotConcurrent(t *testing.T) {
-	tab, model := NewTable(), map[Digest]Record{}
+	tab, model := NewTable(), map[digest.Digest]Record{}
 	rng := rand.New(rand.NewPCG(7, 8))
 	for i := range uint64(30_000) {
 		tab.Put(tabTestDigest(i), tabTestRecord(i))
@@ -430,7 +431,7 @@ func TestTableSnapshotConcurrent(t *testing.T) {
 	}
 	type result struct {
 		got  []tabEntry
-		want map[Digest]Record
+		want map[digest.Digest]Record
 	}
 	results := make(chan result)
 	running := 0
@@ -452,7 +453,7 @@ func TestTableSnapshotConcurrent(t *testing.T) {
 				tab.Delete(tabTestDigest(k))
 				delete(model, tabTestDigest(k))
 			case i%997 == 0:
-				tab.Sweep(uint64(i), 300, func(d Digest, r Record) bool {
+				tab.Sweep(uint64(i), 300, func(d digest.Digest, r Record) bool {
 					if r.Token%2 == 0 {
 						delete(model, d)
 						return true
@@ -467,7 +468,7 @@ func TestTableSnapshotConcurrent(t *testing.T) {
 	}
 	for range running {
 		res := <-results
-		tabCheckContents(t, "concurrent view", func(fn func(Digest, Record) bool) {
+		tabCheckContents(t, "concurrent view", func(fn func(digest.Digest, Record) bool) {
 			for _, e := range res.got {
 				fn(e.d, e.r)
 			}
@@ -502,10 +503,10 @@ func tabLoadFactor(t *Table) float64 {
 func TestTableProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		genDigest := tabDigestGen(rapid.IntRange(0, 2).Draw(rt, "space"))
-		tab, model := NewTable(), map[Digest]Record{}
+		tab, model := NewTable(), map[digest.Digest]Record{}
 		type snap struct {
 			v    *TableView
-			want map[Digest]Record
+			want map[digest.Digest]Record
 		}
 		var snaps []snap
 		var cursor uint64
@@ -513,7 +514,7 @@ func TestTableProperty(t *testing.T) {
 			return Record{Token: rapid.Uint64().Draw(t, "token"), Deadline: rapid.Int64().Draw(t, "deadline"),
 				Meta: rapid.Uint64Min(1).Draw(t, "meta")}
 		})
-		pick := func(t *rapid.T) Digest {
+		pick := func(t *rapid.T) digest.Digest {
 			if len(model) > 0 && rapid.Bool().Draw(t, "existing") {
 				keys := tabSortedKeys(model)
 				return rapid.SampledFrom(keys).Draw(t, "key")
@@ -561,7 +562,7 @@ func TestTableProperty(t *testing.T) {
 			"sweep": func(t *rapid.T) {
 				n := rapid.IntRange(0, 64).Draw(t, "n")
 				m := rapid.Uint64Range(1, 4).Draw(t, "mod")
-				cursor = tab.Sweep(cursor, n, func(d Digest, r Record) bool {
+				cursor = tab.Sweep(cursor, n, func(d digest.Digest, r Record) bool {
 					if model[d] != r {
 						t.Fatalf("drop(%v, %v): model has %v", d, r, model[d])
 					}
@@ -583,7 +584,7 @@ func TestTableProperty(t *testing.T) {
 				v := snaps[i].v
 				tabCheckContents(t, "view", v.Range, snaps[i].want)
 				restored := NewTable()
-				v.Range(func(d Digest, r Record) bool { restored.Put(d, r); return true })
+				v.Range(func(d digest.Digest, r Record) bool { restored.Put(d, r); return true })
 				if err := restored.relevel(v.capLevels()); err != nil {
 					t.Fatal(err)
 				}
@@ -607,28 +608,28 @@ func TestTableProperty(t *testing.T) {
 
 // digestGen draws digests from a tiny space (one segment, shared home slots
 // at both ends of the array), a small one, or the full space.
-func tabDigestGen(space int) *rapid.Generator[Digest] {
-	return rapid.Custom(func(t *rapid.T) Digest {
+func tabDigestGen(space int) *rapid.Generator[digest.Digest] {
+	return rapid.Custom(func(t *rapid.T) digest.Digest {
 		switch space {
 		case 0:
 			lo := rapid.Uint64Range(0, 5).Draw(t, "lo")
 			if rapid.Bool().Draw(t, "top") {
 				lo = math.MaxUint64 - lo
 			}
-			return Digest{Hi: rapid.Uint64Range(0, 2).Draw(t, "hi"), Lo: lo}
+			return digest.Digest{Hi: rapid.Uint64Range(0, 2).Draw(t, "hi"), Lo: lo}
 		case 1:
-			return Digest{Hi: rapid.Uint64Range(0, 3).Draw(t, "hi") << 56, Lo: rapid.Uint64Range(0, 63).Draw(t, "lo") << 58}
+			return digest.Digest{Hi: rapid.Uint64Range(0, 3).Draw(t, "hi") << 56, Lo: rapid.Uint64Range(0, 63).Draw(t, "lo") << 58}
 		}
-		return Digest{Hi: rapid.Uint64().Draw(t, "hi"), Lo: rapid.Uint64().Draw(t, "lo")}
+		return digest.Digest{Hi: rapid.Uint64().Draw(t, "hi"), Lo: rapid.Uint64().Draw(t, "lo")}
 	})
 }
 
-func tabSortedKeys(m map[Digest]Record) []Digest {
-	keys := make([]Digest, 0, len(m))
+func tabSortedKeys(m map[digest.Digest]Record) []digest.Digest {
+	keys := make([]digest.Digest, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(a, b Digest) int {
+	slices.SortFunc(keys, func(a, b digest.Digest) int {
 		return cmp.Or(cmp.Compare(a.Hi, b.Hi), cmp.Compare(a.Lo, b.Lo))
 	})
 	return keys

@@ -1,6 +1,10 @@
 package keyspace
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/l4xg/grid/digest"
+)
 
 // TierPolicy says when settled records leave the hot table for the cold
 // tier. The leader writes its policy into every tick entry, so all replicas
@@ -38,7 +42,7 @@ func (m *Machine) demotable(r Record, now int64, over bool) bool {
 }
 
 // demote moves d's settled record r, with its side data, to the cold tier.
-func (m *Machine) demote(d Digest, r Record) {
+func (m *Machine) demote(d digest.Digest, r Record) {
 	cr := ColdRecord{Record: r}
 	if r.has(flagFingerprint) {
 		cr.Fingerprint, _ = m.fingerprints.get(d)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -36,7 +37,7 @@ func BenchmarkPropose(b *testing.B) {
 			start := time.Now()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					d := keyspace.KeyDigest("bench", fmt.Appendf(nil, "k%d", seq.Add(1)))
+					d := digest.Key("bench", fmt.Appendf(nil, "k%d", seq.Add(1)))
 					cmd := keyspace.Command{Op: keyspace.OpReserve, Digest: d, Lease: 30000, Retention: 60000, MaxAttempts: 5}
 					if _, err := h.For(d).Propose(ctx, []keyspace.Command{cmd}); err != nil {
 						b.Error(err)

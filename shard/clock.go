@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -16,7 +17,7 @@ import (
 // MaxMaxClockOffset bounds the maximum clock offset setting: a bound at
 // or past the longest lease would leave no lease a safe window (a
 // holder's margin must be at least the bound).
-const MaxMaxClockOffset = keyspace.MaxLease
+const MaxMaxClockOffset = digest.MaxLease
 
 // ValidateMaxClockOffset checks a maximum clock offset setting: 1 ms
 // (stamps are in milliseconds) up to MaxMaxClockOffset.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 )
@@ -78,7 +79,7 @@ func TestLeaseWaitsForTheClockToReachTheStamps(t *testing.T) {
 		first := propose(t, s, a)[0]
 		clock.Add(-100 * time.Millisecond)
 		b := reserve("b", 10*time.Second)
-		b.Digest = keyspace.Digest{Hi: a.Digest.Hi, Lo: a.Digest.Lo + 1} // the same shard
+		b.Digest = digest.Digest{Hi: a.Digest.Hi, Lo: a.Digest.Lo + 1} // the same shard
 		if h.For(b.Digest) != s {
 			t.Fatal("b is not on a's shard")
 		}
@@ -201,8 +202,8 @@ func TestClockRefusalHandsLeadershipOver(t *testing.T) {
 	peers[at].set(nil, nil)
 
 	const lease = time.Minute
-	d := keyspace.KeyDigest("t", []byte("k"))
-	for nh.hosts[0].SlotShard(d.Slot(nh.hosts[0].Settings().Slots)) != id {
+	d := digest.Key("t", []byte("k"))
+	for nh.hosts[0].ShardOf(d) != id {
 		d.Lo++
 	}
 	reserveKey := func(s *Shard) (keyspace.Result, error) {

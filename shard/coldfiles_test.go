@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
@@ -69,7 +70,7 @@ func (n *coldNode) settle(key string) {
 	n.t.Helper()
 	s := n.shard()
 	got := propose(n.t, s, reserve(key, time.Minute))[0]
-	propose(n.t, s, keyspace.Command{Op: keyspace.OpComplete, Digest: keyspace.KeyDigest("t", []byte(key)),
+	propose(n.t, s, keyspace.Command{Op: keyspace.OpComplete, Digest: digest.Key("t", []byte(key)),
 		Token: got.Token, Retention: (72 * time.Hour).Milliseconds(), Result: []byte(key)})
 }
 
@@ -97,7 +98,7 @@ func (n *coldNode) fill() {
 		n.settle(fmt.Sprint("b", i))
 	}
 	n.demote()
-	propose(n.t, n.shard(), keyspace.Command{Op: keyspace.OpForget, Digest: keyspace.KeyDigest("t", []byte("a3"))})
+	propose(n.t, n.shard(), keyspace.Command{Op: keyspace.OpForget, Digest: digest.Key("t", []byte("a3"))})
 }
 
 // check verifies the 69 cold records: held, answered from the cold tier,
@@ -109,16 +110,16 @@ func (n *coldNode) check(step string) {
 		n.t.Fatalf("%s: hot %d, cold %d; want 0, 69", step, st.Keys, st.Cold.Keys)
 	}
 	for _, key := range []string{"a0", "a49", "b0", "b19"} {
-		g, err := s.Get(context.Background(), keyspace.KeyDigest("t", []byte(key)), true)
+		g, err := s.Get(context.Background(), digest.Key("t", []byte(key)), true)
 		if err != nil || g.State != keyspace.Completed || !g.Cold || string(g.Result) != key {
 			n.t.Fatalf("%s: %s: %+v, %v", step, key, g, err)
 		}
 	}
-	if g, _ := s.Get(context.Background(), keyspace.KeyDigest("t", []byte("a3")), true); g.State != keyspace.Absent || g.Cold {
+	if g, _ := s.Get(context.Background(), digest.Key("t", []byte("a3")), true); g.State != keyspace.Absent || g.Cold {
 		n.t.Fatalf("%s: the forgotten key: %+v", step, g)
 	}
 	audited := 0
-	err := n.h.Audit(keyspace.NamespaceTag("t"), 0, 1<<62, func(uint32, keyspace.Digest, keyspace.ColdRecord) bool {
+	err := n.h.Audit(digest.NamespaceTag("t"), 0, 1<<62, func(uint32, digest.Digest, keyspace.ColdRecord) bool {
 		audited++
 		return true
 	})
@@ -331,7 +332,7 @@ func (ls *lagSet) leader() *Shard {
 func (ls *lagSet) settle(l *Shard, key string) {
 	ls.t.Helper()
 	got := propose(ls.t, l, reserve(key, time.Minute))[0]
-	propose(ls.t, l, keyspace.Command{Op: keyspace.OpComplete, Digest: keyspace.KeyDigest("t", []byte(key)),
+	propose(ls.t, l, keyspace.Command{Op: keyspace.OpComplete, Digest: digest.Key("t", []byte(key)),
 		Token: got.Token, Retention: (72 * time.Hour).Milliseconds(), Result: []byte(key)})
 }
 
@@ -357,7 +358,7 @@ func checkCold(t *testing.T, r *replica, want int64) {
 		t.Fatalf("replica %s: hot %d, cold %d; want 0, %d", r.id, st.Keys, st.Cold.Keys, want)
 	}
 	for _, key := range []string{"a0", "a29", "b0", "b29"} {
-		g, err := r.s.Get(context.Background(), keyspace.KeyDigest("t", []byte(key)), true)
+		g, err := r.s.Get(context.Background(), digest.Key("t", []byte(key)), true)
 		if err != nil || g.State != keyspace.Completed || !g.Cold || string(g.Result) != key {
 			t.Fatalf("replica %s: %s: %+v, %v", r.id, key, g, err)
 		}

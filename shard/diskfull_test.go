@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
@@ -73,11 +74,11 @@ func TestColdDiskFullStallsAndRecovers(t *testing.T) {
 	}
 
 	const n = 6000 // ~500 KB of cold records: past 4 memtables of 64 KB
-	keys := make([]keyspace.Digest, n)
+	keys := make([]digest.Digest, n)
 	for i := 0; i < n; i += 500 {
 		var reserves []keyspace.Command
 		for j := i; j < i+500; j++ {
-			keys[j] = keyspace.KeyDigest("t", []byte(fmt.Sprint("key-", j)))
+			keys[j] = digest.Key("t", []byte(fmt.Sprint("key-", j)))
 			reserves = append(reserves, keyspace.Command{Op: keyspace.OpReserve, Digest: keys[j], Lease: 60_000, Retention: 7 * 86_400_000, MaxAttempts: 3})
 		}
 		res := propose(t, s, reserves...)

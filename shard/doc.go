@@ -40,7 +40,7 @@
 //
 // Leases rely on the nodes' clocks agreeing within a maximum offset ε
 // (Config.MaxClockOffset, gridnode serve --max-clock-offset, default
-// keyspace.DefaultMaxClockOffset = 250 ms; the model is CockroachDB's
+// digest.DefaultMaxClockOffset = 250 ms; the model is CockroachDB's
 // --max-offset). Three rules enforce it on the leader:
 //
 //   - A lease is granted or renewed (an entry carrying a Reserve or an
@@ -131,7 +131,7 @@
 // under its own key prefix; snapshots go to a file snapshot store per shard.
 // Hard settings (digest function, slot count, shard count) are written to the
 // data directory at creation and checked at every start. The shard count
-// also fixes each shard's token layout (keyspace.NewTokenLayout of its id
+// also fixes each shard's token layout (digest.NewTokenLayout of its id
 // and the count): the leader writes it into every entry it proposes, so
 // each token names its shard, and every replica, replaying or not, grants
 // the tokens the log says.

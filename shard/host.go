@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/tiering"
@@ -33,7 +34,7 @@ type HostConfig struct {
 	TickInterval time.Duration
 	// MaxClockOffset is the bound on clock offsets leases rely on
 	// (gridnode serve --max-clock-offset); default
-	// keyspace.DefaultMaxClockOffset. PeerClocks, if set, is the node's
+	// digest.DefaultMaxClockOffset. PeerClocks, if set, is the node's
 	// measurement of its clock against its peers' (Config.PeerClocks).
 	MaxClockOffset time.Duration
 	PeerClocks     PeerClocks
@@ -103,8 +104,8 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 			cfg.Shards = stored.Shards
 		}
 	}
-	if cfg.Shards < 1 || uint32(cfg.Shards) > cfg.Slots || cfg.Shards > 1<<keyspace.MaxTokenBits {
-		return nil, fmt.Errorf("shard: host config: shards %d out of range 1..min(%d (slots), %d (tokens name the shard))", cfg.Shards, cfg.Slots, 1<<keyspace.MaxTokenBits)
+	if cfg.Shards < 1 || uint32(cfg.Shards) > cfg.Slots || cfg.Shards > 1<<digest.MaxTokenBits {
+		return nil, fmt.Errorf("shard: host config: shards %d out of range 1..min(%d (slots), %d (tokens name the shard))", cfg.Shards, cfg.Slots, 1<<digest.MaxTokenBits)
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("shard: data dir: %w", err)
@@ -117,7 +118,7 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.MaxClockOffset == 0 {
-		cfg.MaxClockOffset = keyspace.DefaultMaxClockOffset
+		cfg.MaxClockOffset = digest.DefaultMaxClockOffset
 	}
 	if err := ValidateMaxClockOffset(cfg.MaxClockOffset); err != nil {
 		return nil, fmt.Errorf("shard: host config: %w", err)
@@ -178,16 +179,16 @@ func (h *Host) Shard(id int) *Shard {
 	return h.replicas[id]
 }
 
-// SlotShard maps a slot to its shard id: contiguous slot ranges per shard.
-func (h *Host) SlotShard(slot uint32) int {
-	return int(uint64(slot) * uint64(h.settings.Shards) / uint64(h.settings.Slots))
+// ShardOf is the id of the shard that owns digest d (digest.Digest.Shard).
+func (h *Host) ShardOf(d digest.Digest) int {
+	return d.Shard(h.settings.Slots, h.settings.Shards)
 }
 
 // For returns the replica of the shard that owns digest d, or nil when this
 // node hosts no replica of it (the cluster map places it elsewhere, or
 // its replica was not started or was stopped).
-func (h *Host) For(d keyspace.Digest) *Shard {
-	return h.Shard(h.SlotShard(d.Slot(h.settings.Slots)))
+func (h *Host) For(d digest.Digest) *Shard {
+	return h.Shard(h.ShardOf(d))
 }
 
 // WaitReady blocks until every hosted replica leads and serves reads, or
@@ -252,7 +253,7 @@ func (h *Host) ColdHealth() error { return h.cold.Health() }
 // Audit calls fn for the COMPLETED and POISONED records of namespace tag
 // settled in [since, until) that the local cold tiers hold, shard by shard,
 // oldest first within a shard, until fn returns false. It reads local state.
-func (h *Host) Audit(tag uint16, since, until int64, fn func(shard uint32, d keyspace.Digest, r keyspace.ColdRecord) bool) error {
+func (h *Host) Audit(tag uint16, since, until int64, fn func(shard uint32, d digest.Digest, r keyspace.ColdRecord) bool) error {
 	return h.cold.Audit(tag, since, until, fn)
 }
 

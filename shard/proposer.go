@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -24,8 +25,8 @@ type proposer struct {
 	clock       func() time.Time
 	floor       func() int64 // the latest applied stamp
 	maxCommands int
-	policy      keyspace.TierPolicy  // carried by every tick entry
-	layout      keyspace.TokenLayout // carried by every entry
+	policy      keyspace.TierPolicy // carried by every tick entry
+	layout      digest.TokenLayout  // carried by every entry
 	observe     func(commands int, took time.Duration, res []keyspace.Result, cmds []keyspace.Command)
 
 	in       chan *request

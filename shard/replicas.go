@@ -10,7 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/raftlog"
 )
 
@@ -146,7 +146,7 @@ func (h *Host) openShard(i int, bootstrap bool, voters []raft.Server) (*Shard, e
 		return nil, fmt.Errorf("shard %d: %w", i, err)
 	}
 	cfg := h.cfg
-	tokens, err := keyspace.NewTokenLayout(i, h.settings.Shards)
+	tokens, err := digest.NewTokenLayout(i, h.settings.Shards)
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: %w", i, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -47,9 +48,9 @@ func BenchmarkReplicatedPropose(b *testing.B) {
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			d := keyspace.KeyDigest("bench", fmt.Appendf(nil, "k%d", seq.Add(1)))
+			d := digest.Key("bench", fmt.Appendf(nil, "k%d", seq.Add(1)))
 			cmd := keyspace.Command{Op: keyspace.OpReserve, Digest: d, Lease: 30000, Retention: 60000, MaxAttempts: 5}
-			s := h.SlotShard(d.Slot(h.Settings().Slots))
+			s := h.ShardOf(d)
 			_, err := leaders[s].Load().Propose(ctx, []keyspace.Command{cmd})
 			for errors.Is(err, ErrNotLeader) {
 				follow(s)

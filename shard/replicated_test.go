@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
@@ -146,8 +147,8 @@ func (nh *netHosts) replica(i, id int) *Shard {
 // refuses proposals, and the stopped host catches up when restarted.
 func TestReplicatedShardsOverTheMux(t *testing.T) {
 	nh := openNetHosts(t, 3)
-	d := keyspace.KeyDigest("t", []byte("order-1"))
-	id := nh.hosts[0].SlotShard(d.Slot(nh.hosts[0].Settings().Slots))
+	d := digest.Key("t", []byte("order-1"))
+	id := nh.hosts[0].ShardOf(d)
 	at, l := nh.leader(id)
 	first := propose(t, l, keyspace.Command{Op: keyspace.OpReserve, Digest: d, Lease: time.Hour.Milliseconds(),
 		Retention: time.Hour.Milliseconds(), MaxAttempts: 3})[0]

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/tiering"
@@ -41,17 +42,17 @@ type Config struct {
 	// HotMaxBytes is the shard's hot tier budget; 0 means none.
 	HotMaxBytes int64
 	// Tokens is the layout of the fencing tokens the shard grants
-	// (keyspace.TokenLayout), derived from the shard id and the grid's
-	// shard count, a hard setting (keyspace.NewTokenLayout). The leader
+	// (digest.TokenLayout), derived from the shard id and the grid's
+	// shard count, a hard setting (digest.NewTokenLayout). The leader
 	// writes it into every entry it proposes, so the log says how each
 	// entry's tokens are made. The zero layout names no shard; with bits
 	// its Shard must be ID.
-	Tokens keyspace.TokenLayout
+	Tokens digest.TokenLayout
 	// Clock is the leader's time source for stamps; default time.Now.
 	Clock func() time.Time
 	// MaxClockOffset is the bound on the offset between any two nodes'
 	// clocks that leases rely on (doc.go, Time); default
-	// keyspace.DefaultMaxClockOffset, range 1 ms .. MaxMaxClockOffset.
+	// digest.DefaultMaxClockOffset, range 1 ms .. MaxMaxClockOffset.
 	MaxClockOffset time.Duration
 	// PeerClocks, if set, tells whether this node's clock is within
 	// MaxClockOffset of its peers'; nil: no peer measurement (a node
@@ -95,7 +96,7 @@ func (c *Config) Validate() error {
 		c.TickInterval = time.Second
 	}
 	if c.MaxClockOffset == 0 {
-		c.MaxClockOffset = keyspace.DefaultMaxClockOffset
+		c.MaxClockOffset = digest.DefaultMaxClockOffset
 	}
 	if err := ValidateMaxClockOffset(c.MaxClockOffset); err != nil {
 		return fmt.Errorf("shard: config: %w", err)
@@ -280,7 +281,7 @@ type ReadOptions struct {
 // travels through the log as a read-only command, group-committed with the
 // writes, and is evaluated at its entry's stamp, exactly in log order. With
 // o.StaleOK this replica answers from its applied state, at its latest stamp.
-func (s *Shard) Read(ctx context.Context, d keyspace.Digest, o ReadOptions) (keyspace.Result, error) {
+func (s *Shard) Read(ctx context.Context, d digest.Digest, o ReadOptions) (keyspace.Result, error) {
 	if o.StaleOK {
 		var res keyspace.Result
 		s.fsm.view(func(m *keyspace.Machine) { res = m.Get(d, 0, o.ShowToken) })
@@ -294,7 +295,7 @@ func (s *Shard) Read(ctx context.Context, d keyspace.Digest, o ReadOptions) (key
 }
 
 // Get is Read without the operator view: the answer carries no token.
-func (s *Shard) Get(ctx context.Context, d keyspace.Digest, staleOK bool) (keyspace.Result, error) {
+func (s *Shard) Get(ctx context.Context, d digest.Digest, staleOK bool) (keyspace.Result, error) {
 	return s.Read(ctx, d, ReadOptions{StaleOK: staleOK})
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -56,7 +57,7 @@ func openHost(t *testing.T, dir string, clock func() time.Time, reg prometheus.R
 
 func reserve(key string, lease time.Duration) keyspace.Command {
 	return keyspace.Command{
-		Op: keyspace.OpReserve, Digest: keyspace.KeyDigest("t", []byte(key)),
+		Op: keyspace.OpReserve, Digest: digest.Key("t", []byte(key)),
 		Lease: lease.Milliseconds(), Retention: time.Hour.Milliseconds(), MaxAttempts: 3,
 	}
 }
@@ -141,7 +142,7 @@ func TestTokensSurviveRestart(t *testing.T) {
 }
 
 // TestTokensNameTheirShard: every shard of a host grants tokens that name
-// it (keyspace.TokenShard), before and after a snapshot and a restart, and
+// it (digest.TokenShard), before and after a snapshot and a restart, and
 // they keep increasing.
 func TestTokensNameTheirShard(t *testing.T) {
 	dir := t.TempDir()
@@ -153,7 +154,7 @@ func TestTokensNameTheirShard(t *testing.T) {
 		for _, s := range h.Shards() {
 			id := int(s.ID())
 			tok := propose(t, s, reserve(fmt.Sprintf("k%d-%d", id, round), time.Minute))[0].Token
-			if got, ok := keyspace.TokenShard(tok, h.Settings().Shards); !ok || got != id || tok <= last[id] {
+			if got, ok := digest.TokenShard(tok, h.Settings().Shards); !ok || got != id || tok <= last[id] {
 				t.Fatalf("round %d: shard %d granted token %d (names shard %d, %v; the last was %d)", round, id, tok, got, ok, last[id])
 			}
 			last[id] = tok

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -177,8 +178,8 @@ func benchLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-func benchDigest(i int) keyspace.Digest {
-	return keyspace.KeyDigest("bench", []byte("order-"+strconv.Itoa(i)))
+func benchDigest(i int) digest.Digest {
+	return digest.Key("bench", []byte("order-"+strconv.Itoa(i)))
 }
 
 // loadKeys reserves and completes keys [from, from+n) in batches from 16

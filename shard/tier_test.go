@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
@@ -138,7 +139,7 @@ func TestTieringAcrossReplicas(t *testing.T) {
 	retention := 7 * 24 * time.Hour
 	for i := range n {
 		got := propose(t, l, reserve(fmt.Sprint("k", i), time.Minute))[0]
-		done := propose(t, l, keyspace.Command{Op: keyspace.OpComplete, Digest: keyspace.KeyDigest("t", []byte(fmt.Sprint("k", i))),
+		done := propose(t, l, keyspace.Command{Op: keyspace.OpComplete, Digest: digest.Key("t", []byte(fmt.Sprint("k", i))),
 			Token: got.Token, Retention: retention.Milliseconds(), Result: []byte(fmt.Sprint("receipt-", i))})[0]
 		if done.Outcome != keyspace.OutcomeOK {
 			t.Fatalf("complete k%d: %v", i, done.Outcome)
@@ -163,12 +164,12 @@ func TestTieringAcrossReplicas(t *testing.T) {
 		t.Fatalf("reserve of a demoted key: %+v; want a cold DUPLICATE with its result", dup)
 	}
 	for _, s := range rs.replicas {
-		g, err := s.Get(context.Background(), keyspace.KeyDigest("t", []byte("k9")), true)
+		g, err := s.Get(context.Background(), digest.Key("t", []byte("k9")), true)
 		if err != nil || g.State != keyspace.Completed || !g.Cold || string(g.Result) != "receipt-9" {
 			t.Fatalf("replica %s: local read of a demoted key: %+v, %v", s.cfg.NodeID, g, err)
 		}
 	}
-	if g, err := l.Read(context.Background(), keyspace.KeyDigest("t", []byte("in-flight")), ReadOptions{ShowToken: true}); err != nil ||
+	if g, err := l.Read(context.Background(), digest.Key("t", []byte("in-flight")), ReadOptions{ShowToken: true}); err != nil ||
 		g.State != keyspace.Processing || g.Cold || g.Token != pending.Token {
 		t.Fatalf("the record in flight: %+v, %v; want it PROCESSING in the hot tier", g, err)
 	}
@@ -206,7 +207,7 @@ func TestTieringSurvivesSnapshotRestart(t *testing.T) {
 	s := h.Shards()[0]
 	settle := func(key string) {
 		got := propose(t, s, reserve(key, time.Minute))[0]
-		propose(t, s, keyspace.Command{Op: keyspace.OpComplete, Digest: keyspace.KeyDigest("t", []byte(key)),
+		propose(t, s, keyspace.Command{Op: keyspace.OpComplete, Digest: digest.Key("t", []byte(key)),
 			Token: got.Token, Retention: (72 * time.Hour).Milliseconds(), Result: []byte(key)})
 	}
 	for i := range 50 {
@@ -227,7 +228,7 @@ func TestTieringSurvivesSnapshotRestart(t *testing.T) {
 	if _, err := s.prop.propose(context.Background(), nil, true); err != nil {
 		t.Fatal(err)
 	}
-	propose(t, s, keyspace.Command{Op: keyspace.OpForget, Digest: keyspace.KeyDigest("t", []byte("a3"))})
+	propose(t, s, keyspace.Command{Op: keyspace.OpForget, Digest: digest.Key("t", []byte("a3"))})
 	before := s.Status()
 	if before.Cold.Keys != 69 || before.Keys != 0 {
 		t.Fatalf("before restart: hot %d, cold %d; want 0, 69", before.Keys, before.Cold.Keys)

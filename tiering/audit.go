@@ -6,11 +6,12 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 )
 
 // AuditFunc receives one record of an audit; returning false stops it.
-type AuditFunc func(shard uint32, d keyspace.Digest, r keyspace.ColdRecord) bool
+type AuditFunc func(shard uint32, d digest.Digest, r keyspace.ColdRecord) bool
 
 // Audit calls fn for every record of every shard whose digest carries
 // namespace tag nsTag and whose completed-at time t is in [since, until),
@@ -59,8 +60,8 @@ func (s *Store) Audit(nsTag uint16, since, until int64, fn AuditFunc) error {
 // auditShard runs the audit over one shard; it reports whether to go on.
 func (s *Store) auditShard(snap *pebble.Snapshot, shard uint32, gen byte, tag uint16, since, until int64, fn AuditFunc) (bool, error) {
 	var lk, hk [auditKeyLen]byte
-	lo := auditKey(&lk, shard, gen, tag, since, keyspace.Digest{})
-	hi := auditKey(&hk, shard, gen, tag, until, keyspace.Digest{})
+	lo := auditKey(&lk, shard, gen, tag, since, digest.Digest{})
+	hi := auditKey(&hk, shard, gen, tag, until, digest.Digest{})
 	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return false, fmt.Errorf("%w: audit iterator: %w", ErrStorage, err)

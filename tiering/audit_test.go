@@ -7,20 +7,21 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 )
 
 type audited struct {
 	shard       uint32
-	d           keyspace.Digest
+	d           digest.Digest
 	completedAt int64
 }
 
 func runAudit(t *testing.T, s *Store, ns string, since, until int64, stopAfter int) []audited {
 	t.Helper()
 	var got []audited
-	err := s.Audit(keyspace.NamespaceTag(ns), since, until, func(shard uint32, d keyspace.Digest, r keyspace.ColdRecord) bool {
-		if d.NamespaceTag() != keyspace.NamespaceTag(ns) {
+	err := s.Audit(digest.NamespaceTag(ns), since, until, func(shard uint32, d digest.Digest, r keyspace.ColdRecord) bool {
+		if d.NamespaceTag() != digest.NamespaceTag(ns) {
 			t.Errorf("audit of %s returned digest %v of tag %x", ns, d, d.NamespaceTag())
 		}
 		got = append(got, audited{shard, d, r.CompletedAt()})
@@ -35,7 +36,7 @@ func runAudit(t *testing.T, s *Store, ns string, since, until int64, stopAfter i
 func TestAuditRangesNamespacesAndOrder(t *testing.T) {
 	// The tags are fixed: equal ones would be a change of the tag function,
 	// which the ranges below rely on telling these namespaces apart.
-	if keyspace.NamespaceTag("orders") == keyspace.NamespaceTag("billing") {
+	if digest.NamespaceTag("orders") == digest.NamespaceTag("billing") {
 		t.Fatal("namespaces orders and billing share a tag")
 	}
 	s := openTest(t, testOptions())
@@ -45,7 +46,7 @@ func TestAuditRangesNamespacesAndOrder(t *testing.T) {
 		for i := range 30 {
 			completedAt := int64(1000 + (i*17)%30*10) // 1000..1290, shuffled
 			for _, ns := range []string{"orders", "billing"} {
-				d := keyspace.KeyDigest(ns, []byte{byte(id), byte(i)})
+				d := digest.Key(ns, []byte{byte(id), byte(i)})
 				r := settled(i, completedAt, 1<<40)
 				sh.Put(d, &r)
 				if ns == "orders" && completedAt >= 1100 && completedAt < 1200 {
@@ -57,7 +58,7 @@ func TestAuditRangesNamespacesAndOrder(t *testing.T) {
 	}
 	// Pending writes are not audited.
 	pending := settled(1, 1150, 1<<40)
-	s.Shard(2).Put(keyspace.KeyDigest("orders", []byte("pending")), &pending)
+	s.Shard(2).Put(digest.Key("orders", []byte("pending")), &pending)
 
 	slices.SortFunc(want, func(a, b audited) int {
 		if a.shard != b.shard {
@@ -120,7 +121,7 @@ func TestAuditFollowsRestoredGeneration(t *testing.T) {
 	if sh2 := s2.Shard(1); sh2.gen != 1 {
 		t.Fatalf("reopened shard has generation %d, want 1", sh2.gen)
 	}
-	mustGet(t, s2.Shard(1), digest("ns", 3), settled(3, 1003, 5003))
+	mustGet(t, s2.Shard(1), keyDigest("ns", 3), settled(3, 1003, 5003))
 }
 
 func TestAuditClosed(t *testing.T) {
@@ -129,7 +130,7 @@ func TestAuditClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	err = s.Audit(1, 0, 10, func(uint32, keyspace.Digest, keyspace.ColdRecord) bool { return true })
+	err = s.Audit(1, 0, 10, func(uint32, digest.Digest, keyspace.ColdRecord) bool { return true })
 	if !errors.Is(err, ErrClosed) {
 		t.Fatalf("Audit after Close: %v", err)
 	}

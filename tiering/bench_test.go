@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/digest"
 )
 
 // benchRecords is the number of records BenchmarkColdGet loads (1M unless
@@ -44,7 +44,7 @@ func BenchmarkColdGet(b *testing.B) {
 	start := time.Now()
 	for i := range n {
 		r := settled(i, int64(1000+i), int64(1<<40+i))
-		sh.Put(digest("ns", i), &r)
+		sh.Put(keyDigest("ns", i), &r)
 		if i%1000 == 999 {
 			mustFlush(b, sh)
 		}
@@ -61,13 +61,13 @@ func BenchmarkColdGet(b *testing.B) {
 	st, _ := s.Stats()
 	b.Logf("loaded %d records in %v; %d bytes on disk (%.1f B/record)", n, time.Since(start).Round(time.Millisecond), st.DiskBytes, float64(st.DiskBytes)/float64(n))
 
-	hits := make([]keyspace.Digest, 1<<16)
-	misses := make([]keyspace.Digest, 1<<16)
+	hits := make([]digest.Digest, 1<<16)
+	misses := make([]digest.Digest, 1<<16)
 	for i := range hits {
-		hits[i] = digest("ns", rand.IntN(n))
-		misses[i] = digest("other", i)
+		hits[i] = keyDigest("ns", rand.IntN(n))
+		misses[i] = keyDigest("other", i)
 	}
-	run := func(name string, ds []keyspace.Digest, want bool) {
+	run := func(name string, ds []digest.Digest, want bool) {
 		b.Run(name, func(b *testing.B) {
 			before, _ := s.Metrics()
 			lat0 := sh.Stats().LookupLatency
@@ -141,7 +141,7 @@ func BenchmarkRestore(b *testing.B) {
 	src := s.Shard(1)
 	for i := range n {
 		r := settled(i, int64(1000+i), int64(1<<40+i))
-		src.Put(digest("ns", i), &r)
+		src.Put(keyDigest("ns", i), &r)
 		if i%1000 == 999 {
 			mustFlush(b, src)
 		}

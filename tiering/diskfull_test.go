@@ -71,7 +71,7 @@ func TestDiskFullReportsStallsAndRecovers(t *testing.T) {
 		defer close(done)
 		for i := before; i < total; i++ {
 			r := settled(i, int64(1000+i), int64(5000+i))
-			sh.Put(digest("ns", i), &r)
+			sh.Put(keyDigest("ns", i), &r)
 			if i%10 == 9 {
 				if err := sh.Flush(); err != nil {
 					t.Error(err)
@@ -97,7 +97,7 @@ func TestDiskFullReportsStallsAndRecovers(t *testing.T) {
 	<-done
 	testwait.For(t, 20*time.Second, "Health to clear", func() bool { return s.Health() == nil })
 	for i := before; i < total; i++ {
-		want[digest("ns", i)] = settled(i, int64(1000+i), int64(5000+i))
+		want[keyDigest("ns", i)] = settled(i, int64(1000+i), int64(5000+i))
 	}
 	checkHolds(t, sh, want)
 	if err := s.db.With(func(db *pebble.DB) error {

@@ -19,7 +19,7 @@ func benchShard(b *testing.B) (*Store, *Shard, int) {
 	sh := s.Shard(1)
 	for i := range n {
 		r := settled(i, int64(1000+i), int64(1<<40+i))
-		sh.Put(digest("ns", i), &r)
+		sh.Put(keyDigest("ns", i), &r)
 		if i%1000 == 999 {
 			mustFlush(b, sh)
 		}

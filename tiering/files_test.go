@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -49,7 +50,7 @@ func (o *onlyHeader) Read(p []byte) (int, error) {
 func auditCount(t testing.TB, s *Store, shard uint32) int {
 	t.Helper()
 	n := 0
-	err := s.Audit(keyspace.NamespaceTag("ns"), -1<<62, 1<<62, func(id uint32, d keyspace.Digest, r keyspace.ColdRecord) bool {
+	err := s.Audit(digest.NamespaceTag("ns"), -1<<62, 1<<62, func(id uint32, d digest.Digest, r keyspace.ColdRecord) bool {
 		if id == shard {
 			n++
 		}
@@ -74,7 +75,7 @@ func TestRestoreWithFilesIngestsLocalCopies(t *testing.T) {
 	bytesBefore := sh.Stats().Bytes
 	change := func() { // after the snapshot: replaced by a restore
 		fill(t, sh, 5000, 10)
-		sh.Delete(digest("ns", 7))
+		sh.Delete(keyDigest("ns", 7))
 		mustFlush(t, sh)
 	}
 	check := func(step string, files, streams uint64) {

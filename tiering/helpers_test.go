@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -40,8 +41,8 @@ const (
 	flagResult      = 1 << 1
 )
 
-func digest(ns string, i int) keyspace.Digest {
-	return keyspace.KeyDigest(ns, fmt.Appendf(nil, "key-%d", i))
+func keyDigest(ns string, i int) digest.Digest {
+	return digest.Key(ns, fmt.Appendf(nil, "key-%d", i))
 }
 
 // settled returns a COMPLETED record completed at completedAt and kept
@@ -67,7 +68,7 @@ func sameRecord(a, b keyspace.ColdRecord) bool {
 		(a.Result == nil) == (b.Result == nil)
 }
 
-func mustGet(t testing.TB, sh *Shard, d keyspace.Digest, want keyspace.ColdRecord) {
+func mustGet(t testing.TB, sh *Shard, d digest.Digest, want keyspace.ColdRecord) {
 	t.Helper()
 	got, ok := sh.Get(d)
 	if !ok {
@@ -78,7 +79,7 @@ func mustGet(t testing.TB, sh *Shard, d keyspace.Digest, want keyspace.ColdRecor
 	}
 }
 
-func mustMiss(t testing.TB, sh *Shard, d keyspace.Digest) {
+func mustMiss(t testing.TB, sh *Shard, d digest.Digest) {
 	t.Helper()
 	if got, ok := sh.Get(d); ok {
 		t.Fatalf("Get(%v) = %+v, want a miss", d, got)

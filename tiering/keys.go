@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -24,9 +25,9 @@ const (
 	kindExpiry = 'x'
 
 	prefixLen    = 6
-	recordKeyLen = prefixLen + 16
-	expiryKeyLen = prefixLen + 8 + 16
-	auditKeyLen  = prefixLen + 2 + 8 + 16
+	recordKeyLen = prefixLen + digest.Size
+	expiryKeyLen = prefixLen + 8 + digest.Size
+	auditKeyLen  = prefixLen + 2 + 8 + digest.Size
 
 	// valueHeaderLen is Token, Deadline, Meta and Fingerprint.
 	valueHeaderLen = 32
@@ -42,33 +43,31 @@ func putPrefix(b []byte, shard uint32, gen, kind byte) {
 	b[5] = kind
 }
 
-func putDigest(b []byte, d keyspace.Digest) {
-	binary.BigEndian.PutUint64(b, d.Hi)
-	binary.BigEndian.PutUint64(b[8:], d.Lo)
+// getDigest reads the digest at the start of b, which holds at least
+// digest.Size bytes.
+func getDigest(b []byte) digest.Digest {
+	d, _ := digest.Decode(b[:digest.Size])
+	return d
 }
 
-func getDigest(b []byte) keyspace.Digest {
-	return keyspace.Digest{Hi: binary.BigEndian.Uint64(b), Lo: binary.BigEndian.Uint64(b[8:])}
-}
-
-func recordKey(k *[recordKeyLen]byte, shard uint32, gen byte, d keyspace.Digest) []byte {
+func recordKey(k *[recordKeyLen]byte, shard uint32, gen byte, d digest.Digest) []byte {
 	putPrefix(k[:], shard, gen, kindRecord)
-	putDigest(k[prefixLen:], d)
+	d.Put(k[prefixLen:])
 	return k[:]
 }
 
-func expiryKey(k *[expiryKeyLen]byte, shard uint32, gen byte, deadline int64, d keyspace.Digest) []byte {
+func expiryKey(k *[expiryKeyLen]byte, shard uint32, gen byte, deadline int64, d digest.Digest) []byte {
 	putPrefix(k[:], shard, gen, kindExpiry)
 	binary.BigEndian.PutUint64(k[prefixLen:], sortable(deadline))
-	putDigest(k[prefixLen+8:], d)
+	d.Put(k[prefixLen+8:])
 	return k[:]
 }
 
-func auditKey(k *[auditKeyLen]byte, shard uint32, gen byte, tag uint16, completedAt int64, d keyspace.Digest) []byte {
+func auditKey(k *[auditKeyLen]byte, shard uint32, gen byte, tag uint16, completedAt int64, d digest.Digest) []byte {
 	putPrefix(k[:], shard, gen, kindAudit)
 	binary.BigEndian.PutUint16(k[prefixLen:], tag)
 	binary.BigEndian.PutUint64(k[prefixLen+2:], sortable(completedAt))
-	putDigest(k[prefixLen+10:], d)
+	d.Put(k[prefixLen+10:])
 	return k[:]
 }
 

@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/digest"
 )
 
 // Purge removes at most limit records whose Deadline is at or before now,
@@ -58,7 +58,7 @@ func (s *Shard) Purge(now int64, limit int) int {
 }
 
 type dueEntry struct {
-	d        keyspace.Digest
+	d        digest.Digest
 	deadline int64
 }
 
@@ -70,7 +70,7 @@ func (s *Shard) dueLocked(b *pebble.Batch, now int64, limit int) ([]dueEntry, in
 	var last int64
 	err := s.store.db.With(func(*pebble.DB) error {
 		var lk [expiryKeyLen]byte
-		lo := expiryKey(&lk, s.id, s.gen, s.purgeFloor, keyspace.Digest{})
+		lo := expiryKey(&lk, s.id, s.gen, s.purgeFloor, digest.Digest{})
 		_, hi := kindBounds(s.id, s.gen, kindExpiry)
 		it, err := b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/snapio"
 	"github.com/l4xg/grid/keyspace"
 )
@@ -98,7 +99,7 @@ func (s *Shard) load(sr *snapReader, gen byte) (keys, size int64, err error) {
 	key := make([]byte, auditKeyLen)
 	putPrefix(key, s.id, gen, 0)
 	var prev []byte
-	value := make([]byte, 0, valueHeaderLen+keyspace.MaxResultLen)
+	value := make([]byte, 0, valueHeaderLen+digest.MaxResultLen)
 	for n := 0; ; n++ {
 		var kind [1]byte
 		if sr.Raw(kind[:]); sr.Err != nil || kind[0] == 0 {
@@ -210,7 +211,7 @@ func (sr *snapReader) value(buf []byte) []byte {
 	if sr.Err != nil {
 		return buf
 	}
-	if n < valueHeaderLen || n > valueHeaderLen+keyspace.MaxResultLen {
+	if n < valueHeaderLen || n > valueHeaderLen+digest.MaxResultLen {
 		sr.Fail(fmt.Errorf("%w: value of %d bytes", ErrCorruptSnapshot, n))
 		return buf
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -62,7 +63,7 @@ func (s *Shard) Stats() ShardStats { return s.stats.snapshot() }
 
 // Get returns the record held for d. The Result is a fresh copy. See the
 // type's documentation for failures.
-func (s *Shard) Get(d keyspace.Digest) (keyspace.ColdRecord, bool) {
+func (s *Shard) Get(d digest.Digest) (keyspace.ColdRecord, bool) {
 	var rec keyspace.ColdRecord
 	var ok bool
 	err := s.store.retry(sourceForeground, func() error {
@@ -77,7 +78,7 @@ func (s *Shard) Get(d keyspace.Digest) (keyspace.ColdRecord, bool) {
 }
 
 // Lookup is Get with an error instead of a retry or a panic.
-func (s *Shard) Lookup(d keyspace.Digest) (keyspace.ColdRecord, bool, error) {
+func (s *Shard) Lookup(d digest.Digest) (keyspace.ColdRecord, bool, error) {
 	s.stats.lookups.Add(1)
 	if s.countExact.Load() && s.stats.keys.Load() == 0 {
 		// Nothing demoted (or all purged): the common case of a young or
@@ -183,7 +184,7 @@ func must(err error) {
 
 // Put stores r for d, which the shard does not hold. The write is buffered
 // until Flush and visible to Get at once.
-func (s *Shard) Put(d keyspace.Digest, r *keyspace.ColdRecord) {
+func (s *Shard) Put(d digest.Digest, r *keyspace.ColdRecord) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b := s.batchLocked()
@@ -202,7 +203,7 @@ func (s *Shard) Put(d keyspace.Digest, r *keyspace.ColdRecord) {
 
 // Delete removes the record of d with its index entries. Deleting a digest
 // the shard does not hold does nothing.
-func (s *Shard) Delete(d keyspace.Digest) {
+func (s *Shard) Delete(d digest.Digest) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.removeLocked(d, nil) {
@@ -215,7 +216,7 @@ func (s *Shard) Delete(d keyspace.Digest) {
 // keep is set and returns true for the record's deadline, it deletes
 // nothing (Purge uses it to skip a record whose deadline is not the one
 // of the index entry that led to it).
-func (s *Shard) removeLocked(d keyspace.Digest, keep func(deadline int64) bool) bool {
+func (s *Shard) removeLocked(d digest.Digest, keep func(deadline int64) bool) bool {
 	b := s.batchLocked()
 	var rk [recordKeyLen]byte
 	key := recordKey(&rk, s.id, s.gen, d)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -16,7 +17,7 @@ func TestPutGetDeleteSeesPendingBatch(t *testing.T) {
 	if s.Shard(1) != sh {
 		t.Fatal("Shard(1) returned a second handle")
 	}
-	d0, d1, d2 := digest("ns", 0), digest("ns", 1), digest("ns", 2)
+	d0, d1, d2 := keyDigest("ns", 0), keyDigest("ns", 1), keyDigest("ns", 2)
 	r0, r1 := settled(0, 1000, 5000), settled(1, 1000, 6000)
 	mustMiss(t, sh, d0)
 	sh.Put(d0, &r0)
@@ -56,7 +57,7 @@ func TestPutGetDeleteSeesPendingBatch(t *testing.T) {
 func TestPutAfterDeleteInOneBatch(t *testing.T) {
 	s := openTest(t, testOptions())
 	sh := s.Shard(0)
-	d := digest("ns", 7)
+	d := keyDigest("ns", 7)
 	a, b := settled(7, 100, 200), settled(8, 300, 900)
 	sh.Put(d, &a)
 	mustFlush(t, sh)
@@ -76,7 +77,7 @@ func TestPutAfterDeleteInOneBatch(t *testing.T) {
 func TestShardsAreSeparate(t *testing.T) {
 	s := openTest(t, testOptions())
 	a, b := s.Shard(1), s.Shard(^uint32(0))
-	d := digest("ns", 1)
+	d := keyDigest("ns", 1)
 	r := settled(1, 10, 20)
 	a.Put(d, &r)
 	mustFlush(t, a)
@@ -96,10 +97,10 @@ func TestPurgeOrderLimitAndIndexes(t *testing.T) {
 	// Deadlines 10, 20, ..., 100, and one negative one.
 	for i := 1; i <= 10; i++ {
 		r := settled(i, 5, int64(i*10))
-		sh.Put(digest("ns", i), &r)
+		sh.Put(keyDigest("ns", i), &r)
 	}
 	neg := settled(0, 0, -5)
-	sh.Put(digest("ns", 0), &neg)
+	sh.Put(keyDigest("ns", 0), &neg)
 	mustFlush(t, sh)
 
 	if n := sh.Purge(0, 10); n != 1 {
@@ -109,9 +110,9 @@ func TestPurgeOrderLimitAndIndexes(t *testing.T) {
 		t.Fatalf("Purge(55, 3) = %d, want 3", n)
 	}
 	for i := 1; i <= 3; i++ {
-		mustMiss(t, sh, digest("ns", i)) // earliest first
+		mustMiss(t, sh, keyDigest("ns", i)) // earliest first
 	}
-	mustGet(t, sh, digest("ns", 4), settled(4, 5, 40))
+	mustGet(t, sh, keyDigest("ns", 4), settled(4, 5, 40))
 	if n := sh.Purge(55, 10); n != 2 {
 		t.Fatalf("Purge(55, 10) = %d, want 2", n)
 	}
@@ -120,7 +121,7 @@ func TestPurgeOrderLimitAndIndexes(t *testing.T) {
 	}
 	// A record demoted with a deadline already passed is still purged.
 	late := settled(20, 1, 30)
-	sh.Put(digest("ns", 20), &late)
+	sh.Put(keyDigest("ns", 20), &late)
 	if n := sh.Purge(60, 10); n != 2 { // 30 (pending) and 60
 		t.Fatalf("Purge(60) = %d, want 2", n)
 	}
@@ -146,7 +147,7 @@ func TestWipeDropsPendingAndFlushed(t *testing.T) {
 	sh := s.Shard(4)
 	for i := range 5 {
 		r := settled(i, 1, 100)
-		sh.Put(digest("ns", i), &r)
+		sh.Put(keyDigest("ns", i), &r)
 		if i == 2 {
 			mustFlush(t, sh)
 		}
@@ -155,7 +156,7 @@ func TestWipeDropsPendingAndFlushed(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		mustMiss(t, sh, digest("ns", i))
+		mustMiss(t, sh, keyDigest("ns", i))
 	}
 	mustFlush(t, sh)
 	if n := rawKeys(t, s, 4); len(n) != 0 {
@@ -173,14 +174,14 @@ func TestClosedStore(t *testing.T) {
 	}
 	sh := s.Shard(1)
 	r := settled(1, 1, 2)
-	sh.Put(digest("ns", 1), &r)
+	sh.Put(keyDigest("ns", 1), &r)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, _, err := sh.Lookup(digest("ns", 1)); !errors.Is(err, ErrClosed) {
+	if _, _, err := sh.Lookup(keyDigest("ns", 1)); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Lookup after Close: %v", err)
 	}
 	if err := sh.Flush(); !errors.Is(err, ErrClosed) {
@@ -197,7 +198,7 @@ func TestClosedStore(t *testing.T) {
 			t.Fatal("Get after Close did not panic")
 		}
 	}()
-	sh.Get(digest("ns", 1))
+	sh.Get(keyDigest("ns", 1))
 }
 
 func TestOptionsValidate(t *testing.T) {
@@ -217,7 +218,7 @@ func TestOptionsValidate(t *testing.T) {
 func TestColdRecordFields(t *testing.T) {
 	s := openTest(t, testOptions())
 	sh := s.Shard(9)
-	d := digest("ns", 1)
+	d := keyDigest("ns", 1)
 	r := keyspace.ColdRecord{
 		Record:      keyspace.Record{Token: 1<<40 | 3, Deadline: 1 << 45, Meta: meta(keyspace.Poisoned, flagFingerprint, 5, 1<<44)},
 		Fingerprint: 42,
@@ -236,7 +237,7 @@ func TestColdRecordFields(t *testing.T) {
 func TestPutOverHeldDigestLeavesNoWrongIndex(t *testing.T) {
 	s := openTest(t, testOptions())
 	sh := s.Shard(1)
-	d := digest("ns", 1)
+	d := keyDigest("ns", 1)
 	old, cur := settled(1, 100, 1000), settled(1, 200, 5000)
 	sh.Put(d, &old)
 	sh.Put(d, &cur)
@@ -246,7 +247,7 @@ func TestPutOverHeldDigestLeavesNoWrongIndex(t *testing.T) {
 	}
 	mustGet(t, sh, d, cur)
 	var times []int64
-	err := s.Audit(d.NamespaceTag(), 0, 1<<40, func(_ uint32, _ keyspace.Digest, r keyspace.ColdRecord) bool {
+	err := s.Audit(d.NamespaceTag(), 0, 1<<40, func(_ uint32, _ digest.Digest, r keyspace.ColdRecord) bool {
 		times = append(times, r.CompletedAt())
 		return true
 	})

@@ -8,16 +8,17 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 )
 
 // fill puts n records (i in [from, from+n)) into sh and flushes.
-func fill(t testing.TB, sh *Shard, from, n int) map[keyspace.Digest]keyspace.ColdRecord {
+func fill(t testing.TB, sh *Shard, from, n int) map[digest.Digest]keyspace.ColdRecord {
 	t.Helper()
-	want := make(map[keyspace.Digest]keyspace.ColdRecord, n)
+	want := make(map[digest.Digest]keyspace.ColdRecord, n)
 	for i := from; i < from+n; i++ {
 		r := settled(i, int64(1000+i), int64(5000+i))
-		d := digest("ns", i)
+		d := keyDigest("ns", i)
 		sh.Put(d, &r)
 		want[d] = r
 	}
@@ -25,7 +26,7 @@ func fill(t testing.TB, sh *Shard, from, n int) map[keyspace.Digest]keyspace.Col
 	return want
 }
 
-func checkHolds(t testing.TB, sh *Shard, want map[keyspace.Digest]keyspace.ColdRecord) {
+func checkHolds(t testing.TB, sh *Shard, want map[digest.Digest]keyspace.ColdRecord) {
 	t.Helper()
 	for d, r := range want {
 		mustGet(t, sh, d, r)
@@ -95,7 +96,7 @@ func TestSnapshotSeesOnlyOldState(t *testing.T) {
 	ss := sh.Snapshot()
 	defer ss.Close()
 	// The shard goes on: deletes, purges and new records after the snapshot.
-	sh.Delete(digest("ns", 0))
+	sh.Delete(keyDigest("ns", 0))
 	fill(t, sh, 100, 100)
 	if n := sh.Purge(5000+10, 1000); n != 10 {
 		t.Fatalf("Purge = %d, want 10", n)
@@ -160,7 +161,7 @@ func TestConcurrentLookups(t *testing.T) {
 					return
 				default:
 				}
-				got, ok, err := sh.Lookup(digest("ns", i))
+				got, ok, err := sh.Lookup(keyDigest("ns", i))
 				if err != nil {
 					t.Error(err)
 					return
@@ -175,9 +176,9 @@ func TestConcurrentLookups(t *testing.T) {
 	}
 	for i := range n {
 		r := settled(i, 1, 1<<40)
-		sh.Put(digest("ns", i), &r)
+		sh.Put(keyDigest("ns", i), &r)
 		if i%3 == 0 {
-			sh.Delete(digest("ns", i-i%9))
+			sh.Delete(keyDigest("ns", i-i%9))
 		}
 		if i%10 == 0 {
 			mustFlush(t, sh)

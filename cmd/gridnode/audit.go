@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/l4xg/grid/client"
-	"github.com/l4xg/grid/keyspace"
 )
 
 // bindAudit binds the audit verb: the settled records of a namespace and time
@@ -120,18 +118,4 @@ func runAudit(ctx context.Context, c *client.Client, o cliOutput, q client.Audit
 	}
 	fmt.Fprintf(o.stderr, "%d records\n", n)
 	return exitOK
-}
-
-// parseDigest reads a digest as String prints it: 32 hex digits, Hi first.
-func parseDigest(s string) (keyspace.Digest, error) {
-	b, err := hex.DecodeString(s)
-	if err != nil || len(b) != 16 {
-		return keyspace.Digest{}, fmt.Errorf("%q is not 32 hex digits", s)
-	}
-	var d keyspace.Digest
-	for i := range 8 {
-		d.Hi = d.Hi<<8 | uint64(b[i])
-		d.Lo = d.Lo<<8 | uint64(b[8+i])
-	}
-	return d, nil
 }

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/l4xg/grid/client"
+	"github.com/l4xg/grid/digest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -398,7 +399,7 @@ func bindGet(fs *flag.FlagSet) func() (cliOp, error) {
 				opts = append(opts, client.WithShowToken())
 			}
 			if a.digest != "" {
-				d, err := parseDigest(a.digest)
+				d, err := digest.Parse(a.digest)
 				if err != nil {
 					return client.Result{}, fmt.Errorf("%w: --digest: %w", client.ErrInvalidArgument, err)
 				}

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/client"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/internal/testwait"
-	"github.com/l4xg/grid/keyspace"
 )
 
 // cli runs one invocation and returns its exit code and outputs.
@@ -350,7 +350,7 @@ func TestCLILocate(t *testing.T) {
 	for i, key := range []string{"k0", "k1", "k2", "k3", "k4", "k5"} {
 		code, stdout, stderr := cli(t, "locate", "--addr", addrs[i%3], "--ns", "cli", "--key", key, "--json")
 		j := oneJSON(t, stdout)
-		d := keyspace.RecordDigest("cli", []byte(key), nil)
+		d := digest.Record("cli", []byte(key), nil)
 		s := c.ShardOf("cli", key)
 		if code != 0 || j["digest"] != d.String() || j["slot"] != float64(d.Slot(m.Slots)) || j["shard"] != float64(s) {
 			t.Fatalf("locate %s: exit %d %v %s; want digest %s slot %d shard %d", key, code, j, stderr, d, d.Slot(m.Slots), s)
@@ -374,9 +374,9 @@ func TestCLILocate(t *testing.T) {
 		}
 	}
 	// An entity places the key by the entity.
-	d := keyspace.RecordDigest("cli", []byte("k0"), []byte("order-7"))
+	d := digest.Record("cli", []byte("k0"), []byte("order-7"))
 	code, stdout, _ := cli(t, "locate", "--addr", addrs[0], "--ns", "cli", "--key", "k0", "--entity", "order-7", "--json")
-	if j := oneJSON(t, stdout); code != 0 || j["digest"] != d.String() || j["shard"] != float64(m.ShardOfSlot(d.Slot(m.Slots))) || j["entity"] != "order-7" {
+	if j := oneJSON(t, stdout); code != 0 || j["digest"] != d.String() || j["shard"] != float64(m.ShardOf(d)) || j["entity"] != "order-7" {
 		t.Fatalf("locate with an entity: exit %d %v, want digest %s", code, j, d)
 	}
 	code, stdout, stderr := cli(t, "locate", "--addr", addrs[1], "--ns", "cli", "--key", "k0")

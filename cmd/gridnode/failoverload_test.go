@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/client"
-	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/digest"
 )
 
 // failoverLoad is client load on a cluster: on every shard, workers
@@ -51,7 +51,7 @@ func newFailoverLoad(c *client.Client, m client.ClusterMap) *failoverLoad {
 }
 
 func (l *failoverLoad) shardOf(key string) int {
-	slot := keyspace.RecordDigest(l.ns, []byte(key), nil).Slot(uint32(l.slots))
+	slot := digest.Record(l.ns, []byte(key), nil).Slot(uint32(l.slots))
 	return int(uint64(slot) * uint64(l.shards) / uint64(l.slots))
 }
 

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/cluster"
-	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/node"
 	"github.com/l4xg/grid/shard"
 )
@@ -34,7 +34,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		drain      = fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight requests may take at shutdown")
 		hotWindow  = fs.Duration("hot-window", 24*time.Hour, "how long settled records stay in memory before moving to the cold tier")
 		hotMax     = fs.Int64("hot-max-bytes", 0, "hot tier budget in bytes; settled records beyond it move to the cold tier early (0: none)")
-		maxOffset  = fs.Duration("max-clock-offset", keyspace.DefaultMaxClockOffset, "the bound on the clock offset between any two nodes that leases rely on: a leader outside it grants no lease, and clients' lease margins must be at least this (use the same value on every node)")
+		maxOffset  = fs.Duration("max-clock-offset", digest.DefaultMaxClockOffset, "the bound on the clock offset between any two nodes that leases rely on: a leader outside it grants no lease, and clients' lease margins must be at least this (use the same value on every node)")
 		// Clustering: any of --join or --bootstrap-expect makes the node a
 		// cluster member; without them it is a standalone grid.
 		join            = fs.String("join", "", "gossip addresses (host:port,...) of cluster members to join")

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/l4xg/grid/client"
-	"github.com/l4xg/grid/keyspace"
+	"github.com/l4xg/grid/digest"
 )
 
 // TestCLISettleWithoutTheEntity, through the CLI as a separate process
@@ -34,17 +34,17 @@ func TestCLISettleWithoutTheEntity(t *testing.T) {
 	if err != nil || m.ShardCount < 2 {
 		t.Fatalf("cluster map: %+v %v", m, err)
 	}
-	shardOf := func(d keyspace.Digest) int {
+	shardOf := func(d digest.Digest) int {
 		return int(uint64(d.Slot(uint32(m.Slots))) * uint64(m.ShardCount) / uint64(m.Slots))
 	}
 	var key, entity string
 	for i := 0; key == ""; i++ {
 		k, e := fmt.Sprintf("evt-%d", i), fmt.Sprintf("order-%d", i)
-		if shardOf(keyspace.RecordDigest("cli", []byte(k), nil)) != shardOf(keyspace.RecordDigest("cli", []byte(k), []byte(e))) {
+		if shardOf(digest.Record("cli", []byte(k), nil)) != shardOf(digest.Record("cli", []byte(k), []byte(e))) {
 			key, entity = k, e
 		}
 	}
-	own, placed := shardOf(keyspace.RecordDigest("cli", []byte(key), nil)), shardOf(keyspace.RecordDigest("cli", []byte(key), []byte(entity)))
+	own, placed := shardOf(digest.Record("cli", []byte(key), nil)), shardOf(digest.Record("cli", []byte(key), []byte(entity)))
 	base := []string{"--addr", p.addr, "--ns", "cli", "--key", key}
 	run := func(verb string, args ...string) (int, string, string) {
 		return cliProc(t, verb, append(append([]string{}, base...), args...)...)

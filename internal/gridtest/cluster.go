@@ -17,8 +17,8 @@ import (
 
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/testwait"
-	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/node"
 	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/shard"
@@ -38,7 +38,7 @@ type ClusterOptions struct {
 	// Clock, if set, gives node i its time source (clock-skew tests).
 	Clock func(i int) func() time.Time
 	// MaxClockOffset is every node's bound on clock offsets; default
-	// keyspace.DefaultMaxClockOffset.
+	// digest.DefaultMaxClockOffset.
 	MaxClockOffset time.Duration
 	// HTTP serves each node's /metrics, /healthz and /readyz on a free
 	// loopback port (node.Node.HTTPAddr).
@@ -575,7 +575,7 @@ func (c *Cluster) ShardOf(ns, key string) int {
 	if m == nil {
 		return -1
 	}
-	return m.ShardOfSlot(keyspace.RecordDigest(ns, []byte(key), nil).Slot(m.Slots))
+	return m.ShardOf(digest.Record(ns, []byte(key), nil))
 }
 
 // Leaders returns the indexes of the running nodes whose replica of shard s

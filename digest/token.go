@@ -1,4 +1,4 @@
-package keyspace
+package digest
 
 import (
 	"fmt"
@@ -18,7 +18,7 @@ import (
 // before an upgrade, whatever snapshot it starts from. A token therefore
 // tells which shard holds its lease, and a settle (Complete, Fail, Release,
 // Extend) finds the key's record by its token alone, also when the key was
-// placed by an entity the settle does not name (see RecordDigest).
+// placed by an entity the settle does not name (see Record).
 //
 // Properties, for a fixed layout:
 //   - Strictly increasing per shard, hence per key (a key's shard never
@@ -46,9 +46,11 @@ type TokenLayout struct {
 }
 
 const (
-	// tokenPosBits is the width of the position field; an entry holds at
-	// most MaxEntryCommands < 1<<tokenPosBits commands.
+	// tokenPosBits is the width of the position field.
 	tokenPosBits = 16
+	// MaxTokenPosition is the highest position a token can carry;
+	// keyspace.MaxEntryCommands keeps an entry's commands within it.
+	MaxTokenPosition = 1<<tokenPosBits - 1
 	// MaxTokenBits is the widest shard field: cluster.MaxShards (1<<16)
 	// shards.
 	MaxTokenBits = 16

@@ -1,4 +1,4 @@
-package keyspace
+package digest
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package keyspace
+package digest
 
 import (
 	"fmt"
@@ -24,17 +24,17 @@ func TestDigestGolden(t *testing.T) {
 		want Digest
 		slot uint32 // of 4096
 	}{
-		{"KeyDigest(orders, invoice-42)", KeyDigest("orders", []byte("invoice-42")),
+		{"Key(orders, invoice-42)", Key("orders", []byte("invoice-42")),
 			Digest{Hi: 0xeaf36520b92bdcd1, Lo: 0x08b6e3db60ac7f1e}, 2962},
-		{"KeyDigest(payments, uuid)", KeyDigest("payments", []byte("3f2c9a70-6b1e-4f5e-9d7a-0c1b2e3d4f50")),
+		{"Key(payments, uuid)", Key("payments", []byte("3f2c9a70-6b1e-4f5e-9d7a-0c1b2e3d4f50")),
 			Digest{Hi: 0x90f30616f34e868a, Lo: 0xb9118c4028b5474d}, 3892},
-		{"EntityDigest(orders, order-7)", EntityDigest("orders", []byte("order-7")),
+		{"Entity(orders, order-7)", Entity("orders", []byte("order-7")),
 			Digest{Hi: 0xbc24652053254e7c, Lo: 0xa2ac59909ee1489e}, 1330},
-		{"RecordDigest(orders, line-1, order-7)", RecordDigest("orders", []byte("line-1"), []byte("order-7")),
+		{"Record(orders, line-1, order-7)", Record("orders", []byte("line-1"), []byte("order-7")),
 			Digest{Hi: 0x914b652053254e7c, Lo: 0xc6a45430ba21de44}, 1330},
-		{"KeyDigest(t, bytes 0..1023)", KeyDigest("t", long),
+		{"Key(t, bytes 0..1023)", Key("t", long),
 			Digest{Hi: 0x5b0da7214db12f8a, Lo: 0x2cfd9c644e9d388b}, 1243},
-		{"KeyDigest(a, empty)", KeyDigest("a", nil),
+		{"Key(a, empty)", Key("a", nil),
 			Digest{Hi: 0x6c203d4ded4a711b, Lo: 0xff698a99314df12f}, 3796},
 	}
 	for _, c := range cases {
@@ -59,7 +59,7 @@ func TestDigestFormula(t *testing.T) {
 			name[i] = byte(i * 7)
 		}
 		for _, ns := range []string{"a", "orders", string(make([]byte, 64))} {
-			for sep, fn := range map[byte]func(string, []byte) Digest{sepKey: KeyDigest, sepEntity: EntityDigest} {
+			for sep, fn := range map[byte]func(string, []byte) Digest{sepKey: Key, sepEntity: Entity} {
 				buf := append(append([]byte(ns), sep), name...)
 				lo, hi := farm.Fingerprint128(buf)
 				hi = hi&^(0xffff<<32) | uint64(uint16(farm.Fingerprint32([]byte(ns))))<<32
@@ -84,11 +84,11 @@ func TestDigestSeparation(t *testing.T) {
 	}
 	for _, ns := range []string{"a", "ab", "b", "orders", "orders2"} {
 		for _, name := range []string{"", "c", "bc", "k", "invoice-42"} {
-			add(fmt.Sprintf("key %s/%s", ns, name), KeyDigest(ns, []byte(name)))
-			add(fmt.Sprintf("entity %s/%s", ns, name), EntityDigest(ns, []byte(name)))
+			add(fmt.Sprintf("key %s/%s", ns, name), Key(ns, []byte(name)))
+			add(fmt.Sprintf("entity %s/%s", ns, name), Entity(ns, []byte(name)))
 		}
 	}
-	if KeyDigest("ab", []byte("c")) == KeyDigest("a", []byte("bc")) {
+	if Key("ab", []byte("c")) == Key("a", []byte("bc")) {
 		t.Error(`namespace "ab" key "c" collides with namespace "a" key "bc"`)
 	}
 }
@@ -99,34 +99,34 @@ func TestDigestSeparation(t *testing.T) {
 // keys stay distinct and spread over the hot table's segments (top bits).
 func TestRecordDigestEntity(t *testing.T) {
 	const keys = 2000
-	e := EntityDigest("orders", []byte("order-7"))
+	e := Entity("orders", []byte("order-7"))
 	segments := make(map[int]bool)
 	seen := make(map[Digest]bool)
 	for i := range keys {
 		key := fmt.Appendf(nil, "line-%d", i)
-		k, r := KeyDigest("orders", key), RecordDigest("orders", key, []byte("order-7"))
+		k, r := Key("orders", key), Record("orders", key, []byte("order-7"))
 		if r.Lo != k.Lo || r.Hi>>32 != k.Hi>>32 || uint32(r.Hi) != uint32(e.Hi) {
-			t.Fatalf("RecordDigest(%s) = %v: want Lo and Hi's high half from the key %v, Hi's low half from the entity %v", key, r, k, e)
+			t.Fatalf("Record(%s) = %v: want Lo and Hi's high half from the key %v, Hi's low half from the entity %v", key, r, k, e)
 		}
 		for _, slots := range []uint32{1, 2, 7, 4096, 65536, 1<<32 - 1} {
 			if r.Slot(slots) != e.Slot(slots) {
-				t.Fatalf("RecordDigest(%s).Slot(%d) = %d, the entity's is %d", key, slots, r.Slot(slots), e.Slot(slots))
+				t.Fatalf("Record(%s).Slot(%d) = %d, the entity's is %d", key, slots, r.Slot(slots), e.Slot(slots))
 			}
 		}
 		if seen[r] {
 			t.Fatalf("two keys of one entity share a record digest")
 		}
 		seen[r] = true
-		segments[tabSegOf(r)] = true
-		if got := RecordDigest("orders", key, nil); got != k {
-			t.Fatalf("RecordDigest without an entity = %v, want the key digest %v", got, k)
+		segments[int(r.Hi>>56)] = true
+		if got := Record("orders", key, nil); got != k {
+			t.Fatalf("Record without an entity = %v, want the key digest %v", got, k)
 		}
 	}
-	if len(segments) < tabSegs*3/4 {
-		t.Errorf("%d keys of one entity use only %d of %d table segments", keys, len(segments), tabSegs)
+	if len(segments) < 256*3/4 {
+		t.Errorf("%d keys of one entity use only %d of 256 values of Hi's top byte (the hot table's segment)", keys, len(segments))
 	}
 	// Another entity's keys land on its own slot.
-	if RecordDigest("orders", []byte("line-1"), []byte("order-8")).Slot(4096) != EntityDigest("orders", []byte("order-8")).Slot(4096) {
+	if Record("orders", []byte("line-1"), []byte("order-8")).Slot(4096) != Entity("orders", []byte("order-8")).Slot(4096) {
 		t.Error("order-8's key is not on order-8's slot")
 	}
 }
@@ -136,7 +136,7 @@ func TestSlot(t *testing.T) {
 	const keys, slots = 64_000, 64
 	var counts [slots]int
 	for i := range keys {
-		d := KeyDigest("t", fmt.Appendf(nil, "key-%d", i))
+		d := Key("t", fmt.Appendf(nil, "key-%d", i))
 		s := d.Slot(slots)
 		if s >= slots {
 			t.Fatalf("Slot(%d) = %d", slots, s)
@@ -165,9 +165,9 @@ func TestNamespaceTag(t *testing.T) {
 	for _, ns := range []string{"", "orders", "payments"} {
 		want := NamespaceTag(ns)
 		for _, d := range []Digest{
-			KeyDigest(ns, []byte("k")),
-			EntityDigest(ns, []byte("e")),
-			RecordDigest(ns, []byte("k"), []byte("e")),
+			Key(ns, []byte("k")),
+			Entity(ns, []byte("e")),
+			Record(ns, []byte("k"), []byte("e")),
 		} {
 			if got := d.NamespaceTag(); got != want {
 				t.Errorf("ns %q: digest %v has tag %04x, want %04x", ns, d, got, want)

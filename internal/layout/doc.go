@@ -1,0 +1,3 @@
+// Package layout holds no code: its test keeps the package layout of DESIGN
+// section 6 true, by the imports in its source files.
+package layout

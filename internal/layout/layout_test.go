@@ -1,0 +1,137 @@
+package layout
+
+import (
+	"errors"
+	"go/build"
+	"io/fs"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/l4xg/grid"
+
+// pkg is what one package of the module imports outside the standard
+// library: directly (imports), and directly or through other packages of
+// the module (deps). Packages of the module are named by their directory
+// ("digest", "api/gridpb"), others by their import path.
+type pkg struct{ imports, deps []string }
+
+// list reads every package of the module from its source, with go/build, so
+// that the test's result is cached only as long as the files it read are
+// unchanged.
+func list(t *testing.T) map[string]pkg {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct := map[string][]string{}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		if name := d.Name(); path != root && (name == "testdata" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
+			return filepath.SkipDir
+		}
+		bp, err := build.ImportDir(path, 0)
+		if err != nil {
+			var none *build.NoGoError
+			if errors.As(err, &none) {
+				return nil
+			}
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		var imports []string
+		for _, imp := range bp.Imports {
+			first, _, _ := strings.Cut(imp, "/")
+			switch {
+			case imp == module || strings.HasPrefix(imp, module+"/"):
+				imports = append(imports, strings.TrimPrefix(imp, module+"/"))
+			case strings.Contains(first, "."):
+				imports = append(imports, imp)
+			}
+		}
+		direct[filepath.ToSlash(rel)] = imports
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkgs := map[string]pkg{}
+	for name, imports := range direct {
+		seen := map[string]bool{}
+		var walk func(string)
+		walk = func(p string) {
+			for _, imp := range direct[p] {
+				if !seen[imp] {
+					seen[imp] = true
+					walk(imp)
+				}
+			}
+		}
+		walk(name)
+		deps := slices.Sorted(maps.Keys(seen))
+		pkgs[name] = pkg{imports, deps}
+	}
+	return pkgs
+}
+
+// TestLayout: the rules of DESIGN section 6 that a compiler does not check.
+func TestLayout(t *testing.T) {
+	pkgs := list(t)
+	get := func(name string) pkg {
+		p, ok := pkgs[name]
+		if !ok {
+			t.Fatalf("package %s not found", name)
+		}
+		return p
+	}
+	// under: p is one of the packages, or inside one of the modules, of list.
+	under := func(p string, list []string) bool {
+		for _, l := range list {
+			if p == l || strings.HasPrefix(p, l+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	// onlyDeps: every dependency of name outside the standard library is
+	// one of allowed, or inside one of them.
+	onlyDeps := func(name string, allowed ...string) {
+		for _, d := range get(name).deps {
+			if !under(d, allowed) {
+				t.Errorf("%s depends on %s; it may depend only on the standard library and %v", name, d, allowed)
+			}
+		}
+	}
+	// noDeps: name depends on no package with one of these prefixes.
+	noDeps := func(name string, banned ...string) {
+		for _, d := range get(name).deps {
+			if under(d, banned) {
+				t.Errorf("%s depends on %s, which it must not", name, d)
+			}
+		}
+	}
+	// noImports: name does not import one of these packages itself.
+	noImports := func(name string, banned ...string) {
+		for _, d := range get(name).imports {
+			if slices.Contains(banned, d) {
+				t.Errorf("%s imports %s, which it must not", name, d)
+			}
+		}
+	}
+
+	onlyDeps("digest", "github.com/dgryski/go-farm")
+	onlyDeps("keyspace", "github.com/dgryski/go-farm", "digest", "internal/snapio")
+	// The client: the generated API, digest, and gRPC with what it needs.
+	onlyDeps("client", "api/gridpb", "digest", "github.com/dgryski/go-farm",
+		"google.golang.org/grpc", "google.golang.org/protobuf")
+	noDeps("tiering", "github.com/hashicorp/raft", "shard", "cluster", "api", "node")
+	noDeps("shard", "cluster", "api", "node", "github.com/hashicorp/memberlist")
+	noDeps("cluster", "api", "node")
+	noImports("api", "raftlog", "node")
+}
