@@ -74,7 +74,7 @@ func (s *Server) ledShards() map[uint32]bool {
 		return nil
 	}
 	led := make(map[uint32]bool)
-	for _, sh := range s.host.Shards() {
+	for _, sh := range s.host.Replicas() {
 		if sh.IsLeader() {
 			led[uint32(sh.ID())] = true
 		}

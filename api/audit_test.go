@@ -96,7 +96,7 @@ func TestAuditInAClusterListsLedShards(t *testing.T) {
 	waitFor(t, "every replica to demote the settled records", func() bool {
 		for _, n := range tc.nodes {
 			for s := range testShards {
-				if tc.host(n).Shard(s).Status().Cold.Keys != perShard {
+				if tc.host(n).Replica(s).Status().Cold.Keys != perShard {
 					return false
 				}
 			}

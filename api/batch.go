@@ -18,7 +18,7 @@ import (
 // group is the operations of one batch on one shard, in batch order.
 type group struct {
 	shard  int
-	sh     *shard.Shard // the local replica; nil when not hosted here
+	sh     *shard.Replica // the local replica; nil when not hosted here
 	cmds   []keyspace.Command
 	idx    []int  // positions in the batch
 	second []bool // per operation: a settle with a second step (router.place)
@@ -28,7 +28,7 @@ type group struct {
 // errNotHosted or shard.ErrNotLeader). Nothing of them was applied.
 type away struct {
 	shard int
-	sh    *shard.Shard
+	sh    *shard.Replica
 	cause error
 	idx   []int
 }

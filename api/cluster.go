@@ -7,7 +7,7 @@ import (
 )
 
 // ClusterView is what the server needs of the node's cluster runtime
-// (*cluster.Node implements it). A standalone node has none: it holds
+// (*cluster.Runtime implements it). A standalone node has none: it holds
 // every shard and serves every operation itself.
 type ClusterView interface {
 	// Self is this node's id.
@@ -30,7 +30,7 @@ type ClusterView interface {
 	// drain that would leave fewer active nodes than the replica count
 	// (cluster.ErrUnderReplicated).
 	Drain(ctx context.Context, id cluster.NodeID, force bool) (cluster.DrainStatus, error)
-	// Ready reports whether the node serves (cluster.Node.Ready).
+	// Ready reports whether the node serves (cluster.Runtime.Ready).
 	Ready() bool
 	// CurrentEpoch is the current map's epoch, known only to the control
 	// leader once caught up with its term (it fails elsewhere).

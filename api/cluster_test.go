@@ -130,7 +130,7 @@ func viewLeader(t *testing.T, nodes []*testNode, s int) *testNode {
 	waitFor(t, fmt.Sprintf("a serving leader of shard %d known to every replica", s), func() bool {
 		l = nil
 		for _, n := range nodes {
-			if r := n.host.Shard(s); r != nil && r.IsLeader() {
+			if r := n.host.Replica(s); r != nil && r.IsLeader() {
 				l = n
 			}
 		}
@@ -138,7 +138,7 @@ func viewLeader(t *testing.T, nodes []*testNode, s int) *testNode {
 			return false
 		}
 		for _, n := range nodes {
-			if r := n.host.Shard(s); r != nil {
+			if r := n.host.Replica(s); r != nil {
 				if id, _ := r.Leader(); id != string(l.id) {
 					return false
 				}
@@ -205,7 +205,7 @@ func (tc *testCluster) leader(s int) *member {
 		}
 		l = tc.nodes[ls[0]]
 		for _, n := range tc.nodes {
-			if r := tc.host(n).Shard(s); r != nil {
+			if r := tc.host(n).Replica(s); r != nil {
 				if id, _ := r.Leader(); id != string(l.id) {
 					return false
 				}

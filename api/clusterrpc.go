@@ -52,7 +52,7 @@ func (s *Server) ClusterMap(ctx context.Context, _ *gridpb.ClusterMapRequest) (*
 		})
 	}
 	for id, set := range m.ShardReplicas {
-		cs := &gridpb.ClusterShard{Id: uint32(id), Leader: string(r.leaderOf(id, s.host.Shard(id)))}
+		cs := &gridpb.ClusterShard{Id: uint32(id), Leader: string(r.leaderOf(id, s.host.Replica(id)))}
 		for _, n := range set {
 			cs.Replicas = append(cs.Replicas, string(n))
 		}
@@ -160,7 +160,7 @@ func (s *Server) ShardAdmin(ctx context.Context, req *gridpb.ShardAdminRequest) 
 	}
 	r.forward = false
 	id := int(req.GetShard())
-	sh := s.host.Shard(id)
+	sh := s.host.Replica(id)
 	if sh == nil {
 		_, refusal := r.elsewhere(id, nil, errNotHosted)
 		return nil, toStatus(refusal)

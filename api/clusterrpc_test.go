@@ -372,7 +372,7 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 		if err != nil || resp.CommitIndex == 0 {
 			t.Fatalf("add non-voter n1: %v %v", resp, err)
 		}
-		waitFor(t, "n1 to catch up", func() bool { return n1.host.Shard(0).Status().AppliedIndex >= resp.CommitIndex })
+		waitFor(t, "n1 to catch up", func() bool { return n1.host.Replica(0).Status().AppliedIndex >= resp.CommitIndex })
 		if resp, err = admin(c0, gridpb.ShardAdminAction_ADD_VOTER, n1); err != nil || resp.CommitIndex == 0 {
 			t.Fatalf("add voter n1: %v %v", resp, err)
 		}
@@ -388,7 +388,7 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 	t.Run("a stale or missing fence is refused and changes nothing", func(t *testing.T) {
 		p := api.NewPeers()
 		defer p.Close()
-		before, err := n0.host.Shard(0).Configuration()
+		before, err := n0.host.Replica(0).Configuration()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -408,7 +408,7 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 		if l := viewLeader(t, nodes, 0); l != n0 {
 			t.Fatalf("shard 0 led by %s after refused transfers, want n0", l.id)
 		}
-		after, err := n0.host.Shard(0).Configuration()
+		after, err := n0.host.Replica(0).Configuration()
 		if err != nil || !slices.Equal(after, before) {
 			t.Fatalf("configuration after refused changes: %v %v, want %v", after, err, before)
 		}

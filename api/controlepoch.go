@@ -10,7 +10,7 @@ import (
 
 // ControlEpoch asks the node at addr for the current map's epoch with the
 // ClusterMap RPC, which carries it only from the control group's leader
-// once it has caught up (cluster.Node.CurrentEpoch). Any other answer is
+// once it has caught up (cluster.Runtime.CurrentEpoch). Any other answer is
 // cluster.ErrNotControlLeader.
 func (p *Peers) ControlEpoch(ctx context.Context, addr string) (uint64, error) {
 	c, err := p.client(addr)

@@ -311,7 +311,7 @@ func TestAdminRequestsAtTheEdges(t *testing.T) {
 	err = admin(gridpb.ShardAdminAction_TRANSFER_LEADERSHIP, nil, nil)
 	refused(t, "transfer in a group of one voter", err, codes.FailedPrecondition, "no other voter")
 	cc.alive(t, "transfer in a group of one voter")
-	if !n.host.Shard(0).IsLeader() {
+	if !n.host.Replica(0).IsLeader() {
 		t.Fatal("the refused changes moved shard 0's leadership")
 	}
 }

@@ -65,7 +65,7 @@ func TestStaleFenceRefusedOnRealNodes(t *testing.T) {
 	if victim == at {
 		victim = live[1]
 	}
-	r := c.Node(at).Host().Shard(0)
+	r := c.Node(at).Host().Replica(0)
 	before, err := r.Configuration()
 	if err != nil {
 		t.Fatal(err)

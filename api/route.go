@@ -177,17 +177,17 @@ func (r *router) keyStep() *router {
 
 // shardOf returns the shard of d and this node's replica of it (nil when
 // it holds none).
-func (r *router) shardOf(d digest.Digest) (int, *shard.Shard) {
+func (r *router) shardOf(d digest.Digest) (int, *shard.Replica) {
 	if r.m == nil {
 		id := r.s.host.ShardOf(d)
-		return id, r.s.host.Shard(id)
+		return id, r.s.host.Replica(id)
 	}
 	id := r.m.ShardOf(d)
 	return id, r.replica(id)
 }
 
 // replica is this node's replica of shard id, nil when it holds none.
-func (r *router) replica(id int) *shard.Shard {
+func (r *router) replica(id int) *shard.Replica {
 	set := r.s.host.Settings()
 	if r.m != nil && (r.m.Slots != set.Slots || r.m.Shards != set.Shards) {
 		// This node's data directory was made with other hard settings:
@@ -195,7 +195,7 @@ func (r *router) replica(id int) *shard.Shard {
 		// (the cluster runtime refuses to start its replicas, too).
 		return nil
 	}
-	return r.s.host.Shard(id)
+	return r.s.host.Replica(id)
 }
 
 // shards is the grid's shard count, by the map in a cluster.
@@ -222,7 +222,7 @@ func (r *router) shards() int {
 // tokens named their shard. A token naming no shard of the grid goes to
 // the digest's shard at once. Either way the answer is that of the key's
 // record, wherever it lives.
-func (r *router) place(t target) (id int, sh *shard.Shard, second int) {
+func (r *router) place(t target) (id int, sh *shard.Replica, second int) {
 	id, sh = r.shardOf(t.cmd.Digest)
 	if r.byKey || !settles(t.cmd.Op) {
 		return id, sh, -1
@@ -245,7 +245,7 @@ func settles(op keyspace.Op) bool {
 
 // leaderOf is the leader of shard id as this node knows it: its replica's
 // view, else the map's hint, else the preferred leader; "" when none.
-func (r *router) leaderOf(id int, local *shard.Shard) cluster.NodeID {
+func (r *router) leaderOf(id int, local *shard.Replica) cluster.NodeID {
 	if local != nil {
 		if l, _ := local.Leader(); l != "" {
 			return cluster.NodeID(l)
@@ -271,7 +271,7 @@ type peer struct {
 // they may be forwarded there; refusal is the answer otherwise, and also
 // when forwarding turns out impossible: a Redirect, or on a standalone
 // node the cause itself.
-func (r *router) elsewhere(id int, local *shard.Shard, cause error) (to peer, refusal error) {
+func (r *router) elsewhere(id int, local *shard.Replica, cause error) (to peer, refusal error) {
 	if r.m == nil {
 		return peer{}, cause
 	}
@@ -332,7 +332,7 @@ func serveOne[R any](ctx context.Context, s *Server, req R, validate func(R) (ta
 // serveOn runs t on shard id: on sh, this node's replica, or forwarded to
 // the shard's leader as the same RPC, or refused with a Redirect. missed
 // reports a settle run here that found no record of its key.
-func serveOn[R any](ctx context.Context, s *Server, r *router, id int, sh *shard.Shard, t target, req R, call unaryCall[R]) (res *gridpb.OpResult, missed bool, err error) {
+func serveOn[R any](ctx context.Context, s *Server, r *router, id int, sh *shard.Replica, t target, req R, call unaryCall[R]) (res *gridpb.OpResult, missed bool, err error) {
 	cause := errNotHosted
 	if sh != nil {
 		res, err := runLocal(ctx, sh, t)
@@ -362,7 +362,7 @@ func serveOn[R any](ctx context.Context, s *Server, r *router, id int, sh *shard
 }
 
 // runLocal runs one validated operation on the local replica sh.
-func runLocal(ctx context.Context, sh *shard.Shard, t target) (keyspace.Result, error) {
+func runLocal(ctx context.Context, sh *shard.Replica, t target) (keyspace.Result, error) {
 	if t.read {
 		return sh.Read(ctx, t.cmd.Digest, t.readOptions())
 	}

@@ -178,7 +178,7 @@ func (s *Server) Status(ctx context.Context, _ *gridpb.StatusRequest) (*gridpb.S
 		resp.ControlState = cv.ControlState()
 		resp.ShardCount = uint32(set.Shards)
 	}
-	for _, sh := range s.host.Shards() {
+	for _, sh := range s.host.Replicas() {
 		resp.Shards = append(resp.Shards, shardStatusPB(sh.Status()))
 	}
 	clockStatus(s.host, s.opts.ClockOffsets, resp)

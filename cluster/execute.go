@@ -21,7 +21,7 @@ const pollInterval = 50 * time.Millisecond
 // a new control leader is finished, or undone, by a later plan. A rejoin
 // is the group half of an add (the map lists the node already), an
 // eviction the group half of a remove (the map no longer lists it).
-func (n *Node) execute(ctx context.Context, mv Move) error {
+func (n *Runtime) execute(ctx context.Context, mv Move) error {
 	switch {
 	case mv.Rejoin != "":
 		return n.addReplica(ctx, Move{Shard: mv.Shard, Add: mv.Rejoin})
@@ -54,7 +54,7 @@ func (n *Node) execute(ctx context.Context, mv Move) error {
 // no replica is not given one: shard groups are created only with the
 // cluster (bootstrapMap), and a shard whose replicas are all gone has lost
 // its data, which is an operator's matter.
-func (n *Node) addReplica(ctx context.Context, mv Move) error {
+func (n *Runtime) addReplica(ctx context.Context, mv Move) error {
 	m := n.Map()
 	if len(m.ShardReplicas[mv.Shard]) == 0 {
 		return fmt.Errorf("shard %d has no replica to copy from: shard groups are created only with the cluster", mv.Shard)
@@ -82,7 +82,7 @@ func (n *Node) addReplica(ctx context.Context, mv Move) error {
 // removeReplica removes the leaving replica from the group
 // (removeFromGroup), and only then commits its removal from the map, upon
 // which its node deletes the replica.
-func (n *Node) removeReplica(ctx context.Context, mv Move) error {
+func (n *Runtime) removeReplica(ctx context.Context, mv Move) error {
 	if err := n.removeFromGroup(ctx, mv.Shard, mv.Remove, mv.Leader); err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func (n *Node) removeReplica(ctx context.Context, mv Move) error {
 
 // removeFromGroup hands the shard's leadership away from id (to to, or
 // any other voter) while id leads, then removes id from the group.
-func (n *Node) removeFromGroup(ctx context.Context, shard int, id, to NodeID) error {
+func (n *Runtime) removeFromGroup(ctx context.Context, shard int, id, to NodeID) error {
 	if to == id {
 		to = ""
 	}
@@ -119,7 +119,7 @@ func (n *Node) removeFromGroup(ctx context.Context, shard int, id, to NodeID) er
 
 // transferTo makes target lead shard (target "" = any other voter), unless
 // it leads already.
-func (n *Node) transferTo(ctx context.Context, shard int, target NodeID) error {
+func (n *Runtime) transferTo(ctx context.Context, shard int, target NodeID) error {
 	leader, addr, err := n.findLeader(ctx, shard)
 	if err != nil || leader == target {
 		return err
@@ -136,7 +136,7 @@ func (n *Node) transferTo(ctx context.Context, shard int, target NodeID) error {
 // leader where an election (a failover, a restart) left it elsewhere, so
 // that leaders stay spread as the plan spread them. Best effort: a shard
 // whose preferred leader is down or lagging keeps its leader.
-func (n *Node) restoreLeaders(ctx context.Context) {
+func (n *Runtime) restoreLeaders(ctx context.Context) {
 	m := n.Map()
 	if m == nil {
 		return
@@ -165,7 +165,7 @@ func (n *Node) restoreLeaders(ctx context.Context) {
 
 // adminOnLeader runs req on the shard's leader, looking for it again
 // while leadership moves.
-func (n *Node) adminOnLeader(ctx context.Context, req AdminRequest) (uint64, error) {
+func (n *Runtime) adminOnLeader(ctx context.Context, req AdminRequest) (uint64, error) {
 	for {
 		_, addr, err := n.findLeader(ctx, req.Shard)
 		if err != nil {
@@ -183,7 +183,7 @@ func (n *Node) adminOnLeader(ctx context.Context, req AdminRequest) (uint64, err
 
 // findLeader looks for the shard's leader (leaderOf) until one answers
 // or ctx ends.
-func (n *Node) findLeader(ctx context.Context, shard int) (NodeID, string, error) {
+func (n *Runtime) findLeader(ctx context.Context, shard int) (NodeID, string, error) {
 	for {
 		if id, addr, _, ok := n.leaderOf(ctx, n.Map(), shard); ok {
 			return id, addr, nil
@@ -198,7 +198,7 @@ func (n *Node) findLeader(ctx context.Context, shard int) (NodeID, string, error
 // leads, and then the leader they name when m does not list it (a group
 // member the map dropped); each asked for at most statusTimeout. It
 // returns the leader's status.
-func (n *Node) leaderOf(ctx context.Context, m *Map, shard int) (NodeID, string, ReplicaStatus, bool) {
+func (n *Runtime) leaderOf(ctx context.Context, m *Map, shard int) (NodeID, string, ReplicaStatus, bool) {
 	ask := slices.Clone(m.ShardReplicas[shard])
 	asked := map[NodeID]bool{}
 	for len(ask) > 0 && ctx.Err() == nil {
@@ -232,7 +232,7 @@ const maxParallelObserve = 8
 // observeGroups returns every shard's group as its leader reports it
 // (GroupOf), asking up to maxParallelObserve shards at once. A shard with
 // no replica, or whose leader did not answer, is unknown.
-func (n *Node) observeGroups(ctx context.Context, m *Map) []Group {
+func (n *Runtime) observeGroups(ctx context.Context, m *Map) []Group {
 	groups := make([]Group, len(m.ShardReplicas))
 	sem := make(chan struct{}, maxParallelObserve)
 	var wg sync.WaitGroup
@@ -264,7 +264,7 @@ func withFence(ctx context.Context, term uint64) context.Context {
 // shardAdmin sends req to the node at addr fenced by the round's control
 // term (from ctx) and the current map epoch: a node that knows a later
 // term refuses it with ErrStaleFence.
-func (n *Node) shardAdmin(ctx context.Context, addr string, req AdminRequest) (uint64, error) {
+func (n *Runtime) shardAdmin(ctx context.Context, addr string, req AdminRequest) (uint64, error) {
 	term, _ := ctx.Value(fenceKey{}).(uint64)
 	if n.raft.State() != raft.Leader || n.raft.CurrentTerm() != term {
 		return 0, fmt.Errorf("%w: %s of shard %d planned in control term %d", ErrNotControlLeader, req.Action, req.Shard, term)
@@ -278,7 +278,7 @@ func (n *Node) shardAdmin(ctx context.Context, addr string, req AdminRequest) (u
 
 // waitReplica polls the node's replica of shard until cond holds. It gives
 // up when gossip loses the node: the next plan deals with it.
-func (n *Node) waitReplica(ctx context.Context, info NodeInfo, shard int, cond func(ReplicaStatus) bool) error {
+func (n *Runtime) waitReplica(ctx context.Context, info NodeInfo, shard int, cond func(ReplicaStatus) bool) error {
 	for {
 		if !n.Alive()[info.ID] {
 			return fmt.Errorf("replica of shard %d: node %s is not alive", shard, info.ID)

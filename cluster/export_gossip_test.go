@@ -23,8 +23,8 @@ func HostileAlivePacket(t testing.TB, id NodeID, addr string) []byte {
 }
 
 // RefusedGossipFrames counts the gossip frames this node refused.
-func (n *Node) RefusedGossipFrames() uint64 { return n.ms.RefusedFrames() }
+func (n *Runtime) RefusedGossipFrames() uint64 { return n.ms.RefusedFrames() }
 
 // GossipDrains counts memberlist's calls for broadcasts on this node (see
 // Membership.drains).
-func (n *Node) GossipDrains() uint64 { return n.ms.drains.Load() }
+func (n *Runtime) GossipDrains() uint64 { return n.ms.drains.Load() }

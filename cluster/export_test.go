@@ -6,25 +6,25 @@ import "context"
 
 // SnapshotControl snapshots the control group's state now: a restart then
 // restores this map and replays every later entry.
-func (n *Node) SnapshotControl() error { return n.raft.Snapshot().Error() }
+func (n *Runtime) SnapshotControl() error { return n.raft.Snapshot().Error() }
 
 // AdmitRounds counts the admission passes this node ran as control leader.
-func (n *Node) AdmitRounds() uint64 { return n.admitRounds.Load() }
+func (n *Runtime) AdmitRounds() uint64 { return n.admitRounds.Load() }
 
 // ActedEpoch is the highest map epoch the replica loop acted on.
-func (n *Node) ActedEpoch() uint64 { return n.acted.Load() }
+func (n *Runtime) ActedEpoch() uint64 { return n.acted.Load() }
 
 // ProposeForTest commits cmd through the control group; n must lead it.
-func (n *Node) ProposeForTest(ctx context.Context, cmd Command) (uint64, error) {
+func (n *Runtime) ProposeForTest(ctx context.Context, cmd Command) (uint64, error) {
 	return n.propose(ctx, cmd)
 }
 
 // ReplicaRounds counts the replica loop's rounds.
-func (n *Node) ReplicaRounds() uint64 { return n.replicaRounds.Load() }
+func (n *Runtime) ReplicaRounds() uint64 { return n.replicaRounds.Load() }
 
 // ReadinessNow computes the node's readiness from its map now, as the
 // replica loop does each round ("" when ready).
-func (n *Node) ReadinessNow(ctx context.Context) string {
+func (n *Runtime) ReadinessNow(ctx context.Context) string {
 	m, err := n.currentMap(ctx)
 	if err != nil {
 		return err.Error()

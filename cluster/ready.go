@@ -17,7 +17,7 @@ import (
 // index says little (a follower catching up takes min(leader's commit,
 // last index received), equal to its applied index between batches), so
 // the leader is asked for its commit index.
-func (n *Node) notCaughtUp(ctx context.Context, m *Map) string {
+func (n *Runtime) notCaughtUp(ctx context.Context, m *Map) string {
 	info, ok := m.Nodes[n.cfg.ID]
 	switch {
 	case !ok:
@@ -41,8 +41,8 @@ func (n *Node) notCaughtUp(ctx context.Context, m *Map) string {
 
 // replicaBehind says why this node's replica of shard s is not caught up
 // ("" when it is).
-func (n *Node) replicaBehind(ctx context.Context, m *Map, s int) string {
-	r := n.cfg.Host.Shard(s)
+func (n *Runtime) replicaBehind(ctx context.Context, m *Map, s int) string {
+	r := n.cfg.Host.Replica(s)
 	if r == nil {
 		return "replica not running"
 	}

@@ -28,7 +28,7 @@ func TestNotReadyWhileNonvoter(t *testing.T) {
 	id, addr := c.ID(f), c.Node(f).RaftAddr()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	leader := c.Node(lead[0]).Host().Shard(s)
+	leader := c.Node(lead[0]).Host().Replica(s)
 	if err := leader.RemoveServer(ctx, id); err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestNotReadyWhileNonvoter(t *testing.T) {
 	// not ready. (Polled closely: a repair of the group may promote it
 	// soon.)
 	nonvoter := func() (bool, string) {
-		r := c.Node(f).Host().Shard(s)
+		r := c.Node(f).Host().Replica(s)
 		servers, err := r.Configuration()
 		if err != nil {
 			return false, err.Error()

@@ -28,7 +28,7 @@ const moveTimeout = 60 * time.Second
 // entry committed before it. A round is fenced by the term it runs under:
 // its context ends as soon as this node stops leading or the term changes
 // (watchLeadership), and every shard admin request carries that term.
-func (n *Node) controlLoop() {
+func (n *Runtime) controlLoop() {
 	defer n.wg.Done()
 	t := time.NewTicker(n.cfg.ReconcileInterval)
 	defer t.Stop()
@@ -90,7 +90,7 @@ const leadershipPoll = 50 * time.Millisecond
 // leads the control group or its term is no longer term. The returned
 // channel is closed when the watcher has ended, which it does when ctx
 // ends.
-func (n *Node) watchLeadership(ctx context.Context, cancel context.CancelFunc, term uint64) <-chan struct{} {
+func (n *Runtime) watchLeadership(ctx context.Context, cancel context.CancelFunc, term uint64) <-chan struct{} {
 	ended := make(chan struct{})
 	go func() {
 		defer close(ended)
@@ -113,7 +113,7 @@ func (n *Node) watchLeadership(ctx context.Context, cancel context.CancelFunc, t
 }
 
 // reconcile runs one round; see controlLoop.
-func (n *Node) reconcile(ctx context.Context, grace *Grace) error {
+func (n *Runtime) reconcile(ctx context.Context, grace *Grace) error {
 	alive := n.aliveMeta()
 	m := n.Map()
 	if m == nil {
@@ -153,7 +153,7 @@ func (n *Node) reconcile(ctx context.Context, grace *Grace) error {
 }
 
 // aliveMeta is the gossip view: the alive members whose metadata decoded.
-func (n *Node) aliveMeta() map[NodeID]NodeMeta {
+func (n *Runtime) aliveMeta() map[NodeID]NodeMeta {
 	out := map[NodeID]NodeMeta{}
 	for _, m := range n.ms.Members() {
 		if m.State == MemberAlive && m.MetaErr == nil && m.Meta.RaftAddr != "" && m.Meta.GRPCAddr != "" {
@@ -172,7 +172,7 @@ func infoOf(meta NodeMeta) NodeInfo {
 // as the planner places it on an empty cluster (initialSets). That map
 // records the shards' creation: each replica it lists bootstraps its
 // group with exactly that set, and no shard group is created afterwards.
-func (n *Node) bootstrapMap(ctx context.Context, alive map[NodeID]NodeMeta) error {
+func (n *Runtime) bootstrapMap(ctx context.Context, alive map[NodeID]NodeMeta) error {
 	set := n.cfg.Host.Settings()
 	m := &Map{Slots: set.Slots, Shards: set.Shards, Replicas: n.cfg.Replicas,
 		Nodes: map[NodeID]NodeInfo{}, ShardReplicas: make([][]NodeID, set.Shards)}
@@ -224,7 +224,7 @@ func initialSets(m *Map) *Map {
 // A node still in the cluster that gossips a new incarnation lost its data:
 // it is left as the map has it (it hosts nothing) until it is drained.
 // Each refusal is logged once per incarnation.
-func (n *Node) admit(ctx context.Context, m *Map, alive map[NodeID]NodeMeta) error {
+func (n *Runtime) admit(ctx context.Context, m *Map, alive map[NodeID]NodeMeta) error {
 	for _, id := range sortedKeys(alive) {
 		meta := alive[id]
 		want := infoOf(meta)
@@ -256,7 +256,7 @@ func (n *Node) admit(ctx context.Context, m *Map, alive map[NodeID]NodeMeta) err
 
 // logOnce logs msg at warn for node id's incarnation inc, unless it did for
 // that incarnation already.
-func (n *Node) logOnce(id NodeID, inc uint64, msg string, args ...any) {
+func (n *Runtime) logOnce(id NodeID, inc uint64, msg string, args ...any) {
 	n.mu.Lock()
 	last, seen := n.loggedOnce[id]
 	n.loggedOnce[id] = inc
@@ -268,7 +268,7 @@ func (n *Node) logOnce(id NodeID, inc uint64, msg string, args ...any) {
 
 // reconcileControl executes PlanControl's changes of the control group's
 // membership, each logged at info.
-func (n *Node) reconcileControl(ctx context.Context, m *Map, alive map[NodeID]bool, deadFor func(NodeID) bool) error {
+func (n *Runtime) reconcileControl(ctx context.Context, m *Map, alive map[NodeID]bool, deadFor func(NodeID) bool) error {
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return err
@@ -311,7 +311,7 @@ func (n *Node) reconcileControl(ctx context.Context, m *Map, alive map[NodeID]bo
 // does not lead any more) or ErrNotControlLeader stops the round: no move
 // starts after it, and the moves running see their context end. Any other
 // failure leaves the other moves going. It returns the failures joined.
-func (n *Node) executeRound(ctx context.Context, moves []Move) error {
+func (n *Runtime) executeRound(ctx context.Context, moves []Move) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	seen := map[int]bool{}

@@ -57,7 +57,7 @@ func groupLists(t *testing.T, c *gridtest.Cluster, s int, id cluster.NodeID) boo
 	var listed bool
 	testwait.Until(t, 10*time.Second, func() string {
 		for _, i := range c.Leaders(s) {
-			servers, err := c.Node(i).Host().Shard(s).Configuration()
+			servers, err := c.Node(i).Host().Replica(s).Configuration()
 			if err != nil {
 				return err.Error()
 			}
@@ -70,9 +70,9 @@ func groupLists(t *testing.T, c *gridtest.Cluster, s int, id cluster.NodeID) boo
 }
 
 // controlLeader is the control group's leader's runtime.
-func controlLeader(t *testing.T, c *gridtest.Cluster) *cluster.Node {
+func controlLeader(t *testing.T, c *gridtest.Cluster) *cluster.Runtime {
 	t.Helper()
-	var leader *cluster.Node
+	var leader *cluster.Runtime
 	testwait.Until(t, 10*time.Second, func() string {
 		for i := range len(c.Addrs()) {
 			if n := c.Node(i); n != nil && n.Cluster().ControlState() == "leader" {
@@ -164,7 +164,7 @@ func TestRestartReplayDoesNotBootstrapAgain(t *testing.T) {
 	// Once the group's committed configuration dropped it, x deleted its
 	// replica of s.
 	testwait.Until(t, 30*time.Second, func() string {
-		if c.Node(x).Host().Shard(s) != nil {
+		if c.Node(x).Host().Replica(s) != nil {
 			return fmt.Sprintf("%s still runs its replica of shard %d, which moved to %v", c.ID(x), s, now.ShardReplicas[s])
 		}
 		return ""
@@ -175,12 +175,12 @@ func TestRestartReplayDoesNotBootstrapAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	testwait.Until(t, 30*time.Second, func() string {
-		if n := c.Node(x); n == nil || n.Host().Shard(u) == nil {
+		if n := c.Node(x); n == nil || n.Host().Replica(u) == nil {
 			return fmt.Sprintf("%s does not run its replica of shard %d", c.ID(x), u)
 		}
 		return ""
 	})
-	if r := c.Node(x).Host().Shard(s); r != nil {
+	if r := c.Node(x).Host().Replica(s); r != nil {
 		servers, _ := r.Configuration()
 		t.Errorf("%s replayed epoch %d and started shard %d again (configuration %v, last index %d): a second group of a shard that lives on %v",
 			c.ID(x), old[x].Epoch, s, servers, r.Status().LastIndex, now.ShardReplicas[s])
@@ -215,7 +215,7 @@ func TestStaleMapDoesNotPurgeLiveReplica(t *testing.T) {
 			spare = id
 		}
 	}
-	live := c.Node(victim).Host().Shard(s)
+	live := c.Node(victim).Host().Replica(s)
 	before := live.Status()
 
 	// The map moves the victim's replica to spare; the group is not told.
@@ -234,7 +234,7 @@ func TestStaleMapDoesNotPurgeLiveReplica(t *testing.T) {
 	testwait.Until(t, 10*time.Second, func() string {
 		n := c.Node(victim).Cluster()
 		switch {
-		case c.Node(victim).Host().Shard(s) != live:
+		case c.Node(victim).Host().Replica(s) != live:
 			// Gone: fine only if the group dropped it first (a repair of
 			// the group may have done so since).
 			purgedMember = groupLists(t, c, s, set[1])
@@ -255,7 +255,7 @@ func TestStaleMapDoesNotPurgeLiveReplica(t *testing.T) {
 		t.Fatalf("%s stopped its replica of shard %d (term %d, last index %d) on a map that left it out while its group still counts on it",
 			c.ID(victim), s, before.Term, before.LastIndex)
 	}
-	if c.Node(victim).Host().Shard(s) != live {
+	if c.Node(victim).Host().Replica(s) != live {
 		t.Logf("the replica was removed from its group, then purged")
 	} else if st := live.Status(); st.Term < before.Term || st.LastIndex < before.LastIndex {
 		t.Fatalf("replica state went back: term %d→%d, last index %d→%d", before.Term, st.Term, before.LastIndex, st.LastIndex)
@@ -302,7 +302,7 @@ func oneLeader(t *testing.T, c *gridtest.Cluster, s int, when string) {
 		ls := c.Leaders(s)
 		terms := map[uint64]int{}
 		for _, i := range ls {
-			r := c.Node(i).Host().Shard(s)
+			r := c.Node(i).Host().Replica(s)
 			if r == nil {
 				return fmt.Sprintf("%s: %s's replica of shard %d went away", when, c.ID(i), s)
 			}

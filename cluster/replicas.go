@@ -44,7 +44,7 @@ const (
 // it only once the shard's leader reports a committed group configuration
 // without it (see purge): a node never drops a replica its group still
 // counts on.
-func (n *Node) replicaLoop() {
+func (n *Runtime) replicaLoop() {
 	defer n.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -71,7 +71,7 @@ func (n *Node) replicaLoop() {
 
 // replicaRound syncs the replicas from the current map and records the
 // node's readiness.
-func (n *Node) replicaRound(ctx context.Context) {
+func (n *Runtime) replicaRound(ctx context.Context) {
 	defer n.replicaRounds.Add(1)
 	m, err := n.currentMap(ctx)
 	if err != nil {
@@ -90,7 +90,7 @@ func (n *Node) replicaRound(ctx context.Context) {
 	n.setReady(n.notCaughtUp(ctx, m))
 }
 
-func (n *Node) setReady(why string) {
+func (n *Runtime) setReady(why string) {
 	n.mu.Lock()
 	n.notReady = why
 	n.ready.Store(why == "")
@@ -101,7 +101,7 @@ func (n *Node) setReady(why string) {
 // least the control leader's current epoch, asked now (a read-index; on
 // the leader, its own map after a barrier in its term), and at least the
 // epoch this node last acted on. Errors wrap ErrNotCurrent.
-func (n *Node) currentMap(ctx context.Context) (*Map, error) {
+func (n *Runtime) currentMap(ctx context.Context) (*Map, error) {
 	want, err := n.leaderEpoch(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotCurrent, err)
@@ -119,7 +119,7 @@ func (n *Node) currentMap(ctx context.Context) (*Map, error) {
 
 // leaderEpoch is the control leader's current epoch. A leader that has not
 // applied a barrier in its term yet applies one first.
-func (n *Node) leaderEpoch(ctx context.Context) (uint64, error) {
+func (n *Runtime) leaderEpoch(ctx context.Context) (uint64, error) {
 	if n.raft.State() == raft.Leader {
 		cctx, cancel := context.WithTimeout(ctx, replicaAskTimeout)
 		defer cancel()
@@ -139,7 +139,7 @@ func (n *Node) leaderEpoch(ctx context.Context) (uint64, error) {
 }
 
 // grpcAddrOf is node id's client address, from gossip or else the map.
-func (n *Node) grpcAddrOf(id NodeID) string {
+func (n *Runtime) grpcAddrOf(id NodeID) string {
 	for _, mem := range n.ms.Members() {
 		if mem.ID == id && mem.MetaErr == nil && mem.Meta.GRPCAddr != "" {
 			return mem.Meta.GRPCAddr
@@ -156,7 +156,7 @@ func (n *Node) grpcAddrOf(id NodeID) string {
 // (possibly historical) map says. The replica loop purges those the
 // current map and their groups no longer count on. Replicas restore their
 // snapshots in parallel: a restart takes as long as the largest one.
-func (n *Node) resumeReplicas() {
+func (n *Runtime) resumeReplicas() {
 	host := n.cfg.Host
 	var wg sync.WaitGroup
 	for s := range host.Settings().Shards {
@@ -179,7 +179,7 @@ func (n *Node) resumeReplicas() {
 }
 
 // syncReplicas acts on m, a current map: see replicaLoop.
-func (n *Node) syncReplicas(ctx context.Context, m *Map) error {
+func (n *Runtime) syncReplicas(ctx context.Context, m *Map) error {
 	if err := n.checkHostable(m); err != nil {
 		return err
 	}
@@ -195,7 +195,7 @@ func (n *Node) syncReplicas(ctx context.Context, m *Map) error {
 	var errs []error
 	for s, rs := range m.ShardReplicas {
 		want := slices.Contains(rs, n.cfg.ID)
-		switch local := host.Shard(s); {
+		switch local := host.Replica(s); {
 		case want && local == nil:
 			errs = append(errs, n.startReplica(m, s))
 		case !want && local != nil:
@@ -210,7 +210,7 @@ func (n *Node) syncReplicas(ctx context.Context, m *Map) error {
 // knows another incarnation of this node id (its directory was wiped
 // while it was in the cluster). Each reason is logged once, when it
 // appears.
-func (n *Node) checkHostable(m *Map) error {
+func (n *Runtime) checkHostable(m *Map) error {
 	set := n.cfg.Host.Settings()
 	var err error
 	if m.Slots != set.Slots || m.Shards != set.Shards {
@@ -234,7 +234,7 @@ func (n *Node) checkHostable(m *Map) error {
 var errHostableLogged = errors.New("cluster: this node hosts no replica (logged)")
 
 // startReplica starts this node's replica of shard s, which m gives it.
-func (n *Node) startReplica(m *Map, s int) error {
+func (n *Runtime) startReplica(m *Map, s int) error {
 	host := n.cfg.Host
 	boot := m.Created(s) && m.Nodes[n.cfg.ID].Incarnation == n.incarnation
 	var err error
@@ -260,7 +260,7 @@ func (n *Node) startReplica(m *Map, s int) error {
 // this node. Until then the replica keeps running: the map's removal
 // follows the group's, and a group that still counts on this replica (a
 // removal not committed, a map that is ahead of the group) keeps it.
-func (n *Node) purge(ctx context.Context, m *Map, s int) error {
+func (n *Runtime) purge(ctx context.Context, m *Map, s int) error {
 	for _, id := range m.ShardReplicas[s] {
 		cctx, cancel := context.WithTimeout(ctx, replicaAskTimeout)
 		st, ok, err := n.cfg.Remote.ShardStatus(cctx, m.Nodes[id].GRPCAddr, s)

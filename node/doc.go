@@ -12,7 +12,7 @@
 // opens the Raft mux that carries all its groups (DefaultRaftListen), its
 // clock offset measurement, its host with no replica, and the cluster
 // runtime, which starts and stops the replicas the cluster map gives it;
-// it is ready when cluster.Node.Ready says so. The API server gets the
+// it is ready when cluster.Runtime.Ready says so. The API server gets the
 // cluster runtime as its api.ClusterView and the api.Peers pool, which is
 // also the cluster.Remote the control leader moves replicas with.
 //

@@ -99,7 +99,7 @@ type Node struct {
 	lis      net.Listener
 	httpLis  net.Listener
 	mux      *raftlog.Mux  // cluster mode only
-	cluster  *cluster.Node // cluster mode only
+	cluster  *cluster.Runtime // cluster mode only
 	peers    *api.Peers    // cluster mode only
 	wg       sync.WaitGroup
 	stopOnce sync.Once
@@ -182,7 +182,7 @@ func (n *Node) RaftAddr() string {
 }
 
 // Cluster is the node's cluster runtime, nil on a standalone node.
-func (n *Node) Cluster() *cluster.Node { return n.cluster }
+func (n *Node) Cluster() *cluster.Runtime { return n.cluster }
 
 // Addr is the client gRPC address the node listens on.
 func (n *Node) Addr() string { return n.lis.Addr().String() }
@@ -199,7 +199,7 @@ func (n *Node) HTTPAddr() string {
 func (n *Node) Host() *shard.Host { return n.host }
 
 // ready reports whether the node serves: standalone, every shard leads;
-// in a cluster, cluster.Node.Ready: its map is current, it is not removed,
+// in a cluster, cluster.Runtime.Ready: its map is current, it is not removed,
 // and each replica the map gives it is a voter caught up with its leader.
 func (n *Node) ready() bool {
 	if n.cluster != nil {

@@ -88,7 +88,7 @@ func grantsLease(cmds []keyspace.Command) bool {
 // StampLag is how far this replica's clock is behind the stamps it would
 // have to stamp past: the latest applied stamp and, on a leader, its own
 // latest stamp. Zero or negative when its clock is ahead.
-func (s *Shard) StampLag() time.Duration {
+func (s *Replica) StampLag() time.Duration {
 	floor := s.appliedStamp()
 	base, clock := s.prop.base(floor)
 	return time.Duration(base-clock) * time.Millisecond
@@ -98,7 +98,7 @@ func (s *Shard) StampLag() time.Duration {
 // its node is outside the bound of its peers, or its clock is behind
 // the stamps by more than the bound. (A lag within the bound only makes
 // grants wait for the clock: see proposer.admit.)
-func (s *Shard) clockRefusal() (rule string, err error) {
+func (s *Replica) clockRefusal() (rule string, err error) {
 	if s.cfg.PeerClocks != nil {
 		if err := s.cfg.PeerClocks.Check(); err != nil {
 			return rulePeers, err
@@ -120,7 +120,7 @@ func (s *Shard) clockRefusal() (rule string, err error) {
 // farther ahead would be the clock the majority disagrees with. Without
 // such a voter, or without measurements (a node outside a cluster), it
 // stays. Best effort: the next tick tries again.
-func (s *Shard) handOverForClock(rule string, why error) {
+func (s *Replica) handOverForClock(rule string, why error) {
 	cf := s.raft.GetConfiguration()
 	if cf.Error() != nil {
 		return

@@ -206,7 +206,7 @@ func TestClockRefusalHandsLeadershipOver(t *testing.T) {
 	for nh.hosts[0].ShardOf(d) != id {
 		d.Lo++
 	}
-	reserveKey := func(s *Shard) (keyspace.Result, error) {
+	reserveKey := func(s *Replica) (keyspace.Result, error) {
 		res, err := s.Propose(context.Background(), []keyspace.Command{{Op: keyspace.OpReserve, Digest: d,
 			Lease: lease.Milliseconds(), Retention: time.Hour.Milliseconds(), MaxAttempts: 5}})
 		if err != nil {

@@ -64,7 +64,7 @@ func (n *coldNode) restart() tiering.ShardStats {
 	return n.shard().Status().Cold
 }
 
-func (n *coldNode) shard() *Shard { return n.h.Shards()[0] }
+func (n *coldNode) shard() *Replica { return n.h.Replicas()[0] }
 
 func (n *coldNode) settle(key string) {
 	n.t.Helper()
@@ -220,7 +220,7 @@ type replica struct {
 	trans *raft.InmemTransport
 	logs  *raftlog.Store
 	cold  *tiering.Store
-	s     *Shard
+	s     *Replica
 }
 
 // lagSet is a three-replica shard whose leader keeps only a few log
@@ -314,9 +314,9 @@ func (ls *lagSet) stop(i int) {
 	r.s = nil
 }
 
-func (ls *lagSet) leader() *Shard {
+func (ls *lagSet) leader() *Replica {
 	ls.t.Helper()
-	var l *Shard
+	var l *Replica
 	testwait.For(ls.t, 20*time.Second, "a serving leader", func() bool {
 		for _, r := range ls.replicas {
 			if r.s != nil && r.s.ready() {
@@ -329,14 +329,14 @@ func (ls *lagSet) leader() *Shard {
 	return l
 }
 
-func (ls *lagSet) settle(l *Shard, key string) {
+func (ls *lagSet) settle(l *Replica, key string) {
 	ls.t.Helper()
 	got := propose(ls.t, l, reserve(key, time.Minute))[0]
 	propose(ls.t, l, keyspace.Command{Op: keyspace.OpComplete, Digest: digest.Key("t", []byte(key)),
 		Token: got.Token, Retention: (72 * time.Hour).Milliseconds(), Result: []byte(key)})
 }
 
-func (ls *lagSet) demote(l *Shard) {
+func (ls *lagSet) demote(l *Replica) {
 	ls.t.Helper()
 	ls.clock.Add(25 * time.Hour)
 	if _, err := l.prop.propose(context.Background(), nil, true); err != nil {

@@ -72,7 +72,7 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 	// A replica stopped meanwhile still describes its last state.
-	for _, s := range c.h.Shards() {
+	for _, s := range c.h.Replicas() {
 		st := s.Status()
 		id := strconv.FormatUint(st.ID, 10)
 		for state, n := range st.Counts {

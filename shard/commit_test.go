@@ -45,7 +45,7 @@ func TestRetriedRemovalOfACutOffLeaderIsNotSuccess(t *testing.T) {
 	}
 	// The others, who never got the removal, elect a leader of their own
 	// while the old one steps down; then the network heals.
-	var nl *Shard
+	var nl *Replica
 	testwait.For(t, 20*time.Second, "a new leader of shard 0 beside the cut-off one", func() bool {
 		for i := range nh.hosts {
 			if r := nh.replica(i, 0); i != at && r.IsLeader() {

@@ -1,4 +1,4 @@
-// Package shard runs the Raft groups of a node. A Shard is one replica of one
+// Package shard runs the Raft groups of a node. A Replica is one replica of one
 // group: hashicorp/raft with a thin BatchingFSM adapter over the keyspace
 // Machine, a proposer that coalesces concurrent commands into few log entries
 // (group commit) and stamps each with the leader's time, the leader's idle

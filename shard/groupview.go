@@ -43,7 +43,7 @@ type GroupView struct {
 
 // groupView describes the group as this replica knows it; commit is its
 // commit index.
-func (s *Shard) groupView(commit uint64) GroupView {
+func (s *Replica) groupView(commit uint64) GroupView {
 	// The applied configuration first: one applied meanwhile is then
 	// either in latest too or found by the scan.
 	applied := s.fsm.config()
@@ -82,7 +82,7 @@ func (s *Shard) groupView(commit uint64) GroupView {
 // configIndexAfter returns the index of the last configuration entry in
 // the log after index floor, reading back at most configScanLimit entries
 // from the last one; 0 when it finds none.
-func (s *Shard) configIndexAfter(floor uint64) uint64 {
+func (s *Replica) configIndexAfter(floor uint64) uint64 {
 	last := s.raft.LastIndex()
 	var l raft.Log
 	for i := last; i > floor && last-i < configScanLimit; i-- {

@@ -69,7 +69,7 @@ func TestGroupViewFollowsMembership(t *testing.T) {
 	for i := range configScanLimit + 10 {
 		propose(t, r0, reserve(fmt.Sprint("after-promotion-", i), time.Hour))
 	}
-	for _, r := range []*Shard{r0, r1} {
+	for _, r := range []*Replica{r0, r1} {
 		if err := r.Snapshot(); err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +82,7 @@ func TestGroupViewFollowsMembership(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var l *Shard
+	var l *Replica
 	testwait.For(t, 20*time.Second, "a leader after the restart", func() bool {
 		for i := range nh.hosts {
 			if r := nh.replica(i, 0); r != nil && r.IsLeader() {

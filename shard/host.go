@@ -78,7 +78,7 @@ type Host struct {
 	// mu guards replicas and closed. Every request reads replicas (For), so
 	// mu is never held while a replica opens or closes; lifecycle is.
 	mu       sync.RWMutex
-	replicas []*Shard // by shard id; nil: not hosted here
+	replicas []*Replica // by shard id; nil: not hosted here
 	closed   bool
 	// lifecycle serializes StartReplica and StopReplica of each shard id;
 	// Close takes all of them, in id order.
@@ -136,7 +136,7 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{cfg: cfg, settings: settings, logs: logs, cold: cold, metrics: NewMetrics(cfg.Registry),
-		replicas: make([]*Shard, cfg.Shards), lifecycle: make([]sync.Mutex, cfg.Shards)}
+		replicas: make([]*Replica, cfg.Shards), lifecycle: make([]sync.Mutex, cfg.Shards)}
 	if cfg.Registry != nil {
 		cfg.Registry.MustRegister(newHostCollector(h))
 	}
@@ -153,13 +153,13 @@ func (h *Host) Logs() *raftlog.Store { return h.logs }
 // NodeID is this node's id.
 func (h *Host) NodeID() string { return h.cfg.NodeID }
 
-// Shards returns the replicas hosted here, by shard id, in a fresh slice.
+// Replicas returns the replicas hosted here, by shard id, in a fresh slice.
 // A replica may be stopped (StopReplica) while the caller holds it; its
 // methods then fail with ErrClosed.
-func (h *Host) Shards() []*Shard {
+func (h *Host) Replicas() []*Replica {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	out := make([]*Shard, 0, len(h.replicas))
+	out := make([]*Replica, 0, len(h.replicas))
 	for _, s := range h.replicas {
 		if s != nil {
 			out = append(out, s)
@@ -168,9 +168,9 @@ func (h *Host) Shards() []*Shard {
 	return out
 }
 
-// Shard returns the replica of shard id hosted here, or nil when there is
+// Replica returns the replica of shard id hosted here, or nil when there is
 // none (or id is out of range).
-func (h *Host) Shard(id int) *Shard {
+func (h *Host) Replica(id int) *Replica {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	if id < 0 || id >= len(h.replicas) {
@@ -187,15 +187,15 @@ func (h *Host) ShardOf(d digest.Digest) int {
 // For returns the replica of the shard that owns digest d, or nil when this
 // node hosts no replica of it (the cluster map places it elsewhere, or
 // its replica was not started or was stopped).
-func (h *Host) For(d digest.Digest) *Shard {
-	return h.Shard(h.ShardOf(d))
+func (h *Host) For(d digest.Digest) *Replica {
+	return h.Replica(h.ShardOf(d))
 }
 
 // WaitReady blocks until every hosted replica leads and serves reads, or
 // ctx ends. It is for a node alone (no Mux): in a cluster, the leaders are
 // spread.
 func (h *Host) WaitReady(ctx context.Context) error {
-	for _, s := range h.Shards() {
+	for _, s := range h.Replicas() {
 		if err := s.WaitReady(ctx); err != nil {
 			return err
 		}
@@ -206,7 +206,7 @@ func (h *Host) WaitReady(ctx context.Context) error {
 // Ready reports whether every hosted replica leads and serves: the
 // readiness of a node alone. It is true when none is hosted.
 func (h *Host) Ready() bool {
-	for _, s := range h.Shards() {
+	for _, s := range h.Replicas() {
 		if !s.ready() {
 			return false
 		}
@@ -218,7 +218,7 @@ func (h *Host) Ready() bool {
 // group (itself or another node): the readiness of a node in a cluster. It
 // is true when none is hosted.
 func (h *Host) HasLeader() bool {
-	for _, s := range h.Shards() {
+	for _, s := range h.Replicas() {
 		if id, _ := s.Leader(); id == "" {
 			return false
 		}
@@ -238,7 +238,7 @@ func (h *Host) Clock() time.Time { return h.cfg.Clock() }
 // clock does).
 func (h *Host) ShardsBehindStamps() []int {
 	var out []int
-	for _, s := range h.Shards() {
+	for _, s := range h.Replicas() {
 		if s.raft.State() == raft.Leader && s.StampLag() > s.cfg.MaxClockOffset {
 			out = append(out, int(s.cfg.ID))
 		}
@@ -275,7 +275,7 @@ func (h *Host) Close() error {
 	}
 	h.closed = true
 	replicas := h.replicas
-	h.replicas = make([]*Shard, len(replicas))
+	h.replicas = make([]*Replica, len(replicas))
 	h.mu.Unlock()
 
 	var errs []error

@@ -32,7 +32,7 @@ import (
 // votes nor counts toward commitment, so a new replica catches up without
 // weakening the quorum. For a member it only updates the address: a voter
 // stays a voter.
-func (s *Shard) AddNonvoter(ctx context.Context, id, addr string) error {
+func (s *Replica) AddNonvoter(ctx context.Context, id, addr string) error {
 	what := "add non-voter " + id
 	if srv, ok, err := s.latestServer(what, id); err != nil {
 		return err
@@ -47,7 +47,7 @@ func (s *Shard) AddNonvoter(ctx context.Context, id, addr string) error {
 // AddVoter adds server id at addr to the group as a voter, or promotes it
 // if it is a non-voter. A voter counts toward the quorum at once: add it as
 // a non-voter first and let it catch up.
-func (s *Shard) AddVoter(ctx context.Context, id, addr string) error {
+func (s *Replica) AddVoter(ctx context.Context, id, addr string) error {
 	what := "add voter " + id
 	if srv, ok, err := s.latestServer(what, id); err != nil {
 		return err
@@ -65,7 +65,7 @@ func (s *Shard) AddVoter(ctx context.Context, id, addr string) error {
 // removes itself steps down once the change is committed; hand leadership
 // over first instead (TransferLeadership), so the group has no election to
 // wait for.
-func (s *Shard) RemoveServer(ctx context.Context, id string) error {
+func (s *Replica) RemoveServer(ctx context.Context, id string) error {
 	what := "remove server " + id
 	if _, ok, err := s.latestServer(what, id); err != nil {
 		return err
@@ -79,7 +79,7 @@ func (s *Shard) RemoveServer(ctx context.Context, id string) error {
 
 // latestServer returns server id of this leader's latest configuration,
 // committed or not; ok is false when it lists none.
-func (s *Shard) latestServer(what, id string) (srv raft.Server, ok bool, err error) {
+func (s *Replica) latestServer(what, id string) (srv raft.Server, ok bool, err error) {
 	if err := s.checkLeader(what); err != nil {
 		return raft.Server{}, false, err
 	}
@@ -96,7 +96,7 @@ func (s *Shard) latestServer(what, id string) (srv raft.Server, ok bool, err err
 // entry before it, the configuration's included. A leader cut off from its
 // quorum cannot: ctx ends with ErrOutcomeUnknown, or the leader steps down
 // (ErrOutcomeUnknown, or ErrNotLeader before the barrier is enqueued).
-func (s *Shard) ensureCommitted(ctx context.Context, what string) error {
+func (s *Replica) ensureCommitted(ctx context.Context, what string) error {
 	if err := s.checkLeader(what); err != nil {
 		return err
 	}
@@ -112,7 +112,7 @@ func (s *Shard) ensureCommitted(ctx context.Context, what string) error {
 // leads, or ctx ends. A transfer to this replica itself does nothing. While
 // it runs, proposals fail with ErrNotLeader. A target that is not a voter,
 // or with id "" a group without another voter, fails with ErrNotVoter.
-func (s *Shard) TransferLeadership(ctx context.Context, id, addr string) error {
+func (s *Replica) TransferLeadership(ctx context.Context, id, addr string) error {
 	what := "transfer leadership"
 	if id != "" {
 		what += " to " + id
@@ -167,7 +167,7 @@ func (s *Shard) TransferLeadership(ctx context.Context, id, addr string) error {
 // Configuration returns the servers of the latest group configuration this
 // replica knows (on the leader it may not be committed yet). A replica that
 // has not joined a group yet returns none.
-func (s *Shard) Configuration() ([]raft.Server, error) {
+func (s *Replica) Configuration() ([]raft.Server, error) {
 	f := s.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return nil, fmt.Errorf("shard %d: configuration: %w", s.cfg.ID, adminError(err))
@@ -178,7 +178,7 @@ func (s *Shard) Configuration() ([]raft.Server, error) {
 
 // Leader returns the node id and Raft address of the group's leader as
 // this replica knows it, or "" for both when it knows none.
-func (s *Shard) Leader() (id, addr string) {
+func (s *Replica) Leader() (id, addr string) {
 	a, i := s.raft.LeaderWithID()
 	return string(i), string(a)
 }
@@ -186,7 +186,7 @@ func (s *Shard) Leader() (id, addr string) {
 // CommitIndex is the index of the latest log entry this replica knows to
 // be committed. A new replica has caught up with the leader when its
 // applied index (Status) reaches the leader's commit index.
-func (s *Shard) CommitIndex() uint64 { return s.raft.CommitIndex() }
+func (s *Replica) CommitIndex() uint64 { return s.raft.CommitIndex() }
 
 func findServer(servers []raft.Server, id string) (raft.Server, bool) {
 	for _, srv := range servers {
@@ -198,7 +198,7 @@ func findServer(servers []raft.Server, id string) (raft.Server, bool) {
 }
 
 // checkLeader fails fast on a closed replica and one that does not lead.
-func (s *Shard) checkLeader(what string) error {
+func (s *Replica) checkLeader(what string) error {
 	select {
 	case <-s.quit:
 		return fmt.Errorf("shard %d: %s: %w", s.cfg.ID, what, ErrClosed)
@@ -213,7 +213,7 @@ func (s *Shard) checkLeader(what string) error {
 // changeConfig runs a configuration change on the leader and waits for it
 // to commit. Raft bounds only the wait to enqueue the change, by ctx's
 // deadline.
-func (s *Shard) changeConfig(ctx context.Context, what string, change func(timeout time.Duration) raft.IndexFuture) error {
+func (s *Replica) changeConfig(ctx context.Context, what string, change func(timeout time.Duration) raft.IndexFuture) error {
 	if err := s.checkLeader(what); err != nil {
 		return err
 	}
@@ -234,7 +234,7 @@ func enqueueTimeout(ctx context.Context) time.Duration {
 // ends or the replica closes. Raft futures cannot be cancelled: op goes on
 // in its goroutine until Raft answers it, which Raft does at the latest
 // when it shuts down.
-func (s *Shard) await(ctx context.Context, what string, op func() error) error {
+func (s *Replica) await(ctx context.Context, what string, op func() error) error {
 	done := make(chan error, 1)
 	go func() { done <- op() }()
 	select {

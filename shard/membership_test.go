@@ -22,7 +22,7 @@ func TestMoveAReplicaAcrossHosts(t *testing.T) {
 	nh := openEmptyHosts(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	start := func(i int, bootstrap bool) *Shard {
+	start := func(i int, bootstrap bool) *Replica {
 		t.Helper()
 		s, err := nh.hosts[i].StartReplica(0, bootstrap)
 		if err != nil {
@@ -39,7 +39,7 @@ func TestMoveAReplicaAcrossHosts(t *testing.T) {
 		t.Fatalf("reserve on host 0 alone: %v", first.Outcome)
 	}
 
-	joined := []*Shard{r0}
+	joined := []*Replica{r0}
 	for _, i := range []int{1, 2} {
 		r := start(i, false)
 		if again := start(i, false); again != r {
@@ -100,7 +100,7 @@ func TestMoveAReplicaAcrossHosts(t *testing.T) {
 	if err := nh.hosts[0].StopReplica(0, true); err != nil {
 		t.Fatal(err)
 	}
-	if nh.hosts[0].Shard(0) != nil {
+	if nh.hosts[0].Replica(0) != nil {
 		t.Fatal("host 0 still hosts shard 0 after StopReplica")
 	}
 
@@ -119,7 +119,7 @@ func TestMoveAReplicaAcrossHosts(t *testing.T) {
 }
 
 // wantVoters checks that s's configuration is exactly these voters.
-func wantVoters(t *testing.T, s *Shard, ids ...string) {
+func wantVoters(t *testing.T, s *Replica, ids ...string) {
 	t.Helper()
 	servers, err := s.Configuration()
 	if err != nil {

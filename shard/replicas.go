@@ -26,7 +26,7 @@ import (
 //
 // Starts and stops of the same id are serialized; requests for other
 // shards are never held up by them.
-func (h *Host) StartReplica(id int, bootstrap bool) (*Shard, error) {
+func (h *Host) StartReplica(id int, bootstrap bool) (*Replica, error) {
 	return h.startReplica(id, bootstrap, nil)
 }
 
@@ -36,7 +36,7 @@ func (h *Host) StartReplica(id int, bootstrap bool) (*Shard, error) {
 // Every initial voter of a group must bootstrap it with the same voters:
 // Raft accepts that configuration from each of them, and from no other.
 // A replica with state resumes from it.
-func (h *Host) BootstrapReplica(id int, voters []raft.Server) (*Shard, error) {
+func (h *Host) BootstrapReplica(id int, voters []raft.Server) (*Replica, error) {
 	if len(voters) == 0 {
 		return nil, fmt.Errorf("shard %d: bootstrap replica: no voters", id)
 	}
@@ -69,7 +69,7 @@ func (h *Host) HasState(id int) (bool, error) {
 	return has, nil
 }
 
-func (h *Host) startReplica(id int, bootstrap bool, voters []raft.Server) (*Shard, error) {
+func (h *Host) startReplica(id int, bootstrap bool, voters []raft.Server) (*Replica, error) {
 	if err := h.checkID(id); err != nil {
 		return nil, err
 	}
@@ -84,7 +84,7 @@ func (h *Host) startReplica(id int, bootstrap bool, voters []raft.Server) (*Shar
 	if s != nil {
 		return s, nil
 	}
-	s, err := h.openShard(id, bootstrap, voters)
+	s, err := h.openReplica(id, bootstrap, voters)
 	if err != nil {
 		return nil, err
 	}
@@ -134,10 +134,10 @@ func (h *Host) checkID(id int) error {
 	return nil
 }
 
-// openShard opens the local replica of shard i, on the Mux when there is
+// openReplica opens the local replica of shard i, on the Mux when there is
 // one, after finishing an interrupted purge of it. A bootstrap creates the
 // group with voters, or this node alone when nil.
-func (h *Host) openShard(i int, bootstrap bool, voters []raft.Server) (*Shard, error) {
+func (h *Host) openReplica(i int, bootstrap bool, voters []raft.Server) (*Replica, error) {
 	if _, err := os.Stat(h.purgeMarker(i)); err == nil {
 		if err := h.purge(i); err != nil {
 			return nil, err

@@ -43,7 +43,7 @@ func openMuxHost(t *testing.T, dir string, clock *fakeClock, reg prometheus.Regi
 }
 
 // startLeader starts host h's replica of shard id and waits until it leads.
-func startLeader(t *testing.T, h *Host, id int, bootstrap bool) *Shard {
+func startLeader(t *testing.T, h *Host, id int, bootstrap bool) *Replica {
 	t.Helper()
 	s, err := h.StartReplica(id, bootstrap)
 	if err != nil {
@@ -61,7 +61,7 @@ func TestHostHostsWhatItIsTold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(alone.Shards()); n != 0 || !alone.Ready() {
+	if n := len(alone.Replicas()); n != 0 || !alone.Ready() {
 		t.Errorf("a new host without a Mux: %d replicas, ready %v; want none, true", n, alone.Ready())
 	}
 	if err := alone.Close(); err != nil {
@@ -70,9 +70,9 @@ func TestHostHostsWhatItIsTold(t *testing.T) {
 
 	h := openMuxHost(t, t.TempDir(), newFakeClock(), nil)
 	d := reserve("a", 0).Digest
-	if len(h.Shards()) != 0 || h.Shard(0) != nil || h.For(d) != nil || !h.Ready() || !h.HasLeader() {
+	if len(h.Replicas()) != 0 || h.Replica(0) != nil || h.For(d) != nil || !h.Ready() || !h.HasLeader() {
 		t.Fatalf("a new host on a Mux: %d replicas, For %v, ready %v, has leader %v; want none, nil, true, true",
-			len(h.Shards()), h.For(d), h.Ready(), h.HasLeader())
+			len(h.Replicas()), h.For(d), h.Ready(), h.HasLeader())
 	}
 	for _, id := range []int{-1, 2} {
 		if _, err := h.StartReplica(id, true); !errors.Is(err, ErrNoSuchShard) || !strings.Contains(err.Error(), "0..1") {
@@ -96,7 +96,7 @@ func TestHostHostsWhatItIsTold(t *testing.T) {
 	if h.HasLeader() {
 		t.Fatal("HasLeader with a replica that joined no group")
 	}
-	if got := h.Shards(); len(got) != 1 || got[0] != s || h.Shard(1) != s {
+	if got := h.Replicas(); len(got) != 1 || got[0] != s || h.Replica(1) != s {
 		t.Fatalf("Shards %v after starting shard 1's replica %p", got, s)
 	}
 	if err := h.Close(); err != nil {
@@ -138,7 +138,7 @@ func TestStopReplicaKeepsOrPurges(t *testing.T) {
 	if err := h.StopReplica(0, false); err != nil {
 		t.Fatal(err)
 	}
-	if h.Shard(0) != nil || h.For(settled.Digest) != nil {
+	if h.Replica(0) != nil || h.For(settled.Digest) != nil {
 		t.Fatal("a stopped replica is still hosted")
 	}
 	s = startLeader(t, h, 0, false)
@@ -211,7 +211,7 @@ func TestReplicaLifecycleRaces(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	h := openMuxHost(t, t.TempDir(), newFakeClock(), reg)
 	var wg sync.WaitGroup
-	started := make([]*Shard, 4)
+	started := make([]*Replica, 4)
 	for i := range started {
 		wg.Add(1)
 		go func() {
@@ -240,7 +240,7 @@ func TestReplicaLifecycleRaces(t *testing.T) {
 			_ = h.For(d)
 			_ = h.Ready()
 			_ = h.HasLeader()
-			for _, s := range h.Shards() {
+			for _, s := range h.Replicas() {
 				_ = s.Status()
 			}
 			if _, err := reg.Gather(); err != nil {
@@ -261,7 +261,7 @@ func TestReplicaLifecycleRaces(t *testing.T) {
 	if err := <-readErr; err != nil {
 		t.Fatalf("scrape during starts and stops: %v", err)
 	}
-	if got := h.Shards(); len(got) != 1 || got[0] != started[0] {
+	if got := h.Replicas(); len(got) != 1 || got[0] != started[0] {
 		t.Fatalf("hosted after the churn: %v, want shard 0's replica only", got)
 	}
 }

@@ -21,7 +21,7 @@ import (
 // go test ./shard -run XXX -bench ReplicatedPropose -benchtime 5s
 func BenchmarkReplicatedPropose(b *testing.B) {
 	nh := tunedNetHosts(b, 3, false, func(c *HostConfig) { c.Shards, c.NoSync = 8, false })
-	leaders := make([]atomic.Pointer[Shard], 8)
+	leaders := make([]atomic.Pointer[Replica], 8)
 	for s := range leaders {
 		_, l := nh.leader(s)
 		leaders[s].Store(l)

@@ -116,10 +116,10 @@ func (nh *netHosts) restart(i int) {
 
 // leader waits for the serving leader replica of shard id and returns its
 // host index.
-func (nh *netHosts) leader(id int) (int, *Shard) {
+func (nh *netHosts) leader(id int) (int, *Replica) {
 	nh.t.Helper()
 	var at int
-	var s *Shard
+	var s *Replica
 	testwait.For(nh.t, 20*time.Second, fmt.Sprintf("a leader of shard %d", id), func() bool {
 		for i := range nh.hosts {
 			if r := nh.replica(i, id); r != nil && r.ready() {
@@ -134,11 +134,11 @@ func (nh *netHosts) leader(id int) (int, *Shard) {
 
 // replica is host i's replica of shard id; nil when host i is stopped or
 // hosts none.
-func (nh *netHosts) replica(i, id int) *Shard {
+func (nh *netHosts) replica(i, id int) *Replica {
 	if nh.hosts[i] == nil {
 		return nil
 	}
-	return nh.hosts[i].Shard(id)
+	return nh.hosts[i].Replica(id)
 }
 
 // TestReplicatedShardsOverTheMux: three hosts replicate every shard over

@@ -62,7 +62,7 @@ func reserve(key string, lease time.Duration) keyspace.Command {
 	}
 }
 
-func propose(t *testing.T, s *Shard, cmds ...keyspace.Command) []keyspace.Result {
+func propose(t *testing.T, s *Replica, cmds ...keyspace.Command) []keyspace.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -79,7 +79,7 @@ func TestGroupCommit(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	h := openHost(t, t.TempDir(), time.Now, reg)
 	defer h.Close()
-	s := h.Shards()[0]
+	s := h.Replicas()[0]
 	before := s.raft.LastIndex()
 	const callers = 400
 	var wg sync.WaitGroup
@@ -151,7 +151,7 @@ func TestTokensNameTheirShard(t *testing.T) {
 	last := map[int]uint64{}
 	grant := func(h *Host, round int) {
 		t.Helper()
-		for _, s := range h.Shards() {
+		for _, s := range h.Replicas() {
 			id := int(s.ID())
 			tok := propose(t, s, reserve(fmt.Sprintf("k%d-%d", id, round), time.Minute))[0].Token
 			if got, ok := digest.TokenShard(tok, h.Settings().Shards); !ok || got != id || tok <= last[id] {
@@ -161,7 +161,7 @@ func TestTokensNameTheirShard(t *testing.T) {
 		}
 	}
 	grant(h, 0)
-	for _, s := range h.Shards() {
+	for _, s := range h.Replicas() {
 		if err := s.Snapshot(); err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +216,7 @@ func TestSnapshotRestore(t *testing.T) {
 	dir := t.TempDir()
 	clock := newFakeClock()
 	h := openHost(t, dir, clock.Now, nil)
-	s := h.Shards()[1]
+	s := h.Replicas()[1]
 	var cmds []keyspace.Command
 	for i := range 500 {
 		cmds = append(cmds, reserve(fmt.Sprintf("s%d", i), time.Minute))
@@ -230,7 +230,7 @@ func TestSnapshotRestore(t *testing.T) {
 
 	h = openHost(t, dir, clock.Now, nil)
 	defer h.Close()
-	s = h.Shards()[1]
+	s = h.Replicas()[1]
 	for i, c := range cmds {
 		got, err := s.Read(context.Background(), c.Digest, ReadOptions{ShowToken: true})
 		if err != nil || got.State != keyspace.Processing || got.Token != granted[i].Token {
@@ -248,7 +248,7 @@ func TestTickReclaims(t *testing.T) {
 	clock := newFakeClock()
 	h := openHost(t, t.TempDir(), clock.Now, nil)
 	defer h.Close()
-	s := h.Shards()[0]
+	s := h.Replicas()[0]
 	res := propose(t, s, reserve("tmp", time.Second))[0]
 	propose(t, s, keyspace.Command{Op: keyspace.OpComplete, Digest: reserve("tmp", 0).Digest, Token: res.Token, Retention: 2000})
 	if n := s.Status().Keys; n != 1 {
@@ -280,7 +280,7 @@ func TestHardSettingsChecked(t *testing.T) {
 // TestProposeAfterClose: proposals racing with Close all return, none hangs.
 func TestProposeAfterClose(t *testing.T) {
 	h := openHost(t, t.TempDir(), time.Now, nil)
-	s := h.Shards()[0]
+	s := h.Replicas()[0]
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range 50 {

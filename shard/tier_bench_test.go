@@ -68,7 +68,7 @@ func BenchmarkTieredNode(b *testing.B) {
 	// Load with every record hot, a snapshot of each shard halfway.
 	var pause time.Duration
 	rate := loadKeys(b, h, 0, keys, func() {
-		for _, s := range h.Shards() {
+		for _, s := range h.Replicas() {
 			if err := s.Snapshot(); err != nil {
 				b.Fatal(err)
 			}
@@ -91,7 +91,7 @@ func BenchmarkTieredNode(b *testing.B) {
 	hot := hotLiveBytes(h)
 
 	// Restart from a fresh snapshot, same configuration.
-	for _, s := range h.Shards() {
+	for _, s := range h.Replicas() {
 		if err := s.Snapshot(); err != nil {
 			b.Fatal(err)
 		}
@@ -146,14 +146,14 @@ func BenchmarkTieredNode(b *testing.B) {
 	b.ReportMetric(float64(p50.Nanoseconds())/1000, "cold-p50-us")
 	b.ReportMetric(float64(p99.Nanoseconds())/1000, "cold-p99-us")
 	var cold int64
-	for _, s := range h.Shards() {
+	for _, s := range h.Replicas() {
 		cold += s.Status().Cold.Keys
 	}
 	b.ReportMetric(float64(cold), "cold-keys")
 
 	// Restart again, most records now cold, from fresh snapshots.
 	start := time.Now()
-	for _, s := range h.Shards() {
+	for _, s := range h.Replicas() {
 		if err := s.Snapshot(); err != nil {
 			b.Fatal(err)
 		}
@@ -218,7 +218,7 @@ func loadKeys(b *testing.B, h *Host, from, n int, mid func()) float64 {
 
 // settleRange reserves keys [lo, hi), grouped by shard, then completes them.
 func settleRange(h *Host, lo, hi int) error {
-	groups := make(map[*Shard][]keyspace.Command)
+	groups := make(map[*Replica][]keyspace.Command)
 	for i := lo; i < hi; i++ {
 		d := benchDigest(i)
 		s := h.For(d)
@@ -262,7 +262,7 @@ func memoryNow() (heap, rss uint64) {
 
 func hotLiveBytes(h *Host) int64 {
 	var n int64
-	for _, s := range h.Shards() {
+	for _, s := range h.Replicas() {
 		s.fsm.view(func(m *keyspace.Machine) { n += m.HotLiveBytes() })
 	}
 	return n
@@ -270,7 +270,7 @@ func hotLiveBytes(h *Host) int64 {
 
 func heldKeys(h *Host) int {
 	n := 0
-	for _, s := range h.Shards() {
+	for _, s := range h.Replicas() {
 		st := s.Status()
 		n += st.Keys + int(st.Cold.Keys)
 	}

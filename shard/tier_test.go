@@ -24,7 +24,7 @@ import (
 type replicaSet struct {
 	t        *testing.T
 	clock    *fakeClock
-	replicas []*Shard
+	replicas []*Replica
 }
 
 func openReplicaSet(t *testing.T, n int) *replicaSet {
@@ -82,9 +82,9 @@ func openReplicaSet(t *testing.T, n int) *replicaSet {
 }
 
 // leader waits for a replica that leads and serves.
-func (rs *replicaSet) leader() *Shard {
+func (rs *replicaSet) leader() *Replica {
 	rs.t.Helper()
-	var l *Shard
+	var l *Replica
 	testwait.For(rs.t, 20*time.Second, "a serving leader", func() bool {
 		for _, s := range rs.replicas {
 			if s.ready() {
@@ -204,7 +204,7 @@ func TestTieringSurvivesSnapshotRestart(t *testing.T) {
 		return h
 	}
 	h := open()
-	s := h.Shards()[0]
+	s := h.Replicas()[0]
 	settle := func(key string) {
 		got := propose(t, s, reserve(key, time.Minute))[0]
 		propose(t, s, keyspace.Command{Op: keyspace.OpComplete, Digest: digest.Key("t", []byte(key)),
@@ -239,7 +239,7 @@ func TestTieringSurvivesSnapshotRestart(t *testing.T) {
 
 	h = open()
 	defer h.Close()
-	s = h.Shards()[0]
+	s = h.Replicas()[0]
 	if st := s.Status(); st.Cold.Keys != 69 || st.Keys != 0 {
 		t.Fatalf("after restart: hot %d, cold %d; want 0, 69", st.Keys, st.Cold.Keys)
 	}

@@ -579,7 +579,7 @@ func (c *Cluster) ShardOf(ns, key string) int {
 }
 
 // Leaders returns the indexes of the running nodes whose replica of shard s
-// leads its group and serves (shard.Shard.IsLeader). Right after a
+// leads its group and serves (shard.Replica.IsLeader). Right after a
 // partition a cut-off leader may still count itself for up to a leader
 // lease, so there may be two; there is none during an election.
 func (c *Cluster) Leaders(s int) []int {
@@ -589,7 +589,7 @@ func (c *Cluster) Leaders(s int) []int {
 		if n == nil {
 			continue
 		}
-		if r := n.Host().Shard(s); r != nil && r.IsLeader() {
+		if r := n.Host().Replica(s); r != nil && r.IsLeader() {
 			out = append(out, i)
 		}
 	}
@@ -625,7 +625,7 @@ func (c *Cluster) TransferLeader(ctx context.Context, s, to int) error {
 		if n == nil {
 			continue
 		}
-		r := n.Host().Shard(s)
+		r := n.Host().Replica(s)
 		if r == nil {
 			continue
 		}
@@ -637,7 +637,7 @@ func (c *Cluster) TransferLeader(ctx context.Context, s, to int) error {
 	defer t.Stop()
 	for {
 		if n := c.Node(to); n != nil {
-			if r := n.Host().Shard(s); r != nil && r.IsLeader() {
+			if r := n.Host().Replica(s); r != nil && r.IsLeader() {
 				return nil
 			}
 		}

@@ -134,7 +134,7 @@ func (c *Cluster) localGroup(i, s int) ([]cluster.GroupMember, error) {
 	if n == nil {
 		return nil, fmt.Errorf("gridtest: %s is down", c.ID(i))
 	}
-	r := n.Host().Shard(s)
+	r := n.Host().Replica(s)
 	if r == nil {
 		return nil, fmt.Errorf("gridtest: %s holds no replica of shard %d", c.ID(i), s)
 	}
@@ -256,7 +256,7 @@ func (c *Cluster) localReplicas(i int) []string {
 		return nil
 	}
 	var out []string
-	for _, r := range n.Host().Shards() {
+	for _, r := range n.Host().Replicas() {
 		st := r.Status()
 		out = append(out, fmt.Sprintf("%d:%s", st.ID, st.RaftState))
 	}

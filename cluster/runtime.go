@@ -119,12 +119,12 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Node is the cluster runtime of one gridnode: its gossip membership, its
+// Runtime is the cluster runtime of one gridnode: its gossip membership, its
 // member of the control group, the replica manager that starts and stops
 // the local shard replicas the map assigns, and, while it leads the control
 // group, the reconciler that keeps the map and the shard groups in line
 // with the plan.
-type Node struct {
+type Runtime struct {
 	cfg   Config
 	ms    *Membership
 	ctl   *Control
@@ -174,14 +174,14 @@ var (
 var _ interface {
 	Self() NodeID
 	Map() *Map
-} = (*Node)(nil)
+} = (*Runtime)(nil)
 
 // Start joins (or forms) the cluster and starts the node's loops.
-func Start(cfg Config) (*Node, error) {
+func Start(cfg Config) (*Runtime, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, ctl: NewControl(), wake: make(chan struct{}, 1), quit: make(chan struct{}), loggedOnce: map[NodeID]uint64{}}
+	n := &Runtime{cfg: cfg, ctl: NewControl(), wake: make(chan struct{}, 1), quit: make(chan struct{}), loggedOnce: map[NodeID]uint64{}}
 	if err := n.startControl(); err != nil {
 		return nil, err
 	}
@@ -214,11 +214,11 @@ func Start(cfg Config) (*Node, error) {
 }
 
 // raftLogger is the control group's Raft logger: the node's, at warn.
-func (n *Node) raftLogger() hclog.Logger {
+func (n *Runtime) raftLogger() hclog.Logger {
 	return raftlog.RaftLogger(n.cfg.Logger, "raft").With("group", "control")
 }
 
-func (n *Node) startControl() error {
+func (n *Runtime) startControl() error {
 	cfg := n.cfg
 	trans, err := raftlog.NewTransport(cfg.Mux, ControlGroup, raftlog.TransportConfig{})
 	if err != nil {
@@ -247,7 +247,7 @@ func (n *Node) startControl() error {
 // loadIdentity reads this data directory's incarnation, making it at the
 // first start, and the epoch the replica loop last acted on. Both live in
 // the control group's stable store, which a wiped directory loses.
-func (n *Node) loadIdentity() error {
+func (n *Runtime) loadIdentity() error {
 	inc, err := n.store.GetUint64(incarnationKey)
 	if errors.Is(err, raftlog.ErrKeyNotFound) {
 		var b [8]byte
@@ -273,9 +273,9 @@ func (n *Node) loadIdentity() error {
 }
 
 // Incarnation is the id of this node's data directory (see NodeMeta).
-func (n *Node) Incarnation() uint64 { return n.incarnation }
+func (n *Runtime) Incarnation() uint64 { return n.incarnation }
 
-func (n *Node) stopControl() {
+func (n *Runtime) stopControl() {
 	if err := n.raft.Shutdown().Error(); err != nil {
 		n.cfg.Logger.Warn("control group shutdown", "err", err)
 	}
@@ -283,7 +283,7 @@ func (n *Node) stopControl() {
 }
 
 // poke wakes the loops: gossip changed.
-func (n *Node) poke() {
+func (n *Runtime) poke() {
 	select {
 	case n.wake <- struct{}{}:
 	default:
@@ -291,25 +291,25 @@ func (n *Node) poke() {
 }
 
 // Self is this node's id.
-func (n *Node) Self() NodeID { return n.cfg.ID }
+func (n *Runtime) Self() NodeID { return n.cfg.ID }
 
 // Map returns a copy of the cluster map, or nil before bootstrap.
-func (n *Node) Map() *Map { return n.ctl.Map() }
+func (n *Runtime) Map() *Map { return n.ctl.Map() }
 
 // MapChanged returns a channel closed at the next change of the map.
-func (n *Node) MapChanged() <-chan struct{} { return n.ctl.Changed() }
+func (n *Runtime) MapChanged() <-chan struct{} { return n.ctl.Changed() }
 
 // Alive is the gossip view: the members seen alive, this node included.
-func (n *Node) Alive() map[NodeID]bool { return AliveSet(n.ms.Members()) }
+func (n *Runtime) Alive() map[NodeID]bool { return AliveSet(n.ms.Members()) }
 
 // Members is the gossip view with every member's metadata.
-func (n *Node) Members() []Member { return n.ms.Members() }
+func (n *Runtime) Members() []Member { return n.ms.Members() }
 
 // GossipAddr is the gossip address this node advertises.
-func (n *Node) GossipAddr() string { return n.ms.Addr() }
+func (n *Runtime) GossipAddr() string { return n.ms.Addr() }
 
 // ControlLeader is the control group's leader as this node knows it.
-func (n *Node) ControlLeader() NodeID {
+func (n *Runtime) ControlLeader() NodeID {
 	_, id := n.raft.LeaderWithID()
 	return NodeID(id)
 }
@@ -317,12 +317,12 @@ func (n *Node) ControlLeader() NodeID {
 // ControlTerm is the latest term of the control group this node knows.
 // Every node is a voter or non-voter of the control group, so it hears of
 // each new term from the group's leader.
-func (n *Node) ControlTerm() uint64 { return n.raft.CurrentTerm() }
+func (n *Runtime) ControlTerm() uint64 { return n.raft.CurrentTerm() }
 
 // ControlState is this node's standing in the control group: leader,
 // follower, candidate, nonvoter (a member that does not vote), none (not a
 // member yet) or shutdown.
-func (n *Node) ControlState() string {
+func (n *Runtime) ControlState() string {
 	st := n.raft.State()
 	if st == raft.Follower {
 		f := n.raft.GetConfiguration()
@@ -346,7 +346,7 @@ func (n *Node) ControlState() string {
 // the cluster's hard settings differ from its data directory's, or the map
 // knows another incarnation of this node (its directory was wiped while it
 // was in the cluster).
-func (n *Node) SettingsError() error {
+func (n *Runtime) SettingsError() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.settingsErr
@@ -357,17 +357,17 @@ func (n *Node) SettingsError() error {
 // the map gives it runs as a voter of its group within maxReadyLag
 // entries of its leader's commit. The replica loop computes it; reading
 // it is cheap.
-func (n *Node) Ready() bool { return n.ready.Load() }
+func (n *Runtime) Ready() bool { return n.ready.Load() }
 
 // Readiness is Ready with the reason when not ready.
-func (n *Node) Readiness() (bool, string) {
+func (n *Runtime) Readiness() (bool, string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.ready.Load(), n.notReady
 }
 
 // State is this node's state in its map (0 before it is in one).
-func (n *Node) State() NodeState {
+func (n *Runtime) State() NodeState {
 	if m := n.Map(); m != nil {
 		return m.Nodes[n.cfg.ID].State
 	}
@@ -380,7 +380,7 @@ func (n *Node) State() NodeState {
 // fails elsewhere. Other nodes ask the leader for it (Remote.ControlEpoch)
 // before they act on their map, so the leader answers them by itself,
 // whatever its own loops are busy with.
-func (n *Node) CurrentEpoch(ctx context.Context) (uint64, error) {
+func (n *Runtime) CurrentEpoch(ctx context.Context) (uint64, error) {
 	if err := n.catchUp(ctx); err != nil {
 		return 0, err
 	}
@@ -399,7 +399,7 @@ func (n *Node) CurrentEpoch(ctx context.Context) (uint64, error) {
 // then applied, and its map is the current one. Callers that find none
 // share one barrier, which goes on when a caller's ctx ends. It fails
 // with ErrNotControlLeader on a follower.
-func (n *Node) catchUp(ctx context.Context) error {
+func (n *Runtime) catchUp(ctx context.Context) error {
 	if n.raft.State() != raft.Leader {
 		return fmt.Errorf("%w (leader: %q)", ErrNotControlLeader, n.ControlLeader())
 	}
@@ -453,7 +453,7 @@ const barrierTimeout = 5 * time.Second
 // force, it refuses (ErrUnderReplicated, wrapped with ErrRejected) to
 // drain an active node when the other active nodes are fewer than the
 // map's replica count: the shards could not keep their replicas.
-func (n *Node) Drain(ctx context.Context, id NodeID, force bool) (DrainStatus, error) {
+func (n *Runtime) Drain(ctx context.Context, id NodeID, force bool) (DrainStatus, error) {
 	if n.raft.State() != raft.Leader {
 		return DrainStatus{}, fmt.Errorf("%w (leader: %q)", ErrNotControlLeader, n.ControlLeader())
 	}
@@ -495,7 +495,7 @@ func activeNodes(m *Map) int {
 }
 
 // propose commits cmd through the control group; it must lead.
-func (n *Node) propose(ctx context.Context, cmd Command) (uint64, error) {
+func (n *Runtime) propose(ctx context.Context, cmd Command) (uint64, error) {
 	b, err := cmd.MarshalBinary()
 	if err != nil {
 		return 0, err
@@ -518,7 +518,7 @@ func (n *Node) propose(ctx context.Context, cmd Command) (uint64, error) {
 // Leave tells the others this node leaves on purpose and hands the control
 // group's leadership over if it holds it; for a clean shutdown, before the
 // shard replicas are closed.
-func (n *Node) Leave(timeout time.Duration) {
+func (n *Runtime) Leave(timeout time.Duration) {
 	if n.raft.State() == raft.Leader {
 		if err := n.raft.LeadershipTransfer().Error(); err != nil {
 			n.cfg.Logger.Info("control leadership transfer failed", "err", err)
@@ -531,7 +531,7 @@ func (n *Node) Leave(timeout time.Duration) {
 
 // Close stops the loops, gossip and the control group's Raft. The shard
 // replicas belong to the Host, which the caller closes afterwards.
-func (n *Node) Close() error {
+func (n *Runtime) Close() error {
 	n.closeOnce.Do(func() {
 		close(n.quit)
 		n.wg.Wait()
@@ -544,7 +544,7 @@ func (n *Node) Close() error {
 // bootstrapLoop bootstraps the control group once this node is one of
 // the first BootstrapExpect met through gossip (Membership joins the Join
 // addresses, and rejoins, by itself).
-func (n *Node) bootstrapLoop() {
+func (n *Runtime) bootstrapLoop() {
 	defer n.wg.Done()
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
@@ -570,7 +570,7 @@ func (n *Node) bootstrapLoop() {
 // with that same configuration, which Raft accepts from every voter. It
 // reports done when there is nothing left to do: the group has state
 // already, or this node does not bootstrap.
-func (n *Node) tryBootstrap() (bool, error) {
+func (n *Runtime) tryBootstrap() (bool, error) {
 	if n.cfg.BootstrapExpect == 0 {
 		return true, nil
 	}

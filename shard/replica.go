@@ -128,9 +128,9 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Shard is one replica of one Raft group: the FSM, the proposer and the
+// Replica is one replica of one Raft group: the FSM, the proposer and the
 // leader's tick. Propose and Get are safe for concurrent use.
-type Shard struct {
+type Replica struct {
 	cfg   Config
 	raft  *raft.Raft
 	fsm   *fsm
@@ -153,7 +153,7 @@ func raftLogger(l *slog.Logger, id uint64) hclog.Logger {
 }
 
 // Open starts the replica.
-func Open(cfg Config) (*Shard, error) {
+func Open(cfg Config) (*Replica, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -180,7 +180,7 @@ func Open(cfg Config) (*Shard, error) {
 		}
 		return ids, err
 	}
-	s := &Shard{cfg: cfg, fsm: newFSM(cfg.Cold, coldFiles, retained), store: cfg.Logs.Group(cfg.ID), quit: make(chan struct{})}
+	s := &Replica{cfg: cfg, fsm: newFSM(cfg.Cold, coldFiles, retained), store: cfg.Logs.Group(cfg.ID), quit: make(chan struct{})}
 	s.fsm.snapConf = func() (uint64, raft.Configuration, bool) { return latestSnapshotConfig(snaps) }
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
@@ -190,7 +190,7 @@ func Open(cfg Config) (*Shard, error) {
 	rc.Logger = raftLogger(cfg.Logger, cfg.ID)
 	rc.NoSnapshotRestoreOnStart = false
 	// A leader that commits its own removal steps down instead of shutting
-	// Raft down under the Shard: the host stops the replica (StopReplica).
+	// Raft down under the Replica: the host stops the replica (StopReplica).
 	rc.ShutdownOnRemove = false
 	if cfg.tuneRaft != nil {
 		cfg.tuneRaft(rc)
@@ -250,9 +250,9 @@ func coldFilesDir(dir string, group uint64) string {
 }
 
 // ID is the shard id.
-func (s *Shard) ID() uint64 { return s.cfg.ID }
+func (s *Replica) ID() uint64 { return s.cfg.ID }
 
-func (s *Shard) appliedStamp() int64 {
+func (s *Replica) appliedStamp() int64 {
 	var now int64
 	s.fsm.view(func(m *keyspace.Machine) { now = m.Now() })
 	return now
@@ -260,7 +260,7 @@ func (s *Shard) appliedStamp() int64 {
 
 // Propose applies commands through the log and returns one result each, in
 // order. Commands must be valid (the API validates them).
-func (s *Shard) Propose(ctx context.Context, cmds []keyspace.Command) ([]keyspace.Result, error) {
+func (s *Replica) Propose(ctx context.Context, cmds []keyspace.Command) ([]keyspace.Result, error) {
 	if len(cmds) == 0 {
 		return nil, nil
 	}
@@ -281,7 +281,7 @@ type ReadOptions struct {
 // travels through the log as a read-only command, group-committed with the
 // writes, and is evaluated at its entry's stamp, exactly in log order. With
 // o.StaleOK this replica answers from its applied state, at its latest stamp.
-func (s *Shard) Read(ctx context.Context, d digest.Digest, o ReadOptions) (keyspace.Result, error) {
+func (s *Replica) Read(ctx context.Context, d digest.Digest, o ReadOptions) (keyspace.Result, error) {
 	if o.StaleOK {
 		var res keyspace.Result
 		s.fsm.view(func(m *keyspace.Machine) { res = m.Get(d, 0, o.ShowToken) })
@@ -295,16 +295,16 @@ func (s *Shard) Read(ctx context.Context, d digest.Digest, o ReadOptions) (keysp
 }
 
 // Get is Read without the operator view: the answer carries no token.
-func (s *Shard) Get(ctx context.Context, d digest.Digest, staleOK bool) (keyspace.Result, error) {
+func (s *Replica) Get(ctx context.Context, d digest.Digest, staleOK bool) (keyspace.Result, error) {
 	return s.Read(ctx, d, ReadOptions{StaleOK: staleOK})
 }
 
 // IsLeader reports whether this replica leads its group and serves: it has
 // applied the first entry of its term, so reads and writes go through it.
-func (s *Shard) IsLeader() bool { return s.ready() }
+func (s *Replica) IsLeader() bool { return s.ready() }
 
 // ready reports whether this replica leads and has applied its term's barrier.
-func (s *Shard) ready() bool {
+func (s *Replica) ready() bool {
 	if s.raft.State() != raft.Leader {
 		return false
 	}
@@ -312,7 +312,7 @@ func (s *Shard) ready() bool {
 	return term != 0 && s.readyTerm.Load() == term
 }
 
-func (s *Shard) currentTerm() (uint64, error) {
+func (s *Replica) currentTerm() (uint64, error) {
 	return s.store.GetUint64([]byte("CurrentTerm"))
 }
 
@@ -324,7 +324,7 @@ func (s *Shard) currentTerm() (uint64, error) {
 // (or, from a clock outside the bound, carry the shard's time off with
 // it), and at every tick tries to hand its leadership over to a voter
 // that can.
-func (s *Shard) lead() {
+func (s *Replica) lead() {
 	defer s.wg.Done()
 	ticker := time.NewTicker(s.cfg.TickInterval)
 	defer ticker.Stop()
@@ -379,21 +379,21 @@ func (s *Shard) lead() {
 	}
 }
 
-func (s *Shard) overBudget() bool {
+func (s *Replica) overBudget() bool {
 	over := false
 	s.fsm.view(func(m *keyspace.Machine) { over = m.OverBudget() })
 	return over
 }
 
 // empty reports whether the shard holds no record in either tier.
-func (s *Shard) empty() bool {
+func (s *Replica) empty() bool {
 	n := 0
 	s.fsm.view(func(m *keyspace.Machine) { n = m.Len() })
 	return n == 0 && (s.cfg.Cold == nil || s.cfg.Cold.Stats().Keys == 0)
 }
 
 // WaitReady blocks until this replica leads and serves reads, or ctx ends.
-func (s *Shard) WaitReady(ctx context.Context) error {
+func (s *Replica) WaitReady(ctx context.Context) error {
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for !s.ready() {
@@ -431,7 +431,7 @@ type Status struct {
 }
 
 // Status describes the replica.
-func (s *Shard) Status() Status {
+func (s *Replica) Status() Status {
 	st := Status{
 		ID:          s.cfg.ID,
 		RaftState:   s.raft.State().String(),
@@ -458,16 +458,16 @@ func (s *Shard) Status() Status {
 }
 
 // Snapshot asks Raft for a snapshot now (operators, tests).
-func (s *Shard) Snapshot() error { return s.raft.Snapshot().Error() }
+func (s *Replica) Snapshot() error { return s.raft.Snapshot().Error() }
 
 // Close stops the replica. Pending proposals fail with ErrClosed. A leader
 // of a group with other voters hands leadership over first.
-func (s *Shard) Close() error { return s.close(true) }
+func (s *Replica) Close() error { return s.close(true) }
 
 // close stops the replica, handing leadership over first if handOver. A
 // replica removed from its group closes without: the group no longer
 // counts on it, and its state is about to be deleted.
-func (s *Shard) close(handOver bool) error {
+func (s *Replica) close(handOver bool) error {
 	var err error
 	s.closeOnce.Do(func() {
 		close(s.quit)
@@ -485,7 +485,7 @@ func (s *Shard) close(handOver bool) error {
 // that has others, so that stopping a node (a rolling restart) costs its
 // shards a hand-over instead of an election timeout. It is best effort: a
 // transfer that fails or takes long leaves the others to elect.
-func (s *Shard) handOver() {
+func (s *Replica) handOver() {
 	if s.raft.State() != raft.Leader {
 		return
 	}
