@@ -98,9 +98,9 @@ type Node struct {
 	http     *http.Server
 	lis      net.Listener
 	httpLis  net.Listener
-	mux      *raftlog.Mux  // cluster mode only
+	mux      *raftlog.Mux     // cluster mode only
 	cluster  *cluster.Runtime // cluster mode only
-	peers    *api.Peers    // cluster mode only
+	peers    *api.Peers       // cluster mode only
 	wg       sync.WaitGroup
 	stopOnce sync.Once
 	cancel   context.CancelFunc // ends background work at Stop
