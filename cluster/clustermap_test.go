@@ -14,7 +14,7 @@ func exampleMap() *Map {
 	w.m.Epoch = 42
 	w.m.ShardReplicas = make([][]NodeID, 8)
 	for _, mv := range Plan(w.m, w.alive, w.deadFor) {
-		if err := w.m.applyMove(mv); err != nil {
+		if err := w.m.ApplyMove(mv); err != nil {
 			panic(err)
 		}
 	}

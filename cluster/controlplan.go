@@ -1,6 +1,10 @@
 package cluster
 
-import "fmt"
+import (
+	"fmt"
+	"maps"
+	"slices"
+)
 
 // ControlAction is one change of the control group's own membership.
 type ControlAction uint8
@@ -41,9 +45,9 @@ func (c ControlChange) String() string {
 	return fmt.Sprintf("%v %s (%s)", c.Action, c.Node, c.Why)
 }
 
-// controlVoters is the control group's voter count for a cluster of
+// ControlVoters is the control group's voter count for a cluster of
 // active nodes (DESIGN section 5): 1 below 3 nodes, 3 for 3 or 4, then 5.
-func controlVoters(active int) int {
+func ControlVoters(active int) int {
 	switch {
 	case active < 3:
 		return 1
@@ -141,14 +145,14 @@ func (p *controlPlanner) promote() {
 			active++
 		}
 	}
-	want := controlVoters(active)
+	want := ControlVoters(active)
 	staying := 0
 	for id, v := range p.voter {
 		if leave, _ := p.leaving(id); v && !leave {
 			staying++
 		}
 	}
-	for _, id := range sortedKeys(p.voter) {
+	for _, id := range slices.Sorted(maps.Keys(p.voter)) {
 		if staying >= want {
 			return
 		}
@@ -164,7 +168,7 @@ func (p *controlPlanner) promote() {
 }
 
 func (p *controlPlanner) removeLeavers() {
-	for _, id := range sortedKeys(p.voter) {
+	for _, id := range slices.Sorted(maps.Keys(p.voter)) {
 		leave, why := p.leaving(id)
 		if !leave {
 			continue
@@ -196,4 +200,10 @@ func (p *controlPlanner) canRemoveVoter(id NodeID) bool {
 	}
 	info, listed := p.m.Nodes[id]
 	return !listed || info.State == NodeRemoved || voters >= minControlVoters
+}
+
+// GroupMember is one server of a shard group's Raft configuration.
+type GroupMember struct {
+	ID    NodeID
+	Voter bool // false: a non-voter
 }

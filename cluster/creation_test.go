@@ -13,7 +13,7 @@ func TestInitialSets(t *testing.T) {
 	for _, tc := range []struct{ nodes, replicas int }{{1, 3}, {2, 1}, {3, 3}, {5, 3}} {
 		ids := []NodeID{"a", "b", "c", "d", "e"}[:tc.nodes]
 		w := newWorld(8, tc.replicas, ids...)
-		m := initialSets(w.m)
+		m := InitialSets(w.m)
 		if err := m.Validate(); err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +43,7 @@ func TestInitialSets(t *testing.T) {
 // leader-only move does not.
 func TestGenerationCountsSetChanges(t *testing.T) {
 	w := newWorld(2, 2, "a", "b", "c")
-	m := initialSets(w.m)
+	m := InitialSets(w.m)
 	m.Epoch = 1
 	set := m.ShardReplicas[0]
 	var spare NodeID = "c"
@@ -61,7 +61,7 @@ func TestGenerationCountsSetChanges(t *testing.T) {
 		{Move{Shard: 0, Remove: spare}, false},
 	}
 	for _, st := range steps {
-		next, err := apply(m, Command{Type: CmdApplyMove, Move: st.mv})
+		next, err := Apply(m, Command{Type: CmdApplyMove, Move: st.mv})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +79,7 @@ func TestGenerationCountsSetChanges(t *testing.T) {
 // the cluster keeps the incarnation the map knows.
 func TestJoinIncarnations(t *testing.T) {
 	w := newWorld(2, 1, "a", "b")
-	m := initialSets(w.m)
+	m := InitialSets(w.m)
 	m.Epoch = 1
 	for _, id := range []NodeID{"a", "b"} {
 		n := m.Nodes[id]
@@ -114,7 +114,7 @@ func TestJoinIncarnations(t *testing.T) {
 		cur.Nodes["b"] = info
 		join := b
 		join.Incarnation, join.GRPCAddr = tc.inc, "b:9"
-		next, err := apply(cur, Command{Type: CmdNodeJoin, Node: join})
+		next, err := Apply(cur, Command{Type: CmdNodeJoin, Node: join})
 		if tc.rejected {
 			if !errors.Is(err, ErrRejected) {
 				t.Errorf("%s: %v, want rejected", tc.name, err)
@@ -162,7 +162,7 @@ func appendMapV1(buf []byte, m *Map) []byte {
 // at its creation set (their groups were created by a first replica).
 func TestDecodeVersion1(t *testing.T) {
 	w := newWorld(4, 3, "a", "b", "c")
-	m := initialSets(w.m)
+	m := InitialSets(w.m)
 	m.Epoch = 5
 	got, err := DecodeMap(appendMapV1(nil, m))
 	if err != nil {

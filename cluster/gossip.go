@@ -50,12 +50,12 @@ func (e events) NotifyLeave(n *memberlist.Node)  { e.m.record(EventLeave, n) }
 func (m *Membership) record(kind EventKind, n *memberlist.Node) {
 	mem := Member{ID: NodeID(n.Name), Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), State: MemberAlive}
 	var flags byte
-	mem.Meta, flags, mem.MetaErr = decodeMeta(n.Meta)
+	mem.Meta, flags, mem.MetaErr = DecodeMeta(n.Meta)
 	if kind == EventLeave {
 		// n.State is not maintained by memberlist v0.5.4 (its nodeState
 		// shadows the field): the leaving flag tells left from dead.
 		mem.State = MemberDead
-		if flags&metaLeaving != 0 {
+		if flags&MetaLeaving != 0 {
 			mem.State = MemberLeft
 		}
 		if o := m.cfg.ClockOffsets; o != nil {

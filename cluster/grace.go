@@ -58,14 +58,3 @@ func (g *Grace) DeadFor(now time.Time) func(NodeID) bool {
 		return ok && now.Sub(since) >= period
 	}
 }
-
-// AliveSet turns a membership view into Plan's alive argument.
-func AliveSet(members []Member) map[NodeID]bool {
-	alive := make(map[NodeID]bool, len(members))
-	for _, m := range members {
-		if m.State == MemberAlive {
-			alive[m.ID] = true
-		}
-	}
-	return alive
-}

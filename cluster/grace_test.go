@@ -10,7 +10,7 @@ func TestGrace(t *testing.T) {
 	m := newWorld(2, 1, "a", "b").m
 	var g Grace // zero value: 30 s
 	t0 := time.Unix(1000, 0)
-	alive := AliveSet([]Member{{ID: "a", State: MemberAlive}, {ID: "b", State: MemberDead}, {ID: "x", State: MemberAlive}})
+	alive := map[NodeID]bool{"a": true, "x": true} // b is down
 	g.Observe(t0, m, alive)
 	if g.DeadFor(t0.Add(29 * time.Second))("b") {
 		t.Fatal("b dead before the grace period")

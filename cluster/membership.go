@@ -454,7 +454,7 @@ func (m *Membership) UpdateMeta(meta NodeMeta, timeout time.Duration) error {
 func (m *Membership) Leave(timeout time.Duration) error {
 	return m.use(func(ml *memberlist.Memberlist) error {
 		m.mu.Lock()
-		meta, err := m.cfg.Meta.encode(metaLeaving)
+		meta, err := m.cfg.Meta.Encode(MetaLeaving)
 		if err == nil {
 			m.meta = meta
 		}
@@ -494,4 +494,15 @@ func (m *Membership) Shutdown() error {
 		return fmt.Errorf("cluster: shutdown membership: %w", err)
 	}
 	return nil
+}
+
+// AliveSet turns a membership view into Plan's alive argument.
+func AliveSet(members []Member) map[NodeID]bool {
+	alive := make(map[NodeID]bool, len(members))
+	for _, m := range members {
+		if m.State == MemberAlive {
+			alive[m.ID] = true
+		}
+	}
+	return alive
 }

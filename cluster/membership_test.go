@@ -166,3 +166,11 @@ func TestMembershipConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestAliveSet: only the members gossip holds alive are in the set.
+func TestAliveSet(t *testing.T) {
+	got := AliveSet([]Member{{ID: "a", State: MemberAlive}, {ID: "b", State: MemberDead}, {ID: "c", State: MemberLeft}, {ID: "x", State: MemberAlive}})
+	if len(got) != 2 || !got["a"] || !got["x"] {
+		t.Fatalf("AliveSet = %v, want a and x", got)
+	}
+}

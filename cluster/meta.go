@@ -3,9 +3,11 @@ package cluster
 import (
 	"encoding/binary"
 	"fmt"
-
-	"github.com/hashicorp/memberlist"
 )
+
+// MaxMetaSize is the most metadata a node can gossip: memberlist.MetaMaxSize,
+// which the cluster runtime checks it equals (TestMaxMetaSizeIsMemberlists).
+const MaxMetaSize = 512
 
 // NodeMeta is what a node gossips about itself as memberlist node metadata:
 // its id and the addresses other nodes and clients reach it on. Gossip only
@@ -26,21 +28,21 @@ type NodeMeta struct {
 
 // metaVersion 2: version byte, flags byte, then ID, GRPCAddr, RaftAddr,
 // HTTPAddr as uvarint-length-prefixed strings, then (from version 2) the
-// incarnation as a uvarint. Flag metaLeaving marks a
+// incarnation as a uvarint. Flag MetaLeaving marks a
 // node that is leaving on purpose: memberlist reports a departure without
 // saying whether the node left or died, so Leave gossips this flag first. A later version may only append fields:
 // a reader takes the fields it knows from any version >= 1 and ignores what
 // follows, so mixed-version clusters keep gossiping during an upgrade.
 const (
 	metaVersion = 2
-	metaLeaving = 1 << 0
+	MetaLeaving = 1 << 0
 )
 
 // MarshalBinary encodes m; it fails if the encoding exceeds memberlist's
 // metadata limit (512 bytes).
-func (m NodeMeta) MarshalBinary() ([]byte, error) { return m.encode(0) }
+func (m NodeMeta) MarshalBinary() ([]byte, error) { return m.Encode(0) }
 
-func (m NodeMeta) encode(flags byte) ([]byte, error) {
+func (m NodeMeta) Encode(flags byte) ([]byte, error) {
 	for _, s := range [...]string{string(m.ID), m.GRPCAddr, m.RaftAddr, m.HTTPAddr} {
 		if len(s) > maxString {
 			return nil, fmt.Errorf("%w: field longer than %d bytes", ErrMeta, maxString)
@@ -52,8 +54,8 @@ func (m NodeMeta) encode(flags byte) ([]byte, error) {
 	b = appendString(b, m.RaftAddr)
 	b = appendString(b, m.HTTPAddr)
 	b = binary.AppendUvarint(b, m.Incarnation)
-	if len(b) > memberlist.MetaMaxSize {
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrMeta, len(b), memberlist.MetaMaxSize)
+	if len(b) > MaxMetaSize {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrMeta, len(b), MaxMetaSize)
 	}
 	return b, nil
 }
@@ -61,13 +63,13 @@ func (m NodeMeta) encode(flags byte) ([]byte, error) {
 // DecodeNodeMeta decodes gossiped metadata. The bytes come from the
 // network: any input returns an error wrapping ErrMeta rather than crash.
 func DecodeNodeMeta(b []byte) (NodeMeta, error) {
-	m, _, err := decodeMeta(b)
+	m, _, err := DecodeMeta(b)
 	return m, err
 }
 
-func decodeMeta(b []byte) (NodeMeta, byte, error) {
-	if len(b) > memberlist.MetaMaxSize {
-		return NodeMeta{}, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrMeta, len(b), memberlist.MetaMaxSize)
+func DecodeMeta(b []byte) (NodeMeta, byte, error) {
+	if len(b) > MaxMetaSize {
+		return NodeMeta{}, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrMeta, len(b), MaxMetaSize)
 	}
 	r := &reader{b: b}
 	v := r.byte()
@@ -75,7 +77,7 @@ func decodeMeta(b []byte) (NodeMeta, byte, error) {
 		r.fail("metadata version %d", v)
 	}
 	flags := r.byte()
-	if v <= metaVersion && flags&^metaLeaving != 0 {
+	if v <= metaVersion && flags&^MetaLeaving != 0 {
 		r.fail("unknown metadata flags %#x", flags)
 	}
 	m := NodeMeta{ID: NodeID(r.string()), GRPCAddr: r.string(), RaftAddr: r.string(), HTTPAddr: r.string()}

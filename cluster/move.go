@@ -43,11 +43,11 @@ func (mv Move) String() string {
 	return fmt.Sprintf("shard %d: +%q -%q leader %q", mv.Shard, mv.Add, mv.Remove, mv.Leader)
 }
 
-// applyMove changes m's replica set of mv.Shard as mv says, keeping the
+// ApplyMove changes m's replica set of mv.Shard as mv says, keeping the
 // set canonical (preferred leader first, the rest sorted); it does not
 // touch the epoch. A move that does not fit m is refused with an error
 // wrapping ErrRejected and m is unchanged.
-func (m *Map) applyMove(mv Move) error {
+func (m *Map) ApplyMove(mv Move) error {
 	if err := m.checkMove(mv); err != nil {
 		return fmt.Errorf("%w: %v: %w", ErrRejected, mv, err)
 	}

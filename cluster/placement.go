@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -86,23 +88,6 @@ func MapGroups(m *Map) []Group {
 		out[s] = Group{Known: true, Voters: slices.Clone(set)}
 	}
 	return out
-}
-
-// GroupOf turns what a shard's leader reports into a Group: known only
-// when the replica leads and its configuration is committed.
-func GroupOf(st ReplicaStatus) Group {
-	if st.RaftState != "Leader" || !st.ConfigCommitted || len(st.Group) == 0 {
-		return Group{}
-	}
-	g := Group{Known: true}
-	for _, mb := range st.Group {
-		if mb.Voter {
-			g.Voters = append(g.Voters, mb.ID)
-		} else {
-			g.Nonvoters = append(g.Nonvoters, mb.ID)
-		}
-	}
-	return g
 }
 
 // group is the planner's working copy of one shard's group: what it will
@@ -239,7 +224,7 @@ func (p *planner) apply(mv Move) {
 	if len(set) > 0 {
 		oldLeader = set[0]
 	}
-	if err := p.w.applyMove(mv); err != nil {
+	if err := p.w.ApplyMove(mv); err != nil {
 		panic("cluster: planner made an invalid move: " + err.Error())
 	}
 	if mv.Add != "" {
@@ -389,7 +374,7 @@ func (p *planner) regroup() {
 				p.apply(p.move(s, "", id))
 			}
 		}
-		for _, id := range sortedKeys(p.groups[s].voters) {
+		for _, id := range slices.Sorted(maps.Keys(p.groups[s].voters)) {
 			if slices.Contains(p.w.ShardReplicas[s], id) {
 				continue
 			}
@@ -541,4 +526,34 @@ func (p *planner) leaderChain(src NodeID) []Move {
 		}
 	}
 	return nil
+}
+
+// InitialSets returns m with the replica sets the planner converges to
+// from m (every node alive): its moves, the first of each shard per round
+// as the executor runs them, applied until it plans none. Pure.
+func InitialSets(m *Map) *Map {
+	m = m.Clone()
+	alive := map[NodeID]bool{}
+	for id := range m.Nodes {
+		alive[id] = true
+	}
+	never := func(NodeID) bool { return false }
+	for range 4 * (m.Replicas + 2) * max(1, len(m.Nodes)) {
+		moves := Plan(m, alive, never)
+		if len(moves) == 0 {
+			break
+		}
+		seen := map[int]bool{}
+		for _, mv := range moves {
+			if seen[mv.Shard] {
+				continue
+			}
+			seen[mv.Shard] = true
+			if err := m.ApplyMove(mv); err != nil {
+				panic(fmt.Sprintf("cluster: initial placement: %v: %v", mv, err))
+			}
+		}
+	}
+	m.Generation = nil // every shard at its creation set
+	return m
 }

@@ -80,7 +80,7 @@ func (w *world) eligible() []NodeID {
 // step applies one half-move and checks the map stays valid.
 func (w *world) step(t fataler, mv Move) {
 	t.Helper()
-	if err := w.m.applyMove(mv); err != nil {
+	if err := w.m.ApplyMove(mv); err != nil {
 		t.Fatalf("apply %v: %v\nmap %+v", mv, err, w.m.ShardReplicas)
 	}
 	if err := w.m.Validate(); err != nil {
@@ -378,7 +378,7 @@ func BenchmarkPlanJoin(b *testing.B) {
 	}
 	w := newWorld(256, 3, ids...)
 	for _, mv := range Plan(w.m, w.alive, w.deadFor) {
-		if err := w.m.applyMove(mv); err != nil {
+		if err := w.m.ApplyMove(mv); err != nil {
 			b.Fatal(err)
 		}
 	}

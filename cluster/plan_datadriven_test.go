@@ -9,7 +9,6 @@ import (
 	"maps"
 
 	"github.com/cockroachdb/datadriven"
-	"github.com/hashicorp/raft"
 )
 
 // TestPlanDataDriven runs the scripts under testdata/plan: placement stated
@@ -50,10 +49,9 @@ func TestPlanDataDriven(t *testing.T) {
 }
 
 type ddWorld struct {
-	c     *Control
+	m     *Map // nil before bootstrap
 	alive map[NodeID]bool
 	dead  map[NodeID]bool
-	index uint64
 	// groups holds the shards whose observed group was set by the script;
 	// the others' groups are their map sets.
 	groups map[int]*Group
@@ -64,7 +62,7 @@ func newDDWorld(t *testing.T, td *datadriven.TestData) *ddWorld {
 	td.ScanArgs(t, "shards", &shards)
 	td.ScanArgs(t, "replicas", &replicas)
 	w := newWorld(shards, replicas, nodeIDs(strings.Fields(td.Input))...)
-	d := &ddWorld{c: NewControl(), alive: w.alive, dead: w.dead, groups: map[int]*Group{}}
+	d := &ddWorld{alive: w.alive, dead: w.dead, groups: map[int]*Group{}}
 	d.apply(t, Command{Type: CmdBootstrap, Map: w.m})
 	return d
 }
@@ -77,13 +75,31 @@ func nodeIDs(ss []string) []NodeID {
 	return out
 }
 
-func (d *ddWorld) apply(t *testing.T, cmd Command) ApplyResult {
+// applied is the outcome of one command: the map's epoch after it, and the
+// error of a rejected one.
+type applied struct {
+	Epoch uint64
+	Err   error
+}
+
+// apply runs cmd through its encoding and Apply, as the control group does.
+func (d *ddWorld) apply(t *testing.T, cmd Command) applied {
 	b, err := cmd.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.index++
-	return d.c.Apply(&raft.Log{Index: d.index, Type: raft.LogCommand, Data: b}).(ApplyResult)
+	if cmd, err = DecodeCommand(b); err != nil {
+		t.Fatal(err)
+	}
+	next, err := Apply(d.m, cmd)
+	if next != nil {
+		d.m = next
+	}
+	r := applied{Err: err}
+	if d.m != nil {
+		r.Epoch = d.m.Epoch
+	}
+	return r
 }
 
 func (d *ddWorld) run(t *testing.T, td *datadriven.TestData) string {
@@ -141,7 +157,7 @@ func (d *ddWorld) run(t *testing.T, td *datadriven.TestData) string {
 	return ""
 }
 
-func (d *ddWorld) result(r ApplyResult) string {
+func (d *ddWorld) result(r applied) string {
 	if r.Err != nil {
 		return fmt.Sprintf("epoch %d: %v", r.Epoch, r.Err)
 	}
@@ -200,7 +216,7 @@ func (d *ddWorld) converge(t *testing.T) string {
 }
 
 func (d *ddWorld) show() string {
-	m := d.c.Map()
+	m := d.m.Clone()
 	var b strings.Builder
 	fmt.Fprintf(&b, "epoch %d\n", m.Epoch)
 	load, leads := map[NodeID]int{}, map[NodeID]int{}
@@ -240,7 +256,7 @@ func (d *ddWorld) show() string {
 }
 
 func (d *ddWorld) plan() []Move {
-	m := d.c.Map()
+	m := d.m.Clone()
 	groups := MapGroups(m)
 	for s, g := range d.groups {
 		groups[s] = *g

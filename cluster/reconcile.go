@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -134,7 +135,7 @@ func (n *Runtime) reconcile(ctx context.Context, grace *Grace) error {
 		return err
 	}
 	for id, info := range m.Nodes {
-		if info.State == NodeDraining && !m.holds(id) {
+		if info.State == NodeDraining && !m.Holds(id) {
 			if _, err := n.propose(ctx, Command{Type: CmdNodeRemove, ID: id}); err != nil {
 				return err
 			}
@@ -179,42 +180,12 @@ func (n *Runtime) bootstrapMap(ctx context.Context, alive map[NodeID]NodeMeta) e
 	for id, meta := range alive {
 		m.Nodes[id] = infoOf(meta)
 	}
-	m = initialSets(m)
+	m = InitialSets(m)
 	if _, err := n.propose(ctx, Command{Type: CmdBootstrap, Map: m}); err != nil && !errors.Is(err, ErrRejected) {
 		return err
 	}
 	n.cfg.Logger.Info("cluster map bootstrapped", "nodes", len(m.Nodes), "shards", m.Shards, "replicas", m.Replicas)
 	return nil
-}
-
-// initialSets returns m with the replica sets the planner converges to
-// from m (every node alive): its moves, the first of each shard per round
-// as the executor runs them, applied until it plans none. Pure.
-func initialSets(m *Map) *Map {
-	m = m.Clone()
-	alive := map[NodeID]bool{}
-	for id := range m.Nodes {
-		alive[id] = true
-	}
-	never := func(NodeID) bool { return false }
-	for range 4 * (m.Replicas + 2) * max(1, len(m.Nodes)) {
-		moves := Plan(m, alive, never)
-		if len(moves) == 0 {
-			break
-		}
-		seen := map[int]bool{}
-		for _, mv := range moves {
-			if seen[mv.Shard] {
-				continue
-			}
-			seen[mv.Shard] = true
-			if err := m.applyMove(mv); err != nil {
-				panic(fmt.Sprintf("cluster: initial placement: %v: %v", mv, err))
-			}
-		}
-	}
-	m.Generation = nil // every shard at its creation set
-	return m
 }
 
 // admit records in the map every alive node it lacks, or whose addresses
@@ -225,7 +196,7 @@ func initialSets(m *Map) *Map {
 // it is left as the map has it (it hosts nothing) until it is drained.
 // Each refusal is logged once per incarnation.
 func (n *Runtime) admit(ctx context.Context, m *Map, alive map[NodeID]NodeMeta) error {
-	for _, id := range sortedKeys(alive) {
+	for _, id := range slices.Sorted(maps.Keys(alive)) {
 		meta := alive[id]
 		want := infoOf(meta)
 		old, known := m.Nodes[id]
@@ -355,11 +326,19 @@ func (n *Runtime) executeRound(ctx context.Context, moves []Move) error {
 	return errors.Join(errs...)
 }
 
-func sortedKeys[V any](m map[NodeID]V) []NodeID {
-	ids := make([]NodeID, 0, len(m))
-	for id := range m {
-		ids = append(ids, id)
+// GroupOf turns what a shard's leader reports into a Group: known only
+// when the replica leads and its configuration is committed.
+func GroupOf(st ReplicaStatus) Group {
+	if st.RaftState != "Leader" || !st.ConfigCommitted || len(st.Group) == 0 {
+		return Group{}
 	}
-	slices.Sort(ids)
-	return ids
+	g := Group{Known: true}
+	for _, mb := range st.Group {
+		if mb.Voter {
+			g.Voters = append(g.Voters, mb.ID)
+		} else {
+			g.Nonvoters = append(g.Nonvoters, mb.ID)
+		}
+	}
+	return g
 }

@@ -56,12 +56,6 @@ type Fence struct {
 // control group.
 var ErrStaleFence = errors.New("cluster: stale control term")
 
-// GroupMember is one server of a shard group's Raft configuration.
-type GroupMember struct {
-	ID    NodeID
-	Voter bool // false: a non-voter
-}
-
 // ReplicaStatus is what a node says about its replica of one shard.
 type ReplicaStatus struct {
 	RaftState string // Leader, Follower, Candidate, Shutdown

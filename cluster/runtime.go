@@ -588,7 +588,7 @@ func (n *Runtime) tryBootstrap() (bool, error) {
 		return false, nil
 	}
 	ready = ready[:n.cfg.BootstrapExpect] // sorted by id
-	voters := ready[:controlVoters(len(ready))]
+	voters := ready[:ControlVoters(len(ready))]
 	var conf raft.Configuration
 	self := false
 	for _, m := range voters {
