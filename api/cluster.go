@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 )
 
 // ClusterView is what the server needs of the node's cluster runtime
@@ -11,14 +12,14 @@ import (
 // every shard and serves every operation itself.
 type ClusterView interface {
 	// Self is this node's id.
-	Self() cluster.NodeID
+	Self() topology.NodeID
 	// Map returns a copy of the cluster map, or nil before bootstrap.
-	Map() *cluster.Map
+	Map() *topology.Map
 	// Alive is the gossip view: the members seen alive.
-	Alive() map[cluster.NodeID]bool
+	Alive() map[topology.NodeID]bool
 	// ControlLeader is the control group's leader as this node knows it
 	// ("" when unknown).
-	ControlLeader() cluster.NodeID
+	ControlLeader() topology.NodeID
 	// ControlState is this node's Raft state in the control group.
 	ControlState() string
 	// ControlTerm is the latest control group term this node knows; shard
@@ -28,8 +29,8 @@ type ClusterView interface {
 	// away and removes it). Only the control leader can; elsewhere it
 	// fails with cluster.ErrNotControlLeader. Unless force, it refuses a
 	// drain that would leave fewer active nodes than the replica count
-	// (cluster.ErrUnderReplicated).
-	Drain(ctx context.Context, id cluster.NodeID, force bool) (cluster.DrainStatus, error)
+	// (topology.ErrUnderReplicated).
+	Drain(ctx context.Context, id topology.NodeID, force bool) (cluster.DrainStatus, error)
 	// Ready reports whether the node serves (cluster.Runtime.Ready).
 	Ready() bool
 	// CurrentEpoch is the current map's epoch, known only to the control

@@ -17,6 +17,7 @@ import (
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/raftlog"
@@ -27,21 +28,21 @@ import (
 // without the control group. Drain runs drain when set, else refuses as a
 // node that does not lead the control group.
 type testView struct {
-	self cluster.NodeID
+	self topology.NodeID
 
 	mu            sync.Mutex
-	m             *cluster.Map
-	alive         map[cluster.NodeID]bool
-	controlLeader cluster.NodeID
+	m             *topology.Map
+	alive         map[topology.NodeID]bool
+	controlLeader topology.NodeID
 	controlTerm   uint64
-	drain         func(ctx context.Context, id cluster.NodeID, force bool) (cluster.DrainStatus, error)
+	drain         func(ctx context.Context, id topology.NodeID, force bool) (cluster.DrainStatus, error)
 }
 
 var _ api.ClusterView = (*testView)(nil)
 
-func (v *testView) Self() cluster.NodeID { return v.self }
+func (v *testView) Self() topology.NodeID { return v.self }
 
-func (v *testView) Map() *cluster.Map {
+func (v *testView) Map() *topology.Map {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.m == nil {
@@ -50,17 +51,17 @@ func (v *testView) Map() *cluster.Map {
 	return v.m.Clone()
 }
 
-func (v *testView) Alive() map[cluster.NodeID]bool {
+func (v *testView) Alive() map[topology.NodeID]bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	out := make(map[cluster.NodeID]bool, len(v.alive))
+	out := make(map[topology.NodeID]bool, len(v.alive))
 	for id, ok := range v.alive {
 		out[id] = ok
 	}
 	return out
 }
 
-func (v *testView) ControlLeader() cluster.NodeID {
+func (v *testView) ControlLeader() topology.NodeID {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.controlLeader
@@ -79,7 +80,7 @@ func (v *testView) ControlTerm() uint64 {
 	return v.controlTerm
 }
 
-func (v *testView) Drain(ctx context.Context, id cluster.NodeID, force bool) (cluster.DrainStatus, error) {
+func (v *testView) Drain(ctx context.Context, id topology.NodeID, force bool) (cluster.DrainStatus, error) {
 	v.mu.Lock()
 	drain := v.drain
 	v.mu.Unlock()
@@ -112,7 +113,7 @@ const (
 // testNode is a node serving a fixed view (startViewNode): a shard host
 // and the API server on its own gRPC port, with no cluster runtime.
 type testNode struct {
-	id   cluster.NodeID
+	id   topology.NodeID
 	view *testView
 	host *shard.Host
 	mux  *raftlog.Mux // nil: every shard a one-voter group in memory
@@ -153,7 +154,7 @@ func viewLeader(t *testing.T, nodes []*testNode, s int) *testNode {
 // member is a node of a testCluster.
 type member struct {
 	i    int // its index in the gridtest cluster
-	id   cluster.NodeID
+	id   topology.NodeID
 	addr string
 }
 
@@ -182,7 +183,7 @@ func startCluster(t *testing.T, opts gridtest.ClusterOptions) *testCluster {
 	tc := &testCluster{Cluster: gridtest.StartCluster(t, opts), t: t}
 	addrs := tc.Addrs()
 	for i := range addrs {
-		tc.nodes = append(tc.nodes, &member{i: i, id: cluster.NodeID(tc.ID(i)), addr: addrs[i]})
+		tc.nodes = append(tc.nodes, &member{i: i, id: topology.NodeID(tc.ID(i)), addr: addrs[i]})
 	}
 	return tc
 }

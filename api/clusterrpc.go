@@ -9,6 +9,7 @@ import (
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/shard"
 )
@@ -71,7 +72,7 @@ func (s *Server) standaloneMap() *gridpb.ClusterMapResponse {
 		Slots:      set.Slots,
 		ShardCount: uint32(set.Shards),
 		Replicas:   1,
-		Nodes:      []*gridpb.ClusterNode{{Id: self, State: cluster.NodeActive.String(), Alive: true}},
+		Nodes:      []*gridpb.ClusterNode{{Id: self, State: topology.NodeActive.String(), Alive: true}},
 	}
 	for id := range set.Shards {
 		resp.Shards = append(resp.Shards, &gridpb.ClusterShard{Id: uint32(id), Replicas: []string{self}, Leader: self})
@@ -85,7 +86,7 @@ func (s *Server) standaloneMap() *gridpb.ClusterMapResponse {
 // nodes than the replica count is refused (FailedPrecondition, saying why
 // and how to force it).
 func (s *Server) Drain(ctx context.Context, req *gridpb.DrainRequest) (*gridpb.DrainResponse, error) {
-	id := cluster.NodeID(req.GetNodeId())
+	id := topology.NodeID(req.GetNodeId())
 	if id != "" {
 		if err := id.Validate(); err != nil {
 			return nil, toStatus(fmt.Errorf("%w: %w", errBadNodeID, err))
@@ -104,7 +105,7 @@ func (s *Server) Drain(ctx context.Context, req *gridpb.DrainRequest) (*gridpb.D
 		return &gridpb.DrainResponse{NodeId: string(st.Node), State: st.State.String(), ReplicasLeft: uint32(st.ReplicasLeft), Epoch: st.Epoch}, nil
 	case errors.Is(err, cluster.ErrNotControlLeader) && !headerSet(ctx, MetadataForwarded):
 		return s.forwardDrain(ctx, id, req.GetForce(), err)
-	case errors.Is(err, cluster.ErrRejected):
+	case errors.Is(err, topology.ErrRejected):
 		if m := cv.Map(); m != nil {
 			if _, known := m.Nodes[id]; !known {
 				err = fmt.Errorf("%w %s: not in the cluster map (epoch %d): %w", errUnknownNode, digest.Quote(id), m.Epoch, err)
@@ -116,7 +117,7 @@ func (s *Server) Drain(ctx context.Context, req *gridpb.DrainRequest) (*gridpb.D
 
 // forwardDrain sends a drain of node id to the control leader; notLeader
 // is this node's refusal, the answer when the leader cannot be reached.
-func (s *Server) forwardDrain(ctx context.Context, id cluster.NodeID, force bool, notLeader error) (*gridpb.DrainResponse, error) {
+func (s *Server) forwardDrain(ctx context.Context, id topology.NodeID, force bool, notLeader error) (*gridpb.DrainResponse, error) {
 	cv := s.opts.Cluster
 	leader, m := cv.ControlLeader(), cv.Map()
 	if leader == "" || leader == cv.Self() || m == nil || m.Nodes[leader].GRPCAddr == "" {
@@ -207,8 +208,8 @@ func checkFence(req *gridpb.ShardAdminRequest, known uint64) error {
 }
 
 // validateAdmin checks a ShardAdmin request against a map of shards shards:
-// the node id by cluster.NodeID's rule, the Raft address by
-// cluster.ValidateAddr's, before any error names them.
+// the node id by topology.NodeID's rule, the Raft address by
+// topology.ValidateAddr's, before any error names them.
 func validateAdmin(req *gridpb.ShardAdminRequest, shards int) error {
 	action := req.GetAction()
 	node, addr := req.GetNodeId(), req.GetRaftAddr()
@@ -221,7 +222,7 @@ func validateAdmin(req *gridpb.ShardAdminRequest, shards int) error {
 		return fmt.Errorf("%w: %s needs a node id", errBadAdmin, action)
 	}
 	if len(node) > 0 {
-		if err := cluster.NodeID(node).Validate(); err != nil {
+		if err := topology.NodeID(node).Validate(); err != nil {
 			return fmt.Errorf("%w: %w", errBadAdmin, err)
 		}
 	}
@@ -229,7 +230,7 @@ func validateAdmin(req *gridpb.ShardAdminRequest, shards int) error {
 		return fmt.Errorf("%w: %s of %s needs its Raft address", errBadAdmin, action, node)
 	}
 	if len(addr) > 0 {
-		if err := cluster.ValidateAddr(string(addr)); err != nil {
+		if err := topology.ValidateAddr(string(addr)); err != nil {
 			return fmt.Errorf("%w: raft_addr: %w", errBadAdmin, err)
 		}
 	}

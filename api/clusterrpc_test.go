@@ -18,6 +18,7 @@ import (
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/shard"
@@ -95,10 +96,10 @@ func TestStartingNodeRefusesWithRedirect(t *testing.T) {
 // does not forward says "not a member": TestShardAdminAndShardsNotHostedHere.)
 func TestRemovedNodeRefusesWithRedirect(t *testing.T) {
 	lisA, lisB := listen(t), listen(t)
-	m := &cluster.Map{Epoch: 9, Slots: testSlots, Shards: testShards, Replicas: 1, Nodes: map[cluster.NodeID]cluster.NodeInfo{
-		"a": {ID: "a", GRPCAddr: lisA.Addr().String(), State: cluster.NodeRemoved},
-		"b": {ID: "b", GRPCAddr: lisB.Addr().String(), State: cluster.NodeActive},
-	}, ShardReplicas: [][]cluster.NodeID{{"b"}, {"b"}}}
+	m := &topology.Map{Epoch: 9, Slots: testSlots, Shards: testShards, Replicas: 1, Nodes: map[topology.NodeID]topology.NodeInfo{
+		"a": {ID: "a", GRPCAddr: lisA.Addr().String(), State: topology.NodeRemoved},
+		"b": {ID: "b", GRPCAddr: lisB.Addr().String(), State: topology.NodeActive},
+	}, ShardReplicas: [][]topology.NodeID{{"b"}, {"b"}}}
 	a := startViewNode(t, &testView{self: "a", m: m.Clone(), controlLeader: "b"}, lisA)
 	_, err := gridtest.Dial(t, a.addr).Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: []byte("k"), LeaseMs: 1000})
 	rd := redirectDetail(err)
@@ -114,20 +115,20 @@ func TestRemovedNodeRefusesWithRedirect(t *testing.T) {
 func TestDrainForwardedToControlLeader(t *testing.T) {
 	lisA, lisB, lisC := listen(t), listen(t), listen(t)
 	lisC.Close() // node c's API is gone
-	m := &cluster.Map{Epoch: 3, Slots: testSlots, Shards: testShards, Replicas: 1, Nodes: map[cluster.NodeID]cluster.NodeInfo{},
-		ShardReplicas: [][]cluster.NodeID{{"a"}, {"b"}}}
-	for id, lis := range map[cluster.NodeID]string{"a": lisA.Addr().String(), "b": lisB.Addr().String(), "c": lisC.Addr().String()} {
-		m.Nodes[id] = cluster.NodeInfo{ID: id, GRPCAddr: lis, RaftAddr: "127.0.0.1:1", State: cluster.NodeActive}
+	m := &topology.Map{Epoch: 3, Slots: testSlots, Shards: testShards, Replicas: 1, Nodes: map[topology.NodeID]topology.NodeInfo{},
+		ShardReplicas: [][]topology.NodeID{{"a"}, {"b"}}}
+	for id, lis := range map[topology.NodeID]string{"a": lisA.Addr().String(), "b": lisB.Addr().String(), "c": lisC.Addr().String()} {
+		m.Nodes[id] = topology.NodeInfo{ID: id, GRPCAddr: lis, RaftAddr: "127.0.0.1:1", State: topology.NodeActive}
 	}
 	if err := m.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	var drained []cluster.NodeID
+	var drained []topology.NodeID
 	leader := &testView{self: "b", m: m.Clone(), controlLeader: "b",
-		drain: func(_ context.Context, id cluster.NodeID, force bool) (cluster.DrainStatus, error) {
+		drain: func(_ context.Context, id topology.NodeID, force bool) (cluster.DrainStatus, error) {
 			if _, ok := m.Nodes[id]; !ok {
-				return cluster.DrainStatus{}, fmt.Errorf("%w: no node %q in the map", cluster.ErrRejected, id)
+				return cluster.DrainStatus{}, fmt.Errorf("%w: no node %q in the map", topology.ErrRejected, id)
 			}
 			mu.Lock()
 			if force {
@@ -135,7 +136,7 @@ func TestDrainForwardedToControlLeader(t *testing.T) {
 			}
 			drained = append(drained, id)
 			mu.Unlock()
-			return cluster.DrainStatus{Node: id, State: cluster.NodeDraining, ReplicasLeft: 1, Epoch: 4}, nil
+			return cluster.DrainStatus{Node: id, State: topology.NodeDraining, ReplicasLeft: 1, Epoch: 4}, nil
 		}}
 	follower := &testView{self: "a", m: m.Clone(), controlLeader: "b"}
 	startViewNode(t, leader, lisB)
@@ -225,10 +226,10 @@ func TestClusterMapAndStatus(t *testing.T) {
 		}
 	}
 	info := want.Nodes[f.id]
-	info.State = cluster.NodeDraining
+	info.State = topology.NodeDraining
 	want.Nodes[f.id] = info
 	gone := tc.nodes[(f.i+1)%3]
-	alive := map[cluster.NodeID]bool{}
+	alive := map[topology.NodeID]bool{}
 	for _, n := range tc.nodes {
 		alive[n.id] = n != gone
 	}
@@ -268,17 +269,17 @@ type shownView struct {
 	api.ClusterView
 
 	mu    sync.Mutex
-	m     *cluster.Map
-	alive map[cluster.NodeID]bool
+	m     *topology.Map
+	alive map[topology.NodeID]bool
 }
 
-func (v *shownView) show(m *cluster.Map, alive map[cluster.NodeID]bool) {
+func (v *shownView) show(m *topology.Map, alive map[topology.NodeID]bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.m, v.alive = m.Clone(), maps.Clone(alive)
 }
 
-func (v *shownView) Map() *cluster.Map {
+func (v *shownView) Map() *topology.Map {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.m == nil {
@@ -287,7 +288,7 @@ func (v *shownView) Map() *cluster.Map {
 	return v.m.Clone()
 }
 
-func (v *shownView) Alive() map[cluster.NodeID]bool {
+func (v *shownView) Alive() map[topology.NodeID]bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.alive == nil {
@@ -298,8 +299,8 @@ func (v *shownView) Alive() map[cluster.NodeID]bool {
 
 // preferring returns replica set rs with id as its preferred leader, the
 // others sorted, as a map keeps it.
-func preferring(rs []cluster.NodeID, id cluster.NodeID) []cluster.NodeID {
-	out := []cluster.NodeID{id}
+func preferring(rs []topology.NodeID, id topology.NodeID) []topology.NodeID {
+	out := []topology.NodeID{id}
 	for _, n := range rs {
 		if n != id {
 			out = append(out, n)
@@ -479,7 +480,7 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 		if err != nil || !ok || st.RaftState != "Follower" || st.Leader != n1.id || st.Commit == 0 {
 			t.Errorf("ShardStatus of n0's replica of shard 0: %+v %v %v", st, ok, err)
 		}
-		both := []cluster.GroupMember{{ID: n0.id, Voter: true}, {ID: n1.id, Voter: true}}
+		both := []topology.GroupMember{{ID: n0.id, Voter: true}, {ID: n1.id, Voter: true}}
 		if !slices.Equal(st.Group, both) || !st.ConfigCommitted || st.ConfigIndex == 0 || st.ConfigIndex > st.Commit ||
 			st.LastContact < 0 || st.Role(n0.id) != "voter" || st.Role(n2.id) != "none" {
 			t.Errorf("n0's view of shard 0's group: %+v, want %v committed, a last contact", st, both)
@@ -523,22 +524,22 @@ func startViewNodes(t *testing.T, sets [][]int) []*testNode {
 	for _, set := range sets {
 		n = max(n, slices.Max(set)+1)
 	}
-	m := &cluster.Map{Epoch: testEpoch, Slots: testSlots, Shards: testShards, Replicas: n, Nodes: map[cluster.NodeID]cluster.NodeInfo{}}
-	ids := make([]cluster.NodeID, n)
+	m := &topology.Map{Epoch: testEpoch, Slots: testSlots, Shards: testShards, Replicas: n, Nodes: map[topology.NodeID]topology.NodeInfo{}}
+	ids := make([]topology.NodeID, n)
 	muxes := make([]*raftlog.Mux, n)
 	lis := make([]net.Listener, n)
 	for i := range n {
-		ids[i] = cluster.NodeID(fmt.Sprint("n", i))
+		ids[i] = topology.NodeID(fmt.Sprint("n", i))
 		mux, err := raftlog.ListenMux("127.0.0.1:0", raftlog.MuxConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = mux.Close() }) // after the host's, registered later
 		muxes[i], lis[i] = mux, listen(t)
-		m.Nodes[ids[i]] = cluster.NodeInfo{ID: ids[i], GRPCAddr: lis[i].Addr().String(), RaftAddr: mux.Addr().String(), State: cluster.NodeActive}
+		m.Nodes[ids[i]] = topology.NodeInfo{ID: ids[i], GRPCAddr: lis[i].Addr().String(), RaftAddr: mux.Addr().String(), State: topology.NodeActive}
 	}
 	for _, set := range sets {
-		rs := []cluster.NodeID{}
+		rs := []topology.NodeID{}
 		for _, i := range set {
 			rs = append(rs, ids[i])
 		}
@@ -549,7 +550,7 @@ func startViewNodes(t *testing.T, sets [][]int) []*testNode {
 	}
 	var nodes []*testNode
 	for i := range n {
-		view := &testView{self: ids[i], m: m.Clone(), alive: map[cluster.NodeID]bool{}, controlLeader: ids[0], controlTerm: testTerm}
+		view := &testView{self: ids[i], m: m.Clone(), alive: map[topology.NodeID]bool{}, controlLeader: ids[0], controlTerm: testTerm}
 		for _, id := range ids {
 			view.alive[id] = true
 		}

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/gridtest"
 )
@@ -245,9 +245,9 @@ func rawVarint(b []byte, num protowire.Number, v uint64) []byte {
 // connection stays up throughout.
 func TestAdminRequestsAtTheEdges(t *testing.T) {
 	lis := listen(t)
-	m := &cluster.Map{Epoch: testEpoch, Slots: testSlots, Shards: testShards, Replicas: 1,
-		Nodes:         map[cluster.NodeID]cluster.NodeInfo{"a": {ID: "a", GRPCAddr: lis.Addr().String(), RaftAddr: "127.0.0.1:1", State: cluster.NodeActive}},
-		ShardReplicas: [][]cluster.NodeID{{"a"}, {"a"}}}
+	m := &topology.Map{Epoch: testEpoch, Slots: testSlots, Shards: testShards, Replicas: 1,
+		Nodes:         map[topology.NodeID]topology.NodeInfo{"a": {ID: "a", GRPCAddr: lis.Addr().String(), RaftAddr: "127.0.0.1:1", State: topology.NodeActive}},
+		ShardReplicas: [][]topology.NodeID{{"a"}, {"a"}}}
 	if err := m.Validate(); err != nil {
 		t.Fatal(err)
 	}

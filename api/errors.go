@@ -11,6 +11,7 @@ import (
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/shard"
 )
@@ -36,7 +37,7 @@ func code(err error) codes.Code {
 		return codes.InvalidArgument
 	case errors.Is(err, errUnknownNode):
 		return codes.NotFound
-	case errors.Is(err, errStandalone), errors.Is(err, cluster.ErrRejected), errors.Is(err, cluster.ErrStaleFence),
+	case errors.Is(err, errStandalone), errors.Is(err, topology.ErrRejected), errors.Is(err, cluster.ErrStaleFence),
 		errors.Is(err, shard.ErrNotVoter):
 		return codes.FailedPrecondition
 	case errors.Is(err, context.DeadlineExceeded):

@@ -10,6 +10,7 @@ import (
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/gridtest"
 )
 
@@ -43,7 +44,7 @@ func TestStaleFenceRefusedOnRealNodes(t *testing.T) {
 	waitFor(t, "a new control leader in a later term", func() bool {
 		for _, i := range live {
 			cn := c.Node(i).Cluster()
-			if cn.ControlTerm() <= oldTerm || cn.ControlLeader() == "" || cn.ControlLeader() == cluster.NodeID(c.ID(ctl)) {
+			if cn.ControlTerm() <= oldTerm || cn.ControlLeader() == "" || cn.ControlLeader() == topology.NodeID(c.ID(ctl)) {
 				return false
 			}
 		}
@@ -72,7 +73,7 @@ func TestStaleFenceRefusedOnRealNodes(t *testing.T) {
 	}
 	p := api.NewPeers()
 	defer p.Close()
-	req := cluster.AdminRequest{Shard: 0, Action: cluster.AdminRemoveServer, Node: cluster.NodeID(c.ID(victim)),
+	req := cluster.AdminRequest{Shard: 0, Action: cluster.AdminRemoveServer, Node: topology.NodeID(c.ID(victim)),
 		Fence: cluster.Fence{ControlTerm: oldTerm, Epoch: old.Epoch}}
 	if _, err := p.ShardAdmin(gridtest.Context(t), c.Addrs()[at], req); !errors.Is(err, cluster.ErrStaleFence) {
 		t.Fatalf("removal of %s under the deposed control term %d: %v, want ErrStaleFence", c.ID(victim), oldTerm, err)
@@ -88,7 +89,7 @@ func TestStaleFenceRefusedOnRealNodes(t *testing.T) {
 	// The current term passes the fence (the transfer may still be refused
 	// by Raft, or find leadership moved: not for its term).
 	cur := c.Node(at).Cluster().ControlTerm()
-	tr := cluster.AdminRequest{Shard: 0, Action: cluster.AdminTransferLeadership, Node: cluster.NodeID(c.ID(victim)),
+	tr := cluster.AdminRequest{Shard: 0, Action: cluster.AdminTransferLeadership, Node: topology.NodeID(c.ID(victim)),
 		RaftAddr: c.Node(victim).RaftAddr(), Fence: cluster.Fence{ControlTerm: cur, Epoch: c.Map().Epoch}}
 	if _, err := p.ShardAdmin(gridtest.Context(t), c.Addrs()[at], tr); errors.Is(err, cluster.ErrStaleFence) {
 		t.Fatalf("transfer under the current control term %d: %v", cur, err)

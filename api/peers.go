@@ -16,6 +16,7 @@ import (
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 )
 
 // Peers is a pool of client connections to the other nodes of a cluster,
@@ -148,7 +149,7 @@ func (p *Peers) ShardStatus(ctx context.Context, addr string, shard int) (cluste
 func replicaStatus(s *gridpb.ShardStatus) cluster.ReplicaStatus {
 	st := cluster.ReplicaStatus{
 		RaftState:       s.GetRaftState(),
-		Leader:          cluster.NodeID(s.GetLeader()),
+		Leader:          topology.NodeID(s.GetLeader()),
 		Applied:         s.GetAppliedIndex(),
 		Commit:          s.GetCommitIndex(),
 		Last:            s.GetLastIndex(),
@@ -161,9 +162,9 @@ func replicaStatus(s *gridpb.ShardStatus) cluster.ReplicaStatus {
 		st.LastContact = time.Duration(ms) * time.Millisecond
 	}
 	for _, m := range s.GetGroup() {
-		st.Group = append(st.Group, cluster.GroupMember{ID: cluster.NodeID(m.GetId()), Voter: m.GetVoter()})
+		st.Group = append(st.Group, topology.GroupMember{ID: topology.NodeID(m.GetId()), Voter: m.GetVoter()})
 	}
-	slices.SortFunc(st.Group, func(a, b cluster.GroupMember) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(st.Group, func(a, b topology.GroupMember) int { return cmp.Compare(a.ID, b.ID) })
 	return st
 }
 

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/shard"
@@ -91,8 +91,8 @@ const (
 // router routes the operations of one request by one view of the map.
 type router struct {
 	s       *Server
-	m       *cluster.Map // nil on a standalone node
-	self    cluster.NodeID
+	m       *topology.Map // nil on a standalone node
+	self    topology.NodeID
 	forward bool // the request may be forwarded
 	byKey   bool // settles go by their key, not their token (MetadataByKey)
 }
@@ -125,7 +125,7 @@ func (s *Server) opRouter(ctx context.Context) (*router, error) {
 	if err != nil || r.m == nil {
 		return r, err
 	}
-	if info, ok := r.m.Nodes[r.self]; ok && info.State == cluster.NodeRemoved {
+	if info, ok := r.m.Nodes[r.self]; ok && info.State == topology.NodeRemoved {
 		return nil, nodeRefusal(gridpb.ReasonRemoved, r.m.Epoch, errRemoved)
 	}
 	return r, nil
@@ -245,10 +245,10 @@ func settles(op keyspace.Op) bool {
 
 // leaderOf is the leader of shard id as this node knows it: its replica's
 // view, else the map's hint, else the preferred leader; "" when none.
-func (r *router) leaderOf(id int, local *shard.Replica) cluster.NodeID {
+func (r *router) leaderOf(id int, local *shard.Replica) topology.NodeID {
 	if local != nil {
 		if l, _ := local.Leader(); l != "" {
-			return cluster.NodeID(l)
+			return topology.NodeID(l)
 		}
 	}
 	if id < len(r.m.Leaders) && r.m.Leaders[id] != "" {
@@ -262,7 +262,7 @@ func (r *router) leaderOf(id int, local *shard.Replica) cluster.NodeID {
 
 // peer is a node operations are forwarded to.
 type peer struct {
-	id   cluster.NodeID
+	id   topology.NodeID
 	addr string
 }
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/client"
-	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/testwait"
 )
 
@@ -83,8 +83,8 @@ func (r *memberRun) join(want int) error {
 	}
 	// The step is over once the map lists the node: from then on the
 	// planner owes it its share, which settle waits for.
-	id := cluster.NodeID(r.c.ID(want))
-	active := func() bool { m := r.c.Map(); return m != nil && m.Nodes[id].State == cluster.NodeActive }
+	id := topology.NodeID(r.c.ID(want))
+	active := func() bool { m := r.c.Map(); return m != nil && m.Nodes[id].State == topology.NodeActive }
 	if !testwait.Holds(30*time.Second, active) {
 		return fmt.Errorf("%s started but is not active in the map after 30 s", id)
 	}
@@ -140,9 +140,9 @@ func (r *memberRun) startDrain(i int) error {
 // finishDrain waits until the map says node i is removed, then stops it
 // for good.
 func (r *memberRun) finishDrain(i int) error {
-	id := cluster.NodeID(r.c.ID(i))
-	var m *cluster.Map
-	if !testwait.Holds(settleTimeout, func() bool { m = r.c.Map(); return m != nil && m.Nodes[id].State == cluster.NodeRemoved }) {
+	id := topology.NodeID(r.c.ID(i))
+	var m *topology.Map
+	if !testwait.Holds(settleTimeout, func() bool { m = r.c.Map(); return m != nil && m.Nodes[id].State == topology.NodeRemoved }) {
 		return fmt.Errorf("%s not removed after %v (map epoch %d: %v)", id, settleTimeout, m.Epoch, m.Nodes[id].State)
 	}
 	r.c.Stop(i)
@@ -159,8 +159,8 @@ func (r *memberRun) drainRefused(i int) error {
 			r.c.ID(i), memberLimits.Replicas, memberLimits.Replicas, st.State, st.ReplicasLeft)
 	}
 	r.logf("drain of %s refused: %v", r.c.ID(i), err)
-	if m := r.c.Map(); m.Nodes[cluster.NodeID(r.c.ID(i))].State != cluster.NodeActive {
-		return fmt.Errorf("the drain of %s was refused (%v) but the map says %v", r.c.ID(i), err, m.Nodes[cluster.NodeID(r.c.ID(i))].State)
+	if m := r.c.Map(); m.Nodes[topology.NodeID(r.c.ID(i))].State != topology.NodeActive {
+		return fmt.Errorf("the drain of %s was refused (%v) but the map says %v", r.c.ID(i), err, m.Nodes[topology.NodeID(r.c.ID(i))].State)
 	}
 	return nil
 }
@@ -255,7 +255,7 @@ func (r *memberRun) isolate(i int, k netKind) error {
 	r.logf("cutting %s off (%v; leads shards %v, control %v)", r.c.ID(i), k, l.shards, l.control)
 	partition(rest)
 	if k == netGossip { // Raft goes on: the others see the node fail
-		id := cluster.NodeID(r.c.ID(i))
+		id := topology.NodeID(r.c.ID(i))
 		r.holdUntil(func() bool { return r.nobodySees(id) }, fmt.Sprintf("no other node sees %s alive", id))
 	} else {
 		r.holdUnder(l)
@@ -267,9 +267,9 @@ func (r *memberRun) isolate(i int, k netKind) error {
 
 // nobodySees reports whether no running node but id sees id alive by
 // gossip.
-func (r *memberRun) nobodySees(id cluster.NodeID) bool {
+func (r *memberRun) nobodySees(id topology.NodeID) bool {
 	for j := range r.c.Addrs() {
-		if n := r.c.Node(j); n != nil && cluster.NodeID(r.c.ID(j)) != id && n.Cluster().Alive()[id] {
+		if n := r.c.Node(j); n != nil && topology.NodeID(r.c.ID(j)) != id && n.Cluster().Alive()[id] {
 			return false
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/client"
-	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/gridtest"
 )
 
@@ -170,10 +170,10 @@ func (r *memberRun) settle() error {
 // balanced reports why m is not what the planner settles on ("" when it
 // is): every shard with R replicas, none on a node that is not active, and
 // replica counts of the active nodes within one of each other.
-func balanced(m *cluster.Map) string {
-	count := map[cluster.NodeID]int{}
+func balanced(m *topology.Map) string {
+	count := map[topology.NodeID]int{}
 	for id, info := range m.Nodes {
-		if info.State == cluster.NodeActive {
+		if info.State == topology.NodeActive {
 			count[id] = 0
 		}
 	}
@@ -202,8 +202,8 @@ func balanced(m *cluster.Map) string {
 }
 
 // replicaCounts is how many replicas each node of m holds.
-func replicaCounts(m *cluster.Map) map[cluster.NodeID]int {
-	count := map[cluster.NodeID]int{}
+func replicaCounts(m *topology.Map) map[topology.NodeID]int {
+	count := map[topology.NodeID]int{}
 	for _, set := range m.ShardReplicas {
 		for _, id := range set {
 			count[id]++

@@ -22,7 +22,7 @@ import (
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/chaos"
 	"github.com/l4xg/grid/client"
-	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/internal/testwait"
@@ -82,7 +82,7 @@ func keyOn(c *gridtest.Cluster, prefix string, i int) string {
 	m := c.Map()
 	for n := 0; ; n++ {
 		key := fmt.Sprintf("%s-%d", prefix, n)
-		if m.ShardReplicas[c.ShardOf("chaos", key)][0] == cluster.NodeID(c.ID(i)) {
+		if m.ShardReplicas[c.ShardOf("chaos", key)][0] == topology.NodeID(c.ID(i)) {
 			return key
 		}
 	}

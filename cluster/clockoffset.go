@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/shard"
 )
@@ -24,14 +25,20 @@ import (
 // forgotten.
 //
 // The node's offset is the median of its peers' recent estimates (for an
-// even count, the one of the two middle values nearer zero). The node is
-// outside the bound when more than half of the peers it measured recently
-// are farther than the maximum offset even allowing for each estimate's
-// uncertainty: in a 3-node cluster with one clock off, only that node
-// finds both of its peers beyond the bound, the others one of two. A node
-// with no recent estimate is taken as within the bound (its shards still
-// check their clock against their own stamps). It implements
-// shard.PeerClocks. Its methods are safe for concurrent use.
+// even count, the one of the two middle values nearer zero). A peer is
+// beyond the bound when its estimate is farther than the maximum offset
+// even allowing for the estimate's uncertainty. The verdict is taken
+// against every peer the node knows, measured recently or not: the node is
+// outside when more than half of them are recently measured beyond the
+// bound, inside when at least half are recently measured within it, and
+// otherwise (too few recent estimates to tell) the last verdict stands. In
+// a 3-node cluster with one clock off, only that node finds both of its
+// peers beyond the bound, the others one of two; a correct node whose
+// estimate of its other correct peer went stale (its pings were slow)
+// stays inside rather than take the one peer it measured for the majority.
+// A node with no verdict yet is inside (its shards still check their clock
+// against their own stamps). It implements shard.PeerClocks. Its methods
+// are safe for concurrent use.
 type ClockOffsets struct {
 	clock  func() time.Time
 	now    func() time.Time
@@ -39,7 +46,9 @@ type ClockOffsets struct {
 	window time.Duration
 
 	mu    sync.Mutex
-	peers map[NodeID]peerSample
+	peers map[topology.NodeID]peerSample
+	// outside is the standing verdict, changed only by a decisive Report.
+	outside bool
 	// verdict caches Check's answer until its until: proposals ask for it.
 	verdict atomic.Pointer[clockVerdict]
 }
@@ -90,7 +99,7 @@ func NewClockOffsets(cfg ClockOffsetsConfig) (*ClockOffsets, error) {
 		cfg.MaxOffset = digest.DefaultMaxClockOffset
 	}
 	if err := shard.ValidateMaxClockOffset(cfg.MaxOffset); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, fmt.Errorf("%w: %w", topology.ErrConfig, err)
 	}
 	if cfg.Window <= 0 {
 		probe := cfg.Timing.ProbeInterval
@@ -99,7 +108,7 @@ func NewClockOffsets(cfg ClockOffsetsConfig) (*ClockOffsets, error) {
 		}
 		cfg.Window = ClockWindowProbes * probe
 	}
-	return &ClockOffsets{clock: cfg.Clock, now: cfg.Now, max: cfg.MaxOffset, window: cfg.Window, peers: map[NodeID]peerSample{}}, nil
+	return &ClockOffsets{clock: cfg.Clock, now: cfg.Now, max: cfg.MaxOffset, window: cfg.Window, peers: map[topology.NodeID]peerSample{}}, nil
 }
 
 // MaxOffset is the bound in force.
@@ -122,7 +131,7 @@ func (o *ClockOffsets) payload() []byte {
 // observe records the estimate of one ping of peer, answered after rtt
 // with payload. A payload this node cannot read (an older or foreign
 // node's) is ignored.
-func (o *ClockOffsets) observe(peer NodeID, payload []byte, rtt time.Duration) {
+func (o *ClockOffsets) observe(peer topology.NodeID, payload []byte, rtt time.Duration) {
 	if len(payload) != clockPayloadLen || payload[0] != clockPayloadVersion || rtt < 0 {
 		return
 	}
@@ -135,7 +144,7 @@ func (o *ClockOffsets) observe(peer NodeID, payload []byte, rtt time.Duration) {
 }
 
 // forget drops peer's estimate (it left or died).
-func (o *ClockOffsets) forget(peer NodeID) {
+func (o *ClockOffsets) forget(peer topology.NodeID) {
 	o.mu.Lock()
 	delete(o.peers, peer)
 	o.mu.Unlock()
@@ -144,7 +153,7 @@ func (o *ClockOffsets) forget(peer NodeID) {
 
 // PeerClock is the latest estimate of one peer's clock offset.
 type PeerClock struct {
-	ID NodeID
+	ID topology.NodeID
 	// Offset is the peer's clock minus this node's; Uncertainty bounds
 	// its error (half the ping's round trip).
 	Offset, Uncertainty time.Duration
@@ -162,8 +171,12 @@ type ClockReport struct {
 	Offset time.Duration
 	// Peers are the estimates within the window, by id.
 	Peers []PeerClock
-	// Outside counts the peers beyond the bound; OK is false when they
-	// are more than half of Peers.
+	// Known counts the peers this node knows, measured within the window
+	// or not (those that left or died are forgotten).
+	Known int
+	// Outside counts the peers of Peers beyond the bound. OK is false
+	// when they are more than half of Known, true when those within it are
+	// at least half of Known, and otherwise what it was.
 	Outside int
 	OK      bool
 }
@@ -172,7 +185,8 @@ type ClockReport struct {
 func (o *ClockOffsets) Report() ClockReport {
 	now := o.now()
 	o.mu.Lock()
-	r := ClockReport{MaxOffset: o.max}
+	defer o.mu.Unlock()
+	r := ClockReport{MaxOffset: o.max, Known: len(o.peers)}
 	for id, s := range o.peers {
 		age := now.Sub(s.at)
 		if age > o.window {
@@ -182,7 +196,6 @@ func (o *ClockOffsets) Report() ClockReport {
 		p.Outside = abs(s.offset)-s.uncertainty > o.max
 		r.Peers = append(r.Peers, p)
 	}
-	o.mu.Unlock()
 	slices.SortFunc(r.Peers, func(a, b PeerClock) int { return compareIDs(a.ID, b.ID) })
 	offsets := make([]time.Duration, len(r.Peers))
 	for i, p := range r.Peers {
@@ -192,7 +205,13 @@ func (o *ClockOffsets) Report() ClockReport {
 		}
 	}
 	r.Offset = median(offsets)
-	r.OK = 2*r.Outside <= len(r.Peers)
+	switch within := len(r.Peers) - r.Outside; {
+	case 2*r.Outside > r.Known:
+		o.outside = true
+	case 2*within >= r.Known:
+		o.outside = false
+	}
+	r.OK = !o.outside
 	return r
 }
 
@@ -235,8 +254,8 @@ func (o *ClockOffsets) refresh() error {
 		if r.Offset < 0 {
 			dir = "ahead of"
 		}
-		v.err = fmt.Errorf("%w: this node's clock is %v %s its peers' (the median of %d recently measured; %d of them beyond the maximum clock offset %v)",
-			shard.ErrClockOffset, abs(r.Offset), dir, len(r.Peers), r.Outside, r.MaxOffset)
+		v.err = fmt.Errorf("%w: this node's clock is %v %s its peers' (the median of %d recently measured of %d known; %d of them beyond the maximum clock offset %v)",
+			shard.ErrClockOffset, abs(r.Offset), dir, len(r.Peers), r.Known, r.Outside, r.MaxOffset)
 	}
 	o.verdict.Store(v)
 	return v.err
@@ -247,7 +266,7 @@ func (o *ClockOffsets) refresh() error {
 func (o *ClockOffsets) Offset(peer string) (time.Duration, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	s, ok := o.peers[NodeID(peer)]
+	s, ok := o.peers[topology.NodeID(peer)]
 	if !ok || o.now().Sub(s.at) > o.window {
 		return 0, false
 	}
@@ -262,5 +281,5 @@ var _ memberlist.PingDelegate = pingDelegate{}
 func (d pingDelegate) AckPayload() []byte { return d.o.payload() }
 
 func (d pingDelegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration, payload []byte) {
-	d.o.observe(NodeID(other.Name), payload, rtt)
+	d.o.observe(topology.NodeID(other.Name), payload, rtt)
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/shard"
 )
@@ -27,10 +28,11 @@ func (c *testClock) Add(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 
 // TestClockOffsetEstimate: the estimate is peerTime - (localNow - rtt/2),
 // with an uncertainty of rtt/2; the node's offset is the median of its
-// peers'; it is outside the bound only when more than half of its recent
-// peers are beyond it, allowing for each estimate's uncertainty; old
-// estimates and departed peers stop counting; unreadable payloads are
-// ignored.
+// peers'; it is outside the bound only when more than half of the peers
+// it knows are recently measured beyond it, allowing for each estimate's
+// uncertainty, and inside when at least half are measured within it;
+// between the two the verdict stands; departed peers stop counting;
+// unreadable payloads are ignored.
 func TestClockOffsetEstimate(t *testing.T) {
 	local, runtime := newTestClock(), newTestClock()
 	o, err := NewClockOffsets(ClockOffsetsConfig{Clock: local.Now, Now: runtime.Now, MaxOffset: 250 * time.Millisecond, Window: 10 * time.Second})
@@ -38,7 +40,7 @@ func TestClockOffsetEstimate(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A peer's clock at local+d, answering after rtt.
-	ping := func(peer NodeID, d, rtt time.Duration) {
+	ping := func(peer topology.NodeID, d, rtt time.Duration) {
 		c := &ClockOffsets{clock: func() time.Time { return local.Now().Add(d - rtt/2) }}
 		o.observe(peer, c.payload(), rtt)
 	}
@@ -84,9 +86,16 @@ func TestClockOffsetEstimate(t *testing.T) {
 	if r := o.Report(); len(r.Peers) != 1 || r.OK {
 		t.Fatalf("after b left: %+v", r)
 	}
+	// With every estimate older than the window, too few are recent to
+	// tell: the verdict stands. Once a is gone too, no peer is known, and
+	// the node is inside.
 	runtime.Add(11 * time.Second)
-	if r := o.Report(); len(r.Peers) != 0 || !r.OK || o.Check() != nil {
-		t.Fatalf("after the window: %+v, %v; want no peer, OK", r, o.Check())
+	if r := o.Report(); len(r.Peers) != 0 || r.Known != 1 || r.OK {
+		t.Fatalf("after the window: %+v; want no recent peer of 1 known, still outside", r)
+	}
+	o.forget("a")
+	if r := o.Report(); r.Known != 0 || !r.OK || o.Check() != nil {
+		t.Fatalf("no peer known: %+v, %v; want OK", r, o.Check())
 	}
 	for _, bad := range [][]byte{nil, {2, 0, 0, 0, 0, 0, 0, 0, 0}, {1, 2, 3}} {
 		o.observe("c", bad, time.Millisecond)
@@ -100,6 +109,36 @@ func TestClockOffsetEstimate(t *testing.T) {
 	ping("c", 0, 0)
 	if r := o.Report(); r.OK || r.Offset != 290*time.Millisecond {
 		t.Fatalf("peers at +300, +290, 0: %+v; want outside at 290ms", r)
+	}
+}
+
+// TestClockOffsetStaleEstimate: a correct node of three, whose estimate of
+// its other correct peer went stale while the peer with the bad clock was
+// measured again, stays inside: one peer beyond of two known is no
+// majority. It goes outside only once both are measured beyond it.
+func TestClockOffsetStaleEstimate(t *testing.T) {
+	local, runtime := newTestClock(), newTestClock()
+	o, err := NewClockOffsets(ClockOffsetsConfig{Clock: local.Now, Now: runtime.Now, MaxOffset: 250 * time.Millisecond, Window: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ping := func(peer topology.NodeID, d time.Duration) {
+		c := &ClockOffsets{clock: func() time.Time { return local.Now().Add(d) }}
+		o.observe(peer, c.payload(), 0)
+	}
+	ping("good", 0)
+	ping("bad", -300*time.Millisecond)
+	if r := o.Report(); !r.OK {
+		t.Fatalf("one of two peers beyond: %+v; want inside", r)
+	}
+	runtime.Add(11 * time.Second)
+	ping("bad", -300*time.Millisecond)
+	if r := o.Report(); !r.OK || len(r.Peers) != 1 || r.Known != 2 || o.Check() != nil {
+		t.Fatalf("good's estimate stale, bad's fresh: %+v, %v; want still inside", r, o.Check())
+	}
+	ping("good", -300*time.Millisecond)
+	if r := o.Report(); r.OK {
+		t.Fatalf("both peers beyond: %+v; want outside", r)
 	}
 }
 
@@ -132,21 +171,21 @@ func TestMedian(t *testing.T) {
 func TestClockOffsetsOverGossip(t *testing.T) {
 	base := newTestClock()
 	var skew atomic.Int64 // ms, c's clock
-	clocks := map[NodeID]func() time.Time{
+	clocks := map[topology.NodeID]func() time.Time{
 		"a": base.Now, "b": base.Now,
 		"c": func() time.Time { return base.Now().Add(time.Duration(skew.Load()) * time.Millisecond) },
 	}
 	skew.Store(-400)
-	offsets := map[NodeID]*ClockOffsets{}
+	offsets := map[topology.NodeID]*ClockOffsets{}
 	var members []*Membership
-	for _, id := range []NodeID{"a", "b", "c"} {
+	for _, id := range []topology.NodeID{"a", "b", "c"} {
 		o, err := NewClockOffsets(ClockOffsetsConfig{Clock: clocks[id], MaxOffset: 250 * time.Millisecond, Timing: FastGossipTiming()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		offsets[id] = o
 		m, err := NewMembership(MembershipConfig{NodeID: id, BindAddr: "127.0.0.1:0",
-			Meta:   NodeMeta{GRPCAddr: string(id) + ":7420", RaftAddr: string(id) + ":7421"},
+			Meta:   topology.NodeMeta{GRPCAddr: string(id) + ":7420", RaftAddr: string(id) + ":7421"},
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Timing: FastGossipTiming(), ClockOffsets: o})
 		if err != nil {
 			t.Fatal(err)
@@ -162,7 +201,7 @@ func TestClockOffsetsOverGossip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	measured := func(id NodeID, peers int) bool { return len(offsets[id].Report().Peers) == peers }
+	measured := func(id topology.NodeID, peers int) bool { return len(offsets[id].Report().Peers) == peers }
 	testwait.For(t, 20*time.Second, "every member to measure both of its peers", func() bool {
 		return measured("a", 2) && measured("b", 2) && measured("c", 2)
 	})
@@ -170,7 +209,7 @@ func TestClockOffsetsOverGossip(t *testing.T) {
 	if err := offsets["c"].Check(); !strings.Contains(err.Error(), "behind its peers'") {
 		t.Errorf("c's verdict: %v", err)
 	}
-	for _, id := range []NodeID{"a", "b"} {
+	for _, id := range []topology.NodeID{"a", "b"} {
 		r := offsets[id].Report()
 		if !r.OK || r.Outside != 1 {
 			t.Errorf("%s: %+v; want OK with one peer (c) beyond the bound", id, r)

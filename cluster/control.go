@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/hashicorp/raft"
+	"github.com/l4xg/grid/cluster/topology"
 )
 
 // Control is the control group's Raft FSM: it holds the cluster map and
@@ -24,7 +25,7 @@ import (
 // Readers get copies (Map); Changed signals a new map.
 type Control struct {
 	mu      sync.RWMutex
-	m       *Map // nil until bootstrap
+	m       *topology.Map // nil until bootstrap
 	changed chan struct{}
 }
 
@@ -46,7 +47,7 @@ func NewControl() *Control {
 }
 
 // Map returns a copy of the current map, or nil before bootstrap.
-func (c *Control) Map() *Map {
+func (c *Control) Map() *topology.Map {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.m == nil {
@@ -64,14 +65,14 @@ func (c *Control) Changed() <-chan struct{} {
 
 // Apply applies one committed control command.
 func (c *Control) Apply(l *raft.Log) interface{} {
-	cmd, err := DecodeCommand(l.Data)
+	cmd, err := topology.DecodeCommand(l.Data)
 	if err != nil {
 		panic(fmt.Sprintf("cluster: control entry %d (term %d) cannot be applied: %v; "+
 			"it was likely written by a newer binary, and applying anything else would diverge from the other voters", l.Index, l.Term, err))
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	next, err := Apply(c.m, cmd)
+	next, err := topology.Apply(c.m, cmd)
 	if err != nil {
 		return ApplyResult{Epoch: c.epoch(), Err: err}
 	}
@@ -79,6 +80,17 @@ func (c *Control) Apply(l *raft.Log) interface{} {
 		c.swap(next)
 	}
 	return ApplyResult{Epoch: c.epoch()}
+}
+
+// NodeState is node id's state in the current map (0 when the map does not
+// list it, or before bootstrap), without copying the map.
+func (c *Control) NodeState(id topology.NodeID) topology.NodeState {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.m == nil {
+		return 0
+	}
+	return c.m.Nodes[id].State
 }
 
 func (c *Control) epoch() uint64 {
@@ -89,7 +101,7 @@ func (c *Control) epoch() uint64 {
 }
 
 // swap installs m (nil: no map) and wakes the watchers; c.mu is held.
-func (c *Control) swap(m *Map) {
+func (c *Control) swap(m *topology.Map) {
 	c.m = m
 	close(c.changed)
 	c.changed = make(chan struct{})
@@ -100,7 +112,7 @@ func (c *Control) swap(m *Map) {
 func (c *Control) Snapshot() (raft.FSMSnapshot, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return &controlSnapshot{data: EncodeSnapshot(c.m)}, nil
+	return &controlSnapshot{data: topology.EncodeSnapshot(c.m)}, nil
 }
 
 // Restore replaces the state with a snapshot: it decodes into a fresh map
@@ -111,7 +123,7 @@ func (c *Control) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return fmt.Errorf("cluster: restore control snapshot: %w", err)
 	}
-	m, err := DecodeSnapshot(b)
+	m, err := topology.DecodeSnapshot(b)
 	if err != nil {
 		return fmt.Errorf("cluster: restore control snapshot: %w", err)
 	}

@@ -11,25 +11,26 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/l4xg/grid/cluster/topology"
 )
 
 // bootstrapMap is a map of 4 shards on nodes a, b and c, as a cluster
 // creates it.
-func bootstrapMap() *Map {
-	m := &Map{Slots: 16, Shards: 4, Replicas: 3, Nodes: map[NodeID]NodeInfo{}, ShardReplicas: make([][]NodeID, 4)}
-	for _, id := range []NodeID{"a", "b", "c"} {
+func bootstrapMap() *topology.Map {
+	m := &topology.Map{Slots: 16, Shards: 4, Replicas: 3, Nodes: map[topology.NodeID]topology.NodeInfo{}, ShardReplicas: make([][]topology.NodeID, 4)}
+	for _, id := range []topology.NodeID{"a", "b", "c"} {
 		m.Nodes[id] = controlTestNode(id)
 	}
-	return InitialSets(m)
+	return topology.InitialSets(m)
 }
 
-func controlTestNode(id NodeID) NodeInfo {
-	return NodeInfo{ID: id, GRPCAddr: string(id) + ":7420", RaftAddr: string(id) + ":7421", State: NodeActive}
+func controlTestNode(id topology.NodeID) topology.NodeInfo {
+	return topology.NodeInfo{ID: id, GRPCAddr: string(id) + ":7420", RaftAddr: string(id) + ":7421", State: topology.NodeActive}
 }
 
 // step is one command and what must come of it.
 type step struct {
-	cmd       Command
+	cmd       topology.Command
 	rejected  bool
 	wantEpoch uint64
 }
@@ -39,29 +40,29 @@ func controlScript() []step {
 	d2 := d
 	d2.GRPCAddr = "d:9999"
 	return []step{
-		{cmd: Command{Type: CmdNodeJoin, Node: d}, rejected: true}, // before bootstrap
-		{cmd: Command{Type: CmdBootstrap, Map: bootstrapMap()}, wantEpoch: 1},
-		{cmd: Command{Type: CmdBootstrap, Map: bootstrapMap()}, rejected: true, wantEpoch: 1},
-		{cmd: Command{Type: CmdNodeJoin, Node: d}, wantEpoch: 2},
-		{cmd: Command{Type: CmdNodeJoin, Node: d}, wantEpoch: 2}, // no-op
-		{cmd: Command{Type: CmdNodeJoin, Node: d2}, wantEpoch: 3},
-		{cmd: Command{Type: CmdNodeJoin, Node: NodeInfo{ID: "bad id", GRPCAddr: "x", RaftAddr: "y"}}, rejected: true, wantEpoch: 3},
-		{cmd: Command{Type: CmdApplyMove, Move: Move{Shard: 0, Add: "d"}}, wantEpoch: 4},
-		{cmd: Command{Type: CmdApplyMove, Move: Move{Shard: 0, Add: "d"}}, rejected: true, wantEpoch: 4},
-		{cmd: Command{Type: CmdApplyMove, Move: Move{Shard: 0, Remove: "a", Leader: "d"}}, wantEpoch: 5},
-		{cmd: Command{Type: CmdSetLeaderHint, Shard: 0, ID: "d"}, wantEpoch: 6},
-		{cmd: Command{Type: CmdSetLeaderHint, Shard: 0, ID: "a"}, rejected: true, wantEpoch: 6},
-		{cmd: Command{Type: CmdNodeDrain, ID: "c"}, wantEpoch: 7},
-		{cmd: Command{Type: CmdNodeRemove, ID: "c"}, rejected: true, wantEpoch: 7}, // still holds replicas
-		{cmd: Command{Type: CmdNodeDrain, ID: "zz"}, rejected: true, wantEpoch: 7},
+		{cmd: topology.Command{Type: topology.CmdNodeJoin, Node: d}, rejected: true}, // before bootstrap
+		{cmd: topology.Command{Type: topology.CmdBootstrap, Map: bootstrapMap()}, wantEpoch: 1},
+		{cmd: topology.Command{Type: topology.CmdBootstrap, Map: bootstrapMap()}, rejected: true, wantEpoch: 1},
+		{cmd: topology.Command{Type: topology.CmdNodeJoin, Node: d}, wantEpoch: 2},
+		{cmd: topology.Command{Type: topology.CmdNodeJoin, Node: d}, wantEpoch: 2}, // no-op
+		{cmd: topology.Command{Type: topology.CmdNodeJoin, Node: d2}, wantEpoch: 3},
+		{cmd: topology.Command{Type: topology.CmdNodeJoin, Node: topology.NodeInfo{ID: "bad id", GRPCAddr: "x", RaftAddr: "y"}}, rejected: true, wantEpoch: 3},
+		{cmd: topology.Command{Type: topology.CmdApplyMove, Move: topology.Move{Shard: 0, Add: "d"}}, wantEpoch: 4},
+		{cmd: topology.Command{Type: topology.CmdApplyMove, Move: topology.Move{Shard: 0, Add: "d"}}, rejected: true, wantEpoch: 4},
+		{cmd: topology.Command{Type: topology.CmdApplyMove, Move: topology.Move{Shard: 0, Remove: "a", Leader: "d"}}, wantEpoch: 5},
+		{cmd: topology.Command{Type: topology.CmdSetLeaderHint, Shard: 0, ID: "d"}, wantEpoch: 6},
+		{cmd: topology.Command{Type: topology.CmdSetLeaderHint, Shard: 0, ID: "a"}, rejected: true, wantEpoch: 6},
+		{cmd: topology.Command{Type: topology.CmdNodeDrain, ID: "c"}, wantEpoch: 7},
+		{cmd: topology.Command{Type: topology.CmdNodeRemove, ID: "c"}, rejected: true, wantEpoch: 7}, // still holds replicas
+		{cmd: topology.Command{Type: topology.CmdNodeDrain, ID: "zz"}, rejected: true, wantEpoch: 7},
 	}
 }
 
-func runScript(t *testing.T, apply func(Command) ApplyResult) {
+func runScript(t *testing.T, apply func(topology.Command) ApplyResult) {
 	t.Helper()
 	for i, s := range controlScript() {
 		res := apply(s.cmd)
-		if s.rejected != errors.Is(res.Err, ErrRejected) || !s.rejected && res.Err != nil {
+		if s.rejected != errors.Is(res.Err, topology.ErrRejected) || !s.rejected && res.Err != nil {
 			t.Fatalf("step %d %v: err %v, want rejected=%v", i, s.cmd.Type, res.Err, s.rejected)
 		}
 		if res.Epoch != s.wantEpoch {
@@ -73,7 +74,7 @@ func runScript(t *testing.T, apply func(Command) ApplyResult) {
 func TestControlApply(t *testing.T) {
 	c := NewControl()
 	changed := c.Changed()
-	runScript(t, func(cmd Command) ApplyResult {
+	runScript(t, func(cmd topology.Command) ApplyResult {
 		b, err := cmd.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)
@@ -89,25 +90,25 @@ func TestControlApply(t *testing.T) {
 	if rs := m.ShardReplicas[0]; rs[0] != "d" || len(rs) != 3 || m.Leaders[0] != "d" {
 		t.Fatalf("shard 0: %v, hint %v", rs, m.Leaders)
 	}
-	if m.Nodes["c"].State != NodeDraining || m.Nodes["d"].GRPCAddr != "d:9999" {
+	if m.Nodes["c"].State != topology.NodeDraining || m.Nodes["d"].GRPCAddr != "d:9999" {
 		t.Fatalf("nodes %+v", m.Nodes)
 	}
-	m.Nodes["a"] = NodeInfo{}
+	m.Nodes["a"] = topology.NodeInfo{}
 	if c.Map().Nodes["a"].ID != "a" {
 		t.Fatal("Map returned shared state")
 	}
 }
 
 func TestControlPanicsOnUnknownCommand(t *testing.T) {
-	drain, err := Command{Type: CmdNodeDrain, ID: "a"}.MarshalBinary()
+	drain, err := topology.Command{Type: topology.CmdNodeDrain, ID: "a"}.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
 	commandVersion := drain[0] // the encoding's version byte comes first
 	for name, data := range map[string][]byte{
 		"unknown type": {commandVersion, 200},
-		"newer format": {commandVersion + 1, byte(CmdNodeDrain), 1, 'a'},
-		"truncated":    {commandVersion, byte(CmdApplyMove)},
+		"newer format": {commandVersion + 1, byte(topology.CmdNodeDrain), 1, 'a'},
+		"truncated":    {commandVersion, byte(topology.CmdApplyMove)},
 	} {
 		func() {
 			defer func() {
@@ -160,7 +161,7 @@ func startRaft(t *testing.T, store *raft.InmemStore, snaps *raft.InmemSnapshotSt
 	return n
 }
 
-func (n *raftNode) propose(t *testing.T, cmd Command) ApplyResult {
+func (n *raftNode) propose(t *testing.T, cmd topology.Command) ApplyResult {
 	t.Helper()
 	b, err := cmd.MarshalBinary()
 	if err != nil {
@@ -185,7 +186,7 @@ func TestControlThroughRaft(t *testing.T) {
 	n := startRaft(t, store, snaps, true)
 	script := controlScript()
 	half := 8
-	runScript(t, func(cmd Command) ApplyResult {
+	runScript(t, func(cmd topology.Command) ApplyResult {
 		half--
 		if half == 0 {
 			// Snapshot midway: the restart below restores it, then
@@ -228,24 +229,48 @@ func TestControlThroughRaft(t *testing.T) {
 	if got := n.fsm.Map(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("after restart:\n got %+v\nwant %+v", got, want)
 	}
-	if res := n.propose(t, Command{Type: CmdNodeRemove, ID: "zz"}); !errors.Is(res.Err, ErrRejected) {
+	if res := n.propose(t, topology.Command{Type: topology.CmdNodeRemove, ID: "zz"}); !errors.Is(res.Err, topology.ErrRejected) {
 		t.Fatalf("after restart: %v", res.Err)
 	}
 }
 
 func TestControlRestoreKeepsStateOnBadSnapshot(t *testing.T) {
 	c := NewControl()
-	b, _ := Command{Type: CmdBootstrap, Map: bootstrapMap()}.MarshalBinary()
+	b, _ := topology.Command{Type: topology.CmdBootstrap, Map: bootstrapMap()}.MarshalBinary()
 	c.Apply(&raft.Log{Type: raft.LogCommand, Data: b})
 	before := c.Map()
-	good := EncodeSnapshot(before)
-	if err := c.Restore(io.NopCloser(strings.NewReader(string(good[:len(good)-3])))); !errors.Is(err, ErrCorrupt) {
+	good := topology.EncodeSnapshot(before)
+	if err := c.Restore(io.NopCloser(strings.NewReader(string(good[:len(good)-3])))); !errors.Is(err, topology.ErrCorrupt) {
 		t.Fatalf("truncated snapshot: %v", err)
 	}
 	if !reflect.DeepEqual(c.Map(), before) {
 		t.Fatal("a failed restore changed the state")
 	}
-	if err := c.Restore(io.NopCloser(strings.NewReader(string(EncodeSnapshot(nil))))); err != nil || c.Map() != nil {
+	if err := c.Restore(io.NopCloser(strings.NewReader(string(topology.EncodeSnapshot(nil))))); err != nil || c.Map() != nil {
 		t.Fatalf("empty snapshot: %v, %v", err, c.Map())
+	}
+}
+
+// TestRemovedNodeIsNeverReady: the replica loop's verdict can come from a
+// map an entry replaced while the round ran (seen: a round computed ready
+// from the epoch before the node's removal and stored it after), so Ready
+// checks removal against the map in force.
+func TestRemovedNodeIsNeverReady(t *testing.T) {
+	m := bootstrapMap()
+	m.Nodes["x"] = topology.NodeInfo{ID: "x", GRPCAddr: "x:7420", RaftAddr: "x:7421", State: topology.NodeRemoved}
+	b, err := topology.Command{Type: topology.CmdBootstrap, Map: m}.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &Runtime{cfg: Config{ID: "x"}, ctl: NewControl()}
+	if res := n.ctl.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: b}).(ApplyResult); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	n.setReady("") // a verdict computed from an earlier map
+	if n.Ready() {
+		t.Fatal("a node its current map lists as removed says it is ready")
+	}
+	if ok, why := n.Readiness(); ok || !strings.Contains(why, "removed") {
+		t.Fatalf("Readiness = %v %q, want not ready, removed", ok, why)
 	}
 }

@@ -3,6 +3,15 @@
 // (the control group and its planner), and publishes that decision as the
 // cluster map that nodes and clients route by.
 //
+// It is two layers. The state is package cluster/topology: the Map and its
+// nodes, the control commands and their encoding, Apply (the map after a
+// command), the placement planner (Plan, PlanControl), moves, the grace
+// period of down nodes and the gossiped NodeMeta. It is pure: no clock, no
+// I/O, no Raft, no gossip, and it is tested as data. This package is the
+// runtime around it, Runtime: gossip membership, the control group (with
+// Control, its Raft FSM adapter), the replica loop, and the control
+// leader's reconciler and move executor.
+//
 // # Membership: gossip informs, it never decides
 //
 // Membership wraps hashicorp/memberlist. Each node gossips a small,
@@ -56,7 +65,10 @@
 // unchanged (only the TCP fallback's ack carries no payload, and memberlist
 // reports no estimate for it). The node's offset is the median of its
 // peers' recent estimates; it is outside the maximum offset when more than
-// half of them are beyond it by more than their uncertainty. The node's
+// half of the peers it knows are recently measured beyond it by more than
+// their uncertainty, inside when at least half are measured within it,
+// and otherwise keeps its last verdict (an estimate gone stale under load
+// does not hand the majority to the peer measured last). The node's
 // shards take that verdict as their shard.PeerClocks: outside, they grant
 // no lease and hand their leaderships over, and the control leader does
 // not move a leadership back to a node whose Status says it is outside
@@ -71,9 +83,10 @@
 // times the set changed since the shard was created), leader hints for
 // routing, and an epoch bumped by every change. Slot and shard counts are hard settings fixed at
 // bootstrap; a slot maps to shard slot*shards/slots, the same contiguous
-// ranges as a single node (shard.Host.SlotShard).
+// ranges as a single node (digest.SlotShard).
 //
-// Control is the group's FSM. It applies versioned commands (bootstrap,
+// Control is the group's FSM, a thin adapter over topology.Apply, which
+// applies versioned commands (bootstrap,
 // node join or update, drain, remove, apply move, set leader hint) to a
 // copy of the map, validates the result and swaps it in: a command either
 // produces a valid map with a new epoch or is rejected and changes

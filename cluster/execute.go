@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/l4xg/grid/cluster/topology"
 )
 
 // pollInterval is how often the executor looks again while it waits for a
@@ -21,10 +22,10 @@ const pollInterval = 50 * time.Millisecond
 // a new control leader is finished, or undone, by a later plan. A rejoin
 // is the group half of an add (the map lists the node already), an
 // eviction the group half of a remove (the map no longer lists it).
-func (n *Runtime) execute(ctx context.Context, mv Move) error {
+func (n *Runtime) execute(ctx context.Context, mv topology.Move) error {
 	switch {
 	case mv.Rejoin != "":
-		return n.addReplica(ctx, Move{Shard: mv.Shard, Add: mv.Rejoin})
+		return n.addReplica(ctx, topology.Move{Shard: mv.Shard, Add: mv.Rejoin})
 	case mv.Evict != "":
 		return n.removeFromGroup(ctx, mv.Shard, mv.Evict, "")
 	}
@@ -38,7 +39,7 @@ func (n *Runtime) execute(ctx context.Context, mv Move) error {
 		return n.removeReplica(ctx, mv)
 	case mv.Leader != "":
 		if cur := n.Map().ShardReplicas[mv.Shard]; len(cur) > 0 && cur[0] != mv.Leader {
-			if _, err := n.propose(ctx, Command{Type: CmdApplyMove, Move: Move{Shard: mv.Shard, Leader: mv.Leader}}); err != nil {
+			if _, err := n.propose(ctx, topology.Command{Type: topology.CmdApplyMove, Move: topology.Move{Shard: mv.Shard, Leader: mv.Leader}}); err != nil {
 				return err
 			}
 		}
@@ -54,13 +55,13 @@ func (n *Runtime) execute(ctx context.Context, mv Move) error {
 // no replica is not given one: shard groups are created only with the
 // cluster (bootstrapMap), and a shard whose replicas are all gone has lost
 // its data, which is an operator's matter.
-func (n *Runtime) addReplica(ctx context.Context, mv Move) error {
+func (n *Runtime) addReplica(ctx context.Context, mv topology.Move) error {
 	m := n.Map()
 	if len(m.ShardReplicas[mv.Shard]) == 0 {
 		return fmt.Errorf("shard %d has no replica to copy from: shard groups are created only with the cluster", mv.Shard)
 	}
 	if !slices.Contains(m.ShardReplicas[mv.Shard], mv.Add) {
-		if _, err := n.propose(ctx, Command{Type: CmdApplyMove, Move: Move{Shard: mv.Shard, Add: mv.Add}}); err != nil {
+		if _, err := n.propose(ctx, topology.Command{Type: topology.CmdApplyMove, Move: topology.Move{Shard: mv.Shard, Add: mv.Add}}); err != nil {
 			return err
 		}
 	}
@@ -82,11 +83,11 @@ func (n *Runtime) addReplica(ctx context.Context, mv Move) error {
 // removeReplica removes the leaving replica from the group
 // (removeFromGroup), and only then commits its removal from the map, upon
 // which its node deletes the replica.
-func (n *Runtime) removeReplica(ctx context.Context, mv Move) error {
+func (n *Runtime) removeReplica(ctx context.Context, mv topology.Move) error {
 	if err := n.removeFromGroup(ctx, mv.Shard, mv.Remove, mv.Leader); err != nil {
 		return err
 	}
-	if _, err := n.propose(ctx, Command{Type: CmdApplyMove, Move: Move{Shard: mv.Shard, Remove: mv.Remove, Leader: mv.Leader}}); err != nil {
+	if _, err := n.propose(ctx, topology.Command{Type: topology.CmdApplyMove, Move: topology.Move{Shard: mv.Shard, Remove: mv.Remove, Leader: mv.Leader}}); err != nil {
 		return err
 	}
 	if mv.Leader != "" {
@@ -97,7 +98,7 @@ func (n *Runtime) removeReplica(ctx context.Context, mv Move) error {
 
 // removeFromGroup hands the shard's leadership away from id (to to, or
 // any other voter) while id leads, then removes id from the group.
-func (n *Runtime) removeFromGroup(ctx context.Context, shard int, id, to NodeID) error {
+func (n *Runtime) removeFromGroup(ctx context.Context, shard int, id, to topology.NodeID) error {
 	if to == id {
 		to = ""
 	}
@@ -119,7 +120,7 @@ func (n *Runtime) removeFromGroup(ctx context.Context, shard int, id, to NodeID)
 
 // transferTo makes target lead shard (target "" = any other voter), unless
 // it leads already.
-func (n *Runtime) transferTo(ctx context.Context, shard int, target NodeID) error {
+func (n *Runtime) transferTo(ctx context.Context, shard int, target topology.NodeID) error {
 	leader, addr, err := n.findLeader(ctx, shard)
 	if err != nil || leader == target {
 		return err
@@ -183,7 +184,7 @@ func (n *Runtime) adminOnLeader(ctx context.Context, req AdminRequest) (uint64, 
 
 // findLeader looks for the shard's leader (leaderOf) until one answers
 // or ctx ends.
-func (n *Runtime) findLeader(ctx context.Context, shard int) (NodeID, string, error) {
+func (n *Runtime) findLeader(ctx context.Context, shard int) (topology.NodeID, string, error) {
 	for {
 		if id, addr, _, ok := n.leaderOf(ctx, n.Map(), shard); ok {
 			return id, addr, nil
@@ -198,9 +199,9 @@ func (n *Runtime) findLeader(ctx context.Context, shard int) (NodeID, string, er
 // leads, and then the leader they name when m does not list it (a group
 // member the map dropped); each asked for at most statusTimeout. It
 // returns the leader's status.
-func (n *Runtime) leaderOf(ctx context.Context, m *Map, shard int) (NodeID, string, ReplicaStatus, bool) {
+func (n *Runtime) leaderOf(ctx context.Context, m *topology.Map, shard int) (topology.NodeID, string, ReplicaStatus, bool) {
 	ask := slices.Clone(m.ShardReplicas[shard])
-	asked := map[NodeID]bool{}
+	asked := map[topology.NodeID]bool{}
 	for len(ask) > 0 && ctx.Err() == nil {
 		id := ask[0]
 		ask = ask[1:]
@@ -232,8 +233,8 @@ const maxParallelObserve = 8
 // observeGroups returns every shard's group as its leader reports it
 // (GroupOf), asking up to maxParallelObserve shards at once. A shard with
 // no replica, or whose leader did not answer, is unknown.
-func (n *Runtime) observeGroups(ctx context.Context, m *Map) []Group {
-	groups := make([]Group, len(m.ShardReplicas))
+func (n *Runtime) observeGroups(ctx context.Context, m *topology.Map) []topology.Group {
+	groups := make([]topology.Group, len(m.ShardReplicas))
 	sem := make(chan struct{}, maxParallelObserve)
 	var wg sync.WaitGroup
 	for s, set := range m.ShardReplicas {
@@ -278,7 +279,7 @@ func (n *Runtime) shardAdmin(ctx context.Context, addr string, req AdminRequest)
 
 // waitReplica polls the node's replica of shard until cond holds. It gives
 // up when gossip loses the node: the next plan deals with it.
-func (n *Runtime) waitReplica(ctx context.Context, info NodeInfo, shard int, cond func(ReplicaStatus) bool) error {
+func (n *Runtime) waitReplica(ctx context.Context, info topology.NodeInfo, shard int, cond func(ReplicaStatus) bool) error {
 	for {
 		if !n.Alive()[info.ID] {
 			return fmt.Errorf("replica of shard %d: node %s is not alive", shard, info.ID)

@@ -3,6 +3,8 @@ package cluster
 import (
 	"net"
 	"testing"
+
+	"github.com/l4xg/grid/cluster/topology"
 )
 
 // Hooks for the gossip tests of package cluster_test.
@@ -14,7 +16,7 @@ func HostileGossipStreams(t testing.TB) map[string][]byte { return attackStreams
 // HostileAlivePacket is a UDP alive message for member id at its gossip
 // address addr, with a newer incarnation and three protocol versions, which
 // makes memberlist v0.5.4 panic.
-func HostileAlivePacket(t testing.TB, id NodeID, addr string) []byte {
+func HostileAlivePacket(t testing.TB, id topology.NodeID, addr string) []byte {
 	ip, port, err := splitIPPort(addr)
 	if err != nil {
 		t.Fatal(err)

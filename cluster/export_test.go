@@ -1,6 +1,10 @@
 package cluster
 
-import "context"
+import (
+	"context"
+
+	"github.com/l4xg/grid/cluster/topology"
+)
 
 // Hooks for the runtime tests (package cluster_test).
 
@@ -15,7 +19,7 @@ func (n *Runtime) AdmitRounds() uint64 { return n.admitRounds.Load() }
 func (n *Runtime) ActedEpoch() uint64 { return n.acted.Load() }
 
 // ProposeForTest commits cmd through the control group; n must lead it.
-func (n *Runtime) ProposeForTest(ctx context.Context, cmd Command) (uint64, error) {
+func (n *Runtime) ProposeForTest(ctx context.Context, cmd topology.Command) (uint64, error) {
 	return n.propose(ctx, cmd)
 }
 

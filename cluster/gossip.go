@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/l4xg/grid/cluster/topology"
 )
 
 // delegate and events adapt Membership to memberlist's callbacks.
@@ -48,14 +49,14 @@ func (e events) NotifyLeave(n *memberlist.Node)  { e.m.record(EventLeave, n) }
 // record updates the member table from a memberlist callback and queues
 // the event for OnEvent.
 func (m *Membership) record(kind EventKind, n *memberlist.Node) {
-	mem := Member{ID: NodeID(n.Name), Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), State: MemberAlive}
+	mem := Member{ID: topology.NodeID(n.Name), Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), State: MemberAlive}
 	var flags byte
-	mem.Meta, flags, mem.MetaErr = DecodeMeta(n.Meta)
+	mem.Meta, flags, mem.MetaErr = topology.DecodeMeta(n.Meta)
 	if kind == EventLeave {
 		// n.State is not maintained by memberlist v0.5.4 (its nodeState
 		// shadows the field): the leaving flag tells left from dead.
 		mem.State = MemberDead
-		if flags&MetaLeaving != 0 {
+		if flags&topology.MetaLeaving != 0 {
 			mem.State = MemberLeft
 		}
 		if o := m.cfg.ClockOffsets; o != nil {
@@ -63,7 +64,7 @@ func (m *Membership) record(kind EventKind, n *memberlist.Node) {
 		}
 	}
 	if mem.MetaErr == nil && mem.Meta.ID != mem.ID {
-		mem.Meta, mem.MetaErr = NodeMeta{}, fmt.Errorf("%w: id %q gossiped under name %q", ErrMeta, mem.Meta.ID, n.Name)
+		mem.Meta, mem.MetaErr = topology.NodeMeta{}, fmt.Errorf("%w: id %q gossiped under name %q", topology.ErrMeta, mem.Meta.ID, n.Name)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

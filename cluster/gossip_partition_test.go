@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/internal/testwait"
 )
@@ -21,7 +22,7 @@ func sees(c *gridtest.Cluster, i int, alive ...int) bool {
 		return false
 	}
 	for _, j := range alive {
-		if !view[cluster.NodeID(c.ID(j))] {
+		if !view[topology.NodeID(c.ID(j))] {
 			return false
 		}
 	}
@@ -65,7 +66,7 @@ func TestClusterGossipPartitionHeals(t *testing.T) {
 }
 
 // replicaSets lists each shard's replica set, sorted.
-func replicaSets(m *cluster.Map) []string {
+func replicaSets(m *topology.Map) []string {
 	var out []string
 	for _, set := range m.ShardReplicas {
 		ids := make([]string, len(set))

@@ -11,13 +11,14 @@ import (
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/testwait"
 )
 
 // gossipNode starts a Membership on loopback with fast timing, the given
 // seeds and faults, logging to log (nil: nowhere); it shuts down when the
 // test ends.
-func gossipNode(t *testing.T, id NodeID, seeds []string, faults *GossipFaults, log ...io.Writer) *Membership {
+func gossipNode(t *testing.T, id topology.NodeID, seeds []string, faults *GossipFaults, log ...io.Writer) *Membership {
 	t.Helper()
 	out := io.Discard
 	if len(log) > 0 {
@@ -25,7 +26,7 @@ func gossipNode(t *testing.T, id NodeID, seeds []string, faults *GossipFaults, l
 	}
 	m, err := NewMembership(MembershipConfig{
 		NodeID: id, BindAddr: "127.0.0.1:0",
-		Meta:   NodeMeta{GRPCAddr: string(id) + ":7420", RaftAddr: string(id) + ":7421"},
+		Meta:   topology.NodeMeta{GRPCAddr: string(id) + ":7420", RaftAddr: string(id) + ":7421"},
 		Logger: slog.New(slog.NewTextHandler(out, nil)),
 		Timing: FastGossipTiming(), Seeds: seeds, Faults: faults,
 	})

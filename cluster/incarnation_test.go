@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/internal/testwait"
 )
@@ -24,21 +24,21 @@ func TestRemovedNodeComesBackWiped(t *testing.T) {
 	cl := dialAll(t, c)
 	tokens := completeKeys(t, cl, 20)
 	const x = 3
-	id := cluster.NodeID(c.ID(x))
+	id := topology.NodeID(c.ID(x))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if _, err := controlLeader(t, c).Drain(ctx, id, false); err != nil {
 		t.Fatal(err)
 	}
 	testwait.Until(t, 60*time.Second, func() string {
-		if st := c.Map().Nodes[id].State; st != cluster.NodeRemoved {
+		if st := c.Map().Nodes[id].State; st != topology.NodeRemoved {
 			return fmt.Sprintf("%s is %v", id, st)
 		}
 		return ""
 	})
 	testwait.Until(t, 10*time.Second, func() string {
 		n := c.Node(x).Cluster()
-		if n.State() != cluster.NodeRemoved || n.Ready() {
+		if n.State() != topology.NodeRemoved || n.Ready() {
 			return fmt.Sprintf("removed node: state %v, ready %v", n.State(), n.Ready())
 		}
 		return ""
@@ -75,7 +75,7 @@ func TestRemovedNodeComesBackWiped(t *testing.T) {
 		}
 		return ""
 	})
-	if st := leader.Map().Nodes[id]; st.State != cluster.NodeRemoved || st.Incarnation != inc {
+	if st := leader.Map().Nodes[id]; st.State != topology.NodeRemoved || st.Incarnation != inc {
 		t.Fatalf("%s restarted on its data directory: %+v, want removed under incarnation %x", id, st, inc)
 	}
 
@@ -92,7 +92,7 @@ func TestRemovedNodeComesBackWiped(t *testing.T) {
 	}
 	testwait.Until(t, 60*time.Second, func() string {
 		m := c.Map()
-		if st := m.Nodes[id].State; st != cluster.NodeActive {
+		if st := m.Nodes[id].State; st != topology.NodeActive {
 			return fmt.Sprintf("%s is %v", id, st)
 		}
 		if n := replicasOn(m, string(id)); n != 3 {

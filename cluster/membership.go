@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/l4xg/grid/cluster/topology"
 )
 
 // DefaultGossipAddr is where a node gossips unless told otherwise.
@@ -22,7 +23,7 @@ const DefaultGossipAddr = "127.0.0.1:7422"
 // MembershipConfig configures a node's gossip membership. The zero value of
 // every field but NodeID is a working default.
 type MembershipConfig struct {
-	NodeID NodeID // required; the memberlist node name
+	NodeID topology.NodeID // required; the memberlist node name
 	// BindAddr is ip:port to listen on (TCP and UDP); port 0 picks a free
 	// port, which is then advertised. Default DefaultGossipAddr.
 	BindAddr string
@@ -31,7 +32,7 @@ type MembershipConfig struct {
 	// host, chosen by memberlist).
 	AdvertiseAddr string
 	// Meta is gossiped as node metadata; an empty Meta.ID means NodeID.
-	Meta   NodeMeta
+	Meta   topology.NodeMeta
 	Logger *slog.Logger
 	// OnEvent, if set, receives every join, update and leave, in order,
 	// from one goroutine that never holds a gossip lock. Events are hints
@@ -104,7 +105,7 @@ func FastGossipTiming() GossipTiming {
 func (c MembershipConfig) Validate() error {
 	c = c.withDefaults()
 	if err := c.validate(); err != nil {
-		return fmt.Errorf("%w: membership: %w", ErrConfig, err)
+		return fmt.Errorf("%w: membership: %w", topology.ErrConfig, err)
 	}
 	return nil
 }
@@ -199,9 +200,9 @@ func (s MemberState) String() string {
 
 // Member is one node as seen through gossip.
 type Member struct {
-	ID    NodeID
+	ID    topology.NodeID
 	Addr  string // gossip address
-	Meta  NodeMeta
+	Meta  topology.NodeMeta
 	State MemberState
 	// MetaErr is set when the node's metadata did not decode (a newer or
 	// foreign node); Meta is then zero.
@@ -246,7 +247,7 @@ type Membership struct {
 	mu       sync.Mutex
 	addr     string
 	meta     []byte
-	members  map[NodeID]Member
+	members  map[topology.NodeID]Member
 	queue    []Event
 	shutdown bool
 	wake     chan struct{}
@@ -263,7 +264,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	cfg = cfg.withDefaults()
 	meta, _ := cfg.Meta.MarshalBinary()
 	return &Membership{
-		cfg: cfg, meta: meta, members: map[NodeID]Member{},
+		cfg: cfg, meta: meta, members: map[topology.NodeID]Member{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}, nil
 }
@@ -413,7 +414,7 @@ func (m *Membership) Members() []Member {
 	})
 }
 
-func compareIDs(a, b NodeID) int {
+func compareIDs(a, b topology.NodeID) int {
 	switch {
 	case a < b:
 		return -1
@@ -425,12 +426,12 @@ func compareIDs(a, b NodeID) int {
 
 // UpdateMeta changes the gossiped metadata and waits up to timeout for
 // the change to be sent out.
-func (m *Membership) UpdateMeta(meta NodeMeta, timeout time.Duration) error {
+func (m *Membership) UpdateMeta(meta topology.NodeMeta, timeout time.Duration) error {
 	if meta.ID == "" {
 		meta.ID = m.cfg.NodeID
 	}
 	if meta.ID != m.cfg.NodeID {
-		return fmt.Errorf("%w: meta id %q is not node id %q", ErrMeta, meta.ID, m.cfg.NodeID)
+		return fmt.Errorf("%w: meta id %q is not node id %q", topology.ErrMeta, meta.ID, m.cfg.NodeID)
 	}
 	b, err := meta.MarshalBinary()
 	if err != nil {
@@ -454,7 +455,7 @@ func (m *Membership) UpdateMeta(meta NodeMeta, timeout time.Duration) error {
 func (m *Membership) Leave(timeout time.Duration) error {
 	return m.use(func(ml *memberlist.Memberlist) error {
 		m.mu.Lock()
-		meta, err := m.cfg.Meta.Encode(MetaLeaving)
+		meta, err := m.cfg.Meta.Encode(topology.MetaLeaving)
 		if err == nil {
 			m.meta = meta
 		}
@@ -497,8 +498,8 @@ func (m *Membership) Shutdown() error {
 }
 
 // AliveSet turns a membership view into Plan's alive argument.
-func AliveSet(members []Member) map[NodeID]bool {
-	alive := make(map[NodeID]bool, len(members))
+func AliveSet(members []Member) map[topology.NodeID]bool {
+	alive := make(map[topology.NodeID]bool, len(members))
 	for _, m := range members {
 		if m.State == MemberAlive {
 			alive[m.ID] = true

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/testwait"
 )
 
@@ -23,7 +25,7 @@ func (l *eventLog) add(e Event) {
 	l.mu.Unlock()
 }
 
-func (l *eventLog) has(kind EventKind, id NodeID, state MemberState) bool {
+func (l *eventLog) has(kind EventKind, id topology.NodeID, state MemberState) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, e := range l.ev {
@@ -34,12 +36,12 @@ func (l *eventLog) has(kind EventKind, id NodeID, state MemberState) bool {
 	return false
 }
 
-func startMember(t *testing.T, id NodeID, log *eventLog) *Membership {
+func startMember(t *testing.T, id topology.NodeID, log *eventLog) *Membership {
 	t.Helper()
 	m, err := NewMembership(MembershipConfig{
 		NodeID:   id,
 		BindAddr: "127.0.0.1:0",
-		Meta:     NodeMeta{GRPCAddr: string(id) + ":7420", RaftAddr: string(id) + ":7421", HTTPAddr: string(id) + ":7423"},
+		Meta:     topology.NodeMeta{GRPCAddr: string(id) + ":7420", RaftAddr: string(id) + ":7421", HTTPAddr: string(id) + ":7423"},
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		OnEvent:  log.add,
 		Timing:   FastGossipTiming(),
@@ -57,7 +59,7 @@ func startMember(t *testing.T, id NodeID, log *eventLog) *Membership {
 	return m
 }
 
-func state(m *Membership, id NodeID) (Member, bool) {
+func state(m *Membership, id topology.NodeID) (Member, bool) {
 	for _, mem := range m.Members() {
 		if mem.ID == id {
 			return mem, true
@@ -67,7 +69,7 @@ func state(m *Membership, id NodeID) (Member, bool) {
 }
 
 func TestMembership(t *testing.T) {
-	logs := map[NodeID]*eventLog{"a": {}, "b": {}, "c": {}}
+	logs := map[topology.NodeID]*eventLog{"a": {}, "b": {}, "c": {}}
 	a, b, c := startMember(t, "a", logs["a"]), startMember(t, "b", logs["b"]), startMember(t, "c", logs["c"])
 	if a.Addr() == "127.0.0.1:0" || a.Addr() == "" {
 		t.Fatalf("advertised %q, want the bound port", a.Addr())
@@ -90,14 +92,14 @@ func TestMembership(t *testing.T) {
 		})
 	}
 	mem, _ := state(a, "c")
-	want := NodeMeta{ID: "c", GRPCAddr: "c:7420", RaftAddr: "c:7421", HTTPAddr: "c:7423"}
+	want := topology.NodeMeta{ID: "c", GRPCAddr: "c:7420", RaftAddr: "c:7421", HTTPAddr: "c:7423"}
 	if mem.Meta != want || mem.MetaErr != nil || mem.Addr != c.Addr() {
 		t.Fatalf("a sees c as %+v, want meta %+v at %s", mem, want, c.Addr())
 	}
 	testwait.For(t, 5*time.Second, "join events", func() bool { return logs["a"].has(EventJoin, "c", MemberAlive) })
 
 	// Metadata changes travel too.
-	if err := b.UpdateMeta(NodeMeta{GRPCAddr: "b:9999", RaftAddr: "b:7421"}, time.Second); err != nil {
+	if err := b.UpdateMeta(topology.NodeMeta{GRPCAddr: "b:9999", RaftAddr: "b:7421"}, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	testwait.For(t, 5*time.Second, "a sees b's new address", func() bool {
@@ -158,10 +160,10 @@ func TestMembershipConfigValidate(t *testing.T) {
 		{NodeID: "n1", BindAddr: ":7422"},
 		{NodeID: "n1", BindAddr: "127.0.0.1:70000"},
 		{NodeID: "n1", AdvertiseAddr: "x"},
-		{NodeID: "n1", Meta: NodeMeta{ID: "n2"}},
+		{NodeID: "n1", Meta: topology.NodeMeta{ID: "n2"}},
 		{NodeID: "n1", Timing: GossipTiming{ProbeInterval: -1}},
 	} {
-		if err := c.Validate(); !errors.Is(err, ErrConfig) {
+		if err := c.Validate(); !errors.Is(err, topology.ErrConfig) {
 			t.Errorf("case %d (%s): Validate = %v, want ErrConfig", i, fmt.Sprint(c.NodeID), err)
 		}
 	}
@@ -172,5 +174,13 @@ func TestAliveSet(t *testing.T) {
 	got := AliveSet([]Member{{ID: "a", State: MemberAlive}, {ID: "b", State: MemberDead}, {ID: "c", State: MemberLeft}, {ID: "x", State: MemberAlive}})
 	if len(got) != 2 || !got["a"] || !got["x"] {
 		t.Fatalf("AliveSet = %v, want a and x", got)
+	}
+}
+
+// TestMaxMetaSizeIsMemberlists: the state's bound on gossiped metadata is
+// memberlist's own.
+func TestMaxMetaSizeIsMemberlists(t *testing.T) {
+	if topology.MaxMetaSize != memberlist.MetaMaxSize {
+		t.Fatalf("topology.MaxMetaSize %d, memberlist.MetaMaxSize %d", topology.MaxMetaSize, memberlist.MetaMaxSize)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/hashicorp/raft"
+	"github.com/l4xg/grid/cluster/topology"
 )
 
 // notCaughtUp says why this node is not ready with m, its current map, or
@@ -17,12 +18,12 @@ import (
 // index says little (a follower catching up takes min(leader's commit,
 // last index received), equal to its applied index between batches), so
 // the leader is asked for its commit index.
-func (n *Runtime) notCaughtUp(ctx context.Context, m *Map) string {
+func (n *Runtime) notCaughtUp(ctx context.Context, m *topology.Map) string {
 	info, ok := m.Nodes[n.cfg.ID]
 	switch {
 	case !ok:
 		return fmt.Sprintf("not in the cluster map yet (epoch %d)", m.Epoch)
-	case info.State == NodeRemoved:
+	case info.State == topology.NodeRemoved:
 		return fmt.Sprintf("removed from the cluster (map epoch %d)", m.Epoch)
 	}
 	if err := n.SettingsError(); err != nil {
@@ -41,7 +42,7 @@ func (n *Runtime) notCaughtUp(ctx context.Context, m *Map) string {
 
 // replicaBehind says why this node's replica of shard s is not caught up
 // ("" when it is).
-func (n *Runtime) replicaBehind(ctx context.Context, m *Map, s int) string {
+func (n *Runtime) replicaBehind(ctx context.Context, m *topology.Map, s int) string {
 	r := n.cfg.Host.Replica(s)
 	if r == nil {
 		return "replica not running"
@@ -63,7 +64,7 @@ func (n *Runtime) replicaBehind(ctx context.Context, m *Map, s int) string {
 	if leader == "" {
 		return "no leader known"
 	}
-	addr := m.Nodes[NodeID(leader)].GRPCAddr
+	addr := m.Nodes[topology.NodeID(leader)].GRPCAddr
 	if addr == "" {
 		return fmt.Sprintf("leader %s not in the map", leader)
 	}

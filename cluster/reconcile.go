@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/l4xg/grid/cluster/topology"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -34,7 +35,7 @@ func (n *Runtime) controlLoop() {
 	t := time.NewTicker(n.cfg.ReconcileInterval)
 	defer t.Stop()
 	var (
-		grace    *Grace
+		grace    *topology.Grace
 		term     uint64
 		lastLead time.Time
 	)
@@ -66,7 +67,7 @@ func (n *Runtime) controlLoop() {
 			if err != nil {
 				continue
 			}
-			term, grace = cur, &Grace{Period: n.cfg.GracePeriod}
+			term, grace = cur, &topology.Grace{Period: n.cfg.GracePeriod}
 			lastLead = time.Time{}
 		}
 		ctx, cancel := context.WithCancel(withFence(done, term))
@@ -114,7 +115,7 @@ func (n *Runtime) watchLeadership(ctx context.Context, cancel context.CancelFunc
 }
 
 // reconcile runs one round; see controlLoop.
-func (n *Runtime) reconcile(ctx context.Context, grace *Grace) error {
+func (n *Runtime) reconcile(ctx context.Context, grace *topology.Grace) error {
 	alive := n.aliveMeta()
 	m := n.Map()
 	if m == nil {
@@ -124,7 +125,7 @@ func (n *Runtime) reconcile(ctx context.Context, grace *Grace) error {
 		return err
 	}
 	m = n.Map()
-	aliveSet := make(map[NodeID]bool, len(alive))
+	aliveSet := make(map[topology.NodeID]bool, len(alive))
 	for id := range alive {
 		aliveSet[id] = true
 	}
@@ -135,15 +136,15 @@ func (n *Runtime) reconcile(ctx context.Context, grace *Grace) error {
 		return err
 	}
 	for id, info := range m.Nodes {
-		if info.State == NodeDraining && !m.Holds(id) {
-			if _, err := n.propose(ctx, Command{Type: CmdNodeRemove, ID: id}); err != nil {
+		if info.State == topology.NodeDraining && !m.Holds(id) {
+			if _, err := n.propose(ctx, topology.Command{Type: topology.CmdNodeRemove, ID: id}); err != nil {
 				return err
 			}
 			n.cfg.Logger.Info("drained node removed", "node", id)
 		}
 	}
 	m = n.Map()
-	moves := PlanGroups(m, aliveSet, deadFor, n.observeGroups(ctx, m))
+	moves := topology.PlanGroups(m, aliveSet, deadFor, n.observeGroups(ctx, m))
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -154,8 +155,8 @@ func (n *Runtime) reconcile(ctx context.Context, grace *Grace) error {
 }
 
 // aliveMeta is the gossip view: the alive members whose metadata decoded.
-func (n *Runtime) aliveMeta() map[NodeID]NodeMeta {
-	out := map[NodeID]NodeMeta{}
+func (n *Runtime) aliveMeta() map[topology.NodeID]topology.NodeMeta {
+	out := map[topology.NodeID]topology.NodeMeta{}
 	for _, m := range n.ms.Members() {
 		if m.State == MemberAlive && m.MetaErr == nil && m.Meta.RaftAddr != "" && m.Meta.GRPCAddr != "" {
 			out[m.ID] = m.Meta
@@ -164,8 +165,8 @@ func (n *Runtime) aliveMeta() map[NodeID]NodeMeta {
 	return out
 }
 
-func infoOf(meta NodeMeta) NodeInfo {
-	return NodeInfo{ID: meta.ID, GRPCAddr: meta.GRPCAddr, RaftAddr: meta.RaftAddr, HTTPAddr: meta.HTTPAddr, State: NodeActive, Incarnation: meta.Incarnation}
+func infoOf(meta topology.NodeMeta) topology.NodeInfo {
+	return topology.NodeInfo{ID: meta.ID, GRPCAddr: meta.GRPCAddr, RaftAddr: meta.RaftAddr, HTTPAddr: meta.HTTPAddr, State: topology.NodeActive, Incarnation: meta.Incarnation}
 }
 
 // bootstrapMap commits the first map: every node gossip shows alive, with
@@ -173,15 +174,15 @@ func infoOf(meta NodeMeta) NodeInfo {
 // as the planner places it on an empty cluster (initialSets). That map
 // records the shards' creation: each replica it lists bootstraps its
 // group with exactly that set, and no shard group is created afterwards.
-func (n *Runtime) bootstrapMap(ctx context.Context, alive map[NodeID]NodeMeta) error {
+func (n *Runtime) bootstrapMap(ctx context.Context, alive map[topology.NodeID]topology.NodeMeta) error {
 	set := n.cfg.Host.Settings()
-	m := &Map{Slots: set.Slots, Shards: set.Shards, Replicas: n.cfg.Replicas,
-		Nodes: map[NodeID]NodeInfo{}, ShardReplicas: make([][]NodeID, set.Shards)}
+	m := &topology.Map{Slots: set.Slots, Shards: set.Shards, Replicas: n.cfg.Replicas,
+		Nodes: map[topology.NodeID]topology.NodeInfo{}, ShardReplicas: make([][]topology.NodeID, set.Shards)}
 	for id, meta := range alive {
 		m.Nodes[id] = infoOf(meta)
 	}
-	m = InitialSets(m)
-	if _, err := n.propose(ctx, Command{Type: CmdBootstrap, Map: m}); err != nil && !errors.Is(err, ErrRejected) {
+	m = topology.InitialSets(m)
+	if _, err := n.propose(ctx, topology.Command{Type: topology.CmdBootstrap, Map: m}); err != nil && !errors.Is(err, topology.ErrRejected) {
 		return err
 	}
 	n.cfg.Logger.Info("cluster map bootstrapped", "nodes", len(m.Nodes), "shards", m.Shards, "replicas", m.Replicas)
@@ -195,18 +196,18 @@ func (n *Runtime) bootstrapMap(ctx context.Context, alive map[NodeID]NodeMeta) e
 // A node still in the cluster that gossips a new incarnation lost its data:
 // it is left as the map has it (it hosts nothing) until it is drained.
 // Each refusal is logged once per incarnation.
-func (n *Runtime) admit(ctx context.Context, m *Map, alive map[NodeID]NodeMeta) error {
+func (n *Runtime) admit(ctx context.Context, m *topology.Map, alive map[topology.NodeID]topology.NodeMeta) error {
 	for _, id := range slices.Sorted(maps.Keys(alive)) {
 		meta := alive[id]
 		want := infoOf(meta)
 		old, known := m.Nodes[id]
 		switch {
 		case !known:
-		case old.State == NodeRemoved && (meta.Incarnation == 0 || meta.Incarnation == old.Incarnation):
+		case old.State == topology.NodeRemoved && (meta.Incarnation == 0 || meta.Incarnation == old.Incarnation):
 			n.logOnce(id, meta.Incarnation, "removed node is up again with the data directory it was removed with: it stays removed (wipe its data directory to bring it back empty)",
 				"node", id, "incarnation", fmt.Sprintf("%x", meta.Incarnation))
 			continue
-		case old.State == NodeRemoved:
+		case old.State == topology.NodeRemoved:
 			n.cfg.Logger.Info("removed node is back with a wiped data directory: admitting it again",
 				"node", id, "was", fmt.Sprintf("%x", old.Incarnation), "incarnation", fmt.Sprintf("%x", meta.Incarnation))
 		case old.Incarnation != 0 && meta.Incarnation != 0 && old.Incarnation != meta.Incarnation:
@@ -216,7 +217,7 @@ func (n *Runtime) admit(ctx context.Context, m *Map, alive map[NodeID]NodeMeta) 
 		case old.GRPCAddr == want.GRPCAddr && old.RaftAddr == want.RaftAddr && old.HTTPAddr == want.HTTPAddr && (meta.Incarnation == 0 || meta.Incarnation == old.Incarnation):
 			continue
 		}
-		if _, err := n.propose(ctx, Command{Type: CmdNodeJoin, Node: want}); err != nil {
+		if _, err := n.propose(ctx, topology.Command{Type: topology.CmdNodeJoin, Node: want}); err != nil {
 			return fmt.Errorf("admit %s: %w", id, err)
 		}
 		n.cfg.Logger.Info("node admitted", "node", id, "grpc", want.GRPCAddr, "raft", want.RaftAddr)
@@ -227,7 +228,7 @@ func (n *Runtime) admit(ctx context.Context, m *Map, alive map[NodeID]NodeMeta) 
 
 // logOnce logs msg at warn for node id's incarnation inc, unless it did for
 // that incarnation already.
-func (n *Runtime) logOnce(id NodeID, inc uint64, msg string, args ...any) {
+func (n *Runtime) logOnce(id topology.NodeID, inc uint64, msg string, args ...any) {
 	n.mu.Lock()
 	last, seen := n.loggedOnce[id]
 	n.loggedOnce[id] = inc
@@ -239,37 +240,37 @@ func (n *Runtime) logOnce(id NodeID, inc uint64, msg string, args ...any) {
 
 // reconcileControl executes PlanControl's changes of the control group's
 // membership, each logged at info.
-func (n *Runtime) reconcileControl(ctx context.Context, m *Map, alive map[NodeID]bool, deadFor func(NodeID) bool) error {
+func (n *Runtime) reconcileControl(ctx context.Context, m *topology.Map, alive map[topology.NodeID]bool, deadFor func(topology.NodeID) bool) error {
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return err
 	}
-	var members []GroupMember
+	var members []topology.GroupMember
 	for _, s := range f.Configuration().Servers {
-		members = append(members, GroupMember{ID: NodeID(s.ID), Voter: s.Suffrage == raft.Voter})
+		members = append(members, topology.GroupMember{ID: topology.NodeID(s.ID), Voter: s.Suffrage == raft.Voter})
 	}
 	const timeout = 10 * time.Second
-	for _, c := range PlanControl(m, n.cfg.ID, members, alive, deadFor) {
+	for _, c := range topology.PlanControl(m, n.cfg.ID, members, alive, deadFor) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		id, addr := raft.ServerID(c.Node), raft.ServerAddress(c.RaftAddr)
 		var err error
 		switch c.Action {
-		case ControlAddNonvoter:
+		case topology.ControlAddNonvoter:
 			err = n.raft.AddNonvoter(id, addr, 0, timeout).Error()
-		case ControlPromote:
+		case topology.ControlPromote:
 			err = n.raft.AddVoter(id, addr, 0, timeout).Error()
-		case ControlRemove:
+		case topology.ControlRemove:
 			err = n.raft.RemoveServer(id, 0, timeout).Error()
-		case ControlHandOver:
+		case topology.ControlHandOver:
 			err = n.raft.LeadershipTransfer().Error()
 		}
 		if err != nil {
 			return fmt.Errorf("control group: %v: %w", c, err)
 		}
 		n.cfg.Logger.Info("control group changed", "action", c.Action.String(), "node", c.Node, "why", c.Why)
-		if c.Action == ControlHandOver {
+		if c.Action == topology.ControlHandOver {
 			return nil
 		}
 	}
@@ -282,11 +283,11 @@ func (n *Runtime) reconcileControl(ctx context.Context, m *Map, alive map[NodeID
 // does not lead any more) or ErrNotControlLeader stops the round: no move
 // starts after it, and the moves running see their context end. Any other
 // failure leaves the other moves going. It returns the failures joined.
-func (n *Runtime) executeRound(ctx context.Context, moves []Move) error {
+func (n *Runtime) executeRound(ctx context.Context, moves []topology.Move) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	seen := map[int]bool{}
-	var first []Move
+	var first []topology.Move
 	for _, mv := range moves {
 		if !seen[mv.Shard] {
 			seen[mv.Shard] = true
@@ -328,11 +329,11 @@ func (n *Runtime) executeRound(ctx context.Context, moves []Move) error {
 
 // GroupOf turns what a shard's leader reports into a Group: known only
 // when the replica leads and its configuration is committed.
-func GroupOf(st ReplicaStatus) Group {
+func GroupOf(st ReplicaStatus) topology.Group {
 	if st.RaftState != "Leader" || !st.ConfigCommitted || len(st.Group) == 0 {
-		return Group{}
+		return topology.Group{}
 	}
-	g := Group{Known: true}
+	g := topology.Group{Known: true}
 	for _, mb := range st.Group {
 		if mb.Voter {
 			g.Voters = append(g.Voters, mb.ID)

@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/l4xg/grid/cluster/topology"
 )
 
 // Healing. memberlist v0.5.4 never contacts a member it has declared dead:
@@ -35,7 +37,7 @@ const (
 // timeout, and, when one of those exists or no other member is alive, the
 // seeds that are not the address of a live member or of self. It is pure:
 // shuffle orders the candidates (the loop shuffles at random).
-func reconnectTargets(self NodeID, selfAddr string, members []Member, seeds []string, now time.Time, timeout time.Duration, shuffle func([]string)) []string {
+func reconnectTargets(self topology.NodeID, selfAddr string, members []Member, seeds []string, now time.Time, timeout time.Duration, shuffle func([]string)) []string {
 	live := map[string]bool{selfAddr: true}
 	alive, dead := 0, []string(nil)
 	for _, mem := range members {

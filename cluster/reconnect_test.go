@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/testwait"
 )
 
 func TestReconnectTargets(t *testing.T) {
 	now := time.Unix(1000, 0)
-	alive := func(id NodeID, addr string) Member { return Member{ID: id, Addr: addr, State: MemberAlive} }
-	dead := func(id NodeID, addr string, ago time.Duration) Member {
+	alive := func(id topology.NodeID, addr string) Member { return Member{ID: id, Addr: addr, State: MemberAlive} }
+	dead := func(id topology.NodeID, addr string, ago time.Duration) Member {
 		return Member{ID: id, Addr: addr, State: MemberDead, Since: now.Add(-ago)}
 	}
 	left := Member{ID: "l", Addr: "10.0.0.9:1", State: MemberLeft}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/l4xg/grid/cluster/topology"
 )
 
 // AdminAction is a change of one shard group's Raft configuration, run by
@@ -36,7 +38,7 @@ func (a AdminAction) String() string {
 type AdminRequest struct {
 	Shard    int
 	Action   AdminAction
-	Node     NodeID
+	Node     topology.NodeID
 	RaftAddr string // the node's Raft (mux) address: add and transfer actions
 	// Fence is what the change was planned under. The receiving node
 	// refuses it with ErrStaleFence when it knows a later control term:
@@ -58,8 +60,8 @@ var ErrStaleFence = errors.New("cluster: stale control term")
 
 // ReplicaStatus is what a node says about its replica of one shard.
 type ReplicaStatus struct {
-	RaftState string // Leader, Follower, Candidate, Shutdown
-	Leader    NodeID // "" when unknown
+	RaftState string          // Leader, Follower, Candidate, Shutdown
+	Leader    topology.NodeID // "" when unknown
 	Applied   uint64
 	Commit    uint64
 	Last      uint64
@@ -68,7 +70,7 @@ type ReplicaStatus struct {
 	// (the latest it has, sorted by id), ConfigIndex the log index of that
 	// configuration, and ConfigCommitted whether that index is committed.
 	// On the shard's leader a committed Group is the group's truth.
-	Group           []GroupMember
+	Group           []topology.GroupMember
 	ConfigIndex     uint64
 	ConfigCommitted bool
 	// LastContact is how long ago the replica last heard from its leader:
@@ -82,7 +84,7 @@ type ReplicaStatus struct {
 
 // Role is the replica's standing in the Group it reports: "voter",
 // "nonvoter" or "none" (not a member).
-func (st ReplicaStatus) Role(self NodeID) string {
+func (st ReplicaStatus) Role(self topology.NodeID) string {
 	for _, m := range st.Group {
 		if m.ID == self {
 			if m.Voter {
@@ -118,8 +120,8 @@ type Remote interface {
 
 // DrainStatus is a node's standing after a drain request.
 type DrainStatus struct {
-	Node         NodeID
-	State        NodeState
+	Node         topology.NodeID
+	State        topology.NodeState
 	ReplicasLeft int
 	Epoch        uint64
 }

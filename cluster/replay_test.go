@@ -11,6 +11,7 @@ import (
 
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/internal/testwait"
 )
@@ -52,7 +53,7 @@ func checkDuplicates(t *testing.T, cl *client.Client, tokens map[string]uint64) 
 
 // groupLists reports whether shard s's leader lists id in its group's
 // configuration.
-func groupLists(t *testing.T, c *gridtest.Cluster, s int, id cluster.NodeID) bool {
+func groupLists(t *testing.T, c *gridtest.Cluster, s int, id topology.NodeID) bool {
 	t.Helper()
 	var listed bool
 	testwait.Until(t, 10*time.Second, func() string {
@@ -106,14 +107,14 @@ func TestRestartReplayDoesNotBootstrapAgain(t *testing.T) {
 	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 2, Replicas: 1, Shards: 8})
 	cl := dialAll(t, c)
 	tokens := completeKeys(t, cl, 40)
-	old := make([]*cluster.Map, 2)
+	old := make([]*topology.Map, 2)
 	for i := range 2 {
 		// Raft refuses to snapshot before the FSM has applied an entry
 		// after the latest configuration change: commit one (a join that
 		// repeats what the map knows changes nothing).
 		ctl := controlLeader(t, c)
 		self := ctl.Map().Nodes[ctl.Self()]
-		if _, err := ctl.ProposeForTest(context.Background(), cluster.Command{Type: cluster.CmdNodeJoin, Node: self}); err != nil {
+		if _, err := ctl.ProposeForTest(context.Background(), topology.Command{Type: topology.CmdNodeJoin, Node: self}); err != nil {
 			t.Fatal(err)
 		}
 		testwait.Until(t, 10*time.Second, func() string {
@@ -140,9 +141,9 @@ func TestRestartReplayDoesNotBootstrapAgain(t *testing.T) {
 	now := c.Map()
 	x, s, u := -1, -1, -1
 	for i := range 2 {
-		id := cluster.NodeID(c.ID(i))
+		id := topology.NodeID(c.ID(i))
 		for sh := range now.Shards {
-			if s < 0 && slices.Equal(old[i].ShardReplicas[sh], []cluster.NodeID{id}) && !slices.Contains(now.ShardReplicas[sh], id) {
+			if s < 0 && slices.Equal(old[i].ShardReplicas[sh], []topology.NodeID{id}) && !slices.Contains(now.ShardReplicas[sh], id) {
 				s = sh
 			}
 			if s >= 0 && sh > s && slices.Contains(now.ShardReplicas[sh], id) {
@@ -209,7 +210,7 @@ func TestStaleMapDoesNotPurgeLiveReplica(t *testing.T) {
 	const s = 0
 	set := m.ShardReplicas[s]
 	victim := c.Index(string(set[1]))
-	var spare cluster.NodeID
+	var spare topology.NodeID
 	for id := range m.Nodes {
 		if !slices.Contains(set, id) {
 			spare = id
@@ -222,8 +223,8 @@ func TestStaleMapDoesNotPurgeLiveReplica(t *testing.T) {
 	ctl := controlLeader(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	epoch, err := ctl.ProposeForTest(ctx, cluster.Command{Type: cluster.CmdApplyMove,
-		Move: cluster.Move{Shard: s, Add: spare, Remove: set[1]}})
+	epoch, err := ctl.ProposeForTest(ctx, topology.Command{Type: topology.CmdApplyMove,
+		Move: topology.Move{Shard: s, Add: spare, Remove: set[1]}})
 	if err != nil {
 		t.Fatal(err)
 	}

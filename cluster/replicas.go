@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/l4xg/grid/cluster/topology"
 )
 
 // Replica loop timing.
@@ -77,7 +78,7 @@ func (n *Runtime) replicaRound(ctx context.Context) {
 	if err != nil {
 		// A removed node is usually out of the control group too, so its
 		// map stops at its removal: that is final for this incarnation.
-		if own := n.ctl.Map(); own != nil && own.Nodes[n.cfg.ID].State == NodeRemoved {
+		if own := n.ctl.Map(); own != nil && own.Nodes[n.cfg.ID].State == topology.NodeRemoved {
 			n.setReady(fmt.Sprintf("removed from the cluster (map epoch %d)", own.Epoch))
 			return
 		}
@@ -101,7 +102,7 @@ func (n *Runtime) setReady(why string) {
 // least the control leader's current epoch, asked now (a read-index; on
 // the leader, its own map after a barrier in its term), and at least the
 // epoch this node last acted on. Errors wrap ErrNotCurrent.
-func (n *Runtime) currentMap(ctx context.Context) (*Map, error) {
+func (n *Runtime) currentMap(ctx context.Context) (*topology.Map, error) {
 	want, err := n.leaderEpoch(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotCurrent, err)
@@ -139,7 +140,7 @@ func (n *Runtime) leaderEpoch(ctx context.Context) (uint64, error) {
 }
 
 // grpcAddrOf is node id's client address, from gossip or else the map.
-func (n *Runtime) grpcAddrOf(id NodeID) string {
+func (n *Runtime) grpcAddrOf(id topology.NodeID) string {
 	for _, mem := range n.ms.Members() {
 		if mem.ID == id && mem.MetaErr == nil && mem.Meta.GRPCAddr != "" {
 			return mem.Meta.GRPCAddr
@@ -179,7 +180,7 @@ func (n *Runtime) resumeReplicas() {
 }
 
 // syncReplicas acts on m, a current map: see replicaLoop.
-func (n *Runtime) syncReplicas(ctx context.Context, m *Map) error {
+func (n *Runtime) syncReplicas(ctx context.Context, m *topology.Map) error {
 	if err := n.checkHostable(m); err != nil {
 		return err
 	}
@@ -210,13 +211,13 @@ func (n *Runtime) syncReplicas(ctx context.Context, m *Map) error {
 // knows another incarnation of this node id (its directory was wiped
 // while it was in the cluster). Each reason is logged once, when it
 // appears.
-func (n *Runtime) checkHostable(m *Map) error {
+func (n *Runtime) checkHostable(m *topology.Map) error {
 	set := n.cfg.Host.Settings()
 	var err error
 	if m.Slots != set.Slots || m.Shards != set.Shards {
 		err = fmt.Errorf("the cluster has %d slots and %d shards, this node's data directory %d and %d: hard settings must match (start this node with --slots %d --shards %d and an empty data directory)",
 			m.Slots, m.Shards, set.Slots, set.Shards, m.Slots, m.Shards)
-	} else if info := m.Nodes[n.cfg.ID]; info.Incarnation != 0 && info.Incarnation != n.incarnation && info.State != NodeRemoved {
+	} else if info := m.Nodes[n.cfg.ID]; info.Incarnation != 0 && info.Incarnation != n.incarnation && info.State != topology.NodeRemoved {
 		err = fmt.Errorf("the map knows node %s as incarnation %x, this data directory is incarnation %x: it was wiped while the node was in the cluster, so it hosts nothing; drain the node (gridnode drain --node %s --force) and it is admitted again, empty",
 			n.cfg.ID, info.Incarnation, n.incarnation, n.cfg.ID)
 	}
@@ -234,7 +235,7 @@ func (n *Runtime) checkHostable(m *Map) error {
 var errHostableLogged = errors.New("cluster: this node hosts no replica (logged)")
 
 // startReplica starts this node's replica of shard s, which m gives it.
-func (n *Runtime) startReplica(m *Map, s int) error {
+func (n *Runtime) startReplica(m *topology.Map, s int) error {
 	host := n.cfg.Host
 	boot := m.Created(s) && m.Nodes[n.cfg.ID].Incarnation == n.incarnation
 	var err error
@@ -260,7 +261,7 @@ func (n *Runtime) startReplica(m *Map, s int) error {
 // this node. Until then the replica keeps running: the map's removal
 // follows the group's, and a group that still counts on this replica (a
 // removal not committed, a map that is ahead of the group) keeps it.
-func (n *Runtime) purge(ctx context.Context, m *Map, s int) error {
+func (n *Runtime) purge(ctx context.Context, m *topology.Map, s int) error {
 	for _, id := range m.ShardReplicas[s] {
 		cctx, cancel := context.WithTimeout(ctx, replicaAskTimeout)
 		st, ok, err := n.cfg.Remote.ShardStatus(cctx, m.Nodes[id].GRPCAddr, s)

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/shard"
 )
@@ -29,7 +30,7 @@ const DefaultReplicas = 3
 // Config describes one node of a cluster. Zero values take defaults where
 // noted.
 type Config struct {
-	ID NodeID // required
+	ID topology.NodeID // required
 	// Addresses gossiped to the others: the client gRPC address and the
 	// HTTP address. The Raft address is the Mux's.
 	GRPCAddr string // required
@@ -82,27 +83,27 @@ type Config struct {
 
 func (c *Config) validate() error {
 	if err := c.ID.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrConfig, err)
+		return fmt.Errorf("%w: %w", topology.ErrConfig, err)
 	}
 	switch {
 	case c.GRPCAddr == "":
-		return fmt.Errorf("%w: GRPCAddr is required", ErrConfig)
+		return fmt.Errorf("%w: GRPCAddr is required", topology.ErrConfig)
 	case c.Host == nil || c.Mux == nil || c.Logs == nil || c.Remote == nil:
-		return fmt.Errorf("%w: Host, Mux, Logs and Remote are required", ErrConfig)
+		return fmt.Errorf("%w: Host, Mux, Logs and Remote are required", topology.ErrConfig)
 	case c.SnapshotDir == "":
-		return fmt.Errorf("%w: SnapshotDir is required", ErrConfig)
+		return fmt.Errorf("%w: SnapshotDir is required", topology.ErrConfig)
 	case c.BootstrapExpect < 0:
-		return fmt.Errorf("%w: bootstrap-expect %d is negative", ErrConfig, c.BootstrapExpect)
-	case c.Replicas < 0 || c.Replicas > MaxReplicas:
-		return fmt.Errorf("%w: replicas %d out of range 1..%d", ErrConfig, c.Replicas, MaxReplicas)
+		return fmt.Errorf("%w: bootstrap-expect %d is negative", topology.ErrConfig, c.BootstrapExpect)
+	case c.Replicas < 0 || c.Replicas > topology.MaxReplicas:
+		return fmt.Errorf("%w: replicas %d out of range 1..%d", topology.ErrConfig, c.Replicas, topology.MaxReplicas)
 	case c.GracePeriod < 0:
-		return fmt.Errorf("%w: grace period %v is negative", ErrConfig, c.GracePeriod)
+		return fmt.Errorf("%w: grace period %v is negative", topology.ErrConfig, c.GracePeriod)
 	}
 	if c.Replicas == 0 {
 		c.Replicas = DefaultReplicas
 	}
 	if c.GracePeriod == 0 {
-		c.GracePeriod = DefaultGracePeriod
+		c.GracePeriod = topology.DefaultGracePeriod
 	}
 	if c.HeartbeatTimeout <= 0 {
 		c.HeartbeatTimeout = 500 * time.Millisecond
@@ -160,7 +161,7 @@ type Runtime struct {
 	notReady    string // why the node is not ready ("" when it is)
 	// loggedOnce holds, per node, the incarnation a refusal to admit it
 	// was last logged for: each is logged once.
-	loggedOnce map[NodeID]uint64
+	loggedOnce map[topology.NodeID]uint64
 	closeOnce  sync.Once
 }
 
@@ -172,8 +173,8 @@ var (
 )
 
 var _ interface {
-	Self() NodeID
-	Map() *Map
+	Self() topology.NodeID
+	Map() *topology.Map
 } = (*Runtime)(nil)
 
 // Start joins (or forms) the cluster and starts the node's loops.
@@ -181,7 +182,7 @@ func Start(cfg Config) (*Runtime, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	n := &Runtime{cfg: cfg, ctl: NewControl(), wake: make(chan struct{}, 1), quit: make(chan struct{}), loggedOnce: map[NodeID]uint64{}}
+	n := &Runtime{cfg: cfg, ctl: NewControl(), wake: make(chan struct{}, 1), quit: make(chan struct{}), loggedOnce: map[topology.NodeID]uint64{}}
 	if err := n.startControl(); err != nil {
 		return nil, err
 	}
@@ -192,7 +193,7 @@ func Start(cfg Config) (*Runtime, error) {
 	n.resumeReplicas()
 	ms, err := NewMembership(MembershipConfig{
 		NodeID: cfg.ID, BindAddr: cfg.GossipListen, AdvertiseAddr: cfg.GossipAdvertise,
-		Meta: NodeMeta{ID: cfg.ID, GRPCAddr: cfg.GRPCAddr, RaftAddr: cfg.Mux.Addr().String(), HTTPAddr: cfg.HTTPAddr,
+		Meta: topology.NodeMeta{ID: cfg.ID, GRPCAddr: cfg.GRPCAddr, RaftAddr: cfg.Mux.Addr().String(), HTTPAddr: cfg.HTTPAddr,
 			Incarnation: n.incarnation},
 		Logger: cfg.Logger, Timing: cfg.Gossip, Clock: cfg.Clock,
 		Seeds: cfg.Join, Faults: cfg.GossipFaults, ClockOffsets: cfg.ClockOffsets,
@@ -291,16 +292,16 @@ func (n *Runtime) poke() {
 }
 
 // Self is this node's id.
-func (n *Runtime) Self() NodeID { return n.cfg.ID }
+func (n *Runtime) Self() topology.NodeID { return n.cfg.ID }
 
 // Map returns a copy of the cluster map, or nil before bootstrap.
-func (n *Runtime) Map() *Map { return n.ctl.Map() }
+func (n *Runtime) Map() *topology.Map { return n.ctl.Map() }
 
 // MapChanged returns a channel closed at the next change of the map.
 func (n *Runtime) MapChanged() <-chan struct{} { return n.ctl.Changed() }
 
 // Alive is the gossip view: the members seen alive, this node included.
-func (n *Runtime) Alive() map[NodeID]bool { return AliveSet(n.ms.Members()) }
+func (n *Runtime) Alive() map[topology.NodeID]bool { return AliveSet(n.ms.Members()) }
 
 // Members is the gossip view with every member's metadata.
 func (n *Runtime) Members() []Member { return n.ms.Members() }
@@ -309,9 +310,9 @@ func (n *Runtime) Members() []Member { return n.ms.Members() }
 func (n *Runtime) GossipAddr() string { return n.ms.Addr() }
 
 // ControlLeader is the control group's leader as this node knows it.
-func (n *Runtime) ControlLeader() NodeID {
+func (n *Runtime) ControlLeader() topology.NodeID {
 	_, id := n.raft.LeaderWithID()
-	return NodeID(id)
+	return topology.NodeID(id)
 }
 
 // ControlTerm is the latest term of the control group this node knows.
@@ -356,18 +357,25 @@ func (n *Runtime) SettingsError() error {
 // the replica loop), it is in the map and not removed, and each replica
 // the map gives it runs as a voter of its group within maxReadyLag
 // entries of its leader's commit. The replica loop computes it; reading
-// it is cheap.
-func (n *Runtime) Ready() bool { return n.ready.Load() }
+// it is cheap. A round's verdict may come from a map that a later entry
+// has replaced while the round ran; removal is final, so it is checked
+// against the map in force now, and a removed node is never ready.
+func (n *Runtime) Ready() bool {
+	return n.ready.Load() && n.ctl.NodeState(n.cfg.ID) != topology.NodeRemoved
+}
 
 // Readiness is Ready with the reason when not ready.
 func (n *Runtime) Readiness() (bool, string) {
+	if n.ctl.NodeState(n.cfg.ID) == topology.NodeRemoved {
+		return false, "removed from the cluster"
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.ready.Load(), n.notReady
 }
 
 // State is this node's state in its map (0 before it is in one).
-func (n *Runtime) State() NodeState {
+func (n *Runtime) State() topology.NodeState {
 	if m := n.Map(); m != nil {
 		return m.Nodes[n.cfg.ID].State
 	}
@@ -453,22 +461,22 @@ const barrierTimeout = 5 * time.Second
 // force, it refuses (ErrUnderReplicated, wrapped with ErrRejected) to
 // drain an active node when the other active nodes are fewer than the
 // map's replica count: the shards could not keep their replicas.
-func (n *Runtime) Drain(ctx context.Context, id NodeID, force bool) (DrainStatus, error) {
+func (n *Runtime) Drain(ctx context.Context, id topology.NodeID, force bool) (DrainStatus, error) {
 	if n.raft.State() != raft.Leader {
 		return DrainStatus{}, fmt.Errorf("%w (leader: %q)", ErrNotControlLeader, n.ControlLeader())
 	}
 	m := n.Map()
 	if m == nil {
-		return DrainStatus{}, fmt.Errorf("%w: cluster not bootstrapped yet", ErrRejected)
+		return DrainStatus{}, fmt.Errorf("%w: cluster not bootstrapped yet", topology.ErrRejected)
 	}
 	if info, ok := m.Nodes[id]; !ok {
-		return DrainStatus{}, fmt.Errorf("%w: no node %q in the map", ErrRejected, id)
-	} else if info.State == NodeActive {
+		return DrainStatus{}, fmt.Errorf("%w: no node %q in the map", topology.ErrRejected, id)
+	} else if info.State == topology.NodeActive {
 		if left := activeNodes(m) - 1; !force && left < m.Replicas {
 			return DrainStatus{}, fmt.Errorf("%w: %w: draining %s leaves %d active nodes for %d replicas per shard, so every shard it holds would keep only %d; add a node first, or force the drain (gridnode drain --force)",
-				ErrRejected, ErrUnderReplicated, id, left, m.Replicas, left)
+				topology.ErrRejected, topology.ErrUnderReplicated, id, left, m.Replicas, left)
 		}
-		if _, err := n.propose(ctx, Command{Type: CmdNodeDrain, ID: id}); err != nil {
+		if _, err := n.propose(ctx, topology.Command{Type: topology.CmdNodeDrain, ID: id}); err != nil {
 			return DrainStatus{}, err
 		}
 		n.poke()
@@ -484,10 +492,10 @@ func (n *Runtime) Drain(ctx context.Context, id NodeID, force bool) (DrainStatus
 }
 
 // activeNodes counts the map's active nodes.
-func activeNodes(m *Map) int {
+func activeNodes(m *topology.Map) int {
 	k := 0
 	for _, info := range m.Nodes {
-		if info.State == NodeActive {
+		if info.State == topology.NodeActive {
 			k++
 		}
 	}
@@ -495,7 +503,7 @@ func activeNodes(m *Map) int {
 }
 
 // propose commits cmd through the control group; it must lead.
-func (n *Runtime) propose(ctx context.Context, cmd Command) (uint64, error) {
+func (n *Runtime) propose(ctx context.Context, cmd topology.Command) (uint64, error) {
 	b, err := cmd.MarshalBinary()
 	if err != nil {
 		return 0, err
@@ -588,7 +596,7 @@ func (n *Runtime) tryBootstrap() (bool, error) {
 		return false, nil
 	}
 	ready = ready[:n.cfg.BootstrapExpect] // sorted by id
-	voters := ready[:ControlVoters(len(ready))]
+	voters := ready[:topology.ControlVoters(len(ready))]
 	var conf raft.Configuration
 	self := false
 	for _, m := range voters {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/client"
-	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/internal/testwait"
 )
@@ -16,7 +16,7 @@ import (
 func TestClusterFormsAndServes(t *testing.T) {
 	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Shards: 4})
 	m := c.Map()
-	leads := map[cluster.NodeID]int{}
+	leads := map[topology.NodeID]int{}
 	for s, set := range m.ShardReplicas {
 		if len(set) != 3 {
 			t.Fatalf("shard %d: replicas %v, want 3", s, set)
@@ -143,7 +143,7 @@ func (l *load) finish(t *testing.T) {
 	t.Logf("%d keys completed under load, all DUPLICATE afterwards", len(l.completed))
 }
 
-func replicasOn(m *cluster.Map, id string) int {
+func replicasOn(m *topology.Map, id string) int {
 	n := 0
 	for _, set := range m.ShardReplicas {
 		for _, r := range set {
@@ -183,12 +183,12 @@ func TestJoinAndDrainUnderLoad(t *testing.T) {
 	if leader < 0 {
 		t.Fatal("no control leader")
 	}
-	if _, err := c.Node(leader).Cluster().Drain(ctx, cluster.NodeID(drained), false); err != nil {
+	if _, err := c.Node(leader).Cluster().Drain(ctx, topology.NodeID(drained), false); err != nil {
 		t.Fatal(err)
 	}
 	testwait.Until(t, 60*time.Second, func() string {
 		m := c.Map()
-		if st := m.Nodes[cluster.NodeID(drained)].State; st != cluster.NodeRemoved {
+		if st := m.Nodes[topology.NodeID(drained)].State; st != topology.NodeRemoved {
 			return fmt.Sprintf("%s is %v, %d replicas left", drained, st, replicasOn(m, drained))
 		}
 		return ""
@@ -218,7 +218,7 @@ func TestDeadNodeReplacedAfterGrace(t *testing.T) {
 	before := c.Map()
 	victim := -1
 	for i := range 4 {
-		if cluster.NodeID(c.ID(i)) != c.Node(0).Cluster().ControlLeader() && replicasOn(before, c.ID(i)) > 0 {
+		if topology.NodeID(c.ID(i)) != c.Node(0).Cluster().ControlLeader() && replicasOn(before, c.ID(i)) > 0 {
 			victim = i
 			break
 		}

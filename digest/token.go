@@ -51,7 +51,7 @@ const (
 	// MaxTokenPosition is the highest position a token can carry;
 	// keyspace.MaxEntryCommands keeps an entry's commands within it.
 	MaxTokenPosition = 1<<tokenPosBits - 1
-	// MaxTokenBits is the widest shard field: cluster.MaxShards (1<<16)
+	// MaxTokenBits is the widest shard field: topology.MaxShards (1<<16)
 	// shards.
 	MaxTokenBits = 16
 )

@@ -7,6 +7,7 @@ import (
 
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/shard"
 )
@@ -92,7 +93,7 @@ func (n *Node) openCluster(opts api.Options) error {
 		remote = cc.WrapRemote(peers)
 	}
 	cn, err := cluster.Start(cluster.Config{
-		ID: cluster.NodeID(hc.NodeID), GRPCAddr: grpcAddr, HTTPAddr: httpAddr,
+		ID: topology.NodeID(hc.NodeID), GRPCAddr: grpcAddr, HTTPAddr: httpAddr,
 		Host: host, Mux: mux, Logs: host.Logs(), SnapshotDir: filepath.Join(hc.DataDir, "snapshots"),
 		GossipListen: cc.GossipListen, GossipAdvertise: cc.GossipAdvertise, Join: cc.Join, GossipFaults: cc.GossipFaults,
 		BootstrapExpect: cc.BootstrapExpect, Replicas: cc.Replicas, GracePeriod: cc.GracePeriod,

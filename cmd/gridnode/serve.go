@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/node"
 	"github.com/l4xg/grid/shard"
@@ -45,7 +46,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		gossipListen    = fs.String("gossip-listen", cluster.DefaultGossipAddr, "cluster: gossip (memberlist) address, TCP and UDP")
 		gossipAdvertise = fs.String("gossip-advertise", "", "cluster: gossip address the other nodes use (default: --gossip-listen)")
 		advertise       = fs.String("advertise", "", "cluster: client gRPC address other nodes and clients use (default: --listen)")
-		grace           = fs.Duration("grace-period", cluster.DefaultGracePeriod, "cluster: how long a node may be missing before its replicas are replaced")
+		grace           = fs.Duration("grace-period", topology.DefaultGracePeriod, "cluster: how long a node may be missing before its replicas are replaced")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 1
@@ -73,15 +74,15 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	var cc *node.ClusterConfig
 	if *join != "" || *bootstrapExpect > 0 {
-		if *bootstrapExpect < 0 || *bootstrapExpect > cluster.MaxNodes {
-			fmt.Fprintf(stderr, "serve: --bootstrap-expect %d out of range 0..%d\n", *bootstrapExpect, cluster.MaxNodes)
+		if *bootstrapExpect < 0 || *bootstrapExpect > topology.MaxNodes {
+			fmt.Fprintf(stderr, "serve: --bootstrap-expect %d out of range 0..%d\n", *bootstrapExpect, topology.MaxNodes)
 			return 1
 		}
-		if *replicas < 1 || *replicas > cluster.MaxReplicas {
-			fmt.Fprintf(stderr, "serve: --replicas %d out of range 1..%d\n", *replicas, cluster.MaxReplicas)
+		if *replicas < 1 || *replicas > topology.MaxReplicas {
+			fmt.Fprintf(stderr, "serve: --replicas %d out of range 1..%d\n", *replicas, topology.MaxReplicas)
 			return 1
 		}
-		if err := cluster.NodeID(*nodeID).Validate(); err != nil {
+		if err := topology.NodeID(*nodeID).Validate(); err != nil {
 			fmt.Fprintf(stderr, "serve: --node-id: %v\n", err)
 			return 1
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/node"
@@ -30,7 +31,7 @@ type ClusterOptions struct {
 	Replicas int // default 3
 	Shards   int // default 4
 	// GracePeriod before a missing node's replicas are replaced; default
-	// cluster.DefaultGracePeriod.
+	// topology.DefaultGracePeriod.
 	GracePeriod time.Duration
 	// HeartbeatTimeout of every Raft group; default 500 ms, as in
 	// production.
@@ -218,7 +219,7 @@ func (c *Cluster) Index(id string) int {
 }
 
 // Map returns the cluster map as a running node holds it.
-func (c *Cluster) Map() *cluster.Map {
+func (c *Cluster) Map() *topology.Map {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, n := range c.nodes {
@@ -279,16 +280,16 @@ func (c *Cluster) unstable() string {
 // agreedMap returns the map every running node holds and the running
 // nodes, or why there is none yet (a node without the map or not ready,
 // maps of different epochs).
-func (c *Cluster) agreedMap() (*cluster.Map, map[cluster.NodeID]bool, string) {
+func (c *Cluster) agreedMap() (*topology.Map, map[topology.NodeID]bool, string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var m *cluster.Map
-	up := map[cluster.NodeID]bool{}
+	var m *topology.Map
+	up := map[topology.NodeID]bool{}
 	for _, n := range c.nodes {
 		if n.node == nil {
 			continue
 		}
-		up[cluster.NodeID(n.id)] = true
+		up[topology.NodeID(n.id)] = true
 		nm := n.node.Cluster().Map()
 		switch {
 		case nm == nil:

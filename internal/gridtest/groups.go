@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 )
 
 // Group is a shard group's Raft configuration as the node leading the
@@ -24,7 +24,7 @@ type Group struct {
 	Leader int // index of the node that leads the shard and reported it
 	// Members is the configuration, sorted by id; ConfigIndex its log
 	// index and Committed whether the leader has committed that index.
-	Members     []cluster.GroupMember
+	Members     []topology.GroupMember
 	ConfigIndex uint64
 	Committed   bool
 	// Reported is false when the leader's Status carries no configuration
@@ -35,8 +35,8 @@ type Group struct {
 }
 
 // Voters are the ids of the group's voters, sorted.
-func (g Group) Voters() []cluster.NodeID {
-	var out []cluster.NodeID
+func (g Group) Voters() []topology.NodeID {
+	var out []topology.NodeID
 	for _, m := range g.Members {
 		if m.Voter {
 			out = append(out, m.ID)
@@ -113,7 +113,7 @@ func (c *Cluster) reportedGroup(ctx context.Context, i, s int) (Group, error) {
 		}
 		g := Group{Shard: s, Leader: i, ConfigIndex: st.GetConfigIndex(), Committed: st.GetConfigCommitted()}
 		for _, m := range st.GetGroup() {
-			g.Members = append(g.Members, cluster.GroupMember{ID: cluster.NodeID(m.GetId()), Voter: m.GetVoter()})
+			g.Members = append(g.Members, topology.GroupMember{ID: topology.NodeID(m.GetId()), Voter: m.GetVoter()})
 		}
 		g.Reported = len(g.Members) > 0
 		if !g.Reported {
@@ -129,7 +129,7 @@ func (c *Cluster) reportedGroup(ctx context.Context, i, s int) (Group, error) {
 
 // localGroup is the latest configuration of node i's replica of shard s,
 // read in-process.
-func (c *Cluster) localGroup(i, s int) ([]cluster.GroupMember, error) {
+func (c *Cluster) localGroup(i, s int) ([]topology.GroupMember, error) {
 	n := c.Node(i)
 	if n == nil {
 		return nil, fmt.Errorf("gridtest: %s is down", c.ID(i))
@@ -142,9 +142,9 @@ func (c *Cluster) localGroup(i, s int) ([]cluster.GroupMember, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]cluster.GroupMember, 0, len(servers))
+	out := make([]topology.GroupMember, 0, len(servers))
 	for _, srv := range servers {
-		out = append(out, cluster.GroupMember{ID: cluster.NodeID(srv.ID), Voter: srv.Suffrage == raft.Voter})
+		out = append(out, topology.GroupMember{ID: topology.NodeID(srv.ID), Voter: srv.Suffrage == raft.Voter})
 	}
 	return out, nil
 }
@@ -181,7 +181,7 @@ func (c *Cluster) closeConns() {
 // may be half done. The configuration must be committed when the leader
 // says whether it is; a non-voter, a member the map does not list or a map
 // replica missing from the group are mismatches.
-func (c *Cluster) groupMatches(s int, set []cluster.NodeID) string {
+func (c *Cluster) groupMatches(s int, set []topology.NodeID) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	g, err := c.LeaderGroup(ctx, s)
@@ -233,7 +233,7 @@ func (c *Cluster) Describe() string {
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		fmt.Fprintf(&b, "  node %s %v\n", id, m.Nodes[cluster.NodeID(id)].State)
+		fmt.Fprintf(&b, "  node %s %v\n", id, m.Nodes[topology.NodeID(id)].State)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

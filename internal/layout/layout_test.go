@@ -132,6 +132,7 @@ func TestLayout(t *testing.T) {
 		"google.golang.org/grpc", "google.golang.org/protobuf")
 	noDeps("tiering", "github.com/hashicorp/raft", "shard", "cluster", "api", "node")
 	noDeps("shard", "cluster", "api", "node", "github.com/hashicorp/memberlist")
+	onlyDeps("cluster/topology", "digest", "github.com/dgryski/go-farm")
 	noDeps("cluster", "api", "node")
 	noImports("api", "raftlog", "node")
 }

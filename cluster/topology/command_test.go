@@ -1,6 +1,8 @@
-package cluster
+package topology
 
-import "testing"
+import (
+	"testing"
+)
 
 // FuzzDecodeCommand: whatever decodes re-encodes to its input.
 func FuzzDecodeCommand(f *testing.F) {
