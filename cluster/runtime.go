@@ -225,7 +225,7 @@ func (n *Runtime) startControl() error {
 	if err != nil {
 		return err
 	}
-	snaps, err := raftlog.NewSnapshotStore(cfg.SnapshotDir, ControlGroup, 2, n.raftLogger())
+	snaps, err := raftlog.OpenSnapshots(cfg.SnapshotDir, ControlGroup, 2, n.raftLogger())
 	if err != nil {
 		_ = trans.Close()
 		return err

@@ -72,8 +72,11 @@
 //
 // # Snapshots
 //
-// Snapshots are not stored in Pebble: [NewSnapshotStore] gives each group a
-// raft.FileSnapshotStore in its own directory, dir/group-<id>.
+// Snapshots are not stored in Pebble: [OpenSnapshots] gives each group a
+// raft.FileSnapshotStore in its own directory, dir/group-<id>, and owns the
+// files a snapshot carries beside its stream (the cold tier's sstables, in
+// dir/cold/group-<id>/<snapshot id>): it removes those of the snapshots it
+// reaps, and [PurgeSnapshots] removes a group's snapshots with their files.
 //
 // # Timeouts and logs
 //

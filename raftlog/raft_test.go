@@ -86,7 +86,7 @@ func startRaft(t *testing.T, s *Store, snapDir string, group uint64, bootstrap b
 
 	n := &raftNode{fsm: &listFSM{}, g: s.Group(group)}
 	var err error
-	if n.snaps, err = NewSnapshotStore(snapDir, group, 2, nil); err != nil {
+	if n.snaps, err = OpenSnapshots(snapDir, group, 2, nil); err != nil {
 		t.Fatal(err)
 	}
 	var addr raft.ServerAddress

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -11,11 +12,11 @@ import (
 
 func TestSnapshotStorePerGroup(t *testing.T) {
 	dir := t.TempDir()
-	s1, err := NewSnapshotStore(dir, 1, 1, nil)
+	s1, err := OpenSnapshots(dir, 1, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2, err := NewSnapshotStore(dir, 2, 1, nil)
+	s2, err := OpenSnapshots(dir, 2, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,65 @@ func TestSnapshotStorePerGroup(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(dir, "group-1", "snapshots", l1[0].ID)); err != nil || !fi.IsDir() {
 		t.Fatalf("snapshot not under dir/group-1: %v", err)
 	}
-	if _, err := NewSnapshotStore(dir, 3, 0, nil); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := OpenSnapshots(dir, 3, 0, nil); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("retain=0: err = %v, want ErrInvalidArgument", err)
+	}
+}
+
+// TestSnapshotsOwnTheirFiles: closing a snapshot's sink removes the file
+// folders of the snapshots the store reaped (and strays), keeps those of
+// the snapshots it keeps, and PurgeSnapshots removes the group's snapshots
+// and files.
+func TestSnapshotsOwnTheirFiles(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenSnapshots(dir, 4, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, trans := raft.NewInmemTransport("")
+	attach := func(id string) {
+		if err := os.MkdirAll(filepath.Join(s.FilesDir(), id), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(s.FilesDir(), id, "000000.sst"), []byte("sst"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	attach("stray")
+	var ids []string
+	for i := uint64(1); i <= 3; i++ { // retain=2: the third reaps the first
+		sink, err := s.Create(raft.SnapshotVersionMax, 10*i, 1, raft.Configuration{}, 0, trans)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sink.ID())
+		attach(sink.ID())
+		if _, err := sink.Write([]byte("state")); err != nil {
+			t.Fatal(err)
+		}
+		if err := sink.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := os.ReadDir(s.FilesDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	slices.Sort(left)
+	want := slices.Sorted(slices.Values(ids[1:]))
+	if !slices.Equal(left, want) {
+		t.Fatalf("files left: %v, want those of the kept snapshots %v", left, want)
+	}
+	if err := PurgeSnapshots(dir, 4); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{s.FilesDir(), filepath.Join(dir, "group-4")} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("after purge, %s: %v, want it gone", p, err)
+		}
 	}
 }

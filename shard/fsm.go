@@ -25,11 +25,10 @@ type fsm struct {
 	mu   sync.RWMutex
 	m    *keyspace.Machine
 	cold *tiering.Shard // nil: no cold tier
-	// coldFiles is the directory of the cold tier's local snapshot files
-	// (one folder per snapshot id), and retained lists the ids of the
-	// snapshots Raft keeps, whose files stay.
+	// coldFiles is the directory of the files snapshots carry
+	// (raftlog.Snapshots.FilesDir): the cold tier's sstables of each, one
+	// folder per snapshot id.
 	coldFiles string
-	retained  func() ([]string, error)
 
 	// snapshotPause is how long the last Snapshot held the apply loop (ns).
 	snapshotPause atomic.Int64
@@ -69,8 +68,8 @@ var (
 	_ raft.FSMSnapshot = (*fsmSnapshot)(nil)
 )
 
-func newFSM(cold *tiering.Shard, coldFiles string, retained func() ([]string, error)) *fsm {
-	f := &fsm{m: keyspace.NewMachine(), cold: cold, coldFiles: coldFiles, retained: retained}
+func newFSM(cold *tiering.Shard, coldFiles string) *fsm {
+	f := &fsm{m: keyspace.NewMachine(), cold: cold, coldFiles: coldFiles}
 	if cold != nil {
 		f.m.UseCold(cold)
 	}
@@ -138,9 +137,9 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 		f.mu.Unlock()
 		f.snapshotPause.Store(int64(time.Since(start)))
 	}()
-	s := &fsmSnapshot{snap: f.m.Snapshot(), files: f.coldFiles, retained: f.retained}
+	s := &fsmSnapshot{snap: f.m.Snapshot(), files: f.coldFiles}
 	if f.cold != nil {
-		s.cold, s.tier = f.cold.Snapshot(), f.cold
+		s.cold = f.cold.Snapshot()
 	}
 	return s, nil
 }
@@ -183,14 +182,12 @@ func (f *fsm) view(fn func(m *keyspace.Machine)) {
 
 // fsmSnapshot is the hot machine's snapshot followed, when the shard has a
 // cold tier, by the cold tier's, whose records Persist also keeps as local
-// sstables (in files/<snapshot id>, files being <SnapshotDir>/cold/group-N)
-// for a fast restart.
+// sstables among the snapshot's files (files/<snapshot id>) for a fast
+// restart. The snapshot store prunes the files of the snapshots it reaps.
 type fsmSnapshot struct {
-	snap     *keyspace.Snapshot
-	cold     *tiering.ShardSnapshot
-	tier     *tiering.Shard
-	files    string
-	retained func() ([]string, error)
+	snap  *keyspace.Snapshot
+	cold  *tiering.ShardSnapshot
+	files string
 }
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
@@ -202,16 +199,7 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 		_ = sink.Cancel()
 		return fmt.Errorf("shard: persist snapshot: %w", err)
 	}
-	if err := sink.Close(); err != nil {
-		return err
-	}
-	if s.cold != nil {
-		// Best effort: files left over are removed after the next snapshot.
-		if ids, err := s.retained(); err == nil {
-			_ = s.tier.PruneSnapshotFiles(s.files, ids)
-		}
-	}
-	return nil
+	return sink.Close()
 }
 
 func (s *fsmSnapshot) Release() {

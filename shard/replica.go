@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -164,23 +163,14 @@ func Open(cfg Config) (*Replica, error) {
 			return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
 		}
 	}
-	snaps, err := raftlog.NewSnapshotStore(cfg.SnapshotDir, cfg.ID, 2, raftLogger(cfg.Logger, cfg.ID))
+	snaps, err := raftlog.OpenSnapshots(cfg.SnapshotDir, cfg.ID, 2, raftLogger(cfg.Logger, cfg.ID))
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
 	}
-	// The cold tier keeps its records of each retained snapshot as
-	// sstables there, so that a restart links them in instead of
-	// rewriting them from the snapshot stream.
-	coldFiles := coldFilesDir(cfg.SnapshotDir, cfg.ID)
-	retained := func() ([]string, error) {
-		metas, err := snaps.List()
-		ids := make([]string, len(metas))
-		for i, m := range metas {
-			ids[i] = m.ID
-		}
-		return ids, err
-	}
-	s := &Replica{cfg: cfg, fsm: newFSM(cfg.Cold, coldFiles, retained), store: cfg.Logs.Group(cfg.ID), quit: make(chan struct{})}
+	// The cold tier keeps its records of each snapshot as sstables among
+	// the snapshot's files, so that a restart links them in instead of
+	// rewriting them from the snapshot stream; the store prunes them.
+	s := &Replica{cfg: cfg, fsm: newFSM(cfg.Cold, snaps.FilesDir()), store: cfg.Logs.Group(cfg.ID), quit: make(chan struct{})}
 	s.fsm.snapConf = func() (uint64, raft.Configuration, bool) { return latestSnapshotConfig(snaps) }
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
@@ -241,12 +231,6 @@ func Open(cfg Config) (*Replica, error) {
 	s.wg.Add(1)
 	go s.lead()
 	return s, nil
-}
-
-// coldFilesDir is where the cold tier keeps the sstable files of group's
-// retained snapshots, under the snapshot directory dir.
-func coldFilesDir(dir string, group uint64) string {
-	return filepath.Join(dir, "cold", fmt.Sprintf("group-%d", group))
 }
 
 // ID is the shard id.

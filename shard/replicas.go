@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/l4xg/grid/digest"
+	"github.com/l4xg/grid/internal/dirsync"
 	"github.com/l4xg/grid/raftlog"
 )
 
@@ -58,7 +59,7 @@ func (h *Host) HasState(id int) (bool, error) {
 		return false, fmt.Errorf("shard %d: %w", id, err)
 	}
 	g := h.logs.Group(uint64(id))
-	snaps, err := raftlog.NewSnapshotStore(h.snapshotDir(), uint64(id), 2, nil)
+	snaps, err := raftlog.OpenSnapshots(h.snapshotDir(), uint64(id), 2, nil)
 	if err != nil {
 		return false, fmt.Errorf("shard %d: %w", id, err)
 	}
@@ -204,50 +205,19 @@ func (h *Host) purge(i int) error {
 	if err := os.WriteFile(marker, nil, 0o644); err != nil {
 		return fmt.Errorf("shard %d: purge: %w", i, err)
 	}
-	if err := syncDir(h.cfg.DataDir); err != nil {
+	if err := dirsync.Sync(h.cfg.DataDir); err != nil {
 		return fmt.Errorf("shard %d: purge: %w", i, err)
 	}
-	dir := h.snapshotDir()
 	err := errors.Join(
 		h.logs.DeleteGroup(uint64(i)),
-		os.RemoveAll(raftSnapshotDir(dir, uint64(i))),
-		os.RemoveAll(coldFilesDir(dir, uint64(i))),
+		raftlog.PurgeSnapshots(h.snapshotDir(), uint64(i)),
 		h.cold.Shard(uint32(i)).Wipe(),
 	)
-	if err == nil {
-		err = syncExisting(dir, filepath.Join(dir, "cold"))
-	}
 	if err != nil {
 		return fmt.Errorf("shard %d: purge: %w", i, err)
 	}
 	if err := os.Remove(marker); err != nil {
 		return fmt.Errorf("shard %d: purge: %w", i, err)
 	}
-	return syncDir(h.cfg.DataDir)
-}
-
-// raftSnapshotDir is where raftlog.NewSnapshotStore keeps group's Raft
-// snapshots under dir.
-func raftSnapshotDir(dir string, group uint64) string {
-	return filepath.Join(dir, "group-"+strconv.FormatUint(group, 10))
-}
-
-// syncExisting syncs those of dirs that exist, so that removals in them
-// are durable.
-func syncExisting(dirs ...string) error {
-	for _, d := range dirs {
-		if err := syncDir(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return dirsync.Sync(h.cfg.DataDir)
 }

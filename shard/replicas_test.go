@@ -152,11 +152,15 @@ func TestStopReplicaKeepsOrPurges(t *testing.T) {
 	if err := h.StopReplica(0, true); err != nil {
 		t.Fatal(err)
 	}
-	snaps := h.snapshotDir()
-	for _, p := range []string{raftSnapshotDir(snaps, 0), coldFilesDir(snaps, 0), h.purgeMarker(0)} {
-		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("after purge, %s: %v, want it gone", p, err)
-		}
+	if _, err := os.Stat(h.purgeMarker(0)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("after purge, the purge marker: %v, want it gone", err)
+	}
+	if snaps, err := raftlog.OpenSnapshots(h.snapshotDir(), 0, 2, nil); err != nil {
+		t.Fatal(err)
+	} else if metas, err := snaps.List(); err != nil || len(metas) != 0 {
+		t.Errorf("after purge, snapshots %v, %v; want none", metas, err)
+	} else if _, err := os.Stat(snaps.FilesDir()); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("after purge, the snapshots' files: %v, want them gone", err)
 	}
 	if last, err := h.logs.Group(0).LastIndex(); err != nil || last != 0 {
 		t.Errorf("after purge, the group's last log index: %d, %v; want 0", last, err)
@@ -192,7 +196,7 @@ func TestInterruptedPurgeIsFinished(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "purging-shard-1"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.RemoveAll(raftSnapshotDir(h.snapshotDir(), 1)); err != nil {
+	if err := raftlog.PurgeSnapshots(h.snapshotDir(), 1); err != nil {
 		t.Fatal(err)
 	}
 	s = startLeader(t, h, 1, true)

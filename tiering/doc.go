@@ -84,9 +84,9 @@
 // records, as ingesting over it could lose them. A snapshot installed from
 // another replica has no files here, nor has one written before this
 // format, and damaged or missing files also send the restore to the
-// stream: the files only ever save time. The caller removes the files of
-// snapshots it no longer keeps (Shard.PruneSnapshotFiles). ShardStats
-// counts the restores of each kind.
+// stream: the files only ever save time. The snapshot store that keeps the
+// snapshots removes the files of those it no longer keeps
+// (raftlog.Snapshots). ShardStats counts the restores of each kind.
 //
 // # Failures
 //

@@ -10,7 +10,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
@@ -516,34 +515,6 @@ func (s *Store) ingestLinks(shard uint32, dir string, n int) error {
 		}
 		return nil
 	})
-}
-
-// PruneSnapshotFiles removes the snapshot files in dir of every snapshot
-// whose id keep does not hold. It touches only files, so it may run beside
-// the shard's writer; a restore that loses its files to it meanwhile reads
-// the stream.
-func (s *Shard) PruneSnapshotFiles(dir string, keep []string) error {
-	fs := s.store.opts.FS
-	names, err := fs.List(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("%w: snapshot files: %w", ErrStorage, err)
-	}
-	var errs []error
-	for _, name := range names {
-		if slices.Contains(keep, name) {
-			continue
-		}
-		if err := fs.RemoveAll(fs.PathJoin(dir, name)); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("%w: snapshot files: %w", ErrStorage, err)
-	}
-	return nil
 }
 
 // header reads a stream's magic and, in the format that has one, its

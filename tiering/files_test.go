@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"slices"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -216,29 +215,6 @@ func TestWriteWithFilesSurvivesUnwritableFiles(t *testing.T) {
 		t.Fatalf("restores from the stream: %d, want 1", st.StreamRestores)
 	}
 	checkHolds(t, sh, want)
-}
-
-func TestPruneSnapshotFiles(t *testing.T) {
-	s := openTest(t, testOptions())
-	sh := s.Shard(3)
-	fill(t, sh, 0, 10)
-	for _, id := range []string{"1-1-1", "1-2-2", "1-3-3"} {
-		persist(t, sh, id)
-	}
-	if err := sh.PruneSnapshotFiles(filesDir, []string{"1-3-3", "1-2-2", "1-9-9"}); err != nil {
-		t.Fatal(err)
-	}
-	names, err := s.opts.FS.List(filesDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(names)
-	if !slices.Equal(names, []string{"1-2-2", "1-3-3"}) {
-		t.Fatalf("left after pruning: %v", names)
-	}
-	if err := sh.PruneSnapshotFiles("nowhere", nil); err != nil {
-		t.Fatalf("pruning a missing directory: %v", err)
-	}
 }
 
 func TestWriteWithFilesRefusesBadIDs(t *testing.T) {
