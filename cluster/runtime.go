@@ -81,24 +81,9 @@ type Config struct {
 	Logger       *slog.Logger
 }
 
-func (c *Config) validate() error {
-	if err := c.ID.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", topology.ErrConfig, err)
-	}
-	switch {
-	case c.GRPCAddr == "":
-		return fmt.Errorf("%w: GRPCAddr is required", topology.ErrConfig)
-	case c.Host == nil || c.Mux == nil || c.Logs == nil || c.Remote == nil:
-		return fmt.Errorf("%w: Host, Mux, Logs and Remote are required", topology.ErrConfig)
-	case c.SnapshotDir == "":
-		return fmt.Errorf("%w: SnapshotDir is required", topology.ErrConfig)
-	case c.BootstrapExpect < 0:
-		return fmt.Errorf("%w: bootstrap-expect %d is negative", topology.ErrConfig, c.BootstrapExpect)
-	case c.Replicas < 0 || c.Replicas > topology.MaxReplicas:
-		return fmt.Errorf("%w: replicas %d out of range 1..%d", topology.ErrConfig, c.Replicas, topology.MaxReplicas)
-	case c.GracePeriod < 0:
-		return fmt.Errorf("%w: grace period %v is negative", topology.ErrConfig, c.GracePeriod)
-	}
+// withDefaults is c with every unset field at its default: the one place
+// the defaults of the runtime's config are.
+func (c Config) withDefaults() Config {
 	if c.Replicas == 0 {
 		c.Replicas = DefaultReplicas
 	}
@@ -116,6 +101,30 @@ func (c *Config) validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports whether c, with its defaults, can start a runtime;
+// errors wrap topology.ErrConfig.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if err := c.ID.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", topology.ErrConfig, err)
+	}
+	switch {
+	case c.GRPCAddr == "":
+		return fmt.Errorf("%w: GRPCAddr is required", topology.ErrConfig)
+	case c.Host == nil || c.Mux == nil || c.Logs == nil || c.Remote == nil:
+		return fmt.Errorf("%w: Host, Mux, Logs and Remote are required", topology.ErrConfig)
+	case c.SnapshotDir == "":
+		return fmt.Errorf("%w: SnapshotDir is required", topology.ErrConfig)
+	case c.BootstrapExpect < 0:
+		return fmt.Errorf("%w: bootstrap-expect %d is negative", topology.ErrConfig, c.BootstrapExpect)
+	case c.Replicas < 0 || c.Replicas > topology.MaxReplicas:
+		return fmt.Errorf("%w: replicas %d out of range 1..%d", topology.ErrConfig, c.Replicas, topology.MaxReplicas)
+	case c.GracePeriod < 0:
+		return fmt.Errorf("%w: grace period %v is negative", topology.ErrConfig, c.GracePeriod)
 	}
 	return nil
 }
@@ -179,7 +188,8 @@ var _ interface {
 
 // Start joins (or forms) the cluster and starts the node's loops.
 func Start(cfg Config) (*Runtime, error) {
-	if err := cfg.validate(); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	n := &Runtime{cfg: cfg, ctl: NewControl(), wake: make(chan struct{}, 1), quit: make(chan struct{}), loggedOnce: map[topology.NodeID]uint64{}}

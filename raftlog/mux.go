@@ -48,8 +48,21 @@ type MuxConfig struct {
 	Logger *slog.Logger
 }
 
-// Validate checks the config.
+// withDefaults is c with every unset field at its default.
+func (c MuxConfig) withDefaults() MuxConfig {
+	if c.HeaderTimeout == 0 {
+		c.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports whether c, with its defaults, is usable, wrapping
+// ErrInvalidOptions if not.
 func (c MuxConfig) Validate() error {
+	c = c.withDefaults()
 	if c.HeaderTimeout < 0 {
 		return fmt.Errorf("%w: negative HeaderTimeout %v", ErrInvalidOptions, c.HeaderTimeout)
 	}
@@ -101,6 +114,7 @@ func ListenMux(addr string, cfg MuxConfig) (*Mux, error) {
 // NewMux returns a Mux that accepts connections on ln until Close, which
 // also closes ln. On error ln is left open.
 func NewMux(ln net.Listener, cfg MuxConfig) (*Mux, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -123,12 +137,6 @@ func NewMux(ln net.Listener, cfg MuxConfig) (*Mux, error) {
 		done:          make(chan struct{}),
 		layers:        make(map[uint64]*layer),
 		pending:       make(map[net.Conn]struct{}),
-	}
-	if m.headerTimeout == 0 {
-		m.headerTimeout = DefaultHeaderTimeout
-	}
-	if m.log == nil {
-		m.log = slog.New(slog.DiscardHandler)
 	}
 	m.wg.Add(1)
 	go m.acceptLoop()

@@ -66,8 +66,18 @@ type Options struct {
 	Logger Logger
 }
 
-// Validate reports whether o is usable, wrapping ErrInvalidOptions if not.
+// withDefaults is o with every unset field at its default.
+func (o Options) withDefaults() Options {
+	if o.CacheSize == 0 {
+		o.CacheSize = DefaultCacheSize
+	}
+	return o
+}
+
+// Validate reports whether o, with its defaults, is usable, wrapping
+// ErrInvalidOptions if not.
 func (o Options) Validate() error {
+	o = o.withDefaults()
 	if o.CacheSize < 0 {
 		return fmt.Errorf("%w: negative CacheSize %d", ErrInvalidOptions, o.CacheSize)
 	}
@@ -106,6 +116,7 @@ func Open(dir string, opts Options) (*Store, error) {
 
 // open is Open with an optional filesystem, used by tests to observe syncs.
 func open(dir string, opts Options, fs vfs.FS) (*Store, error) {
+	opts = opts.withDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -114,9 +125,6 @@ func open(dir string, opts Options, fs vfs.FS) (*Store, error) {
 		FormatMajorVersion: formatVersion,
 		FS:                 fs,
 		MemTableSize:       memTableSize,
-	}
-	if po.CacheSize == 0 {
-		po.CacheSize = DefaultCacheSize
 	}
 	if opts.Logger != nil {
 		po.Logger = opts.Logger

@@ -19,8 +19,24 @@ type TransportConfig struct {
 	Logger hclog.Logger
 }
 
-// Validate checks the config.
+// withDefaults is c with every unset field at its default.
+func (c TransportConfig) withDefaults() TransportConfig {
+	if c.MaxPool == 0 {
+		c.MaxPool = 3
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	return c
+}
+
+// Validate reports whether c, with its defaults, is usable, wrapping
+// ErrInvalidOptions if not.
 func (c TransportConfig) Validate() error {
+	c = c.withDefaults()
 	if c.MaxPool < 0 || c.Timeout < 0 {
 		return fmt.Errorf("%w: negative TransportConfig field: %+v", ErrInvalidOptions, c)
 	}
@@ -43,17 +59,9 @@ const maxRPCsInFlight = 1
 // the node. Closing the transport closes the layer, which unregisters the
 // group and closes its connections.
 func NewTransport(mux *Mux, group uint64, cfg TransportConfig) (*raft.NetworkTransport, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if cfg.MaxPool == 0 {
-		cfg.MaxPool = 3
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 10 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = hclog.NewNullLogger()
 	}
 	stream, err := mux.Layer(group)
 	if err != nil {

@@ -85,27 +85,58 @@ type Host struct {
 	lifecycle []sync.Mutex
 }
 
+// withDefaults is c with every unset field at its default: the one place
+// the defaults of a host's config are. Shards defaults to the data
+// directory's stored count, else DefaultShards.
+func (c HostConfig) withDefaults() HostConfig {
+	if c.NodeID == "" {
+		c.NodeID = "node-1"
+	}
+	if c.Slots == 0 {
+		c.Slots = DefaultSlots
+	}
+	if c.Shards == 0 {
+		c.Shards = DefaultShards
+		if c.DataDir != "" {
+			if stored, err := readSettings(c.DataDir); err == nil {
+				c.Shards = stored.Shards
+			}
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.MaxClockOffset == 0 {
+		c.MaxClockOffset = digest.DefaultMaxClockOffset
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	return c
+}
+
+// Validate reports whether c, with its defaults, can open a host.
+func (c HostConfig) Validate() error {
+	c = c.withDefaults()
+	if c.DataDir == "" {
+		return errors.New("shard: host config: DataDir is required")
+	}
+	if c.Shards < 1 || uint32(c.Shards) > c.Slots || c.Shards > 1<<digest.MaxTokenBits {
+		return fmt.Errorf("shard: host config: shards %d out of range 1..min(%d (slots), %d (tokens name the shard))", c.Shards, c.Slots, 1<<digest.MaxTokenBits)
+	}
+	if err := ValidateMaxClockOffset(c.MaxClockOffset); err != nil {
+		return fmt.Errorf("shard: host config: %w", err)
+	}
+	return nil
+}
+
 // OpenHost opens (or creates) the node's data directory: its hard
 // settings, Raft log store and cold tier. It starts no replica; the caller
 // starts those it hosts.
 func OpenHost(cfg HostConfig) (*Host, error) {
-	if cfg.DataDir == "" {
-		return nil, errors.New("shard: host config: DataDir is required")
-	}
-	if cfg.NodeID == "" {
-		cfg.NodeID = "node-1"
-	}
-	if cfg.Slots == 0 {
-		cfg.Slots = DefaultSlots
-	}
-	if cfg.Shards == 0 {
-		cfg.Shards = DefaultShards
-		if stored, err := readSettings(cfg.DataDir); err == nil {
-			cfg.Shards = stored.Shards
-		}
-	}
-	if cfg.Shards < 1 || uint32(cfg.Shards) > cfg.Slots || cfg.Shards > 1<<digest.MaxTokenBits {
-		return nil, fmt.Errorf("shard: host config: shards %d out of range 1..min(%d (slots), %d (tokens name the shard))", cfg.Shards, cfg.Slots, 1<<digest.MaxTokenBits)
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("shard: data dir: %w", err)
@@ -113,18 +144,6 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 	settings, err := loadOrCreateSettings(cfg.DataDir, HardSettings{Slots: cfg.Slots, Shards: cfg.Shards})
 	if err != nil {
 		return nil, err
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.MaxClockOffset == 0 {
-		cfg.MaxClockOffset = digest.DefaultMaxClockOffset
-	}
-	if err := ValidateMaxClockOffset(cfg.MaxClockOffset); err != nil {
-		return nil, fmt.Errorf("shard: host config: %w", err)
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = time.Now
 	}
 	logs, err := raftlog.Open(filepath.Join(cfg.DataDir, "raft"), raftlog.Options{NoSync: cfg.NoSync, Logger: pebbleLogger{cfg.Logger}})
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -77,17 +76,9 @@ type Config struct {
 	tuneRaft func(*raft.Config)
 }
 
-// Validate checks the config and fills defaults.
-func (c *Config) Validate() error {
-	if c.NodeID == "" {
-		return errors.New("shard: config: NodeID is required")
-	}
-	if c.Logs == nil {
-		return errors.New("shard: config: Logs is required")
-	}
-	if c.SnapshotDir == "" {
-		return errors.New("shard: config: SnapshotDir is required")
-	}
+// withDefaults is c with every unset field at its default: the one place
+// the defaults of a replica's config are.
+func (c Config) withDefaults() Config {
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
@@ -97,20 +88,8 @@ func (c *Config) Validate() error {
 	if c.MaxClockOffset == 0 {
 		c.MaxClockOffset = digest.DefaultMaxClockOffset
 	}
-	if err := ValidateMaxClockOffset(c.MaxClockOffset); err != nil {
-		return fmt.Errorf("shard: config: %w", err)
-	}
 	if c.HotWindow <= 0 {
 		c.HotWindow = keyspace.DefaultHotWindow * time.Millisecond
-	}
-	if c.HotMaxBytes < 0 {
-		return errors.New("shard: config: HotMaxBytes must not be negative")
-	}
-	if err := c.Tokens.Validate(); err != nil {
-		return fmt.Errorf("shard: config: %w", err)
-	}
-	if c.Tokens.Bits > 0 && uint64(c.Tokens.Shard) != c.ID {
-		return fmt.Errorf("shard: config: the token layout names shard %d, this is shard %d", c.Tokens.Shard, c.ID)
 	}
 	if c.MaxEntryCommands <= 0 || c.MaxEntryCommands > keyspace.MaxEntryCommands {
 		c.MaxEntryCommands = 4096
@@ -122,7 +101,32 @@ func (c *Config) Validate() error {
 		c.HeartbeatTimeout = 500 * time.Millisecond
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports whether c, with its defaults, can open a replica.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.NodeID == "":
+		return errors.New("shard: config: NodeID is required")
+	case c.Logs == nil:
+		return errors.New("shard: config: Logs is required")
+	case c.SnapshotDir == "":
+		return errors.New("shard: config: SnapshotDir is required")
+	case c.HotMaxBytes < 0:
+		return errors.New("shard: config: HotMaxBytes must not be negative")
+	}
+	if err := ValidateMaxClockOffset(c.MaxClockOffset); err != nil {
+		return fmt.Errorf("shard: config: %w", err)
+	}
+	if err := c.Tokens.Validate(); err != nil {
+		return fmt.Errorf("shard: config: %w", err)
+	}
+	if c.Tokens.Bits > 0 && uint64(c.Tokens.Shard) != c.ID {
+		return fmt.Errorf("shard: config: the token layout names shard %d, this is shard %d", c.Tokens.Shard, c.ID)
 	}
 	return nil
 }
@@ -153,6 +157,7 @@ func raftLogger(l *slog.Logger, id uint64) hclog.Logger {
 
 // Open starts the replica.
 func Open(cfg Config) (*Replica, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

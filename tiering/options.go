@@ -63,8 +63,10 @@ type Options struct {
 	OnError func(error)
 }
 
-// Validate reports whether o is usable, wrapping ErrInvalidOptions if not.
+// Validate reports whether o, with its defaults, is usable, wrapping
+// ErrInvalidOptions if not.
 func (o Options) Validate() error {
+	o = o.withDefaults()
 	if o.CacheSize < 0 {
 		return fmt.Errorf("%w: negative CacheSize %d", ErrInvalidOptions, o.CacheSize)
 	}
@@ -74,6 +76,8 @@ func (o Options) Validate() error {
 	return nil
 }
 
+// withDefaults is o with every unset field at its default: the one place
+// the cold tier's defaults are.
 func (o Options) withDefaults() Options {
 	if o.FS == nil {
 		o.FS = vfs.Default

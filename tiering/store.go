@@ -47,10 +47,10 @@ type Store struct {
 
 // Open opens or creates the cold tier in directory dir.
 func Open(dir string, opts Options) (*Store, error) {
-	if err := opts.Validate(); err != nil {
+	o := opts.withDefaults()
+	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	o := opts.withDefaults()
 	s := &Store{
 		opts:    o,
 		log:     o.Logger.With("component", "tiering"),
