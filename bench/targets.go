@@ -14,6 +14,7 @@ import (
 	"github.com/l4xg/grid/bench/internal/launch"
 	"github.com/l4xg/grid/bench/internal/target"
 	"github.com/l4xg/grid/bench/internal/workload"
+	"github.com/l4xg/grid/internal/gridproc"
 )
 
 // cleanupTimeout bounds the removal of a cell's keys, even after ^C.
@@ -48,7 +49,7 @@ func newGridShared(ctx context.Context, b *bencher) (*gridShared, error) {
 			return nil, err
 		}
 		fmt.Fprintln(b.log, "bench: building ./cmd/gridnode")
-		if b.bin, err = launch.BuildGridnode(ctx, mod, b.tmp); err != nil {
+		if b.bin, err = gridproc.BuildGridnode(ctx, mod, b.tmp); err != nil {
 			return nil, err
 		}
 	}

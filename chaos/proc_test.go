@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -73,12 +71,11 @@ func (p *procNode) start() {
 // buildGridnode builds the gridnode binary into a temporary directory.
 func buildGridnode(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "gridnode")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/l4xg/grid/cmd/gridnode").CombinedOutput()
+	bin, err := gridproc.BuildGridnode(ctx, "", t.TempDir())
 	if err != nil {
-		t.Fatalf("go build gridnode: %v\n%s", err, out)
+		t.Fatal(err)
 	}
 	return bin
 }

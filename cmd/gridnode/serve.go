@@ -16,6 +16,7 @@ import (
 	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
+	"github.com/l4xg/grid/internal/gridproc"
 	"github.com/l4xg/grid/node"
 	"github.com/l4xg/grid/shard"
 )
@@ -128,9 +129,9 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		if err := n.WaitReady(readyCtx); err == nil {
 			logger.Info("ready", "took", time.Since(start).Round(time.Millisecond))
 			if h := n.HTTPAddr(); h != "" {
-				fmt.Fprintf(stdout, "ready: http %s\n", h) // before grpc: tools wait for the grpc line
+				fmt.Fprintf(stdout, "%s%s\n", gridproc.ReadyHTTP, h) // before grpc: tools wait for the grpc line
 			}
-			fmt.Fprintf(stdout, "ready: grpc %s\n", n.Addr())
+			fmt.Fprintf(stdout, "%s%s\n", gridproc.ReadyGRPC, n.Addr())
 		}
 	}()
 	<-ctx.Done()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -190,4 +191,17 @@ func (w *readyWatch) scan(line string) {
 			close(w.p.ready)
 		})
 	}
+}
+
+// BuildGridnode builds the gridnode binary (the module's cmd/gridnode) into
+// dir and returns its path. moduleDir is a directory inside the module; ""
+// means the working directory.
+func BuildGridnode(ctx context.Context, moduleDir, dir string) (string, error) {
+	bin := filepath.Join(dir, "gridnode")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/l4xg/grid/cmd/gridnode")
+	cmd.Dir = moduleDir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("gridproc: go build cmd/gridnode: %w\n%s", err, out)
+	}
+	return bin, nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -16,18 +15,6 @@ import (
 
 // readyTimeout bounds the wait for a node's "ready: grpc" line.
 const readyTimeout = 60 * time.Second
-
-// BuildGridnode builds ./cmd/gridnode of the module in moduleDir into dir
-// and returns the binary's path.
-func BuildGridnode(ctx context.Context, moduleDir, dir string) (string, error) {
-	bin := filepath.Join(dir, "gridnode")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/gridnode")
-	cmd.Dir = moduleDir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("launch: go build ./cmd/gridnode: %w\n%s", err, out)
-	}
-	return bin, nil
-}
 
 // ModuleDir finds the directory of the module that holds ./cmd/gridnode,
 // from dir upwards.
