@@ -4,7 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/shard"
 )
 
@@ -30,8 +30,14 @@ import (
 // alerts are l4xg_grid_clock_outside_bound and
 // l4xg_grid_clock_shards_behind_stamps; status shows clock_ok.
 
+// ClockReporter is the node's clock as measured against its peers
+// (cluster.ClockOffsets on a clustered node).
+type ClockReporter interface {
+	Report() topology.ClockReport
+}
+
 // clockStatus fills the clock fields of a Status answer.
-func clockStatus(host *shard.Host, offsets *cluster.ClockOffsets, resp *gridpb.StatusResponse) {
+func clockStatus(host *shard.Host, offsets ClockReporter, resp *gridpb.StatusResponse) {
 	resp.MaxClockOffsetMs = host.MaxClockOffset().Milliseconds()
 	resp.ClockOk = true
 	if offsets != nil {
@@ -43,11 +49,11 @@ func clockStatus(host *shard.Host, offsets *cluster.ClockOffsets, resp *gridpb.S
 // clockCollector reports the node's clock at scrape time.
 type clockCollector struct {
 	host                                                   *shard.Host
-	offsets                                                *cluster.ClockOffsets // nil on a standalone node
+	offsets                                                ClockReporter // nil on a standalone node
 	offset, max, outside, behind, peers, peer, uncertainty *prometheus.Desc
 }
 
-func newClockCollector(host *shard.Host, offsets *cluster.ClockOffsets) *clockCollector {
+func newClockCollector(host *shard.Host, offsets ClockReporter) *clockCollector {
 	return &clockCollector{
 		host: host, offsets: offsets,
 		offset: prometheus.NewDesc("l4xg_grid_clock_offset_seconds",
@@ -86,7 +92,7 @@ func (c *clockCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.max, c.host.MaxClockOffset().Seconds())
 	gauge(c.outside, outside)
 	gauge(c.behind, float64(len(c.host.ShardsBehindStamps())))
-	var r cluster.ClockReport
+	var r topology.ClockReport
 	if c.offsets != nil {
 		r = c.offsets.Report()
 	}

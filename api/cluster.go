@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 
-	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/cluster/topology"
 )
 
@@ -27,10 +26,10 @@ type ClusterView interface {
 	ControlTerm() uint64
 	// Drain marks node id draining (the planner then moves its replicas
 	// away and removes it). Only the control leader can; elsewhere it
-	// fails with cluster.ErrNotControlLeader. Unless force, it refuses a
+	// fails with topology.ErrNotControlLeader. Unless force, it refuses a
 	// drain that would leave fewer active nodes than the replica count
 	// (topology.ErrUnderReplicated).
-	Drain(ctx context.Context, id topology.NodeID, force bool) (cluster.DrainStatus, error)
+	Drain(ctx context.Context, id topology.NodeID, force bool) (topology.DrainStatus, error)
 	// Ready reports whether the node serves (cluster.Runtime.Ready).
 	Ready() bool
 	// CurrentEpoch is the current map's epoch, known only to the control

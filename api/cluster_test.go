@@ -16,7 +16,6 @@ import (
 
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/gridtest"
@@ -35,7 +34,7 @@ type testView struct {
 	alive         map[topology.NodeID]bool
 	controlLeader topology.NodeID
 	controlTerm   uint64
-	drain         func(ctx context.Context, id topology.NodeID, force bool) (cluster.DrainStatus, error)
+	drain         func(ctx context.Context, id topology.NodeID, force bool) (topology.DrainStatus, error)
 }
 
 var _ api.ClusterView = (*testView)(nil)
@@ -80,12 +79,12 @@ func (v *testView) ControlTerm() uint64 {
 	return v.controlTerm
 }
 
-func (v *testView) Drain(ctx context.Context, id topology.NodeID, force bool) (cluster.DrainStatus, error) {
+func (v *testView) Drain(ctx context.Context, id topology.NodeID, force bool) (topology.DrainStatus, error) {
 	v.mu.Lock()
 	drain := v.drain
 	v.mu.Unlock()
 	if drain == nil {
-		return cluster.DrainStatus{}, fmt.Errorf("%w (leader: %q)", cluster.ErrNotControlLeader, v.ControlLeader())
+		return topology.DrainStatus{}, fmt.Errorf("%w (leader: %q)", topology.ErrNotControlLeader, v.ControlLeader())
 	}
 	return drain(ctx, id, force)
 }
@@ -96,7 +95,7 @@ func (v *testView) Ready() bool { return v.Map() != nil }
 func (v *testView) CurrentEpoch(context.Context) (uint64, error) {
 	m := v.Map()
 	if m == nil || v.ControlLeader() != v.self {
-		return 0, cluster.ErrNotControlLeader
+		return 0, topology.ErrNotControlLeader
 	}
 	return m.Epoch, nil
 }

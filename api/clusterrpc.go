@@ -8,7 +8,6 @@ import (
 	"slices"
 
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/shard"
@@ -103,7 +102,7 @@ func (s *Server) Drain(ctx context.Context, req *gridpb.DrainRequest) (*gridpb.D
 	switch {
 	case err == nil:
 		return &gridpb.DrainResponse{NodeId: string(st.Node), State: st.State.String(), ReplicasLeft: uint32(st.ReplicasLeft), Epoch: st.Epoch}, nil
-	case errors.Is(err, cluster.ErrNotControlLeader) && !headerSet(ctx, MetadataForwarded):
+	case errors.Is(err, topology.ErrNotControlLeader) && !headerSet(ctx, MetadataForwarded):
 		return s.forwardDrain(ctx, id, req.GetForce(), err)
 	case errors.Is(err, topology.ErrRejected):
 		if m := cv.Map(); m != nil {
@@ -137,7 +136,7 @@ func (s *Server) forwardDrain(ctx context.Context, id topology.NodeID, force boo
 
 // ShardAdmin changes the Raft configuration of a shard this node leads.
 // A valid request fenced by a control term older than the one this node
-// knows is refused with FAILED_PRECONDITION (cluster.ErrStaleFence) before
+// knows is refused with FAILED_PRECONDITION (topology.ErrStaleFence) before
 // anything is done: its sender no longer leads the control group. So is one
 // without a fence (control term 0): every sender in the tree fences its
 // requests, and an unfenced one cannot be told from a deposed leader's.
@@ -199,10 +198,10 @@ func checkFence(req *gridpb.ShardAdminRequest, known uint64) error {
 	switch {
 	case term == 0:
 		return fmt.Errorf("%w: %s of shard %d carries no control term (this node knows term %d)",
-			cluster.ErrStaleFence, req.GetAction(), req.GetShard(), known)
+			topology.ErrStaleFence, req.GetAction(), req.GetShard(), known)
 	case term < known:
 		return fmt.Errorf("%w: %s of shard %d planned under control term %d (epoch %d); this node knows term %d",
-			cluster.ErrStaleFence, req.GetAction(), req.GetShard(), term, req.GetEpoch(), known)
+			topology.ErrStaleFence, req.GetAction(), req.GetShard(), term, req.GetEpoch(), known)
 	}
 	return nil
 }

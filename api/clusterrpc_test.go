@@ -17,7 +17,6 @@ import (
 
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/raftlog"
@@ -126,9 +125,9 @@ func TestDrainForwardedToControlLeader(t *testing.T) {
 	var mu sync.Mutex
 	var drained []topology.NodeID
 	leader := &testView{self: "b", m: m.Clone(), controlLeader: "b",
-		drain: func(_ context.Context, id topology.NodeID, force bool) (cluster.DrainStatus, error) {
+		drain: func(_ context.Context, id topology.NodeID, force bool) (topology.DrainStatus, error) {
 			if _, ok := m.Nodes[id]; !ok {
-				return cluster.DrainStatus{}, fmt.Errorf("%w: no node %q in the map", topology.ErrRejected, id)
+				return topology.DrainStatus{}, fmt.Errorf("%w: no node %q in the map", topology.ErrRejected, id)
 			}
 			mu.Lock()
 			if force {
@@ -136,7 +135,7 @@ func TestDrainForwardedToControlLeader(t *testing.T) {
 			}
 			drained = append(drained, id)
 			mu.Unlock()
-			return cluster.DrainStatus{Node: id, State: topology.NodeDraining, ReplicasLeft: 1, Epoch: 4}, nil
+			return topology.DrainStatus{Node: id, State: topology.NodeDraining, ReplicasLeft: 1, Epoch: 4}, nil
 		}}
 	follower := &testView{self: "a", m: m.Clone(), controlLeader: "b"}
 	startViewNode(t, leader, lisB)
@@ -393,11 +392,11 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		add := cluster.AdminRequest{Shard: 0, Action: cluster.AdminAddNonvoter, Node: n2.id, RaftAddr: n2.mux.Addr().String()}
-		for _, f := range []cluster.Fence{{ControlTerm: testTerm - 1, Epoch: testEpoch}, {}} {
+		add := topology.AdminRequest{Shard: 0, Action: topology.AdminAddNonvoter, Node: n2.id, RaftAddr: n2.mux.Addr().String()}
+		for _, f := range []topology.Fence{{ControlTerm: testTerm - 1, Epoch: testEpoch}, {}} {
 			add.Fence = f
 			_, err := p.ShardAdmin(gridtest.Context(t), n0.addr, add)
-			if !errors.Is(err, cluster.ErrStaleFence) || errors.Is(err, cluster.ErrNotShardLeader) {
+			if !errors.Is(err, topology.ErrStaleFence) || errors.Is(err, topology.ErrNotShardLeader) {
 				t.Errorf("add n2 to shard 0 under %+v (n0 knows term %d): %v, want ErrStaleFence", f, testTerm, err)
 			}
 			_, err = c0.ShardAdmin(gridtest.Context(t), &gridpb.ShardAdminRequest{Shard: 0, Action: gridpb.ShardAdminAction_TRANSFER_LEADERSHIP,
@@ -415,7 +414,7 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 		}
 		// A later term than the receiver knows is not stale: the receiver
 		// has not heard of the new term yet.
-		rm := cluster.AdminRequest{Shard: 0, Action: cluster.AdminRemoveServer, Node: "n9", Fence: cluster.Fence{ControlTerm: testTerm + 1}}
+		rm := topology.AdminRequest{Shard: 0, Action: topology.AdminRemoveServer, Node: "n9", Fence: topology.Fence{ControlTerm: testTerm + 1}}
 		if _, err := p.ShardAdmin(gridtest.Context(t), n0.addr, rm); err != nil {
 			t.Errorf("remove a non-member under a later term: %v", err)
 		}
@@ -475,7 +474,7 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 	t.Run("peers: shard status and shard admin", func(t *testing.T) {
 		p := api.NewPeers()
 		defer p.Close()
-		fence := cluster.Fence{ControlTerm: testTerm, Epoch: testEpoch}
+		fence := topology.Fence{ControlTerm: testTerm, Epoch: testEpoch}
 		st, ok, err := p.ShardStatus(gridtest.Context(t), n0.addr, 0)
 		if err != nil || !ok || st.RaftState != "Follower" || st.Leader != n1.id || st.Commit == 0 {
 			t.Errorf("ShardStatus of n0's replica of shard 0: %+v %v %v", st, ok, err)
@@ -492,11 +491,11 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 		if _, ok, err := p.ShardStatus(gridtest.Context(t), n2.addr, 0); ok || err != nil {
 			t.Errorf("ShardStatus of a shard n2 does not hold: ok=%v %v", ok, err)
 		}
-		_, err = p.ShardAdmin(gridtest.Context(t), n0.addr, cluster.AdminRequest{Shard: 0, Action: cluster.AdminRemoveServer, Node: n0.id, Fence: fence})
-		if !errors.Is(err, cluster.ErrNotShardLeader) {
+		_, err = p.ShardAdmin(gridtest.Context(t), n0.addr, topology.AdminRequest{Shard: 0, Action: topology.AdminRemoveServer, Node: n0.id, Fence: fence})
+		if !errors.Is(err, topology.ErrNotShardLeader) {
 			t.Errorf("ShardAdmin on a follower: %v, want ErrNotShardLeader", err)
 		}
-		commit, err := p.ShardAdmin(gridtest.Context(t), n1.addr, cluster.AdminRequest{Shard: 0, Action: cluster.AdminRemoveServer, Node: n0.id, Fence: fence})
+		commit, err := p.ShardAdmin(gridtest.Context(t), n1.addr, topology.AdminRequest{Shard: 0, Action: topology.AdminRemoveServer, Node: n0.id, Fence: fence})
 		if err != nil || commit == 0 {
 			t.Fatalf("remove n0 through the leader: %d %v", commit, err)
 		}

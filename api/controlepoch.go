@@ -5,13 +5,13 @@ import (
 	"fmt"
 
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 )
 
 // ControlEpoch asks the node at addr for the current map's epoch with the
 // ClusterMap RPC, which carries it only from the control group's leader
 // once it has caught up (cluster.Runtime.CurrentEpoch). Any other answer is
-// cluster.ErrNotControlLeader.
+// topology.ErrNotControlLeader.
 func (p *Peers) ControlEpoch(ctx context.Context, addr string) (uint64, error) {
 	c, err := p.client(addr)
 	if err != nil {
@@ -25,5 +25,5 @@ func (p *Peers) ControlEpoch(ctx context.Context, addr string) (uint64, error) {
 		return e, nil
 	}
 	return 0, fmt.Errorf("%w: %s (%s) does not lead the control group, or has not caught up with it yet (it names %q)",
-		cluster.ErrNotControlLeader, resp.GetNodeId(), addr, resp.GetControlLeader())
+		topology.ErrNotControlLeader, resp.GetNodeId(), addr, resp.GetControlLeader())
 }

@@ -58,7 +58,7 @@
 // other nodes, for forwarding and as the cluster.Remote the control leader
 // moves replicas with. ShardAdmin is fenced: a request planned under a
 // control term older than the receiving node knows, or under none, is
-// refused with FailedPrecondition (cluster.ErrStaleFence, which Peers gets
+// refused with FailedPrecondition (topology.ErrStaleFence, which Peers gets
 // back through an ErrorInfo detail), so a deposed control leader cannot
 // change a shard's group.
 //

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/shard"
@@ -37,7 +36,7 @@ func code(err error) codes.Code {
 		return codes.InvalidArgument
 	case errors.Is(err, errUnknownNode):
 		return codes.NotFound
-	case errors.Is(err, errStandalone), errors.Is(err, topology.ErrRejected), errors.Is(err, cluster.ErrStaleFence),
+	case errors.Is(err, errStandalone), errors.Is(err, topology.ErrRejected), errors.Is(err, topology.ErrStaleFence),
 		errors.Is(err, shard.ErrNotVoter):
 		return codes.FailedPrecondition
 	case errors.Is(err, context.DeadlineExceeded):
@@ -51,7 +50,7 @@ func code(err error) codes.Code {
 	case errors.Is(err, shard.ErrNotLeader), errors.Is(err, shard.ErrClosed),
 		errors.Is(err, shard.ErrOutcomeUnknown), errors.Is(err, errNotHosted),
 		errors.Is(err, errStarting), errors.Is(err, errRemoved), errors.Is(err, errForwardUnknown),
-		errors.Is(err, cluster.ErrNotControlLeader), errors.Is(err, cluster.ErrNotShardLeader):
+		errors.Is(err, topology.ErrNotControlLeader), errors.Is(err, topology.ErrNotShardLeader):
 		return codes.Unavailable
 	}
 	if st, ok := status.FromError(err); ok {
@@ -76,7 +75,7 @@ func toStatus(err error) error {
 	if st, ok := status.FromError(err); ok {
 		return st.Err()
 	}
-	if errors.Is(err, cluster.ErrStaleFence) {
+	if errors.Is(err, topology.ErrStaleFence) {
 		info := &errdetails.ErrorInfo{Reason: reasonStaleFence, Domain: errorDomain}
 		if st, derr := status.New(code(err), err.Error()).WithDetails(info); derr == nil {
 			return st.Err()
@@ -86,14 +85,14 @@ func toStatus(err error) error {
 }
 
 // The ErrorInfo that marks a refusal for a stale fence, so that the
-// sender's Peers gets cluster.ErrStaleFence back (fromStatus).
+// sender's Peers gets topology.ErrStaleFence back (fromStatus).
 const (
 	errorDomain      = "grid.l4xg"
 	reasonStaleFence = "STALE_FENCE"
 )
 
 // fromStatus returns the sentinel a peer's status error stands for, or nil:
-// cluster.ErrStaleFence for a refused stale fence.
+// topology.ErrStaleFence for a refused stale fence.
 func fromStatus(err error) error {
 	st, ok := status.FromError(err)
 	if !ok || st.Code() != codes.FailedPrecondition {
@@ -101,7 +100,7 @@ func fromStatus(err error) error {
 	}
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errorDomain && info.GetReason() == reasonStaleFence {
-			return cluster.ErrStaleFence
+			return topology.ErrStaleFence
 		}
 	}
 	return nil

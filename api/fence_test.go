@@ -9,7 +9,6 @@ import (
 
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/gridtest"
 )
@@ -73,9 +72,9 @@ func TestStaleFenceRefusedOnRealNodes(t *testing.T) {
 	}
 	p := api.NewPeers()
 	defer p.Close()
-	req := cluster.AdminRequest{Shard: 0, Action: cluster.AdminRemoveServer, Node: topology.NodeID(c.ID(victim)),
-		Fence: cluster.Fence{ControlTerm: oldTerm, Epoch: old.Epoch}}
-	if _, err := p.ShardAdmin(gridtest.Context(t), c.Addrs()[at], req); !errors.Is(err, cluster.ErrStaleFence) {
+	req := topology.AdminRequest{Shard: 0, Action: topology.AdminRemoveServer, Node: topology.NodeID(c.ID(victim)),
+		Fence: topology.Fence{ControlTerm: oldTerm, Epoch: old.Epoch}}
+	if _, err := p.ShardAdmin(gridtest.Context(t), c.Addrs()[at], req); !errors.Is(err, topology.ErrStaleFence) {
 		t.Fatalf("removal of %s under the deposed control term %d: %v, want ErrStaleFence", c.ID(victim), oldTerm, err)
 	}
 	after, err := r.Configuration()
@@ -89,9 +88,9 @@ func TestStaleFenceRefusedOnRealNodes(t *testing.T) {
 	// The current term passes the fence (the transfer may still be refused
 	// by Raft, or find leadership moved: not for its term).
 	cur := c.Node(at).Cluster().ControlTerm()
-	tr := cluster.AdminRequest{Shard: 0, Action: cluster.AdminTransferLeadership, Node: topology.NodeID(c.ID(victim)),
-		RaftAddr: c.Node(victim).RaftAddr(), Fence: cluster.Fence{ControlTerm: cur, Epoch: c.Map().Epoch}}
-	if _, err := p.ShardAdmin(gridtest.Context(t), c.Addrs()[at], tr); errors.Is(err, cluster.ErrStaleFence) {
+	tr := topology.AdminRequest{Shard: 0, Action: topology.AdminTransferLeadership, Node: topology.NodeID(c.ID(victim)),
+		RaftAddr: c.Node(victim).RaftAddr(), Fence: topology.Fence{ControlTerm: cur, Epoch: c.Map().Epoch}}
+	if _, err := p.ShardAdmin(gridtest.Context(t), c.Addrs()[at], tr); errors.Is(err, topology.ErrStaleFence) {
 		t.Fatalf("transfer under the current control term %d: %v", cur, err)
 	}
 }

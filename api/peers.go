@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/cluster/topology"
 )
 
@@ -28,8 +27,6 @@ type Peers struct {
 	conns  map[string]*grpc.ClientConn
 	closed bool
 }
-
-var _ cluster.Remote = (*Peers)(nil)
 
 // errPeersClosed: the pool was used after Close.
 var errPeersClosed = errors.New("api: peer connections closed")
@@ -95,9 +92,9 @@ func (p *Peers) Close() error {
 
 // ShardAdmin runs req on the node at addr with the ShardAdmin RPC, fenced
 // by req.Fence. A node that answers with a Redirect does not lead the
-// shard: cluster.ErrNotShardLeader; one that knows a later control term
-// refuses the request: cluster.ErrStaleFence.
-func (p *Peers) ShardAdmin(ctx context.Context, addr string, req cluster.AdminRequest) (uint64, error) {
+// shard: topology.ErrNotShardLeader; one that knows a later control term
+// refuses the request: topology.ErrStaleFence.
+func (p *Peers) ShardAdmin(ctx context.Context, addr string, req topology.AdminRequest) (uint64, error) {
 	c, err := p.client(addr)
 	if err != nil {
 		return 0, err
@@ -112,7 +109,7 @@ func (p *Peers) ShardAdmin(ctx context.Context, addr string, req cluster.AdminRe
 	})
 	if err != nil {
 		if redirectOf(err) != nil {
-			return 0, fmt.Errorf("%w: %s of shard %d at %s: %v", cluster.ErrNotShardLeader, req.Action, req.Shard, addr, err)
+			return 0, fmt.Errorf("%w: %s of shard %d at %s: %v", topology.ErrNotShardLeader, req.Action, req.Shard, addr, err)
 		}
 		if sentinel := fromStatus(err); sentinel != nil {
 			return 0, fmt.Errorf("%w: %s of shard %d at %s under control term %d: %v", sentinel, req.Action, req.Shard, addr, req.Fence.ControlTerm, err)
@@ -124,14 +121,14 @@ func (p *Peers) ShardAdmin(ctx context.Context, addr string, req cluster.AdminRe
 
 // ShardStatus asks the node at addr for its Status and returns what it
 // says of its replica of shard; ok is false when it holds none.
-func (p *Peers) ShardStatus(ctx context.Context, addr string, shard int) (cluster.ReplicaStatus, bool, error) {
+func (p *Peers) ShardStatus(ctx context.Context, addr string, shard int) (topology.ReplicaStatus, bool, error) {
 	c, err := p.client(addr)
 	if err != nil {
-		return cluster.ReplicaStatus{}, false, err
+		return topology.ReplicaStatus{}, false, err
 	}
 	resp, err := c.Status(ctx, &gridpb.StatusRequest{})
 	if err != nil {
-		return cluster.ReplicaStatus{}, false, fmt.Errorf("api: status of %s: %w", addr, err)
+		return topology.ReplicaStatus{}, false, fmt.Errorf("api: status of %s: %w", addr, err)
 	}
 	for _, s := range resp.GetShards() {
 		if int(s.GetId()) == shard {
@@ -142,12 +139,12 @@ func (p *Peers) ShardStatus(ctx context.Context, addr string, shard int) (cluste
 			return st, true, nil
 		}
 	}
-	return cluster.ReplicaStatus{}, false, nil
+	return topology.ReplicaStatus{}, false, nil
 }
 
 // replicaStatus is the cluster's form of a node's ShardStatus.
-func replicaStatus(s *gridpb.ShardStatus) cluster.ReplicaStatus {
-	st := cluster.ReplicaStatus{
+func replicaStatus(s *gridpb.ShardStatus) topology.ReplicaStatus {
+	st := topology.ReplicaStatus{
 		RaftState:       s.GetRaftState(),
 		Leader:          topology.NodeID(s.GetLeader()),
 		Applied:         s.GetAppliedIndex(),
@@ -169,15 +166,15 @@ func replicaStatus(s *gridpb.ShardStatus) cluster.ReplicaStatus {
 }
 
 // adminActionPB converts a cluster action to the protocol's.
-func adminActionPB(a cluster.AdminAction) gridpb.ShardAdminAction {
+func adminActionPB(a topology.AdminAction) gridpb.ShardAdminAction {
 	switch a {
-	case cluster.AdminAddNonvoter:
+	case topology.AdminAddNonvoter:
 		return gridpb.ShardAdminAction_ADD_NONVOTER
-	case cluster.AdminAddVoter:
+	case topology.AdminAddVoter:
 		return gridpb.ShardAdminAction_ADD_VOTER
-	case cluster.AdminRemoveServer:
+	case topology.AdminRemoveServer:
 		return gridpb.ShardAdminAction_REMOVE_SERVER
-	case cluster.AdminTransferLeadership:
+	case topology.AdminTransferLeadership:
 		return gridpb.ShardAdminAction_TRANSFER_LEADERSHIP
 	}
 	return gridpb.ShardAdminAction_SHARD_ADMIN_UNSPECIFIED

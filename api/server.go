@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/shard"
 )
@@ -36,7 +35,7 @@ type Options struct {
 	Peers *Peers
 	// ClockOffsets is the node's clock measured against its peers' (nil on
 	// a standalone node): Status reports it (clock.go).
-	ClockOffsets *cluster.ClockOffsets
+	ClockOffsets ClockReporter
 }
 
 // Server implements the Grid gRPC service over the shards of a host. The

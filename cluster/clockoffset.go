@@ -151,52 +151,22 @@ func (o *ClockOffsets) forget(peer topology.NodeID) {
 	o.refresh()
 }
 
-// PeerClock is the latest estimate of one peer's clock offset.
-type PeerClock struct {
-	ID topology.NodeID
-	// Offset is the peer's clock minus this node's; Uncertainty bounds
-	// its error (half the ping's round trip).
-	Offset, Uncertainty time.Duration
-	// Age is how long ago it was measured.
-	Age time.Duration
-	// Outside reports |Offset| - Uncertainty > the maximum offset.
-	Outside bool
-}
-
-// ClockReport is this node's clock as measured against its peers.
-type ClockReport struct {
-	MaxOffset time.Duration
-	// Offset is the median of Peers' offsets (0 with none): positive when
-	// the peers' clocks are ahead of this node's.
-	Offset time.Duration
-	// Peers are the estimates within the window, by id.
-	Peers []PeerClock
-	// Known counts the peers this node knows, measured within the window
-	// or not (those that left or died are forgotten).
-	Known int
-	// Outside counts the peers of Peers beyond the bound. OK is false
-	// when they are more than half of Known, true when those within it are
-	// at least half of Known, and otherwise what it was.
-	Outside int
-	OK      bool
-}
-
 // Report returns the current estimates and verdict.
-func (o *ClockOffsets) Report() ClockReport {
+func (o *ClockOffsets) Report() topology.ClockReport {
 	now := o.now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	r := ClockReport{MaxOffset: o.max, Known: len(o.peers)}
+	r := topology.ClockReport{MaxOffset: o.max, Known: len(o.peers)}
 	for id, s := range o.peers {
 		age := now.Sub(s.at)
 		if age > o.window {
 			continue
 		}
-		p := PeerClock{ID: id, Offset: s.offset, Uncertainty: s.uncertainty, Age: age}
+		p := topology.PeerClock{ID: id, Offset: s.offset, Uncertainty: s.uncertainty, Age: age}
 		p.Outside = abs(s.offset)-s.uncertainty > o.max
 		r.Peers = append(r.Peers, p)
 	}
-	slices.SortFunc(r.Peers, func(a, b PeerClock) int { return compareIDs(a.ID, b.ID) })
+	slices.SortFunc(r.Peers, func(a, b topology.PeerClock) int { return compareIDs(a.ID, b.ID) })
 	offsets := make([]time.Duration, len(r.Peers))
 	for i, p := range r.Peers {
 		offsets[i] = p.Offset

@@ -66,17 +66,17 @@ func (n *Runtime) addReplica(ctx context.Context, mv topology.Move) error {
 		}
 	}
 	info := n.Map().Nodes[mv.Add]
-	if err := n.waitReplica(ctx, info, mv.Shard, func(ReplicaStatus) bool { return true }); err != nil {
+	if err := n.waitReplica(ctx, info, mv.Shard, func(topology.ReplicaStatus) bool { return true }); err != nil {
 		return err
 	}
-	commit, err := n.adminOnLeader(ctx, AdminRequest{Shard: mv.Shard, Action: AdminAddNonvoter, Node: mv.Add, RaftAddr: info.RaftAddr})
+	commit, err := n.adminOnLeader(ctx, topology.AdminRequest{Shard: mv.Shard, Action: topology.AdminAddNonvoter, Node: mv.Add, RaftAddr: info.RaftAddr})
 	if err != nil {
 		return err
 	}
-	if err := n.waitReplica(ctx, info, mv.Shard, func(st ReplicaStatus) bool { return st.Applied >= commit }); err != nil {
+	if err := n.waitReplica(ctx, info, mv.Shard, func(st topology.ReplicaStatus) bool { return st.Applied >= commit }); err != nil {
 		return fmt.Errorf("catching up: %w", err)
 	}
-	_, err = n.adminOnLeader(ctx, AdminRequest{Shard: mv.Shard, Action: AdminAddVoter, Node: mv.Add, RaftAddr: info.RaftAddr})
+	_, err = n.adminOnLeader(ctx, topology.AdminRequest{Shard: mv.Shard, Action: topology.AdminAddVoter, Node: mv.Add, RaftAddr: info.RaftAddr})
 	return err
 }
 
@@ -114,7 +114,7 @@ func (n *Runtime) removeFromGroup(ctx context.Context, shard int, id, to topolog
 			return err
 		}
 	}
-	_, err := n.adminOnLeader(ctx, AdminRequest{Shard: shard, Action: AdminRemoveServer, Node: id})
+	_, err := n.adminOnLeader(ctx, topology.AdminRequest{Shard: shard, Action: topology.AdminRemoveServer, Node: id})
 	return err
 }
 
@@ -125,7 +125,7 @@ func (n *Runtime) transferTo(ctx context.Context, shard int, target topology.Nod
 	if err != nil || leader == target {
 		return err
 	}
-	req := AdminRequest{Shard: shard, Action: AdminTransferLeadership, Node: target}
+	req := topology.AdminRequest{Shard: shard, Action: topology.AdminTransferLeadership, Node: target}
 	if target != "" {
 		req.RaftAddr = n.Map().Nodes[target].RaftAddr
 	}
@@ -154,7 +154,7 @@ func (n *Runtime) restoreLeaders(ctx context.Context) {
 		// the leadership straight back (it grants no lease): skip it.
 		if err == nil && ok && st.ClockOK && st.RaftState != "Leader" && st.Leader != "" && st.Leader != pref.ID {
 			if cur, known := m.Nodes[st.Leader]; known {
-				_, err = n.shardAdmin(cctx, cur.GRPCAddr, AdminRequest{Shard: s, Action: AdminTransferLeadership, Node: pref.ID, RaftAddr: pref.RaftAddr})
+				_, err = n.shardAdmin(cctx, cur.GRPCAddr, topology.AdminRequest{Shard: s, Action: topology.AdminTransferLeadership, Node: pref.ID, RaftAddr: pref.RaftAddr})
 				if err == nil {
 					n.cfg.Logger.Info("leadership restored to preferred leader", "shard", s, "node", pref.ID)
 				}
@@ -166,14 +166,14 @@ func (n *Runtime) restoreLeaders(ctx context.Context) {
 
 // adminOnLeader runs req on the shard's leader, looking for it again
 // while leadership moves.
-func (n *Runtime) adminOnLeader(ctx context.Context, req AdminRequest) (uint64, error) {
+func (n *Runtime) adminOnLeader(ctx context.Context, req topology.AdminRequest) (uint64, error) {
 	for {
 		_, addr, err := n.findLeader(ctx, req.Shard)
 		if err != nil {
 			return 0, err
 		}
 		commit, err := n.shardAdmin(ctx, addr, req)
-		if err == nil || !errors.Is(err, ErrNotShardLeader) {
+		if err == nil || !errors.Is(err, topology.ErrNotShardLeader) {
 			return commit, err
 		}
 		if err := sleep(ctx, pollInterval); err != nil {
@@ -199,7 +199,7 @@ func (n *Runtime) findLeader(ctx context.Context, shard int) (topology.NodeID, s
 // leads, and then the leader they name when m does not list it (a group
 // member the map dropped); each asked for at most statusTimeout. It
 // returns the leader's status.
-func (n *Runtime) leaderOf(ctx context.Context, m *topology.Map, shard int) (topology.NodeID, string, ReplicaStatus, bool) {
+func (n *Runtime) leaderOf(ctx context.Context, m *topology.Map, shard int) (topology.NodeID, string, topology.ReplicaStatus, bool) {
 	ask := slices.Clone(m.ShardReplicas[shard])
 	asked := map[topology.NodeID]bool{}
 	for len(ask) > 0 && ctx.Err() == nil {
@@ -221,7 +221,7 @@ func (n *Runtime) leaderOf(ctx context.Context, m *topology.Map, shard int) (top
 			ask = append(ask, st.Leader)
 		}
 	}
-	return "", "", ReplicaStatus{}, false
+	return "", "", topology.ReplicaStatus{}, false
 }
 
 // statusTimeout bounds one status request to a node.
@@ -265,12 +265,12 @@ func withFence(ctx context.Context, term uint64) context.Context {
 // shardAdmin sends req to the node at addr fenced by the round's control
 // term (from ctx) and the current map epoch: a node that knows a later
 // term refuses it with ErrStaleFence.
-func (n *Runtime) shardAdmin(ctx context.Context, addr string, req AdminRequest) (uint64, error) {
+func (n *Runtime) shardAdmin(ctx context.Context, addr string, req topology.AdminRequest) (uint64, error) {
 	term, _ := ctx.Value(fenceKey{}).(uint64)
 	if n.raft.State() != raft.Leader || n.raft.CurrentTerm() != term {
-		return 0, fmt.Errorf("%w: %s of shard %d planned in control term %d", ErrNotControlLeader, req.Action, req.Shard, term)
+		return 0, fmt.Errorf("%w: %s of shard %d planned in control term %d", topology.ErrNotControlLeader, req.Action, req.Shard, term)
 	}
-	req.Fence = Fence{ControlTerm: term}
+	req.Fence = topology.Fence{ControlTerm: term}
 	if m := n.Map(); m != nil {
 		req.Fence.Epoch = m.Epoch
 	}
@@ -279,7 +279,7 @@ func (n *Runtime) shardAdmin(ctx context.Context, addr string, req AdminRequest)
 
 // waitReplica polls the node's replica of shard until cond holds. It gives
 // up when gossip loses the node: the next plan deals with it.
-func (n *Runtime) waitReplica(ctx context.Context, info topology.NodeInfo, shard int, cond func(ReplicaStatus) bool) error {
+func (n *Runtime) waitReplica(ctx context.Context, info topology.NodeInfo, shard int, cond func(topology.ReplicaStatus) bool) error {
 	for {
 		if !n.Alive()[info.ID] {
 			return fmt.Errorf("replica of shard %d: node %s is not alive", shard, info.ID)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/internal/testwait"
 )
@@ -23,7 +24,7 @@ type adminLog struct {
 
 type adminCall struct {
 	from    int
-	req     cluster.AdminRequest
+	req     topology.AdminRequest
 	leading bool
 }
 
@@ -37,7 +38,7 @@ func (l *adminLog) wrap(i int, r cluster.Remote) cluster.Remote {
 	return &loggedRemote{Remote: r, log: l, from: i}
 }
 
-func (r *loggedRemote) ShardAdmin(ctx context.Context, addr string, req cluster.AdminRequest) (uint64, error) {
+func (r *loggedRemote) ShardAdmin(ctx context.Context, addr string, req topology.AdminRequest) (uint64, error) {
 	r.log.mu.Lock()
 	c := r.log.c
 	r.log.mu.Unlock()

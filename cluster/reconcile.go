@@ -311,7 +311,7 @@ func (n *Runtime) executeRound(ctx context.Context, moves []topology.Move) error
 			mctx, cancel := context.WithTimeout(ctx, moveTimeout)
 			defer cancel()
 			if err := n.execute(mctx, mv); err != nil {
-				if errors.Is(err, ErrStaleFence) || errors.Is(err, ErrNotControlLeader) {
+				if errors.Is(err, topology.ErrStaleFence) || errors.Is(err, topology.ErrNotControlLeader) {
 					stop()
 				}
 				mu.Lock()
@@ -329,7 +329,7 @@ func (n *Runtime) executeRound(ctx context.Context, moves []topology.Move) error
 
 // GroupOf turns what a shard's leader reports into a Group: known only
 // when the replica leads and its configuration is committed.
-func GroupOf(st ReplicaStatus) topology.Group {
+func GroupOf(st topology.ReplicaStatus) topology.Group {
 	if st.RaftState != "Leader" || !st.ConfigCommitted || len(st.Group) == 0 {
 		return topology.Group{}
 	}

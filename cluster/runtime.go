@@ -419,7 +419,7 @@ func (n *Runtime) CurrentEpoch(ctx context.Context) (uint64, error) {
 // with ErrNotControlLeader on a follower.
 func (n *Runtime) catchUp(ctx context.Context) error {
 	if n.raft.State() != raft.Leader {
-		return fmt.Errorf("%w (leader: %q)", ErrNotControlLeader, n.ControlLeader())
+		return fmt.Errorf("%w (leader: %q)", topology.ErrNotControlLeader, n.ControlLeader())
 	}
 	term := n.raft.CurrentTerm()
 	if n.leadTerm.Load() == term {
@@ -471,28 +471,28 @@ const barrierTimeout = 5 * time.Second
 // force, it refuses (ErrUnderReplicated, wrapped with ErrRejected) to
 // drain an active node when the other active nodes are fewer than the
 // map's replica count: the shards could not keep their replicas.
-func (n *Runtime) Drain(ctx context.Context, id topology.NodeID, force bool) (DrainStatus, error) {
+func (n *Runtime) Drain(ctx context.Context, id topology.NodeID, force bool) (topology.DrainStatus, error) {
 	if n.raft.State() != raft.Leader {
-		return DrainStatus{}, fmt.Errorf("%w (leader: %q)", ErrNotControlLeader, n.ControlLeader())
+		return topology.DrainStatus{}, fmt.Errorf("%w (leader: %q)", topology.ErrNotControlLeader, n.ControlLeader())
 	}
 	m := n.Map()
 	if m == nil {
-		return DrainStatus{}, fmt.Errorf("%w: cluster not bootstrapped yet", topology.ErrRejected)
+		return topology.DrainStatus{}, fmt.Errorf("%w: cluster not bootstrapped yet", topology.ErrRejected)
 	}
 	if info, ok := m.Nodes[id]; !ok {
-		return DrainStatus{}, fmt.Errorf("%w: no node %q in the map", topology.ErrRejected, id)
+		return topology.DrainStatus{}, fmt.Errorf("%w: no node %q in the map", topology.ErrRejected, id)
 	} else if info.State == topology.NodeActive {
 		if left := activeNodes(m) - 1; !force && left < m.Replicas {
-			return DrainStatus{}, fmt.Errorf("%w: %w: draining %s leaves %d active nodes for %d replicas per shard, so every shard it holds would keep only %d; add a node first, or force the drain (gridnode drain --force)",
+			return topology.DrainStatus{}, fmt.Errorf("%w: %w: draining %s leaves %d active nodes for %d replicas per shard, so every shard it holds would keep only %d; add a node first, or force the drain (gridnode drain --force)",
 				topology.ErrRejected, topology.ErrUnderReplicated, id, left, m.Replicas, left)
 		}
 		if _, err := n.propose(ctx, topology.Command{Type: topology.CmdNodeDrain, ID: id}); err != nil {
-			return DrainStatus{}, err
+			return topology.DrainStatus{}, err
 		}
 		n.poke()
 	}
 	m = n.Map()
-	st := DrainStatus{Node: id, State: m.Nodes[id].State, Epoch: m.Epoch}
+	st := topology.DrainStatus{Node: id, State: m.Nodes[id].State, Epoch: m.Epoch}
 	for _, set := range m.ShardReplicas {
 		if slices.Contains(set, id) {
 			st.ReplicasLeft++
@@ -525,7 +525,7 @@ func (n *Runtime) propose(ctx context.Context, cmd topology.Command) (uint64, er
 	f := n.raft.Apply(b, timeout)
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			return 0, fmt.Errorf("%w: %w", ErrNotControlLeader, err)
+			return 0, fmt.Errorf("%w: %w", topology.ErrNotControlLeader, err)
 		}
 		return 0, fmt.Errorf("cluster: propose %v: %w", cmd.Type, err)
 	}

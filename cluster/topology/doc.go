@@ -6,7 +6,11 @@
 // placement planner (Plan and PlanGroups for shard replicas, PlanControl
 // for the control group's own voters) with the moves it plans, InitialSets
 // for a new cluster, Grace (when a down node counts as dead) and NodeMeta,
-// what a node gossips about itself.
+// what a node gossips about itself. It also holds what nodes ask and tell
+// each other about the state (peer.go: shard admin requests and their
+// Fence, a replica's status, a drain's progress, a clock report, and the
+// errors they answer with), so that the API speaks to the runtime through
+// interfaces of its own and imports only this package of the cluster.
 //
 // Everything here is deterministic: no clock (times are arguments), no
 // I/O, no Raft, no gossip. Every control voter that applies the same
