@@ -11,6 +11,7 @@ import (
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/shard"
 )
 
@@ -93,7 +94,7 @@ func TestAuditInAClusterListsLedShards(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, "every replica to demote the settled records", func() bool {
+	testwait.For(t, 20*time.Second, "every replica to demote the settled records", func() bool {
 		for _, n := range tc.nodes {
 			for s := range testShards {
 				if tc.host(n).Replica(s).Status().Cold.Keys != perShard {

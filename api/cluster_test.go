@@ -19,6 +19,7 @@ import (
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/shard"
 )
@@ -127,7 +128,7 @@ type testNode struct {
 func viewLeader(t *testing.T, nodes []*testNode, s int) *testNode {
 	t.Helper()
 	var l *testNode
-	waitFor(t, fmt.Sprintf("a serving leader of shard %d known to every replica", s), func() bool {
+	testwait.For(t, 20*time.Second, fmt.Sprintf("a serving leader of shard %d known to every replica", s), func() bool {
 		l = nil
 		for _, n := range nodes {
 			if r := n.host.Replica(s); r != nil && r.IsLeader() {
@@ -198,7 +199,7 @@ func (tc *testCluster) host(n *member) *shard.Host { return tc.Node(n.i).Host() 
 func (tc *testCluster) leader(s int) *member {
 	tc.t.Helper()
 	var l *member
-	waitFor(tc.t, fmt.Sprintf("a serving preferred leader of shard %d known to every replica", s), func() bool {
+	testwait.For(tc.t, 20*time.Second, fmt.Sprintf("a serving preferred leader of shard %d known to every replica", s), func() bool {
 		m, ls := tc.Map(), tc.Leaders(s)
 		if m == nil || len(ls) != 1 || m.ShardReplicas[s][0] != tc.nodes[ls[0]].id {
 			return false
@@ -270,18 +271,6 @@ func redirectDetail(err error) *gridpb.Redirect {
 		}
 	}
 	return nil
-}
-
-// waitFor polls cond until it holds, failing the test after 20 s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func reserveOp(key []byte) *gridpb.Op {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -19,6 +20,7 @@ import (
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/shard"
 )
@@ -196,10 +198,10 @@ func TestClusterMapAndStatus(t *testing.T) {
 		return views[i]
 	}})
 	leaders := []*member{tc.leader(0), tc.leader(1)}
-	waitFor(t, "a control leader", func() bool { return tc.ControlLeader() >= 0 })
+	testwait.For(t, 20*time.Second, "a control leader", func() bool { return tc.ControlLeader() >= 0 })
 	ctl := tc.nodes[tc.ControlLeader()]
 	f := tc.nodes[(ctl.i+1)%3]
-	waitFor(t, string(f.id)+" to be a control group voter", func() bool { return tc.Node(f.i).Cluster().ControlState() == "follower" })
+	testwait.For(t, 20*time.Second, string(f.id)+" to be a control group voter", func() bool { return tc.Node(f.i).Cluster().ControlState() == "follower" })
 	real := tc.Map()
 	fc := gridtest.Dial(t, f.addr)
 	st, err := fc.Status(gridtest.Context(t), &gridpb.StatusRequest{})
@@ -372,7 +374,7 @@ func TestShardAdminAndShardsNotHostedHere(t *testing.T) {
 		if err != nil || resp.CommitIndex == 0 {
 			t.Fatalf("add non-voter n1: %v %v", resp, err)
 		}
-		waitFor(t, "n1 to catch up", func() bool { return n1.host.Replica(0).Status().AppliedIndex >= resp.CommitIndex })
+		testwait.For(t, 20*time.Second, "n1 to catch up", func() bool { return n1.host.Replica(0).Status().AppliedIndex >= resp.CommitIndex })
 		if resp, err = admin(c0, gridpb.ShardAdminAction_ADD_VOTER, n1); err != nil || resp.CommitIndex == 0 {
 			t.Fatalf("add voter n1: %v %v", resp, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // TestStaleFenceRefusedOnRealNodes: on a real 3-node cluster, the control
@@ -22,7 +24,7 @@ import (
 func TestStaleFenceRefusedOnRealNodes(t *testing.T) {
 	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Shards: 2})
 	for i := range 3 {
-		waitFor(t, "node status active and ready", func() bool {
+		testwait.For(t, 20*time.Second, "node status active and ready", func() bool {
 			st, err := gridtest.Dial(t, c.Addrs()[i]).Status(gridtest.Context(t), &gridpb.StatusRequest{})
 			return err == nil && st.NodeState == "active" && st.Ready
 		})
@@ -40,7 +42,7 @@ func TestStaleFenceRefusedOnRealNodes(t *testing.T) {
 			live = append(live, i)
 		}
 	}
-	waitFor(t, "a new control leader in a later term", func() bool {
+	testwait.For(t, 20*time.Second, "a new control leader in a later term", func() bool {
 		for _, i := range live {
 			cn := c.Node(i).Cluster()
 			if cn.ControlTerm() <= oldTerm || cn.ControlLeader() == "" || cn.ControlLeader() == topology.NodeID(c.ID(ctl)) {
@@ -52,7 +54,7 @@ func TestStaleFenceRefusedOnRealNodes(t *testing.T) {
 
 	// Shard 0's leader among the live nodes, and a voter of it to remove.
 	var at int
-	waitFor(t, "a leader of shard 0 on a live node", func() bool {
+	testwait.For(t, 20*time.Second, "a leader of shard 0 on a live node", func() bool {
 		for _, i := range c.Leaders(0) {
 			if i != ctl {
 				at = i

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -13,6 +14,7 @@ import (
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // TestClusterRouting runs the routing rules against real Raft leaders and
@@ -116,7 +118,7 @@ func TestClusterRouting(t *testing.T) {
 		}
 		// A stale read is the follower's own: it answers even when asked
 		// not to forward, once its replica has applied the completion.
-		waitFor(t, "the follower's replica to apply the completion", func() bool {
+		testwait.For(t, 20*time.Second, "the follower's replica to apply the completion", func() bool {
 			got, err := fc.Get(redirectOnly(t), &gridpb.GetRequest{Namespace: []byte("ns"), Key: k, StaleOk: true})
 			if err != nil {
 				t.Fatalf("stale get on a follower: %v", err)

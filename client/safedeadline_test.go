@@ -3,13 +3,13 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -65,19 +65,6 @@ func warm(t *testing.T, c *Client) {
 	}
 }
 
-// until polls cond every millisecond for at most 10 s, without failing the
-// test: it may run outside the test's goroutine.
-func until(what string, cond func() bool) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return nil
-}
-
 // TestProcessDoesNotStartPastTheSafeDeadline: the answer to Process's
 // Reserve is held up (a slow network path) until the lease has expired on
 // the grid and a second consumer holds the key. The handler must not run:
@@ -96,7 +83,7 @@ func TestProcessDoesNotStartPastTheSafeDeadline(t *testing.T) {
 			if err != nil || !carries(req, "reserve") || !held.CompareAndSwap(false, true) {
 				return err
 			}
-			holdErr = until("a second consumer holding the key", func() bool {
+			holdErr = untilHeld(func() bool {
 				r, err := other.Reserve(ctx, "ns", "k", WithLease(time.Minute))
 				second.Store(r.Token)
 				return err == nil && r.Outcome == OutcomeAcquired
@@ -218,7 +205,7 @@ func TestProcessReportsAnOverrun(t *testing.T) {
 		var second uint64
 		out, err := c.Process(ctx, "ns", "k", func(hctx context.Context, l Lease) ([]byte, error) {
 			<-hctx.Done() // the local safe deadline, no extension having succeeded
-			if err := until("a second consumer holding the key", func() bool {
+			if err := untilHeld(func() bool {
 				r, err := other.Reserve(ctx, "ns", "k", WithLease(time.Minute))
 				second = r.Token
 				return err == nil && r.Outcome == OutcomeAcquired
@@ -235,4 +222,13 @@ func TestProcessReportsAnOverrun(t *testing.T) {
 			t.Fatalf("get: %+v %v; want the second consumer's lease", g, err)
 		}
 	})
+}
+
+// untilHeld waits, without failing the test (it may run outside the test's
+// goroutine), until cond says a second consumer holds the key.
+func untilHeld(cond func() bool) error {
+	if !testwait.Holds(10*time.Second, cond) {
+		return errors.New("timed out waiting for a second consumer holding the key")
+	}
+	return nil
 }
