@@ -10,8 +10,8 @@ import (
 
 // The node's clock as Status and /metrics show it: its offset to its peers
 // (cluster.ClockOffsets, measured over gossip; none on a standalone node),
-// the bound, and whether the node is inside it: clock_ok is false when a
-// majority of its measured peers are beyond the bound, and the node then
+// the bound, and whether the node is inside it: clock_ok is false when
+// more than half of the peers it knows are measured beyond the bound, and the node then
 // grants no lease (shard doc.go, Clocks and leases). A shard whose stamps
 // are ahead of its leader's clock by more than the bound grants no lease
 // either, whoever's clock made them: Status shows each shard's stamp and
@@ -61,7 +61,7 @@ func newClockCollector(host *shard.Host, offsets ClockReporter) *clockCollector 
 		max: prometheus.NewDesc("l4xg_grid_clock_max_offset_seconds",
 			"The maximum clock offset leases rely on (--max-clock-offset).", nil, nil),
 		outside: prometheus.NewDesc("l4xg_grid_clock_outside_bound",
-			"1 while this node's clock is outside the maximum offset of a majority of its measured peers: it grants no lease.", nil, nil),
+			"1 while this node's clock is outside the maximum offset of more than half of its peers, as recently measured: it grants no lease.", nil, nil),
 		behind: prometheus.NewDesc("l4xg_grid_clock_shards_behind_stamps",
 			"Shards this node leads whose stamps are ahead of its clock by more than the maximum offset: they grant no lease until its clock gets there or the leadership moves.", nil, nil),
 		peers: prometheus.NewDesc("l4xg_grid_clock_peers_measured",

@@ -105,8 +105,8 @@
 // of issue 11 granted leases already over by real time). What the lease
 // does not survive: granting leaders more than ε apart, that is two nodes
 // out of bound while neither has measured it yet (a node measures each
-// peer every gossip probe round, and the check needs a majority of its
-// measured peers), or a holder whose margin is below ε. Fencing tokens
+// peer every gossip probe round, and the check needs more than half of
+// the peers it knows measured beyond the bound), or a holder whose margin is below ε. Fencing tokens
 // still refuse the superseded holder's settles in every case.
 //
 // # Cold tier
