@@ -218,18 +218,21 @@ func (c *Cluster) Index(id string) int {
 	return -1
 }
 
-// Map returns the cluster map as a running node holds it.
+// Map returns the newest cluster map a running node holds. A node cut out
+// of the control group (a drained node once the group drops it) keeps the
+// map it last applied, so the first node's map can be stale.
 func (c *Cluster) Map() *topology.Map {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var newest *topology.Map
 	for _, n := range c.nodes {
 		if n.node != nil {
-			if m := n.node.Cluster().Map(); m != nil {
-				return m
+			if m := n.node.Cluster().Map(); m != nil && (newest == nil || m.Epoch > newest.Epoch) {
+				newest = m
 			}
 		}
 	}
-	return nil
+	return newest
 }
 
 // WaitStable waits until the running nodes agree on a map in which every
