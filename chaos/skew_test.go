@@ -356,11 +356,21 @@ func TestClusterLeasesUnderClockSkew(t *testing.T) {
 					if v := r.metric(0, `l4xg_grid_clock_lease_refusals_total{rule="peer_offset"}`); v == 0 {
 						t.Errorf("node 0 counted no refusal")
 					}
-					for _, i := range []int{1, 2} {
-						if st := r.status(i); !st.ClockOk {
-							t.Errorf("node %d, with a correct clock, says clock_ok false", i)
+					// The fake clock jumps (the takeover waits out the lease
+					// by moving it), and a gossip ping in flight across a
+					// jump yields an estimate off by the jump: a correct
+					// node may count its correct peer beyond the bound until
+					// it pings that peer again. Once the clock stands still,
+					// the correct nodes must be inside within a few probe
+					// rounds.
+					testwait.Until(t, 10*time.Second, func() string {
+						for _, i := range []int{1, 2} {
+							if st := r.status(i); !st.ClockOk {
+								return fmt.Sprintf("node %d, with a correct clock, says clock_ok false (offset %d ms)", i, st.ClockOffsetMs)
+							}
 						}
-					}
+						return ""
+					})
 				}
 			})
 		}
