@@ -27,11 +27,14 @@ import (
 // The node's offset is the median of its peers' recent estimates (for an
 // even count, the one of the two middle values nearer zero). A peer is
 // beyond the bound when its estimate is farther than the maximum offset
-// even allowing for the estimate's uncertainty. The verdict is taken
-// against every peer the node knows, measured recently or not: the node is
+// even allowing for the estimate's uncertainty, and within it when its
+// estimate is inside the bound allowing for the uncertainty too; an
+// estimate whose round trip was too slow to tell is neither, so a stalled
+// ping can move the verdict neither way. The verdict is taken against
+// every peer the node knows, measured recently or not: the node is
 // outside when more than half of them are recently measured beyond the
 // bound, inside when at least half are recently measured within it, and
-// otherwise (too few recent estimates to tell) the last verdict stands. In
+// otherwise (too few decisive recent estimates) the last verdict stands. In
 // a 3-node cluster with one clock off, only that node finds both of its
 // peers beyond the bound, the others one of two; a correct node whose
 // estimate of its other correct peer went stale (its pings were slow)
@@ -164,18 +167,23 @@ func (o *ClockOffsets) Report() topology.ClockReport {
 		}
 		p := topology.PeerClock{ID: id, Offset: s.offset, Uncertainty: s.uncertainty, Age: age}
 		p.Outside = abs(s.offset)-s.uncertainty > o.max
+		p.Within = abs(s.offset)+s.uncertainty <= o.max
 		r.Peers = append(r.Peers, p)
 	}
 	slices.SortFunc(r.Peers, func(a, b topology.PeerClock) int { return compareIDs(a.ID, b.ID) })
 	offsets := make([]time.Duration, len(r.Peers))
+	within := 0
 	for i, p := range r.Peers {
 		offsets[i] = p.Offset
 		if p.Outside {
 			r.Outside++
 		}
+		if p.Within {
+			within++
+		}
 	}
 	r.Offset = median(offsets)
-	switch within := len(r.Peers) - r.Outside; {
+	switch {
 	case 2*r.Outside > r.Known:
 		o.outside = true
 	case 2*within >= r.Known:

@@ -75,10 +75,10 @@ func TestClockOffsetEstimate(t *testing.T) {
 	}
 	ping("a", 300*time.Millisecond, 20*time.Millisecond)
 	// An estimate beyond the bound only by less than its uncertainty
-	// does not count.
+	// counts neither as beyond nor as within: the verdict (outside) stands.
 	ping("b", -270*time.Millisecond, 60*time.Millisecond)
-	if r := o.Report(); !r.OK || r.Outside != 1 {
-		t.Fatalf("b at -270ms ± 30ms: %+v; want not beyond", r)
+	if r := o.Report(); r.OK || r.Outside != 1 || r.Peers[1].Outside || r.Peers[1].Within {
+		t.Fatalf("b at -270ms ± 30ms: %+v; want b neither beyond nor within, still outside", r)
 	}
 	ping("b", -400*time.Millisecond, 2*time.Millisecond)
 	// Departed peers and old estimates stop counting.
@@ -225,4 +225,49 @@ func TestClockOffsetsOverGossip(t *testing.T) {
 	}
 	skew.Store(0)
 	testwait.For(t, 20*time.Second, "c back inside the bound", func() bool { return offsets["c"].Check() == nil })
+}
+
+// An estimate too uncertain to place inside or outside the bound (its
+// ping's round trip stalled) moves the verdict neither way: a node
+// measured outside stays outside until its peers are measured within the
+// bound by more than the uncertainty, and the same holds the other way.
+func TestClockOffsetUncertainEstimate(t *testing.T) {
+	local, runtime := newTestClock(), newTestClock()
+	o, err := NewClockOffsets(ClockOffsetsConfig{Clock: local.Now, Now: runtime.Now, MaxOffset: 250 * time.Millisecond, Window: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ping := func(peer topology.NodeID, d, rtt time.Duration) {
+		// The peer's clock as it answers, half a round trip before this
+		// node reads its own.
+		c := &ClockOffsets{clock: func() time.Time { return local.Now().Add(d - rtt/2) }}
+		o.observe(peer, c.payload(), rtt)
+	}
+	// This node runs 300 ms ahead of both peers.
+	ping("a", -300*time.Millisecond, time.Millisecond)
+	ping("b", -300*time.Millisecond, time.Millisecond)
+	if r := o.Report(); r.OK {
+		t.Fatalf("both peers 300 ms behind: %+v; want outside", r)
+	}
+	// A ping that took 120 ms: 300 ms behind, give or take 60, may be
+	// within the bound of 250 ms or beyond it.
+	ping("a", -300*time.Millisecond, 120*time.Millisecond)
+	if r := o.Report(); r.OK || o.Check() == nil {
+		t.Fatalf("one peer's estimate uncertain, the other's beyond: %+v; want still outside", r)
+	}
+	ping("b", -300*time.Millisecond, 120*time.Millisecond)
+	if r := o.Report(); r.OK {
+		t.Fatalf("both estimates uncertain: %+v; want still outside (the last verdict)", r)
+	}
+	// Set right: decisive estimates bring it inside.
+	ping("a", 0, time.Millisecond)
+	if r := o.Report(); !r.OK {
+		t.Fatalf("one of two peers measured within: %+v; want inside", r)
+	}
+	// And an uncertain estimate does not take it outside either.
+	ping("a", -300*time.Millisecond, 120*time.Millisecond)
+	ping("b", -300*time.Millisecond, 120*time.Millisecond)
+	if r := o.Report(); !r.OK {
+		t.Fatalf("both estimates uncertain after inside: %+v; want still inside", r)
+	}
 }

@@ -66,9 +66,11 @@
 // reports no estimate for it). The node's offset is the median of its
 // peers' recent estimates; it is outside the maximum offset when more than
 // half of the peers it knows are recently measured beyond it by more than
-// their uncertainty, inside when at least half are measured within it,
-// and otherwise keeps its last verdict (an estimate gone stale under load
-// does not hand the majority to the peer measured last). The node's
+// their uncertainty, inside when at least half are measured within it by
+// more than their uncertainty, and otherwise keeps its last verdict (an
+// estimate gone stale under load does not hand the majority to the peer
+// measured last, and a ping slowed past the bound's slack moves the
+// verdict neither way). The node's
 // shards take that verdict as their shard.PeerClocks: outside, they grant
 // no lease and hand their leaderships over, and the control leader does
 // not move a leadership back to a node whose Status says it is outside

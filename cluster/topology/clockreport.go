@@ -12,8 +12,11 @@ type PeerClock struct {
 	Offset, Uncertainty time.Duration
 	// Age is how long ago it was measured.
 	Age time.Duration
-	// Outside reports |Offset| - Uncertainty > the maximum offset.
-	Outside bool
+	// Outside reports |Offset| - Uncertainty > the maximum offset: beyond
+	// the bound whatever the estimate's error. Within reports |Offset| +
+	// Uncertainty <= the maximum offset: inside it whatever the error. An
+	// estimate too uncertain to tell is neither.
+	Outside, Within bool
 }
 
 // ClockReport is this node's clock as measured against its peers.
