@@ -50,30 +50,37 @@ func (s *Server) runBatch(ctx context.Context, r *router, ops []*gridpb.Op, out 
 	// their key on their token's shard here.
 	refused := make([]error, len(groups))
 	missed := make([]bool, len(ops))
-	var wg sync.WaitGroup
-	for j, g := range groups {
-		if g.sh == nil {
-			continue
+	propose := func(j int, g *group) {
+		res, err := g.sh.Propose(ctx, g.cmds)
+		if err != nil && r.m != nil && errors.Is(err, shard.ErrNotLeader) {
+			refused[j] = err
+			return
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res, err := g.sh.Propose(ctx, g.cmds)
-			if err != nil && r.m != nil && errors.Is(err, shard.ErrNotLeader) {
-				refused[j] = err
-				return
+		for k, i := range g.idx {
+			if err != nil {
+				out[i] = errResult(err)
+			} else {
+				out[i] = toProto(&res[k])
+				missed[i] = g.second[k] && !res[k].Found
 			}
-			for k, i := range g.idx {
-				if err != nil {
-					out[i] = errResult(err)
-				} else {
-					out[i] = toProto(&res[k])
-					missed[i] = g.second[k] && !res[k].Found
-				}
-			}
-		}()
+		}
 	}
-	wg.Wait()
+	if len(groups) == 1 && groups[0].sh != nil {
+		propose(0, groups[0]) // one shard (a stream's part): no hand-off
+	} else {
+		var wg sync.WaitGroup
+		for j, g := range groups {
+			if g.sh == nil {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				propose(j, g)
+			}()
+		}
+		wg.Wait()
+	}
 	var left []away
 	for j, g := range groups {
 		switch {

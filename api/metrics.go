@@ -13,6 +13,13 @@ type rpcMetrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	batchOps prometheus.Histogram
+	// streamOps is the operations per Stream request frame, streamAnswers
+	// the answers per response frame: how many answers ready together
+	// shared a write.
+	streamOps, streamAnswers prometheus.Histogram
+	// stages times the node's part of a Stream's operations, by stage:
+	// stageStreamServe, stageStreamWrite.
+	stages *prometheus.HistogramVec
 	// routes counts operations a cluster node did not run itself, by how
 	// it answered them: forwarded to the shard's leader, or redirected.
 	routes *prometheus.CounterVec
@@ -28,6 +35,24 @@ func (m *rpcMetrics) routed(route string, ops int) {
 	m.routes.WithLabelValues(route).Add(float64(ops))
 }
 
+// The stages of rpcMetrics.stages.
+const (
+	// stageStreamServe: from a frame's arrival until one of its shard
+	// parts is applied (routing, the shard's proposer and Raft: shard's
+	// l4xg_grid_stage_seconds splits that), per part.
+	stageStreamServe = "stream_serve"
+	// stageStreamWrite: from an answer's hand-off to the stream's writer
+	// until the frame carrying it is sent, per part.
+	stageStreamWrite = "stream_write"
+)
+
+func (m *rpcMetrics) stage(name string, d time.Duration) {
+	m.stages.WithLabelValues(name).Observe(d.Seconds())
+}
+
+// opBuckets are the buckets of the operations-per-frame histograms.
+func opBuckets() []float64 { return []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000} }
+
 func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
 	m := &rpcMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -42,15 +67,30 @@ func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
 		batchOps: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "l4xg_grid_batch_operations",
 			Help:    "Operations per Batch request.",
-			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
+			Buckets: opBuckets(),
 		}),
+		streamOps: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "l4xg_grid_stream_request_operations",
+			Help:    "Operations per Stream request frame.",
+			Buckets: opBuckets(),
+		}),
+		streamAnswers: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "l4xg_grid_stream_response_operations",
+			Help:    "Answers per Stream response frame: the answers ready together that shared one write.",
+			Buckets: opBuckets(),
+		}),
+		stages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "l4xg_grid_api_stage_seconds",
+			Help:    "Time of Stream operations in the node's API, by stage: stream_serve (a frame's arrival until one of its shard parts is applied), stream_write (that part's answers handed to the writer until sent).",
+			Buckets: prometheus.ExponentialBuckets(10e-6, 2, 16),
+		}, []string{"stage"}),
 		routes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "l4xg_grid_routed_operations_total",
 			Help: "Operations on shards this node does not lead, by route: forwarded to the leader or redirected.",
 		}, []string{"route"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.latency, m.batchOps, m.routes)
+		reg.MustRegister(m.requests, m.latency, m.batchOps, m.streamOps, m.streamAnswers, m.stages, m.routes)
 	}
 	return m
 }

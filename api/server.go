@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -49,6 +50,11 @@ type Server struct {
 	ownPeers bool   // peers is closed by Shutdown
 	metrics  *rpcMetrics
 	health   *health.Server
+	// closing is closed by Shutdown: open streams end once the frames they
+	// read are answered (stream.go), so that GracefulStop does not wait on
+	// a client's long-lived stream.
+	closing     chan struct{}
+	closingOnce sync.Once
 }
 
 var _ gridpb.GridServer = (*Server)(nil)
@@ -58,7 +64,7 @@ func NewServer(host *shard.Host, opts Options) *Server {
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
-	s := &Server{host: host, opts: opts, peers: opts.Peers, metrics: newRPCMetrics(opts.Registry), health: health.NewServer()}
+	s := &Server{host: host, opts: opts, peers: opts.Peers, metrics: newRPCMetrics(opts.Registry), health: health.NewServer(), closing: make(chan struct{})}
 	if opts.Cluster != nil && s.peers == nil {
 		s.peers, s.ownPeers = NewPeers(), true
 	}
@@ -95,10 +101,12 @@ func (s *Server) SetServing(serving bool) {
 	s.health.SetServingStatus(gridpb.Grid_ServiceDesc.ServiceName, st)
 }
 
-// Shutdown marks the node not serving for good, and closes the peer
-// connections the server made itself.
+// Shutdown marks the node not serving for good, ends the open streams once
+// the frames they read are answered, and closes the peer connections the
+// server made itself.
 func (s *Server) Shutdown() {
 	s.health.Shutdown()
+	s.closingOnce.Do(func() { close(s.closing) })
 	if s.ownPeers {
 		_ = s.peers.Close()
 	}

@@ -10,35 +10,52 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// batcher coalesces concurrent single-operation calls into Batch RPCs.
+// batcher coalesces concurrent single-operation calls into batches, which
+// its carrier takes to the node: Batch RPCs (unaryCarrier) or frames of
+// one long-lived stream (streamCarrier).
 //
-// There is no linger delay. Calls queue up; one dispatcher goroutine takes a
-// slot of the in-flight window, then sends everything queued at that moment
-// (up to maxOps operations and maxBytes bytes) as one Batch RPC. A lone call
+// There is no linger delay. Calls queue up; one dispatcher goroutine waits
+// for the carrier's turn (a free slot of the unary in-flight window; at
+// once on a stream), then hands it everything queued at that moment (up
+// to maxOps operations and maxBytes bytes) as one batch. A lone call
 // therefore leaves at once, while under load the queue fills during the
-// round trips of the batches in flight and the batches grow by themselves.
+// round trips (or the stream writes) in flight and the batches grow by
+// themselves.
 //
 // A caller waits for its own answer or for its context. A call whose context
 // ended while queued is dropped before sending; once sent it cannot be
 // recalled, so its outcome is unknown to the caller; one still queued is
-// reported as never sent. A Batch RPC is cancelled
-// only when every caller in it has gone, or when the batcher is closed.
+// reported as never sent.
 type batcher struct {
-	rpc      func(context.Context, *gridpb.BatchRequest) (*gridpb.BatchResponse, error)
+	c        carrier
 	maxOps   int
 	maxBytes int
-	slots    chan struct{} // the in-flight window: a send holds one element
 	wake     chan struct{} // capacity 1: "the queue is not empty"
 
 	root context.Context // cancelled by close
 	stop context.CancelFunc
-	wg   sync.WaitGroup // dispatcher and senders
+	wg   sync.WaitGroup // the dispatcher
 
 	mu     sync.Mutex
 	queue  []*call
 	closed bool
 
-	batches atomic.Int64 // Batch RPCs sent, for tests and metrics
+	batches atomic.Int64 // batches handed to the carrier, for tests
+}
+
+// A carrier takes the batches of one node's batcher to the node and
+// answers every call of each: once, with its result or an error, then
+// closes its done channel. Only the dispatcher calls turn, skip and carry.
+type carrier interface {
+	// turn waits until a batch may leave now; false when root ended.
+	turn(root context.Context) bool
+	// skip gives back a turn for which no batch came.
+	skip()
+	// carry sends batch, without waiting for its answers. root ends the
+	// sends in flight when the batcher closes.
+	carry(root context.Context, batch []*call)
+	// wait waits for the carrier's goroutines, once root has ended.
+	wait()
 }
 
 // call is one operation waiting for its answer. res and err are written once,
@@ -50,18 +67,31 @@ type call struct {
 	done chan struct{}
 	res  *gridpb.OpResult
 	err  error
-	// taken is set, under the batcher's lock, when a Batch RPC took the
-	// call; one whose context ends before that is never sent.
+	// taken is set, under the batcher's lock, when a batch took the call;
+	// one whose context ends before that is never sent.
 	taken bool
 }
 
-func newBatcher(rpc func(context.Context, *gridpb.BatchRequest) (*gridpb.BatchResponse, error), maxOps, inFlight int) *batcher {
+// answer gives cl its result, or the error of the operation the result
+// carries, or err when err is not nil, and wakes its caller.
+func (cl *call) answer(res *gridpb.OpResult, err error) {
+	switch {
+	case err != nil:
+		cl.err = err
+	case res.GetError() != nil:
+		cl.err = fromOpError(res.GetError())
+	default:
+		cl.res = res
+	}
+	close(cl.done)
+}
+
+func newBatcher(c carrier, maxOps int) *batcher {
 	root, stop := context.WithCancel(context.Background())
 	b := &batcher{
-		rpc:      rpc,
+		c:        c,
 		maxOps:   maxOps,
 		maxBytes: maxBatchBytes,
-		slots:    make(chan struct{}, inFlight),
 		wake:     make(chan struct{}, 1),
 		root:     root,
 		stop:     stop,
@@ -116,18 +146,16 @@ func (b *batcher) dispatch() {
 			return
 		}
 		for {
-			select {
-			case b.slots <- struct{}{}:
-			case <-b.root.Done():
+			if !b.c.turn(b.root) {
 				return
 			}
 			batch := b.take()
 			if len(batch) == 0 {
-				<-b.slots
+				b.c.skip()
 				break
 			}
-			b.wg.Add(1)
-			go b.send(batch)
+			b.batches.Add(1)
+			b.c.carry(b.root, batch)
 		}
 	}
 }
@@ -160,39 +188,74 @@ func (b *batcher) take() []*call {
 	return batch
 }
 
-// send runs one Batch RPC and hands each caller its answer.
-func (b *batcher) send(batch []*call) {
-	defer func() {
-		<-b.slots
-		b.wg.Done()
+// unaryCarrier sends each batch as one Batch RPC, at most len(slots) at
+// once. A Batch RPC is cancelled only when every caller in it has gone, or
+// when the batcher is closed.
+type unaryCarrier struct {
+	rpc   func(context.Context, *gridpb.BatchRequest) (*gridpb.BatchResponse, error)
+	slots chan struct{} // the in-flight window: a send holds one element
+	wg    sync.WaitGroup
+}
+
+func newUnaryCarrier(rpc func(context.Context, *gridpb.BatchRequest) (*gridpb.BatchResponse, error), inFlight int) *unaryCarrier {
+	return &unaryCarrier{rpc: rpc, slots: make(chan struct{}, inFlight)}
+}
+
+func (u *unaryCarrier) turn(root context.Context) bool {
+	select {
+	case u.slots <- struct{}{}:
+		return true
+	case <-root.Done():
+		return false
+	}
+}
+
+func (u *unaryCarrier) skip() { <-u.slots }
+
+func (u *unaryCarrier) carry(root context.Context, batch []*call) {
+	u.wg.Add(1)
+	go func() {
+		defer func() {
+			<-u.slots
+			u.wg.Done()
+		}()
+		sendUnary(root, u.rpc, batch)
 	}()
-	ctx, cancel := abandonable(b.root, batch)
+}
+
+func (u *unaryCarrier) wait() { u.wg.Wait() }
+
+// sendUnary runs one Batch RPC and hands each caller its answer.
+func sendUnary(root context.Context, rpc func(context.Context, *gridpb.BatchRequest) (*gridpb.BatchResponse, error), batch []*call) {
+	ctx, cancel := abandonable(root, batch)
 	defer cancel()
 	req := &gridpb.BatchRequest{Ops: make([]*gridpb.Op, len(batch))}
 	for i, cl := range batch {
 		req.Ops[i] = cl.op
 	}
-	b.batches.Add(1)
-	resp, err := b.rpc(ctx, req)
+	resp, err := rpc(ctx, req)
 	if err == nil && len(resp.GetResults()) != len(batch) {
 		err = fmt.Errorf("%w: %d results for %d operations", errProtocol, len(resp.GetResults()), len(batch))
 	} else if err != nil {
-		err = fromRPC(b.root, err)
-		if b.root.Err() != nil {
-			err = ErrClosed
-		}
+		err = closedOr(root, err)
 	}
 	for i, cl := range batch {
 		if err != nil {
-			cl.err = err
+			cl.answer(nil, err)
 		} else {
-			cl.res = resp.Results[i]
-			if e := cl.res.GetError(); e != nil {
-				cl.res, cl.err = nil, fromOpError(e)
-			}
+			cl.answer(resp.Results[i], nil)
 		}
-		close(cl.done)
 	}
+}
+
+// closedOr maps the error of a send under root: ErrClosed once the batcher
+// closed, else as fromRPC does.
+func closedOr(root context.Context, err error) error {
+	err = fromRPC(root, err)
+	if root.Err() != nil {
+		return ErrClosed
+	}
+	return err
 }
 
 // abandonable derives the context of one Batch RPC from parent: it is
@@ -232,9 +295,9 @@ func (b *batcher) close() {
 	b.queue = nil
 	b.mu.Unlock()
 	for _, cl := range queued {
-		cl.err = ErrClosed
-		close(cl.done)
+		cl.answer(nil, ErrClosed)
 	}
 	b.stop()
 	b.wg.Wait()
+	b.c.wait()
 }

@@ -60,7 +60,7 @@ func waitQueued(t *testing.T, c *Client, n int) {
 }
 
 func TestBatchingCoalescesConcurrentCalls(t *testing.T) {
-	c, f := dialFake(t, WithMaxInFlight(1))
+	c, f := dialFake(t, WithStreaming(false), WithMaxInFlight(1))
 	g := newGate()
 	defer g.release()
 	f.setHooks(fakeHooks{rpc: g.hook})
@@ -97,7 +97,7 @@ func TestBatchingCoalescesConcurrentCalls(t *testing.T) {
 }
 
 func TestBatchingCapsBatchSize(t *testing.T) {
-	c, f := dialFake(t, WithMaxInFlight(1), WithMaxBatchSize(10))
+	c, f := dialFake(t, WithStreaming(false), WithMaxInFlight(1), WithMaxBatchSize(10))
 	g := newGate()
 	defer g.release()
 	f.setHooks(fakeHooks{rpc: g.hook})
@@ -128,7 +128,7 @@ func TestBatchingCapsBatchSize(t *testing.T) {
 }
 
 func TestBatchPerOperationErrors(t *testing.T) {
-	c, f := dialFake(t, WithMaxInFlight(1))
+	c, f := dialFake(t, WithStreaming(false), WithMaxInFlight(1))
 	g := newGate()
 	defer g.release()
 	const limitMsg = "keyspace: key too long: 2000 bytes, limit 1024"
@@ -198,7 +198,7 @@ func TestCancelledCallerReturnsWhileBatchInFlight(t *testing.T) {
 }
 
 func TestAbandonedBatchFreesItsSlot(t *testing.T) {
-	c, f := dialFake(t, WithMaxInFlight(1))
+	c, f := dialFake(t, WithStreaming(false), WithMaxInFlight(1))
 	g := newGate() // never released: only the batch's cancellation frees it
 	f.setHooks(fakeHooks{rpc: g.hook})
 	ctx, cancel := context.WithCancel(testCtx(t))
@@ -218,7 +218,7 @@ func TestAbandonedBatchFreesItsSlot(t *testing.T) {
 }
 
 func TestQueuedCancelledCallIsNotSent(t *testing.T) {
-	c, f := dialFake(t, WithMaxInFlight(1))
+	c, f := dialFake(t, WithStreaming(false), WithMaxInFlight(1))
 	g := newGate()
 	defer g.release()
 	f.setHooks(fakeHooks{rpc: g.hook})
@@ -255,7 +255,7 @@ func TestQueuedCancelledCallIsNotSent(t *testing.T) {
 }
 
 func TestCloseFailsWaitingCalls(t *testing.T) {
-	c, f := dialFake(t, WithMaxInFlight(1))
+	c, f := dialFake(t, WithStreaming(false), WithMaxInFlight(1))
 	g := newGate()
 	defer g.release()
 	f.setHooks(fakeHooks{rpc: g.hook})

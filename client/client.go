@@ -113,11 +113,18 @@ func (c *Client) openNode(addr string) (*node, error) {
 	}
 	n := &node{addr: addr, conn: conn, rpc: gridpb.NewGridClient(conn)}
 	if c.cfg.batching {
-		n.b = newBatcher(func(ctx context.Context, req *gridpb.BatchRequest) (*gridpb.BatchResponse, error) {
+		unary := func(ctx context.Context, req *gridpb.BatchRequest) (*gridpb.BatchResponse, error) {
 			var left leftCheck
 			resp, err := n.rpc.Batch(c.outgoing(ctx), req, left.option())
 			return resp, left.mark(err)
-		}, c.cfg.maxBatch, c.cfg.maxInFlight)
+		}
+		var car carrier = newUnaryCarrier(unary, c.cfg.maxInFlight)
+		if c.cfg.streaming {
+			car = newStreamCarrier(func(ctx context.Context) (gridpb.Grid_StreamClient, error) {
+				return n.rpc.Stream(c.outgoing(ctx))
+			}, unary)
+		}
+		n.b = newBatcher(car, c.cfg.maxBatch)
 	}
 	return n, nil
 }

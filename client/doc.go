@@ -93,12 +93,17 @@
 // # Batching
 //
 // Consumers of Kafka or SQS handle hundreds of messages per poll, so batching
-// is the normal path. Concurrent calls on one Client are coalesced into Batch
-// RPCs, one dispatcher per grid node: when a slot of that node's in-flight
-// window (WithMaxInFlight) is free it sends everything queued for the node,
-// up to WithMaxBatchSize operations and 4 MiB. There is no linger delay: a
-// lone call leaves at once, and under load the calls that arrive during the
-// round trips in flight form the next batches. Callers who hold many
+// is the normal path. Concurrent calls on one Client are coalesced, one
+// dispatcher per grid node, which sends everything queued for the node, up
+// to WithMaxBatchSize operations and 4 MiB, as one frame of the node's
+// Stream: one long-lived bidirectional stream per node, on which the node
+// answers each operation as soon as its shard has applied it, and answers
+// ready together share a frame. There is no linger delay: a lone call
+// leaves at once, and under load the calls that arrive while a frame is
+// written form the next one. With WithStreaming(false), or against a node
+// older than Stream, the batches are Batch RPCs instead, sent when a slot
+// of the node's in-flight window (WithMaxInFlight) is free, each answered
+// when all of its shards have applied their parts. Callers who hold many
 // operations at once can send them with Batch instead, which splits them by
 // node and sends the nodes' parts in parallel.
 //

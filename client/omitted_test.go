@@ -17,7 +17,7 @@ import (
 // result.
 func TestIntegrationOmittedResults(t *testing.T) {
 	n := gridtest.Start(t)
-	c := dialNode(t, n, WithMaxInFlight(1))
+	c := dialNode(t, n, WithStreaming(false), WithMaxInFlight(1))
 	ctx := testCtx(t)
 	stored := bytes.Repeat([]byte("r"), 64<<10)
 	r, err := c.Reserve(ctx, "dup", "k")

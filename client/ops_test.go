@@ -194,7 +194,7 @@ func TestRetriesAreBounded(t *testing.T) {
 }
 
 func TestRetryBackoffRespectsContext(t *testing.T) {
-	c, f := dialFake(t, WithRetryPolicy(RetryPolicy{Attempts: 10, BaseBackoff: time.Hour, MaxBackoff: time.Hour}))
+	c, f := dialFake(t, WithStreaming(false), WithRetryPolicy(RetryPolicy{Attempts: 10, BaseBackoff: time.Hour, MaxBackoff: time.Hour}))
 	f.setHooks(fakeHooks{rpc: func(context.Context, string) error {
 		return status.Error(codes.Unavailable, "no leader")
 	}})
@@ -205,7 +205,7 @@ func TestRetryBackoffRespectsContext(t *testing.T) {
 		done <- err
 	}()
 	// The answer is in once the batch gave its slot back.
-	testwait.For(t, 10*time.Second, "the first answer", func() bool { return f.rpcCount("Batch") == 1 && len(c.seed.b.slots) == 0 })
+	testwait.For(t, 10*time.Second, "the first answer", func() bool { return f.rpcCount("Batch") == 1 && len(c.seed.b.c.(*unaryCarrier).slots) == 0 })
 	cancel() // during the hour of backoff
 	err := <-done
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrUnavailable) {

@@ -133,6 +133,7 @@ func jitter(d time.Duration) time.Duration {
 // config is what Dial builds from its options, starting from defaultConfig.
 type config struct {
 	batching    bool
+	streaming   bool
 	routing     bool
 	maxBatch    int
 	maxInFlight int
@@ -145,6 +146,7 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		batching:    true,
+		streaming:   true,
 		routing:     true,
 		maxBatch:    MaxBatchSize,
 		maxInFlight: defaultMaxInFlight,
@@ -177,6 +179,14 @@ type Option func(*config)
 // or off. Off, every call is its own unary RPC.
 func WithBatching(on bool) Option { return func(c *config) { c.batching = on } }
 
+// WithStreaming chooses how automatic batching takes calls to a node: on
+// one long-lived Stream RPC per node (the default), each call answered as
+// soon as its shard has applied it; or off, as unary Batch RPCs, at most
+// WithMaxInFlight at once per node, each answered when every shard in it
+// has applied its part. Off is for proxies that do not carry bidirectional
+// streams. A node older than Stream gets Batch RPCs either way.
+func WithStreaming(on bool) Option { return func(c *config) { c.streaming = on } }
+
 // WithoutRouting makes the client send every operation to the first address
 // given to Dial, which forwards what it does not lead to the shard's leader,
 // instead of routing by the cluster map: one connection, one more hop per
@@ -190,8 +200,9 @@ func WithMaxBatchSize(n int) Option {
 }
 
 // WithMaxInFlight caps the automatic Batch RPCs in flight at once to each
-// grid node (default 8). Calls made while a node's window is full queue up
-// and leave together in its next batch.
+// grid node (default 8) with WithStreaming(false). Calls made while a
+// node's window is full queue up and leave together in its next batch. A
+// stream has no window.
 func WithMaxInFlight(n int) Option {
 	return func(c *config) { c.maxInFlight = n }
 }

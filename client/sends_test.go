@@ -52,6 +52,8 @@ func (d *answerDropper) option() Option {
 		switch r := reply.(type) {
 		case *gridpb.BatchResponse:
 			answers = r.GetResults()
+		case *gridpb.StreamResponse:
+			answers = r.GetResults()
 		case *gridpb.OpResult:
 			answers = []*gridpb.OpResult{r}
 		}

@@ -11,12 +11,11 @@
 package gridpb
 
 import (
+	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
+	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
-
-	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
-	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 )
 
 const (
@@ -1586,6 +1585,127 @@ func (x *BatchRequest) GetOps() []*Op {
 	return nil
 }
 
+// StreamRequest is one frame of a Stream: ids[i] tags ops[i] (the two have
+// the same length). At most 1000 operations.
+type StreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ids   []uint64               `protobuf:"varint,1,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	Ops   []*Op                  `protobuf:"bytes,2,rep,name=ops,proto3" json:"ops,omitempty"`
+	// The node gives up on the frame's operations this many milliseconds
+	// after it received the frame, as it gives up on an RPC at its deadline
+	// (their outcome is then unknown to the client). 0: no limit.
+	TimeoutMs     uint32 `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamRequest) Reset() {
+	*x = StreamRequest{}
+	mi := &file_grid_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamRequest) ProtoMessage() {}
+
+func (x *StreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_grid_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
+func (*StreamRequest) Descriptor() ([]byte, []int) {
+	return file_grid_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *StreamRequest) GetIds() []uint64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *StreamRequest) GetOps() []*Op {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+func (x *StreamRequest) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+// StreamResponse is a frame of answers: results[i] answers the operation
+// tagged ids[i]. Each frame stays within 4 MiB. The answers of one shard's
+// operations of a request frame leave stored results out as a
+// BatchResponse of those operations would (result_omitted).
+type StreamResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ids           []uint64               `protobuf:"varint,1,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	Results       []*OpResult            `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamResponse) Reset() {
+	*x = StreamResponse{}
+	mi := &file_grid_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamResponse) ProtoMessage() {}
+
+func (x *StreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_grid_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
+func (*StreamResponse) Descriptor() ([]byte, []int) {
+	return file_grid_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *StreamResponse) GetIds() []uint64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *StreamResponse) GetResults() []*OpResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 // A BatchResponse carries at most 4 MiB of stored results (the request
 // limit): results past that budget are left out and marked result_omitted,
 // so a small request cannot ask for a response thousands of times its size.
@@ -1601,7 +1721,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_grid_proto_msgTypes[14]
+	mi := &file_grid_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1733,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[14]
+	mi := &file_grid_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1746,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{14}
+	return file_grid_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BatchResponse) GetResults() []*OpResult {
@@ -1644,7 +1764,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_grid_proto_msgTypes[15]
+	mi := &file_grid_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1776,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[15]
+	mi := &file_grid_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1789,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{15}
+	return file_grid_proto_rawDescGZIP(), []int{17}
 }
 
 type ShardStatus struct {
@@ -1706,7 +1826,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_grid_proto_msgTypes[16]
+	mi := &file_grid_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1838,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[16]
+	mi := &file_grid_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1851,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{16}
+	return file_grid_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ShardStatus) GetId() uint32 {
@@ -1863,7 +1983,7 @@ type GroupMember struct {
 
 func (x *GroupMember) Reset() {
 	*x = GroupMember{}
-	mi := &file_grid_proto_msgTypes[17]
+	mi := &file_grid_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1875,7 +1995,7 @@ func (x *GroupMember) String() string {
 func (*GroupMember) ProtoMessage() {}
 
 func (x *GroupMember) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[17]
+	mi := &file_grid_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1888,7 +2008,7 @@ func (x *GroupMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupMember.ProtoReflect.Descriptor instead.
 func (*GroupMember) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{17}
+	return file_grid_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GroupMember) GetId() string {
@@ -1936,7 +2056,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_grid_proto_msgTypes[18]
+	mi := &file_grid_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2068,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[18]
+	mi := &file_grid_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2081,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{18}
+	return file_grid_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -2063,7 +2183,7 @@ type ClusterMapRequest struct {
 
 func (x *ClusterMapRequest) Reset() {
 	*x = ClusterMapRequest{}
-	mi := &file_grid_proto_msgTypes[19]
+	mi := &file_grid_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2195,7 @@ func (x *ClusterMapRequest) String() string {
 func (*ClusterMapRequest) ProtoMessage() {}
 
 func (x *ClusterMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[19]
+	mi := &file_grid_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2208,7 @@ func (x *ClusterMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMapRequest.ProtoReflect.Descriptor instead.
 func (*ClusterMapRequest) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{19}
+	return file_grid_proto_rawDescGZIP(), []int{21}
 }
 
 type ClusterNode struct {
@@ -2107,7 +2227,7 @@ type ClusterNode struct {
 
 func (x *ClusterNode) Reset() {
 	*x = ClusterNode{}
-	mi := &file_grid_proto_msgTypes[20]
+	mi := &file_grid_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2239,7 @@ func (x *ClusterNode) String() string {
 func (*ClusterNode) ProtoMessage() {}
 
 func (x *ClusterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[20]
+	mi := &file_grid_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2252,7 @@ func (x *ClusterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterNode.ProtoReflect.Descriptor instead.
 func (*ClusterNode) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{20}
+	return file_grid_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ClusterNode) GetId() string {
@@ -2191,7 +2311,7 @@ type ClusterShard struct {
 
 func (x *ClusterShard) Reset() {
 	*x = ClusterShard{}
-	mi := &file_grid_proto_msgTypes[21]
+	mi := &file_grid_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2323,7 @@ func (x *ClusterShard) String() string {
 func (*ClusterShard) ProtoMessage() {}
 
 func (x *ClusterShard) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[21]
+	mi := &file_grid_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2336,7 @@ func (x *ClusterShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterShard.ProtoReflect.Descriptor instead.
 func (*ClusterShard) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{21}
+	return file_grid_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ClusterShard) GetId() uint32 {
@@ -2265,7 +2385,7 @@ type ClusterMapResponse struct {
 
 func (x *ClusterMapResponse) Reset() {
 	*x = ClusterMapResponse{}
-	mi := &file_grid_proto_msgTypes[22]
+	mi := &file_grid_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2277,7 +2397,7 @@ func (x *ClusterMapResponse) String() string {
 func (*ClusterMapResponse) ProtoMessage() {}
 
 func (x *ClusterMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[22]
+	mi := &file_grid_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2290,7 +2410,7 @@ func (x *ClusterMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMapResponse.ProtoReflect.Descriptor instead.
 func (*ClusterMapResponse) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{22}
+	return file_grid_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ClusterMapResponse) GetStandalone() bool {
@@ -2379,7 +2499,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_grid_proto_msgTypes[23]
+	mi := &file_grid_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2391,7 +2511,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[23]
+	mi := &file_grid_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2404,7 +2524,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{23}
+	return file_grid_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DrainRequest) GetNodeId() []byte {
@@ -2435,7 +2555,7 @@ type DrainResponse struct {
 
 func (x *DrainResponse) Reset() {
 	*x = DrainResponse{}
-	mi := &file_grid_proto_msgTypes[24]
+	mi := &file_grid_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +2567,7 @@ func (x *DrainResponse) String() string {
 func (*DrainResponse) ProtoMessage() {}
 
 func (x *DrainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[24]
+	mi := &file_grid_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2580,7 @@ func (x *DrainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
 func (*DrainResponse) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{24}
+	return file_grid_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DrainResponse) GetNodeId() string {
@@ -2512,7 +2632,7 @@ type ShardAdminRequest struct {
 
 func (x *ShardAdminRequest) Reset() {
 	*x = ShardAdminRequest{}
-	mi := &file_grid_proto_msgTypes[25]
+	mi := &file_grid_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2524,7 +2644,7 @@ func (x *ShardAdminRequest) String() string {
 func (*ShardAdminRequest) ProtoMessage() {}
 
 func (x *ShardAdminRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[25]
+	mi := &file_grid_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2537,7 +2657,7 @@ func (x *ShardAdminRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardAdminRequest.ProtoReflect.Descriptor instead.
 func (*ShardAdminRequest) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{25}
+	return file_grid_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ShardAdminRequest) GetShard() uint32 {
@@ -2592,7 +2712,7 @@ type ShardAdminResponse struct {
 
 func (x *ShardAdminResponse) Reset() {
 	*x = ShardAdminResponse{}
-	mi := &file_grid_proto_msgTypes[26]
+	mi := &file_grid_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +2724,7 @@ func (x *ShardAdminResponse) String() string {
 func (*ShardAdminResponse) ProtoMessage() {}
 
 func (x *ShardAdminResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[26]
+	mi := &file_grid_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +2737,7 @@ func (x *ShardAdminResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardAdminResponse.ProtoReflect.Descriptor instead.
 func (*ShardAdminResponse) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{26}
+	return file_grid_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ShardAdminResponse) GetCommitIndex() uint64 {
@@ -2740,7 +2860,15 @@ const file_grid_proto_rawDesc = "" +
 	"\x06forget\x18\a \x01(\v2\x1b.l4xg.grid.v1.ForgetRequestH\x00R\x06forgetB\x04\n" +
 	"\x02op\"2\n" +
 	"\fBatchRequest\x12\"\n" +
-	"\x03ops\x18\x01 \x03(\v2\x10.l4xg.grid.v1.OpR\x03ops\"A\n" +
+	"\x03ops\x18\x01 \x03(\v2\x10.l4xg.grid.v1.OpR\x03ops\"d\n" +
+	"\rStreamRequest\x12\x10\n" +
+	"\x03ids\x18\x01 \x03(\x04R\x03ids\x12\"\n" +
+	"\x03ops\x18\x02 \x03(\v2\x10.l4xg.grid.v1.OpR\x03ops\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x03 \x01(\rR\ttimeoutMs\"T\n" +
+	"\x0eStreamResponse\x12\x10\n" +
+	"\x03ids\x18\x01 \x03(\x04R\x03ids\x120\n" +
+	"\aresults\x18\x02 \x03(\v2\x16.l4xg.grid.v1.OpResultR\aresults\"A\n" +
 	"\rBatchResponse\x120\n" +
 	"\aresults\x18\x01 \x03(\v2\x16.l4xg.grid.v1.OpResultR\aresults\"\x0f\n" +
 	"\rStatusRequest\"\xa3\x04\n" +
@@ -2860,7 +2988,7 @@ const file_grid_proto_rawDesc = "" +
 	"\fADD_NONVOTER\x10\x01\x12\r\n" +
 	"\tADD_VOTER\x10\x02\x12\x11\n" +
 	"\rREMOVE_SERVER\x10\x03\x12\x17\n" +
-	"\x13TRANSFER_LEADERSHIP\x10\x042\xea\x06\n" +
+	"\x13TRANSFER_LEADERSHIP\x10\x042\xb3\a\n" +
 	"\x04Grid\x12?\n" +
 	"\aReserve\x12\x1c.l4xg.grid.v1.ReserveRequest\x1a\x16.l4xg.grid.v1.OpResult\x12A\n" +
 	"\bComplete\x12\x1d.l4xg.grid.v1.CompleteRequest\x1a\x16.l4xg.grid.v1.OpResult\x129\n" +
@@ -2869,7 +2997,8 @@ const file_grid_proto_rawDesc = "" +
 	"\x06Extend\x12\x1b.l4xg.grid.v1.ExtendRequest\x1a\x16.l4xg.grid.v1.OpResult\x127\n" +
 	"\x03Get\x12\x18.l4xg.grid.v1.GetRequest\x1a\x16.l4xg.grid.v1.OpResult\x12=\n" +
 	"\x06Forget\x12\x1b.l4xg.grid.v1.ForgetRequest\x1a\x16.l4xg.grid.v1.OpResult\x12@\n" +
-	"\x05Batch\x12\x1a.l4xg.grid.v1.BatchRequest\x1a\x1b.l4xg.grid.v1.BatchResponse\x12C\n" +
+	"\x05Batch\x12\x1a.l4xg.grid.v1.BatchRequest\x1a\x1b.l4xg.grid.v1.BatchResponse\x12G\n" +
+	"\x06Stream\x12\x1b.l4xg.grid.v1.StreamRequest\x1a\x1c.l4xg.grid.v1.StreamResponse(\x010\x01\x12C\n" +
 	"\x06Status\x12\x1b.l4xg.grid.v1.StatusRequest\x1a\x1c.l4xg.grid.v1.StatusResponse\x12@\n" +
 	"\x05Audit\x12\x1a.l4xg.grid.v1.AuditRequest\x1a\x19.l4xg.grid.v1.AuditRecord0\x01\x12O\n" +
 	"\n" +
@@ -2891,7 +3020,7 @@ func file_grid_proto_rawDescGZIP() []byte {
 }
 
 var file_grid_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_grid_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_grid_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_grid_proto_goTypes = []any{
 	(Outcome)(0),               // 0: l4xg.grid.v1.Outcome
 	(State)(0),                 // 1: l4xg.grid.v1.State
@@ -2911,19 +3040,21 @@ var file_grid_proto_goTypes = []any{
 	(*AuditRecord)(nil),        // 15: l4xg.grid.v1.AuditRecord
 	(*Op)(nil),                 // 16: l4xg.grid.v1.Op
 	(*BatchRequest)(nil),       // 17: l4xg.grid.v1.BatchRequest
-	(*BatchResponse)(nil),      // 18: l4xg.grid.v1.BatchResponse
-	(*StatusRequest)(nil),      // 19: l4xg.grid.v1.StatusRequest
-	(*ShardStatus)(nil),        // 20: l4xg.grid.v1.ShardStatus
-	(*GroupMember)(nil),        // 21: l4xg.grid.v1.GroupMember
-	(*StatusResponse)(nil),     // 22: l4xg.grid.v1.StatusResponse
-	(*ClusterMapRequest)(nil),  // 23: l4xg.grid.v1.ClusterMapRequest
-	(*ClusterNode)(nil),        // 24: l4xg.grid.v1.ClusterNode
-	(*ClusterShard)(nil),       // 25: l4xg.grid.v1.ClusterShard
-	(*ClusterMapResponse)(nil), // 26: l4xg.grid.v1.ClusterMapResponse
-	(*DrainRequest)(nil),       // 27: l4xg.grid.v1.DrainRequest
-	(*DrainResponse)(nil),      // 28: l4xg.grid.v1.DrainResponse
-	(*ShardAdminRequest)(nil),  // 29: l4xg.grid.v1.ShardAdminRequest
-	(*ShardAdminResponse)(nil), // 30: l4xg.grid.v1.ShardAdminResponse
+	(*StreamRequest)(nil),      // 18: l4xg.grid.v1.StreamRequest
+	(*StreamResponse)(nil),     // 19: l4xg.grid.v1.StreamResponse
+	(*BatchResponse)(nil),      // 20: l4xg.grid.v1.BatchResponse
+	(*StatusRequest)(nil),      // 21: l4xg.grid.v1.StatusRequest
+	(*ShardStatus)(nil),        // 22: l4xg.grid.v1.ShardStatus
+	(*GroupMember)(nil),        // 23: l4xg.grid.v1.GroupMember
+	(*StatusResponse)(nil),     // 24: l4xg.grid.v1.StatusResponse
+	(*ClusterMapRequest)(nil),  // 25: l4xg.grid.v1.ClusterMapRequest
+	(*ClusterNode)(nil),        // 26: l4xg.grid.v1.ClusterNode
+	(*ClusterShard)(nil),       // 27: l4xg.grid.v1.ClusterShard
+	(*ClusterMapResponse)(nil), // 28: l4xg.grid.v1.ClusterMapResponse
+	(*DrainRequest)(nil),       // 29: l4xg.grid.v1.DrainRequest
+	(*DrainResponse)(nil),      // 30: l4xg.grid.v1.DrainResponse
+	(*ShardAdminRequest)(nil),  // 31: l4xg.grid.v1.ShardAdminRequest
+	(*ShardAdminResponse)(nil), // 32: l4xg.grid.v1.ShardAdminResponse
 }
 var file_grid_proto_depIdxs = []int32{
 	4,  // 0: l4xg.grid.v1.OpError.redirect:type_name -> l4xg.grid.v1.Redirect
@@ -2940,43 +3071,47 @@ var file_grid_proto_depIdxs = []int32{
 	10, // 11: l4xg.grid.v1.Op.get:type_name -> l4xg.grid.v1.GetRequest
 	11, // 12: l4xg.grid.v1.Op.forget:type_name -> l4xg.grid.v1.ForgetRequest
 	16, // 13: l4xg.grid.v1.BatchRequest.ops:type_name -> l4xg.grid.v1.Op
-	13, // 14: l4xg.grid.v1.BatchResponse.results:type_name -> l4xg.grid.v1.OpResult
-	21, // 15: l4xg.grid.v1.ShardStatus.group:type_name -> l4xg.grid.v1.GroupMember
-	20, // 16: l4xg.grid.v1.StatusResponse.shards:type_name -> l4xg.grid.v1.ShardStatus
-	24, // 17: l4xg.grid.v1.ClusterMapResponse.nodes:type_name -> l4xg.grid.v1.ClusterNode
-	25, // 18: l4xg.grid.v1.ClusterMapResponse.shards:type_name -> l4xg.grid.v1.ClusterShard
-	3,  // 19: l4xg.grid.v1.ShardAdminRequest.action:type_name -> l4xg.grid.v1.ShardAdminAction
-	5,  // 20: l4xg.grid.v1.Grid.Reserve:input_type -> l4xg.grid.v1.ReserveRequest
-	6,  // 21: l4xg.grid.v1.Grid.Complete:input_type -> l4xg.grid.v1.CompleteRequest
-	7,  // 22: l4xg.grid.v1.Grid.Fail:input_type -> l4xg.grid.v1.FailRequest
-	8,  // 23: l4xg.grid.v1.Grid.Release:input_type -> l4xg.grid.v1.ReleaseRequest
-	9,  // 24: l4xg.grid.v1.Grid.Extend:input_type -> l4xg.grid.v1.ExtendRequest
-	10, // 25: l4xg.grid.v1.Grid.Get:input_type -> l4xg.grid.v1.GetRequest
-	11, // 26: l4xg.grid.v1.Grid.Forget:input_type -> l4xg.grid.v1.ForgetRequest
-	17, // 27: l4xg.grid.v1.Grid.Batch:input_type -> l4xg.grid.v1.BatchRequest
-	19, // 28: l4xg.grid.v1.Grid.Status:input_type -> l4xg.grid.v1.StatusRequest
-	14, // 29: l4xg.grid.v1.Grid.Audit:input_type -> l4xg.grid.v1.AuditRequest
-	23, // 30: l4xg.grid.v1.Grid.ClusterMap:input_type -> l4xg.grid.v1.ClusterMapRequest
-	27, // 31: l4xg.grid.v1.Grid.Drain:input_type -> l4xg.grid.v1.DrainRequest
-	29, // 32: l4xg.grid.v1.Grid.ShardAdmin:input_type -> l4xg.grid.v1.ShardAdminRequest
-	13, // 33: l4xg.grid.v1.Grid.Reserve:output_type -> l4xg.grid.v1.OpResult
-	13, // 34: l4xg.grid.v1.Grid.Complete:output_type -> l4xg.grid.v1.OpResult
-	13, // 35: l4xg.grid.v1.Grid.Fail:output_type -> l4xg.grid.v1.OpResult
-	13, // 36: l4xg.grid.v1.Grid.Release:output_type -> l4xg.grid.v1.OpResult
-	13, // 37: l4xg.grid.v1.Grid.Extend:output_type -> l4xg.grid.v1.OpResult
-	13, // 38: l4xg.grid.v1.Grid.Get:output_type -> l4xg.grid.v1.OpResult
-	13, // 39: l4xg.grid.v1.Grid.Forget:output_type -> l4xg.grid.v1.OpResult
-	18, // 40: l4xg.grid.v1.Grid.Batch:output_type -> l4xg.grid.v1.BatchResponse
-	22, // 41: l4xg.grid.v1.Grid.Status:output_type -> l4xg.grid.v1.StatusResponse
-	15, // 42: l4xg.grid.v1.Grid.Audit:output_type -> l4xg.grid.v1.AuditRecord
-	26, // 43: l4xg.grid.v1.Grid.ClusterMap:output_type -> l4xg.grid.v1.ClusterMapResponse
-	28, // 44: l4xg.grid.v1.Grid.Drain:output_type -> l4xg.grid.v1.DrainResponse
-	30, // 45: l4xg.grid.v1.Grid.ShardAdmin:output_type -> l4xg.grid.v1.ShardAdminResponse
-	33, // [33:46] is the sub-list for method output_type
-	20, // [20:33] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	16, // 14: l4xg.grid.v1.StreamRequest.ops:type_name -> l4xg.grid.v1.Op
+	13, // 15: l4xg.grid.v1.StreamResponse.results:type_name -> l4xg.grid.v1.OpResult
+	13, // 16: l4xg.grid.v1.BatchResponse.results:type_name -> l4xg.grid.v1.OpResult
+	23, // 17: l4xg.grid.v1.ShardStatus.group:type_name -> l4xg.grid.v1.GroupMember
+	22, // 18: l4xg.grid.v1.StatusResponse.shards:type_name -> l4xg.grid.v1.ShardStatus
+	26, // 19: l4xg.grid.v1.ClusterMapResponse.nodes:type_name -> l4xg.grid.v1.ClusterNode
+	27, // 20: l4xg.grid.v1.ClusterMapResponse.shards:type_name -> l4xg.grid.v1.ClusterShard
+	3,  // 21: l4xg.grid.v1.ShardAdminRequest.action:type_name -> l4xg.grid.v1.ShardAdminAction
+	5,  // 22: l4xg.grid.v1.Grid.Reserve:input_type -> l4xg.grid.v1.ReserveRequest
+	6,  // 23: l4xg.grid.v1.Grid.Complete:input_type -> l4xg.grid.v1.CompleteRequest
+	7,  // 24: l4xg.grid.v1.Grid.Fail:input_type -> l4xg.grid.v1.FailRequest
+	8,  // 25: l4xg.grid.v1.Grid.Release:input_type -> l4xg.grid.v1.ReleaseRequest
+	9,  // 26: l4xg.grid.v1.Grid.Extend:input_type -> l4xg.grid.v1.ExtendRequest
+	10, // 27: l4xg.grid.v1.Grid.Get:input_type -> l4xg.grid.v1.GetRequest
+	11, // 28: l4xg.grid.v1.Grid.Forget:input_type -> l4xg.grid.v1.ForgetRequest
+	17, // 29: l4xg.grid.v1.Grid.Batch:input_type -> l4xg.grid.v1.BatchRequest
+	18, // 30: l4xg.grid.v1.Grid.Stream:input_type -> l4xg.grid.v1.StreamRequest
+	21, // 31: l4xg.grid.v1.Grid.Status:input_type -> l4xg.grid.v1.StatusRequest
+	14, // 32: l4xg.grid.v1.Grid.Audit:input_type -> l4xg.grid.v1.AuditRequest
+	25, // 33: l4xg.grid.v1.Grid.ClusterMap:input_type -> l4xg.grid.v1.ClusterMapRequest
+	29, // 34: l4xg.grid.v1.Grid.Drain:input_type -> l4xg.grid.v1.DrainRequest
+	31, // 35: l4xg.grid.v1.Grid.ShardAdmin:input_type -> l4xg.grid.v1.ShardAdminRequest
+	13, // 36: l4xg.grid.v1.Grid.Reserve:output_type -> l4xg.grid.v1.OpResult
+	13, // 37: l4xg.grid.v1.Grid.Complete:output_type -> l4xg.grid.v1.OpResult
+	13, // 38: l4xg.grid.v1.Grid.Fail:output_type -> l4xg.grid.v1.OpResult
+	13, // 39: l4xg.grid.v1.Grid.Release:output_type -> l4xg.grid.v1.OpResult
+	13, // 40: l4xg.grid.v1.Grid.Extend:output_type -> l4xg.grid.v1.OpResult
+	13, // 41: l4xg.grid.v1.Grid.Get:output_type -> l4xg.grid.v1.OpResult
+	13, // 42: l4xg.grid.v1.Grid.Forget:output_type -> l4xg.grid.v1.OpResult
+	20, // 43: l4xg.grid.v1.Grid.Batch:output_type -> l4xg.grid.v1.BatchResponse
+	19, // 44: l4xg.grid.v1.Grid.Stream:output_type -> l4xg.grid.v1.StreamResponse
+	24, // 45: l4xg.grid.v1.Grid.Status:output_type -> l4xg.grid.v1.StatusResponse
+	15, // 46: l4xg.grid.v1.Grid.Audit:output_type -> l4xg.grid.v1.AuditRecord
+	28, // 47: l4xg.grid.v1.Grid.ClusterMap:output_type -> l4xg.grid.v1.ClusterMapResponse
+	30, // 48: l4xg.grid.v1.Grid.Drain:output_type -> l4xg.grid.v1.DrainResponse
+	32, // 49: l4xg.grid.v1.Grid.ShardAdmin:output_type -> l4xg.grid.v1.ShardAdminResponse
+	36, // [36:50] is the sub-list for method output_type
+	22, // [22:36] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_grid_proto_init() }
@@ -3003,7 +3138,7 @@ func file_grid_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_grid_proto_rawDesc), len(file_grid_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -12,7 +12,6 @@ package gridpb
 
 import (
 	context "context"
-
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
@@ -32,6 +31,7 @@ const (
 	Grid_Get_FullMethodName        = "/l4xg.grid.v1.Grid/Get"
 	Grid_Forget_FullMethodName     = "/l4xg.grid.v1.Grid/Forget"
 	Grid_Batch_FullMethodName      = "/l4xg.grid.v1.Grid/Batch"
+	Grid_Stream_FullMethodName     = "/l4xg.grid.v1.Grid/Stream"
 	Grid_Status_FullMethodName     = "/l4xg.grid.v1.Grid/Status"
 	Grid_Audit_FullMethodName      = "/l4xg.grid.v1.Grid/Audit"
 	Grid_ClusterMap_FullMethodName = "/l4xg.grid.v1.Grid/ClusterMap"
@@ -59,6 +59,15 @@ type GridClient interface {
 	Forget(ctx context.Context, in *ForgetRequest, opts ...grpc.CallOption) (*OpResult, error)
 	// Batch runs many operations on many keys; one result per operation, in order.
 	Batch(ctx context.Context, in *BatchRequest, opts ...grpc.CallOption) (*BatchResponse, error)
+	// Stream runs operations on one long-lived stream: the client sends
+	// frames of operations, each tagged with an id of its choosing, and the
+	// node answers every operation once, tagged with its id, as soon as the
+	// operation's shard has applied it. The operations of one shard in one
+	// frame run in frame order, as in a Batch; nothing else is ordered, and
+	// answers that are ready together share a frame. It takes the same
+	// headers as Batch (grid-redirect). A stream the node ends fails the
+	// operations it has not answered: they may have been applied.
+	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamRequest, StreamResponse], error)
 	// Status describes the node and its shards.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	// Audit lists the COMPLETED and POISONED records of a namespace settled in a
@@ -166,6 +175,19 @@ func (c *gridClient) Batch(ctx context.Context, in *BatchRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *gridClient) Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamRequest, StreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Grid_ServiceDesc.Streams[0], Grid_Stream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StreamRequest, StreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Grid_StreamClient = grpc.BidiStreamingClient[StreamRequest, StreamResponse]
+
 func (c *gridClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StatusResponse)
@@ -178,7 +200,7 @@ func (c *gridClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc
 
 func (c *gridClient) Audit(ctx context.Context, in *AuditRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AuditRecord], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Grid_ServiceDesc.Streams[0], Grid_Audit_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Grid_ServiceDesc.Streams[1], Grid_Audit_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -245,6 +267,15 @@ type GridServer interface {
 	Forget(context.Context, *ForgetRequest) (*OpResult, error)
 	// Batch runs many operations on many keys; one result per operation, in order.
 	Batch(context.Context, *BatchRequest) (*BatchResponse, error)
+	// Stream runs operations on one long-lived stream: the client sends
+	// frames of operations, each tagged with an id of its choosing, and the
+	// node answers every operation once, tagged with its id, as soon as the
+	// operation's shard has applied it. The operations of one shard in one
+	// frame run in frame order, as in a Batch; nothing else is ordered, and
+	// answers that are ready together share a frame. It takes the same
+	// headers as Batch (grid-redirect). A stream the node ends fails the
+	// operations it has not answered: they may have been applied.
+	Stream(grpc.BidiStreamingServer[StreamRequest, StreamResponse]) error
 	// Status describes the node and its shards.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	// Audit lists the COMPLETED and POISONED records of a namespace settled in a
@@ -295,6 +326,9 @@ func (UnimplementedGridServer) Forget(context.Context, *ForgetRequest) (*OpResul
 }
 func (UnimplementedGridServer) Batch(context.Context, *BatchRequest) (*BatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Batch not implemented")
+}
+func (UnimplementedGridServer) Stream(grpc.BidiStreamingServer[StreamRequest, StreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method Stream not implemented")
 }
 func (UnimplementedGridServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
@@ -476,6 +510,13 @@ func _Grid_Batch_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Grid_Stream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(GridServer).Stream(&grpc.GenericServerStream[StreamRequest, StreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Grid_StreamServer = grpc.BidiStreamingServer[StreamRequest, StreamResponse]
+
 func _Grid_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StatusRequest)
 	if err := dec(in); err != nil {
@@ -616,6 +657,12 @@ var Grid_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Stream",
+			Handler:       _Grid_Stream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
 		{
 			StreamName:    "Audit",
 			Handler:       _Grid_Audit_Handler,
