@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
@@ -114,6 +115,7 @@ func (g *GroupStore) StoreLogs(logs []*raft.Log) error {
 		return err
 	}
 	defer g.s.db.Release()
+	start := time.Now()
 	b := db.NewBatch()
 	defer b.Close()
 	var key [logKeyLen]byte
@@ -131,6 +133,7 @@ func (g *GroupStore) StoreLogs(logs []*raft.Log) error {
 	if err := b.Commit(g.s.wo); err != nil {
 		return fmt.Errorf("%w: group %d: store %d logs: %w", ErrStorage, g.id, len(logs), err)
 	}
+	g.s.writes.add(len(logs), time.Since(start))
 	return nil
 }
 

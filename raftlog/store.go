@@ -107,6 +107,8 @@ type Store struct {
 	// in-flight operations and later ones get ErrClosed instead of a Pebble
 	// panic.
 	db *pebbleguard.DB
+
+	writes writeCounters // for WriteStats
 }
 
 // Open opens or creates the store in directory dir.

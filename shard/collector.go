@@ -27,6 +27,8 @@ type hostCollector struct {
 	coldErrors *prometheus.Desc
 	bloom      *prometheus.Desc
 	restores   *prometheus.Desc
+	// The Raft log store's writes and fsyncs (raftlog.WriteStats).
+	logWrites, logEntries, logWriteTime, fsyncs, fsyncTime *prometheus.Desc
 }
 
 func newHostCollector(h *Host) *hostCollector {
@@ -48,6 +50,12 @@ func newHostCollector(h *Host) *hostCollector {
 		coldErrors: prometheus.NewDesc("l4xg_grid_cold_background_errors_total", "Failed flushes and compactions of the cold tier.", nil, nil),
 		bloom:      prometheus.NewDesc("l4xg_grid_cold_bloom_probes_total", "Bloom filter probes of cold lookups, by result.", []string{"result"}, nil),
 		restores:   prometheus.NewDesc("l4xg_grid_cold_restores_total", "Cold tier restores from a snapshot, by shard and source: local sstable files, or the snapshot stream.", []string{"shard", "source"}, nil),
+
+		logWrites:    prometheus.NewDesc("l4xg_grid_raft_log_writes_total", "Synced writes of Raft log entries (one per StoreLogs of any shard).", nil, nil),
+		logEntries:   prometheus.NewDesc("l4xg_grid_raft_log_entries_written_total", "Raft log entries written.", nil, nil),
+		logWriteTime: prometheus.NewDesc("l4xg_grid_raft_log_write_seconds_total", "Time spent in Raft log writes, until synced.", nil, nil),
+		fsyncs:       prometheus.NewDesc("l4xg_grid_raft_log_fsyncs_total", "fsyncs of the Raft log's WAL; concurrent log writes share one.", nil, nil),
+		fsyncTime:    prometheus.NewDesc("l4xg_grid_raft_log_fsync_seconds_total", "Time spent in fsyncs of the Raft log's WAL.", nil, nil),
 	}
 }
 
@@ -68,6 +76,11 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.coldErrors
 	ch <- c.bloom
 	ch <- c.restores
+	ch <- c.logWrites
+	ch <- c.logEntries
+	ch <- c.logWriteTime
+	ch <- c.fsyncs
+	ch <- c.fsyncTime
 }
 
 func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
@@ -99,6 +112,12 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 		failing = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.coldHealth, prometheus.GaugeValue, failing)
+	w := c.h.logs.WriteStats()
+	ch <- prometheus.MustNewConstMetric(c.logWrites, prometheus.CounterValue, float64(w.Writes))
+	ch <- prometheus.MustNewConstMetric(c.logEntries, prometheus.CounterValue, float64(w.Entries))
+	ch <- prometheus.MustNewConstMetric(c.logWriteTime, prometheus.CounterValue, w.WriteTime.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.fsyncs, prometheus.CounterValue, float64(w.Fsyncs))
+	ch <- prometheus.MustNewConstMetric(c.fsyncTime, prometheus.CounterValue, w.FsyncTime.Seconds())
 }
 
 func (c *hostCollector) collectCold(ch chan<- prometheus.Metric, id string, st Status) {

@@ -97,9 +97,12 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// The times are for the stage metrics only; the state never sees them.
+	start := time.Now()
 	for i, l := range logs {
 		if l.Type == raft.LogCommand {
-			out[i] = &applied{results: f.m.Apply(l.Index, &entries[i], make([]keyspace.Result, 0, len(entries[i].Commands)))}
+			out[i] = &applied{results: f.m.Apply(l.Index, &entries[i], make([]keyspace.Result, 0, len(entries[i].Commands))),
+				appended: l.AppendedAt, applyStart: start}
 		}
 	}
 	if f.cold != nil {
@@ -108,6 +111,12 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 		// fails only when the node is closing.
 		if err := f.cold.Flush(); err != nil {
 			panic(fmt.Sprintf("shard: cold tier write failed while closing: %v", err))
+		}
+	}
+	end := time.Now()
+	for _, a := range out {
+		if a, ok := a.(*applied); ok {
+			a.applyEnd = end
 		}
 	}
 	return out
@@ -119,7 +128,15 @@ func (f *fsm) Apply(l *raft.Log) interface{} { return f.ApplyBatch([]*raft.Log{l
 // log cache keeps recent apply futures alive (it points into them), and with
 // them their responses: taking the results out lets them go as soon as the
 // callers are done, instead of a cache's worth of result arrays per shard.
-type applied struct{ results []keyspace.Result }
+//
+// It also carries when the entry passed the stages of its apply, for the
+// leader's stage metrics (Metrics.Stages): when the leader appended it to
+// its log (raft.Log.AppendedAt) and when the FSM began and finished the
+// batch of entries it came in.
+type applied struct {
+	results                        []keyspace.Result
+	appended, applyStart, applyEnd time.Time
+}
 
 func (a *applied) take() []keyspace.Result {
 	r := a.results

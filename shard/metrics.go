@@ -25,7 +25,30 @@ type Metrics struct {
 	// entries that waited for the leader's clock to reach the stamps.
 	LeaseRefusals *prometheus.CounterVec
 	LeaseWaits    prometheus.Counter
+	// Stages times the way of requests through their shard's leader, by
+	// stage (the Stage* names), so that a reader can see which stage holds
+	// the time.
+	Stages *prometheus.HistogramVec
 }
+
+// The stages of Metrics.Stages, in the order a request passes them.
+const (
+	// StageQueue: from a request's arrival at the proposer until the
+	// entry carrying it is handed to Raft (waiting for an entry slot,
+	// gathering, stamping, encoding). Observed per request.
+	StageQueue = "propose_queue"
+	// StageDispatch: from raft.Apply until the leader appended the entry
+	// (Raft's apply queue and leader loop).
+	StageDispatch = "raft_dispatch"
+	// StageCommit: from the leader's append until the FSM begins the
+	// entry: the leader's log write, replication to a quorum and the
+	// followers' writes, the commit, and the FSM's queue.
+	StageCommit = "raft_commit"
+	// StageApply: the FSM applying the batch of entries that held it.
+	StageApply = "fsm_apply"
+	// StageAnswer: from the FSM's end until the callers are answered.
+	StageAnswer = "answer"
+)
 
 // NewMetrics creates the collectors and registers them on reg (may be nil).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -72,10 +95,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "l4xg_grid_clock_lease_waits_total",
 			Help: "Log entries granting leases that waited for the leader's clock to reach the shard's stamps (a new leader whose clock is slightly behind the previous one's).",
 		}),
+		Stages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "l4xg_grid_stage_seconds",
+			Help:    "Time of requests in each stage of their shard's leader: propose_queue (per request), raft_dispatch, raft_commit, fsm_apply, answer (per entry).",
+			Buckets: prometheus.ExponentialBuckets(10e-6, 2, 16),
+		}, []string{"stage"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Outcomes, m.Duplicates, m.LeasesExpired, m.Poisoned, m.Forgotten,
-			m.EntryCommands, m.ApplyLatency, m.LeaderChanges, m.LeaseRefusals, m.LeaseWaits)
+			m.EntryCommands, m.ApplyLatency, m.LeaderChanges, m.LeaseRefusals, m.LeaseWaits, m.Stages)
 	}
 	return m
 }
@@ -103,4 +131,24 @@ func (m *Metrics) observeEntry(commands int, took time.Duration, res []keyspace.
 			m.LeasesExpired.Inc()
 		}
 	}
+}
+
+// observeStages is called by the proposer on the leader for each applied
+// entry b, whose FSM answer is a, once its callers were answered.
+func (m *Metrics) observeStages(b *batch, a *applied, answered time.Time) {
+	if len(b.cmds) == 0 || a == nil || a.applyStart.IsZero() {
+		return // a tick, or an entry without its times
+	}
+	queue := m.Stages.WithLabelValues(StageQueue)
+	for _, r := range b.reqs {
+		queue.Observe(b.proposed.Sub(r.start).Seconds())
+	}
+	// AppendedAt is the leader's append time; a zero one (an entry this
+	// leader did not append) leaves the two stages around it out.
+	if !a.appended.IsZero() {
+		m.Stages.WithLabelValues(StageDispatch).Observe(a.appended.Sub(b.proposed).Seconds())
+		m.Stages.WithLabelValues(StageCommit).Observe(a.applyStart.Sub(a.appended).Seconds())
+	}
+	m.Stages.WithLabelValues(StageApply).Observe(a.applyEnd.Sub(a.applyStart).Seconds())
+	m.Stages.WithLabelValues(StageAnswer).Observe(answered.Sub(a.applyEnd).Seconds())
 }

@@ -28,6 +28,8 @@ type proposer struct {
 	policy      keyspace.TierPolicy // carried by every tick entry
 	layout      digest.TokenLayout  // carried by every entry
 	observe     func(commands int, took time.Duration, res []keyspace.Result, cmds []keyspace.Command)
+	// stages receives the times of each applied entry (nil: none).
+	stages func(b *batch, a *applied, answered time.Time)
 
 	in       chan *request
 	inflight chan struct{}
@@ -66,9 +68,10 @@ type request struct {
 
 // batch is one entry on its way through Raft and the requests it carries.
 type batch struct {
-	future raft.ApplyFuture
-	reqs   []*request
-	cmds   []keyspace.Command
+	future   raft.ApplyFuture
+	proposed time.Time // when it was handed to Raft
+	reqs     []*request
+	cmds     []keyspace.Command
 }
 
 func newProposer(r *raft.Raft, clock func() time.Time, floor func() int64, policy keyspace.TierPolicy, rules clockRules, maxCommands, maxInflight int) *proposer {
@@ -265,6 +268,7 @@ func (p *proposer) run(pending chan<- batch) {
 		entry := keyspace.Entry{Now: now, Tick: tick, HasPolicy: tick, Policy: p.policy, HasLayout: true, Layout: p.layout, Commands: b.cmds}
 		buf = keyspace.AppendEntry(buf[:0], &entry)
 		// raft keeps the slice until the entry is stored: hand it a copy.
+		b.proposed = time.Now()
 		b.future = p.raft.Apply(append([]byte(nil), buf...), 0)
 		pending <- b
 	}
@@ -301,8 +305,9 @@ func (p *proposer) complete(pending <-chan batch) {
 		err := b.future.Error()
 		<-p.inflight
 		var res []keyspace.Result
+		var a *applied
 		if err == nil {
-			if a, ok := b.future.Response().(*applied); ok {
+			if a, _ = b.future.Response().(*applied); a != nil {
 				res = a.take()
 			}
 			if len(res) != len(b.cmds) {
@@ -322,6 +327,9 @@ func (p *proposer) complete(pending <-chan batch) {
 		for _, r := range b.reqs {
 			r.res, res = res[:len(r.cmds):len(r.cmds)], res[len(r.cmds):]
 			close(r.done)
+		}
+		if p.stages != nil {
+			p.stages(&b, a, time.Now())
 		}
 	}
 }

@@ -232,6 +232,7 @@ func Open(cfg Config) (*Replica, error) {
 	s.prop.layout = cfg.Tokens
 	if cfg.Metrics != nil {
 		s.prop.observe = cfg.Metrics.observeEntry
+		s.prop.stages = cfg.Metrics.observeStages
 	}
 	s.wg.Add(1)
 	go s.lead()
