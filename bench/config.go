@@ -41,11 +41,12 @@ type config struct {
 	Readme       string        `json:"-"`
 	Seed         uint64        `json:"seed"`
 	Rate         float64       `json:"rate,omitempty"`
+	HalfPeak     bool          `json:"half_peak"`
 	NoProgress   bool          `json:"-"`
 	From         string        `json:"-"`
 }
 
-var allTargets = []string{"grid", "redis", "etcd"}
+var allTargets = []string{"grid", "redis", "redis-durable", "etcd"}
 
 // maxGridNodes bounds --grid-nodes: every node is a process on this machine.
 const maxGridNodes = 9
@@ -58,7 +59,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		fmt.Fprintf(stderr, "usage: go run ./bench [flags] [WORKLOAD...]\nworkloads: %s (default: all)\n", strings.Join(workload.Names, " "))
 		fs.PrintDefaults()
 	}
-	targets := fs.String("targets", strings.Join(allTargets, ","), "targets, comma-separated: grid, redis, etcd")
+	targets := fs.String("targets", strings.Join(allTargets, ","), "targets, comma-separated: grid, redis, redis-durable, etcd")
 	fs.StringVar(&c.Addr, "addr", "", "gRPC address of a running grid node, or a cluster's nodes comma-separated (default: build and start the grid)")
 	fs.StringVar(&c.GridHTTP, "grid-http", "", "HTTP address of the running node of --addr (/metrics for fill, pprof for --cpuprofile-grid)")
 	fs.IntVar(&c.GridNodes, "grid-nodes", 1, "grid nodes to start; more than 1 form a cluster, measured through the routing client")
@@ -81,6 +82,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.CPUProfile, "cpuprofile-grid", false, "fetch a CPU profile of the grid node during its first reserve-unique run")
 	fs.StringVar(&c.Readme, "readme", "", "README to update: the Markdown table goes between <!-- bench:begin --> and <!-- bench:end -->")
 	fs.Float64Var(&c.Rate, "rate", 0, "open loop: calls per second in all, latency from each call's scheduled start (0: closed loop); not for fill")
+	fs.BoolVar(&c.HalfPeak, "half-peak", true, "after the closed-loop rounds, run reserve-unique open loop at half of each target's closed-loop peak, for p99 at half of peak")
 	fs.Uint64Var(&c.Seed, "seed", 0, "seed of key generation (0: random)")
 	fs.BoolVar(&c.NoProgress, "no-progress", false, "no progress bar")
 	fs.StringVar(&c.From, "from", "", "run nothing: rewrite the tables, plots (and --readme) from this results.json, into --out or its directory")

@@ -76,11 +76,13 @@ func run(ctx context.Context, args []string) int {
 	}
 
 	cells := b.rounds(ctx, targets)
+	cells = append(cells, b.halfPeakRounds(ctx, targets, cells)...)
 	if ctx.Err() != nil {
 		fmt.Fprintln(os.Stderr, "bench: interrupted; writing what was measured")
 	}
-	sums := report.Summarize(cells, cfg.Workloads, targets)
-	if err := report.WriteText(os.Stdout, sums, cfg.Workloads); err != nil {
+	workloads := reported(cfg.Workloads, cells)
+	sums := report.Summarize(cells, workloads, targets)
+	if err := report.WriteText(os.Stdout, sums, workloads); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	}
 	host, _ := os.Hostname()
@@ -107,6 +109,7 @@ type bencher struct {
 	runID string
 	bin   string // gridnode binary, when the grid is started here
 	redis *redisShared
+	aof   *durableRedis
 	etcd  *etcdShared
 	grid  *gridShared
 	// profile is the path of the CPU profile once taken.
@@ -124,6 +127,8 @@ func (b *bencher) prepare(ctx context.Context) map[string]string {
 			b.grid, err = newGridShared(ctx, b)
 		case "redis":
 			b.redis, err = newRedisShared(ctx, b)
+		case "redis-durable":
+			b.aof, err = newDurableRedis(b)
 		case "etcd":
 			b.etcd, err = newEtcdShared(ctx, b)
 		}
@@ -168,20 +173,70 @@ func (b *bencher) rounds(ctx context.Context, targets []string) []report.Cell {
 					return cells
 				}
 				bar.Describe(fmt.Sprintf("round %d/%d %-14s %-5s", round, b.cfg.Rounds, w, t))
-				c := report.Cell{Round: round, Workload: w, Target: t}
-				res, err := b.cell(ctx, round, wi, w, t)
-				if err != nil {
-					c.Error = err.Error()
-					fmt.Fprintf(b.log, "\nbench: round %d %s %s: %v\n", round, w, t, err)
-				} else {
-					c.Result = &res
-				}
-				cells = append(cells, c)
+				cells = append(cells, b.measure(ctx, round, w, w, t, b.workloadConfig(round, wi)))
 				_ = bar.Add(1)
 			}
 		}
 	}
 	return cells
+}
+
+// measure runs workload w against target t and returns it as the cell of
+// the given round, under the name label.
+func (b *bencher) measure(ctx context.Context, round int, label, w, t string, wcfg workload.Config) report.Cell {
+	c := report.Cell{Round: round, Workload: label, Target: t}
+	res, err := b.cell(ctx, w, t, wcfg)
+	if err != nil {
+		c.Error = err.Error()
+		fmt.Fprintf(b.log, "\nbench: round %d %s %s: %v\n", round, label, t, err)
+	} else {
+		c.Result = &res
+	}
+	return c
+}
+
+// halfPeak names the open-loop runs of reserve-unique at half of each
+// target's closed-loop peak (DESIGN.md section 8: p99 at half of peak).
+const halfPeak = "reserve-unique@half-peak"
+
+// halfPeakRounds runs, after the closed-loop rounds, reserve-unique open
+// loop against every target at half of the median ops/s that target
+// reached closed loop in them: as many rounds, each target in turn. It
+// runs nothing without reserve-unique, with --half-peak=false, or with
+// --rate (the run is open loop already); nor for a target whose every
+// closed-loop round failed.
+func (b *bencher) halfPeakRounds(ctx context.Context, targets []string, cells []report.Cell) []report.Cell {
+	if !b.cfg.HalfPeak || b.cfg.Rate > 0 || !slices.Contains(b.cfg.Workloads, workload.ReserveUnique) {
+		return nil
+	}
+	peaks := map[string]float64{}
+	for _, s := range report.Summarize(cells, []string{workload.ReserveUnique}, targets) {
+		peaks[s.Target] = s.OpsPerSec
+	}
+	var out []report.Cell
+	for round := 1; round <= b.cfg.Rounds; round++ {
+		for _, t := range targets {
+			if ctx.Err() != nil || peaks[t] <= 0 {
+				continue
+			}
+			wcfg := b.workloadConfig(round, len(b.cfg.Workloads))
+			wcfg.Rate = peaks[t] / 2
+			fmt.Fprintf(b.log, "bench: round %d/%d %s %s: %.0f calls/s\n", round, b.cfg.Rounds, halfPeak, t, wcfg.Rate)
+			out = append(out, b.measure(ctx, round, halfPeak, workload.ReserveUnique, t, wcfg))
+		}
+	}
+	return out
+}
+
+// reported is the workloads of the tables and plots: those asked for, and
+// halfPeak when cells has its runs.
+func reported(workloads []string, cells []report.Cell) []string {
+	for _, c := range cells {
+		if c.Workload == halfPeak {
+			return append(slices.Clone(workloads), halfPeak)
+		}
+	}
+	return workloads
 }
 
 func (b *bencher) progressWriter() io.Writer {
@@ -204,18 +259,19 @@ func (b *bencher) workloadConfig(round, wi int) workload.Config {
 }
 
 func (b *bencher) prefix(round, wi int) string {
-	return fmt.Sprintf("b%s-%d%c:", b.runID, round, "udlbf"[wi%5])
+	return fmt.Sprintf("b%s-%d-%d:", b.runID, round, wi)
 }
 
 // cell runs one workload against one target, on a fresh server where the
 // run owns it.
-func (b *bencher) cell(ctx context.Context, round, wi int, w, t string) (workload.Result, error) {
-	wcfg := b.workloadConfig(round, wi)
+func (b *bencher) cell(ctx context.Context, w, t string, wcfg workload.Config) (workload.Result, error) {
 	switch t {
 	case "grid":
-		return b.grid.run(ctx, round, w, wcfg)
+		return b.grid.run(ctx, w, wcfg)
 	case "redis":
 		return b.redis.run(ctx, w, wcfg)
+	case "redis-durable":
+		return b.aof.run(ctx, w, wcfg)
 	case "etcd":
 		return b.etcd.run(ctx, w, wcfg)
 	}
@@ -236,11 +292,12 @@ func (b *bencher) write(rf resultsFile, sums []report.Summary, targets []string)
 		return err
 	}
 	var txt strings.Builder
-	_ = report.WriteText(&txt, sums, b.cfg.Workloads)
+	workloads := reported(b.cfg.Workloads, rf.Cells)
+	_ = report.WriteText(&txt, sums, workloads)
 	if err := os.WriteFile(filepath.Join(b.cfg.Out, "table.txt"), []byte(txt.String()), 0o644); err != nil {
 		return err
 	}
-	files, err := report.Plot(b.cfg.Out, sums, b.cfg.Workloads, targets)
+	files, err := report.Plot(b.cfg.Out, sums, workloads, targets)
 	if err != nil {
 		return err
 	}
@@ -297,6 +354,10 @@ func readmeBlock(rf resultsFile, sums []report.Summary) string {
 		fmt.Fprintf(&s, "Skipped: %s. ", strings.Join(ks, ", "))
 	}
 	s.WriteString("\n")
+	if bd := report.MarkdownBreakdown(sums); bd != "" {
+		s.WriteString("\nWhere the grid's time goes (median of rounds; the grid's own counters read before and after each run, summed over its nodes):\n\n")
+		s.WriteString(bd)
+	}
 	return s.String()
 }
 
@@ -326,6 +387,8 @@ func describeTargets(rf resultsFile) string {
 			}
 		case "redis":
 			out = append(out, "redis: "+c.RedisAddr)
+		case "redis-durable":
+			out = append(out, "redis-durable: a throwaway redis-server, appendonly yes, appendfsync always")
 		case "etcd":
 			if len(c.EtcdEPs) > 0 {
 				out = append(out, "etcd: "+strings.Join(c.EtcdEPs, ","))
@@ -355,8 +418,9 @@ func rewrite(cfg config) int {
 			targets = append(targets, t)
 		}
 	}
-	rf.Summaries = report.Summarize(rf.Cells, rf.Config.Workloads, targets)
-	if err := report.WriteText(os.Stdout, rf.Summaries, rf.Config.Workloads); err != nil {
+	workloads := reported(rf.Config.Workloads, rf.Cells)
+	rf.Summaries = report.Summarize(rf.Cells, workloads, targets)
+	if err := report.WriteText(os.Stdout, rf.Summaries, workloads); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	}
 	b := &bencher{cfg: rf.Config, log: os.Stderr}

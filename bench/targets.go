@@ -62,7 +62,7 @@ func (g *gridShared) close() {
 	}
 }
 
-func (g *gridShared) run(ctx context.Context, round int, w string, wcfg workload.Config) (workload.Result, error) {
+func (g *gridShared) run(ctx context.Context, w string, wcfg workload.Config) (workload.Result, error) {
 	profile := g.b.cfg.CPUProfile && w == workload.ReserveUnique && g.b.profile == ""
 	if g.external != nil {
 		var nodes []profiled
@@ -99,7 +99,7 @@ func (g *gridShared) run(ctx context.Context, round int, w string, wcfg workload
 		nodes = []profiled{{httpAddr: node.HTTPAddr}}
 	}
 	return g.b.withProfile(ctx, nodes, func() (workload.Result, error) {
-		return workload.Run(ctx, w, t, wcfg)
+		return g.b.withBreakdown(ctx, t, func() (workload.Result, error) { return workload.Run(ctx, w, t, wcfg) })
 	})
 }
 
@@ -149,7 +149,7 @@ func (g *gridShared) runCluster(ctx context.Context, w string, wcfg workload.Con
 	}
 	defer t.Close()
 	res, err := g.b.withProfile(ctx, nodes, func() (workload.Result, error) {
-		return workload.Run(ctx, w, t, wcfg)
+		return g.b.withBreakdown(ctx, t, func() (workload.Result, error) { return workload.Run(ctx, w, t, wcfg) })
 	})
 	for _, node := range c.Nodes {
 		if node.Exited() && err == nil {
@@ -276,6 +276,31 @@ func (r *redisShared) run(ctx context.Context, w string, wcfg workload.Config) (
 		fmt.Fprintf(r.b.log, "\nbench: redis: cleanup of %s*: %v\n", wcfg.Prefix, cerr)
 	}
 	return res, err
+}
+
+// durableRedis is the redis-durable target: a fresh redis-server per
+// cell, started here with appendfsync always (launch.StartDurableRedis).
+type durableRedis struct{ b *bencher }
+
+func newDurableRedis(b *bencher) (*durableRedis, error) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, fmt.Errorf("%w (install it, e.g. apt-get install redis-server)", launch.ErrNoRedisServer)
+	}
+	return &durableRedis{b: b}, nil
+}
+
+func (d *durableRedis) run(ctx context.Context, w string, wcfg workload.Config) (workload.Result, error) {
+	srv, err := launch.StartDurableRedis(ctx, nil)
+	if err != nil {
+		return workload.Result{}, err
+	}
+	defer srv.Stop()
+	t, err := target.NewRedis(ctx, srv.Addr, d.b.cfg.Conc+8)
+	if err != nil {
+		return workload.Result{}, err
+	}
+	defer t.Close()
+	return workload.Run(ctx, w, t, wcfg)
 }
 
 // etcdShared is the etcd target: --etcd-endpoints, or a fresh throwaway

@@ -44,6 +44,9 @@ type Summary struct {
 	BytesRatio float64 `json:"bytes_ratio_to_grid,omitempty"`
 	// FailedRounds counts rounds whose run failed as a whole.
 	FailedRounds int `json:"failed_rounds,omitempty"`
+	// Breakdown is the median over the rounds of each figure of the
+	// target's stage breakdown (Breakdown).
+	Breakdown map[string]float64 `json:"breakdown,omitempty"`
 }
 
 // Summarize computes a Summary per workload and target, in the given
@@ -71,7 +74,7 @@ func Summarize(cells []Cell, workloads, targets []string) []Summary {
 				continue
 			}
 			s := Summary{Workload: w, Target: t}
-			extra := map[string][]float64{}
+			extra, parts := map[string][]float64{}, map[string][]float64{}
 			var ops, p50, p90, p99, p999, bpk, opsRatio, bytesRatio []float64
 			for _, c := range cs {
 				r := c.Result
@@ -86,6 +89,9 @@ func Summarize(cells []Cell, workloads, targets []string) []Summary {
 				s.Errors += r.Errors
 				s.DupSuppressed += r.DupSuppressed
 				s.Ops += r.Ops
+				for k, v := range r.Breakdown {
+					parts[k] = append(parts[k], v)
+				}
 				if r.Fill != nil {
 					bpk = append(bpk, r.Fill.BytesPerKey)
 					s.MemorySource = r.Fill.After.Source
@@ -112,6 +118,12 @@ func Summarize(cells []Cell, workloads, targets []string) []Summary {
 					s.ExtraPerKey = map[string]float64{}
 				}
 				s.ExtraPerKey[k] = stats.Median(vs)
+			}
+			for k, vs := range parts {
+				if s.Breakdown == nil {
+					s.Breakdown = map[string]float64{}
+				}
+				s.Breakdown[k] = stats.Median(vs)
 			}
 			s.OpsRatio, s.BytesRatio = stats.Median(opsRatio), stats.Median(bytesRatio)
 			out = append(out, s)

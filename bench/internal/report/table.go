@@ -64,7 +64,7 @@ func WriteText(w io.Writer, sums []Summary, workloads []string) error {
 			return err
 		}
 	}
-	return nil
+	return writeBreakdown(w, sums)
 }
 
 // Markdown is one table of every workload and target.

@@ -235,3 +235,49 @@ func VmRSS(pid int) (int64, error) {
 	}
 	return 0, fmt.Errorf("VmRSS: not in /proc/%d/status", pid)
 }
+
+// Counters reads every sample of the grid's own metrics (l4xg_grid_*) and
+// process_cpu_seconds_total from each node's /metrics, summed over the
+// nodes, keyed by the sample's name with its labels as written
+// (`l4xg_grid_stage_seconds_sum{stage="answer"}`). A metric no node has
+// observed yet is absent.
+func (g *Grid) Counters(ctx context.Context) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, p := range g.procs {
+		if p.HTTPAddr == "" {
+			return nil, errors.New("grid: counters: a node without an HTTP address")
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.HTTPAddr+"/metrics", nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := g.http.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("grid: metrics: %w", err)
+		}
+		err = addSamples(out, bufio.NewScanner(resp.Body))
+		resp.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("grid: metrics of %s: %w", p.HTTPAddr, err)
+		}
+	}
+	return out, nil
+}
+
+// addSamples adds the samples of the Prometheus text format read by sc to
+// sums: those of l4xg_grid_* and process_cpu_seconds_total.
+func addSamples(sums map[string]float64, sc *bufio.Scanner) error {
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "l4xg_grid_") && !strings.HasPrefix(line, "process_cpu_seconds_total ") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return fmt.Errorf("sample %q: %w", line, err)
+		}
+		sums[line[:i]] += v
+	}
+	return sc.Err()
+}

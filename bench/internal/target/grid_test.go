@@ -117,3 +117,38 @@ func TestGridMemorySumsNodes(t *testing.T) {
 		t.Fatal("a figure without nodes")
 	}
 }
+
+// addSamples keeps the grid's samples and the process CPU, labels and all,
+// and adds them up across calls (a cluster's nodes).
+func TestAddSamples(t *testing.T) {
+	page := `# HELP l4xg_grid_stage_seconds Time.
+# TYPE l4xg_grid_stage_seconds histogram
+l4xg_grid_stage_seconds_sum{stage="answer"} 0.25
+l4xg_grid_stage_seconds_count{stage="answer"} 10
+go_goroutines 40
+process_cpu_seconds_total 1.5
+process_cpu_seconds_total_other 9
+`
+	sums := map[string]float64{}
+	for range 2 {
+		if err := addSamples(sums, bufio.NewScanner(strings.NewReader(page))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]float64{
+		`l4xg_grid_stage_seconds_sum{stage="answer"}`:   0.5,
+		`l4xg_grid_stage_seconds_count{stage="answer"}`: 20,
+		"process_cpu_seconds_total":                     3,
+	}
+	if len(sums) != len(want) {
+		t.Fatalf("samples %v, want %v", sums, want)
+	}
+	for k, v := range want {
+		if sums[k] != v {
+			t.Fatalf("%s = %v, want %v", k, sums[k], v)
+		}
+	}
+	if err := addSamples(sums, bufio.NewScanner(strings.NewReader("l4xg_grid_x{a=\"b\"} notanumber\n"))); err == nil {
+		t.Fatal("a sample that is not a number was read")
+	}
+}

@@ -77,6 +77,10 @@ type Config struct {
 type Result struct {
 	stats.Result
 	Fill *FillResult `json:"fill,omitempty"`
+	// Breakdown is what the target's server and the benchmark process
+	// measured of the run, by figure name (the grid's stage breakdown);
+	// nil for targets without one.
+	Breakdown map[string]float64 `json:"breakdown,omitempty"`
 }
 
 // FillResult is fill's memory figure.

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/l4xg/grid/bench/internal/target"
+	"github.com/l4xg/grid/bench/internal/workload"
+)
+
+// withBreakdown runs f, a workload against the grid t, and adds to its
+// result the stage breakdown of the run (report.Breakdown): the
+// grid's counters, summed over its nodes, read before and after, and the
+// CPU time of this process, the client's side. A breakdown that cannot be
+// read is left out with a message; the run's figures stand.
+func (b *bencher) withBreakdown(ctx context.Context, t *target.Grid, f func() (workload.Result, error)) (workload.Result, error) {
+	before, err := t.Counters(ctx)
+	cpu0 := processCPU()
+	res, rerr := f()
+	if rerr != nil {
+		return res, rerr
+	}
+	var after map[string]float64
+	if err == nil {
+		after, err = t.Counters(ctx)
+	}
+	if err != nil {
+		fmt.Fprintf(b.log, "\nbench: grid: no stage breakdown: %v\n", err)
+		return res, nil
+	}
+	res.Breakdown = breakdown(before, after, res, processCPU()-cpu0)
+	return res, nil
+}
+
+// breakdown derives the figures of report.Breakdown from the
+// grid's counters before and after a run with result res, and the CPU
+// time clientCPU of the benchmark process meanwhile. A figure whose
+// counters did not move is left out.
+func breakdown(before, after map[string]float64, res workload.Result, clientCPU time.Duration) map[string]float64 {
+	d := func(name string) float64 { return after[name] - before[name] }
+	out := map[string]float64{}
+	set := func(name string, num, den float64) {
+		if den > 0 {
+			out[name] = num / den
+		}
+	}
+	ops, secs := float64(res.Ops), res.ElapsedSec
+	set("node_cpu_us_per_op", 1e6*d("process_cpu_seconds_total"), ops)
+	set("client_cpu_us_per_op", 1e6*clientCPU.Seconds(), ops)
+	out["call_mean_ms"] = res.Mean / 1000
+	for _, st := range []struct{ figure, metric, stage string }{
+		{"api_stream_serve_ms", "l4xg_grid_api_stage_seconds", "stream_serve"},
+		{"api_stream_write_ms", "l4xg_grid_api_stage_seconds", "stream_write"},
+		{"propose_queue_ms", "l4xg_grid_stage_seconds", "propose_queue"},
+		{"raft_dispatch_ms", "l4xg_grid_stage_seconds", "raft_dispatch"},
+		{"raft_commit_ms", "l4xg_grid_stage_seconds", "raft_commit"},
+		{"fsm_apply_ms", "l4xg_grid_stage_seconds", "fsm_apply"},
+		{"answer_ms", "l4xg_grid_stage_seconds", "answer"},
+	} {
+		label := fmt.Sprintf("{stage=%q}", st.stage)
+		set(st.figure, 1e3*d(st.metric+"_sum"+label), d(st.metric+"_count"+label))
+	}
+	set("commands_per_entry", d("l4xg_grid_raft_entry_commands_sum"), d("l4xg_grid_raft_entry_commands_count"))
+	writes, fsyncs := d("l4xg_grid_raft_log_writes_total"), d("l4xg_grid_raft_log_fsyncs_total")
+	set("log_writes_per_s", writes, secs)
+	set("log_write_ms", 1e3*d("l4xg_grid_raft_log_write_seconds_total"), writes)
+	set("entries_per_log_write", d("l4xg_grid_raft_log_entries_written_total"), writes)
+	set("fsyncs_per_s", fsyncs, secs)
+	set("fsync_ms", 1e3*d("l4xg_grid_raft_log_fsync_seconds_total"), fsyncs)
+	set("log_writes_per_fsync", writes, fsyncs)
+	set("ops_per_fsync", ops, fsyncs)
+	return out
+}
+
+// processCPU is the user and system CPU time of this process so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
