@@ -26,6 +26,23 @@ func newTestClock() *testClock {
 func (c *testClock) Now() time.Time      { return time.UnixMilli(c.ms.Load()) }
 func (c *testClock) Add(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 
+// newPinged returns a ClockOffsets on fake clocks (max offset 250 ms,
+// window 10 s), the runtime clock, and ping, which records an estimate of
+// peer as if its clock ran at local+d and its ack arrived after rtt (the
+// peer read its clock half a round trip before this node reads its own).
+func newPinged(t *testing.T) (o *ClockOffsets, runtime *testClock, ping func(peer topology.NodeID, d, rtt time.Duration)) {
+	t.Helper()
+	local, runtime := newTestClock(), newTestClock()
+	o, err := NewClockOffsets(ClockOffsetsConfig{Clock: local.Now, Now: runtime.Now, MaxOffset: 250 * time.Millisecond, Window: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o, runtime, func(peer topology.NodeID, d, rtt time.Duration) {
+		c := &ClockOffsets{clock: func() time.Time { return local.Now().Add(d - rtt/2) }}
+		o.observe(peer, c.payload(), rtt)
+	}
+}
+
 // TestClockOffsetEstimate: the estimate is peerTime - (localNow - rtt/2),
 // with an uncertainty of rtt/2; the node's offset is the median of its
 // peers'; it is outside the bound only when more than half of the peers
@@ -34,16 +51,7 @@ func (c *testClock) Add(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 // between the two the verdict stands; departed peers stop counting;
 // unreadable payloads are ignored.
 func TestClockOffsetEstimate(t *testing.T) {
-	local, runtime := newTestClock(), newTestClock()
-	o, err := NewClockOffsets(ClockOffsetsConfig{Clock: local.Now, Now: runtime.Now, MaxOffset: 250 * time.Millisecond, Window: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A peer's clock at local+d, answering after rtt.
-	ping := func(peer topology.NodeID, d, rtt time.Duration) {
-		c := &ClockOffsets{clock: func() time.Time { return local.Now().Add(d - rtt/2) }}
-		o.observe(peer, c.payload(), rtt)
-	}
+	o, runtime, ping := newPinged(t)
 	if o.Check() != nil || o.Report().Offset != 0 || !o.Report().OK {
 		t.Fatalf("no peer measured: %+v, %v; want OK at 0", o.Report(), o.Check())
 	}
@@ -117,15 +125,8 @@ func TestClockOffsetEstimate(t *testing.T) {
 // measured again, stays inside: one peer beyond of two known is no
 // majority. It goes outside only once both are measured beyond it.
 func TestClockOffsetStaleEstimate(t *testing.T) {
-	local, runtime := newTestClock(), newTestClock()
-	o, err := NewClockOffsets(ClockOffsetsConfig{Clock: local.Now, Now: runtime.Now, MaxOffset: 250 * time.Millisecond, Window: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ping := func(peer topology.NodeID, d time.Duration) {
-		c := &ClockOffsets{clock: func() time.Time { return local.Now().Add(d) }}
-		o.observe(peer, c.payload(), 0)
-	}
+	o, runtime, pingRTT := newPinged(t)
+	ping := func(peer topology.NodeID, d time.Duration) { pingRTT(peer, d, 0) }
 	ping("good", 0)
 	ping("bad", -300*time.Millisecond)
 	if r := o.Report(); !r.OK {
@@ -232,17 +233,7 @@ func TestClockOffsetsOverGossip(t *testing.T) {
 // measured outside stays outside until its peers are measured within the
 // bound by more than the uncertainty, and the same holds the other way.
 func TestClockOffsetUncertainEstimate(t *testing.T) {
-	local, runtime := newTestClock(), newTestClock()
-	o, err := NewClockOffsets(ClockOffsetsConfig{Clock: local.Now, Now: runtime.Now, MaxOffset: 250 * time.Millisecond, Window: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ping := func(peer topology.NodeID, d, rtt time.Duration) {
-		// The peer's clock as it answers, half a round trip before this
-		// node reads its own.
-		c := &ClockOffsets{clock: func() time.Time { return local.Now().Add(d - rtt/2) }}
-		o.observe(peer, c.payload(), rtt)
-	}
+	o, _, ping := newPinged(t)
 	// This node runs 300 ms ahead of both peers.
 	ping("a", -300*time.Millisecond, time.Millisecond)
 	ping("b", -300*time.Millisecond, time.Millisecond)
