@@ -8,6 +8,7 @@ import (
 
 	"github.com/l4xg/grid/bench/internal/target"
 	"github.com/l4xg/grid/bench/internal/workload"
+	"github.com/l4xg/grid/client"
 )
 
 // withBreakdown runs f, a workload against the grid t, and adds to its
@@ -17,7 +18,7 @@ import (
 // read is left out with a message; the run's figures stand.
 func (b *bencher) withBreakdown(ctx context.Context, t *target.Grid, f func() (workload.Result, error)) (workload.Result, error) {
 	before, err := t.Counters(ctx)
-	cpu0 := processCPU()
+	cpu0, client0 := processCPU(), t.ClientStats()
 	res, rerr := f()
 	if rerr != nil {
 		return res, rerr
@@ -31,7 +32,19 @@ func (b *bencher) withBreakdown(ctx context.Context, t *target.Grid, f func() (w
 		return res, nil
 	}
 	res.Breakdown = breakdown(before, after, res, processCPU()-cpu0)
+	addClient(res.Breakdown, client0, t.ClientStats())
 	return res, nil
+}
+
+// addClient adds the client's queue and answer figures of a run to bd,
+// from its Stats before and after.
+func addClient(bd map[string]float64, before, after client.Stats) {
+	calls := float64(after.Calls - before.Calls)
+	if calls == 0 {
+		return // unary calls only (batch, fill)
+	}
+	bd["client_queue_ms"] = (after.QueueWait - before.QueueWait).Seconds() * 1e3 / calls
+	bd["client_answer_ms"] = (after.Answer - before.Answer).Seconds() * 1e3 / calls
 }
 
 // breakdown derives the figures of report.Breakdown from the

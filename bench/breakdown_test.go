@@ -9,6 +9,7 @@ import (
 	"github.com/l4xg/grid/bench/internal/report"
 	"github.com/l4xg/grid/bench/internal/stats"
 	"github.com/l4xg/grid/bench/internal/workload"
+	"github.com/l4xg/grid/client"
 )
 
 // The breakdown divides each counter's change over the run by what it is
@@ -74,5 +75,20 @@ func TestBreakdownFromCounters(t *testing.T) {
 		[]string{"reserve-unique"}, []string{"grid"}))
 	if !strings.Contains(md, "| raft_commit_ms | 2 |") || !strings.Contains(md, "| propose_queue_ms | - |") {
 		t.Fatalf("breakdown table:\n%s", md)
+	}
+}
+
+// The client's figures are per batched call; a run of unary calls only
+// (batch, fill) has none.
+func TestBreakdownClientFigures(t *testing.T) {
+	bd := map[string]float64{}
+	addClient(bd, client.Stats{Calls: 10, QueueWait: time.Second}, client.Stats{Calls: 110, QueueWait: time.Second + 50*time.Millisecond, Answer: 300 * time.Millisecond})
+	if bd["client_queue_ms"] != 0.5 || bd["client_answer_ms"] != 3 {
+		t.Fatalf("client figures %v, want queue 0.5 ms and answer 3 ms per call", bd)
+	}
+	bd = map[string]float64{}
+	addClient(bd, client.Stats{Calls: 7}, client.Stats{Calls: 7})
+	if len(bd) != 0 {
+		t.Fatalf("figures of a run without batched calls: %v", bd)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
 	"google.golang.org/protobuf/proto"
@@ -41,6 +42,7 @@ type batcher struct {
 	closed bool
 
 	batches atomic.Int64 // batches handed to the carrier, for tests
+	stats   *callStats   // the Client's
 }
 
 // A carrier takes the batches of one node's batcher to the node and
@@ -70,6 +72,10 @@ type call struct {
 	// taken is set, under the batcher's lock, when a batch took the call;
 	// one whose context ends before that is never sent.
 	taken bool
+	// queued and took are when the call was queued and when a batch took
+	// it, for Stats; stats is nil for a call no batcher queued.
+	queued, took time.Time
+	stats        *callStats
 }
 
 // answer gives cl its result, or the error of the operation the result
@@ -83,13 +89,17 @@ func (cl *call) answer(res *gridpb.OpResult, err error) {
 	default:
 		cl.res = res
 	}
+	if cl.stats != nil && !cl.took.IsZero() {
+		cl.stats.answered(cl.queued, cl.took)
+	}
 	close(cl.done)
 }
 
-func newBatcher(c carrier, maxOps int) *batcher {
+func newBatcher(c carrier, maxOps int, stats *callStats) *batcher {
 	root, stop := context.WithCancel(context.Background())
 	b := &batcher{
 		c:        c,
+		stats:    stats,
 		maxOps:   maxOps,
 		maxBytes: maxBatchBytes,
 		wake:     make(chan struct{}, 1),
@@ -104,7 +114,7 @@ func newBatcher(c carrier, maxOps int) *batcher {
 // submit queues op and waits for its result, or for ctx. The error is a
 // per-operation error of the batch or the error of the whole RPC.
 func (b *batcher) submit(ctx context.Context, op *gridpb.Op) (*gridpb.OpResult, error) {
-	cl := &call{ctx: ctx, op: op, size: proto.Size(op), done: make(chan struct{})}
+	cl := &call{ctx: ctx, op: op, size: proto.Size(op), done: make(chan struct{}), queued: time.Now(), stats: b.stats}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -155,6 +165,7 @@ func (b *batcher) dispatch() {
 				break
 			}
 			b.batches.Add(1)
+			b.stats.batch()
 			b.c.carry(b.root, batch)
 		}
 	}
@@ -168,6 +179,7 @@ func (b *batcher) take() []*call {
 	var batch []*call
 	bytes := 0
 	n := 0
+	now := time.Now()
 	for _, cl := range b.queue {
 		if len(batch) == b.maxOps || (len(batch) > 0 && bytes+cl.size > b.maxBytes) {
 			break
@@ -176,7 +188,7 @@ func (b *batcher) take() []*call {
 		if cl.ctx.Err() != nil {
 			continue
 		}
-		cl.taken = true
+		cl.taken, cl.took = true, now
 		batch = append(batch, cl)
 		bytes += cl.size
 	}

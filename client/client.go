@@ -27,6 +27,8 @@ type Client struct {
 	seed     *node   // the first address given to Dial: Status and Audit
 	r        *router // where each operation goes (router.go)
 
+	stats callStats // of automatic batching (Stats)
+
 	root      context.Context // cancelled by Close
 	stop      context.CancelFunc
 	closeOnce sync.Once
@@ -124,7 +126,7 @@ func (c *Client) openNode(addr string) (*node, error) {
 				return n.rpc.Stream(c.outgoing(ctx))
 			}, unary)
 		}
-		n.b = newBatcher(car, c.cfg.maxBatch)
+		n.b = newBatcher(car, c.cfg.maxBatch, &c.stats)
 	}
 	return n, nil
 }

@@ -13,6 +13,8 @@ import (
 // run's operations; node figures are summed over a cluster's nodes.
 var Breakdown = []struct{ Name, Meaning string }{
 	{"call_mean_ms", "a call as the benchmark's callers saw it, mean"},
+	{"client_queue_ms", "client: a call queued until a batch (stream frame) took it"},
+	{"client_answer_ms", "client: from the batch taking it until answered (network and node)"},
 	{"client_cpu_us_per_op", "CPU of the benchmark process (callers and client) per op"},
 	{"node_cpu_us_per_op", "CPU of the grid's nodes per op"},
 	{"api_stream_serve_ms", "node: a stream frame's arrival until one of its shard parts is applied"},

@@ -281,3 +281,6 @@ func addSamples(sums map[string]float64, sc *bufio.Scanner) error {
 	}
 	return sc.Err()
 }
+
+// ClientStats is what the Go client measured of its batched calls so far.
+func (g *Grid) ClientStats() client.Stats { return g.c.Stats() }
