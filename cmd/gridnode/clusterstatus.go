@@ -13,7 +13,8 @@ import (
 )
 
 // gridnode status against a cluster member: the cluster map as the dialled
-// node holds it, and the health of every shard replica from the Status of
+// node holds it, or the control leader's when that one is newer, and the
+// health of every shard replica from the Status of
 // every node in the map, asked in parallel within --timeout. A replica's
 // role (voter, non-voter, not a member) is taken from its group's
 // configuration as the shard's leader reports it, or from the replica's
@@ -127,11 +128,38 @@ func runStatus(ctx context.Context, c *client.Client, addr string, o cliOutput) 
 	case m.Standalone:
 		return o.status(self)
 	}
-	j := buildClusterStatus(m, fetchStatuses(ctx, m, self))
+	j := buildClusterStatus(freshestMap(ctx, m), fetchStatuses(ctx, m, self))
 	if o.json {
 		return o.writeJSON(j)
 	}
 	return o.clusterTables(j)
+}
+
+// freshestMap is the map status reports: the dialled node's, unless the
+// control leader it names holds a newer one. A follower applies the control
+// log a moment after the leader, so a change the leader has already
+// answered for (a drain that reported "removed") may not be in the dialled
+// node's map yet; status shows the newest map it can reach, and the
+// report names whose it is. The leader is asked once; should it not answer,
+// the dialled node's map stands.
+func freshestMap(ctx context.Context, m client.ClusterMap) client.ClusterMap {
+	if m.ControlLeader == "" || m.ControlLeader == m.NodeID {
+		return m
+	}
+	i := slices.IndexFunc(m.Nodes, func(n client.ClusterNode) bool { return n.ID == m.ControlLeader })
+	if i < 0 || m.Nodes[i].GRPCAddr == "" {
+		return m
+	}
+	c, err := dialOnce(ctx, m.Nodes[i].GRPCAddr)
+	if err != nil {
+		return m
+	}
+	defer c.Close()
+	lm, err := c.ClusterMap(ctx)
+	if err != nil || lm.Standalone || lm.Epoch <= m.Epoch {
+		return m
+	}
+	return lm
 }
 
 // fetchStatuses asks every node of the map that is not removed for its
@@ -160,13 +188,19 @@ func fetchStatuses(ctx context.Context, m client.ClusterMap, self client.Status)
 // nodeStatus is the Status of the node at addr, asked once: a node that does
 // not answer is down for this report, not worth a retry.
 func nodeStatus(ctx context.Context, addr string) (client.Status, error) {
-	c, err := client.Dial(ctx, addr, client.WithoutRouting(), client.WithBatching(false),
-		client.WithRetryPolicy(client.RetryPolicy{Attempts: 1}))
+	c, err := dialOnce(ctx, addr)
 	if err != nil {
 		return client.Status{}, err
 	}
 	defer c.Close()
 	return c.Status(ctx)
+}
+
+// dialOnce is a client of the node at addr alone, whose calls are tried
+// once.
+func dialOnce(ctx context.Context, addr string) (*client.Client, error) {
+	return client.Dial(ctx, addr, client.WithoutRouting(), client.WithBatching(false),
+		client.WithRetryPolicy(client.RetryPolicy{Attempts: 1}))
 }
 
 // buildClusterStatus joins the map and the nodes' Statuses.

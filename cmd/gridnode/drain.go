@@ -159,8 +159,7 @@ func (p *drainPoller) conn(ctx context.Context, addr string) (*client.Client, er
 	if c := p.conns[addr]; c != nil {
 		return c, nil
 	}
-	c, err := client.Dial(ctx, addr, client.WithoutRouting(), client.WithBatching(false),
-		client.WithRetryPolicy(client.RetryPolicy{Attempts: 1}))
+	c, err := dialOnce(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
