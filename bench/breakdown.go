@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"syscall"
 	"time"
 
@@ -84,6 +85,20 @@ func breakdown(before, after map[string]float64, res workload.Result, clientCPU 
 	set("fsync_ms", 1e3*d("l4xg_grid_raft_log_fsync_seconds_total"), fsyncs)
 	set("log_writes_per_fsync", writes, fsyncs)
 	set("ops_per_fsync", ops, fsyncs)
+	// Replication round trips, over every follower and by follower.
+	const rtt = "l4xg_grid_raft_replication_seconds"
+	var sum, count float64
+	for key := range after {
+		peer, ok := strings.CutPrefix(key, rtt+`_count{peer="`)
+		if !ok {
+			continue
+		}
+		label := key[len(rtt+"_count"):]
+		s, n := d(rtt+"_sum"+label), d(key)
+		sum, count = sum+s, count+n
+		set("replication_rtt_ms:"+strings.TrimSuffix(peer, `"}`), 1e3*s, n)
+	}
+	set("replication_rtt_ms", 1e3*sum, count)
 	return out
 }
 

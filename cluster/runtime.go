@@ -139,7 +139,7 @@ type Runtime struct {
 	ms    *Membership
 	ctl   *Control
 	raft  *raft.Raft
-	trans *raft.NetworkTransport
+	trans *raftlog.Transport
 	store *raftlog.GroupStore
 	snaps raft.SnapshotStore
 

@@ -25,13 +25,24 @@ type muxNode struct {
 type replica struct {
 	r     *raft.Raft
 	fsm   *listFSM
-	trans *raft.NetworkTransport
+	trans *Transport
 }
 
 type muxCluster struct {
 	t      *testing.T
 	nodes  []*muxNode
 	groups []uint64
+
+	mu         sync.Mutex
+	replicated []replication // what each transport's OnReplicate saw
+}
+
+// replication is one report of a transport's OnReplicate.
+type replication struct {
+	from, to raft.ServerID
+	group    uint64
+	entries  int
+	took     time.Duration
 }
 
 // addNode starts a new node with an empty replica of every group and adds
@@ -104,7 +115,12 @@ func (c *muxCluster) startReplica(i int, g uint64, servers []raft.Server) *repli
 	conf.CommitTimeout = 5 * time.Millisecond
 	conf.TrailingLogs = 5 // so that a lagging replica needs InstallSnapshot
 	conf.Logger = hclog.NewNullLogger()
-	trans, err := NewTransport(c.nodes[i].mux, g, TransportConfig{Timeout: time.Second})
+	onReplicate := func(peer raft.ServerID, entries int, took time.Duration) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.replicated = append(c.replicated, replication{from: nodeID(i), to: peer, group: g, entries: entries, took: took})
+	}
+	trans, err := NewTransport(c.nodes[i].mux, g, TransportConfig{Timeout: time.Second, OnReplicate: onReplicate})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,11 @@ type TransportConfig struct {
 	Timeout time.Duration
 	// Logger receives the transport's messages. Nil discards them.
 	Logger hclog.Logger
+	// OnReplicate, when set, is told of each AppendEntries that carried
+	// entries and was answered: the follower it went to, how many entries
+	// and the time from sending to the answer, which holds the follower's
+	// log write. Heartbeats are not reported. It must not block.
+	OnReplicate func(peer raft.ServerID, entries int, took time.Duration)
 }
 
 // withDefaults is c with every unset field at its default.
@@ -53,12 +58,36 @@ func (c TransportConfig) Validate() error {
 // entries are large (group commit) and one is in flight per shard anyway.
 const maxRPCsInFlight = 1
 
-// NewTransport registers group on mux and returns a raft.NetworkTransport
-// running on its stream layer, without pipelining (see maxRPCsInFlight).
-// Its LocalAddr is the Mux's advertised address, shared by every group on
-// the node. Closing the transport closes the layer, which unregisters the
+// Transport is a raft.NetworkTransport that times the AppendEntries which
+// replicate entries (TransportConfig.OnReplicate). Every other method,
+// and the interfaces raft looks for (WithClose, WithPeers, WithPreVote),
+// are the NetworkTransport's.
+type Transport struct {
+	*raft.NetworkTransport
+	onReplicate func(peer raft.ServerID, entries int, took time.Duration)
+}
+
+// AppendEntries sends one AppendEntries and waits for its answer; with
+// OnReplicate set, one that carried entries is timed. Replication runs
+// without pipelines (maxRPCsInFlight), so every entry goes this way.
+func (t *Transport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if t.onReplicate == nil || len(args.Entries) == 0 {
+		return t.NetworkTransport.AppendEntries(id, target, args, resp)
+	}
+	start := time.Now()
+	err := t.NetworkTransport.AppendEntries(id, target, args, resp)
+	if err == nil {
+		t.onReplicate(id, len(args.Entries), time.Since(start))
+	}
+	return err
+}
+
+// NewTransport registers group on mux and returns a Transport running on
+// its stream layer, without pipelining (see maxRPCsInFlight). Its
+// LocalAddr is the Mux's advertised address, shared by every group on the
+// node. Closing the transport closes the layer, which unregisters the
 // group and closes its connections.
-func NewTransport(mux *Mux, group uint64, cfg TransportConfig) (*raft.NetworkTransport, error) {
+func NewTransport(mux *Mux, group uint64, cfg TransportConfig) (*Transport, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -67,11 +96,12 @@ func NewTransport(mux *Mux, group uint64, cfg TransportConfig) (*raft.NetworkTra
 	if err != nil {
 		return nil, err
 	}
-	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:          stream,
 		MaxPool:         cfg.MaxPool,
 		Timeout:         cfg.Timeout,
 		MaxRPCsInFlight: maxRPCsInFlight,
 		Logger:          cfg.Logger,
-	}), nil
+	})
+	return &Transport{NetworkTransport: nt, onReplicate: cfg.OnReplicate}, nil
 }

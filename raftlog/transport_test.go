@@ -23,6 +23,32 @@ func TestTransportReplicatesGroups(t *testing.T) {
 	c.waitReplicated(want, 0, 1, 2)
 }
 
+// TestTransportTimesReplication: OnReplicate sees the AppendEntries that
+// carry entries, each from a group's leader to one of its followers, and
+// no heartbeats.
+func TestTransportTimesReplication(t *testing.T) {
+	c := startMuxCluster(t, 3, []uint64{1})
+	want := c.applyAll("a", 100, -1)
+	c.waitReplicated(want, 0, 1, 2)
+	leader := nodeID(c.leaderOf(1, -1))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sent := map[raft.ServerID]int{}
+	for _, r := range c.replicated {
+		if r.entries <= 0 || r.took <= 0 || r.group != 1 || r.to == r.from {
+			t.Fatalf("report %+v: want entries and a time, from a node to another", r)
+		}
+		if r.from == leader {
+			sent[r.to] += r.entries
+		}
+	}
+	for i := range c.nodes {
+		if id := nodeID(i); id != leader && sent[id] < 100 {
+			t.Errorf("the leader %s reported %d entries sent to %s, want at least the 100 applied", leader, sent[id], id)
+		}
+	}
+}
+
 // TestTransportIsolateLeader: isolating the node that leads group 1 makes
 // the other two elect a new leader of group 1 and keep committing in every
 // group, without the isolated node seeing any of it; after Heal the
@@ -109,7 +135,7 @@ func TestTransportRoutesByGroupWithoutPipelining(t *testing.T) {
 	t.Cleanup(func() {
 		close(done)
 		wg.Wait()
-		for _, tr := range []*raft.NetworkTransport{ta, tb, other} {
+		for _, tr := range []*Transport{ta, tb, other} {
 			_ = tr.Close()
 		}
 	})
@@ -134,7 +160,7 @@ func TestTransportRoutesByGroupWithoutPipelining(t *testing.T) {
 
 // serveAppends answers AppendEntries on tr until done, and fails the test
 // if any RPC arrives on other.
-func serveAppends(t *testing.T, tr, other *raft.NetworkTransport, done <-chan struct{}) {
+func serveAppends(t *testing.T, tr, other *Transport, done <-chan struct{}) {
 	for {
 		select {
 		case rpc := <-tr.Consumer():

@@ -3,6 +3,7 @@ package shard
 import (
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/l4xg/grid/keyspace"
@@ -29,6 +30,10 @@ type Metrics struct {
 	// stage (the Stage* names), so that a reader can see which stage holds
 	// the time.
 	Stages *prometheus.HistogramVec
+	// Replication times each AppendEntries that carried entries from a
+	// shard leader on this node to a follower, by the follower's node:
+	// the network both ways and the follower's log write.
+	Replication *prometheus.HistogramVec
 }
 
 // The stages of Metrics.Stages, in the order a request passes them.
@@ -100,12 +105,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time of requests in each stage of their shard's leader: propose_queue (per request), raft_dispatch, raft_commit, fsm_apply, answer (per entry).",
 			Buckets: prometheus.ExponentialBuckets(10e-6, 2, 16),
 		}, []string{"stage"}),
+		Replication: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "l4xg_grid_raft_replication_seconds",
+			Help:    "Round trip of each AppendEntries carrying entries from a shard leader on this node to a follower, by the follower's node id: the network both ways and the follower's log write.",
+			Buckets: prometheus.ExponentialBuckets(10e-6, 2, 16),
+		}, []string{"peer"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Outcomes, m.Duplicates, m.LeasesExpired, m.Poisoned, m.Forgotten,
-			m.EntryCommands, m.ApplyLatency, m.LeaderChanges, m.LeaseRefusals, m.LeaseWaits, m.Stages)
+			m.EntryCommands, m.ApplyLatency, m.LeaderChanges, m.LeaseRefusals, m.LeaseWaits, m.Stages, m.Replication)
 	}
 	return m
+}
+
+// observeReplication is raftlog.TransportConfig.OnReplicate for the
+// shards of a node.
+func (m *Metrics) observeReplication(peer raft.ServerID, _ int, took time.Duration) {
+	m.Replication.WithLabelValues(string(peer)).Observe(took.Seconds())
 }
 
 // observeEntry is called by the proposer on the leader for each applied entry.

@@ -151,9 +151,9 @@ func (h *Host) openReplica(i int, bootstrap bool, voters []raft.Server) (*Replic
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: %w", i, err)
 	}
-	var trans *raft.NetworkTransport
+	var trans *raftlog.Transport
 	if cfg.Mux != nil {
-		t, err := raftlog.NewTransport(cfg.Mux, uint64(i), raftlog.TransportConfig{})
+		t, err := raftlog.NewTransport(cfg.Mux, uint64(i), raftlog.TransportConfig{OnReplicate: h.metrics.observeReplication})
 		if err != nil {
 			return nil, fmt.Errorf("shard %d: %w", i, err)
 		}

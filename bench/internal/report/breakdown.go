@@ -3,6 +3,8 @@ package report
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
@@ -22,6 +24,7 @@ var Breakdown = []struct{ Name, Meaning string }{
 	{"propose_queue_ms", "leader: a request waiting for its entry to be handed to Raft (per request)"},
 	{"raft_dispatch_ms", "leader: raft.Apply until the leader appended the entry"},
 	{"raft_commit_ms", "leader: append until the FSM begins: log write, replication, commit"},
+	{"replication_rtt_ms", "leader: an AppendEntries with entries until the follower answered (network, follower's log write)"},
 	{"fsm_apply_ms", "leader: the FSM applying the entry's batch"},
 	{"answer_ms", "leader: the FSM's end until the callers are answered"},
 	{"commands_per_entry", "commands per Raft entry (group commit)"},
@@ -32,6 +35,33 @@ var Breakdown = []struct{ Name, Meaning string }{
 	{"fsync_ms", "one fsync"},
 	{"log_writes_per_fsync", "log writes (any shard) sharing one fsync"},
 	{"ops_per_fsync", "the run's operations per fsync, every node"},
+}
+
+// A figure may also be given per part, named FIGURE:PART (per follower,
+// replication_rtt_ms:node-2); its rows follow the fixed ones, sorted.
+
+// figures are the breakdown's rows for sums: those of Breakdown, then the
+// per-part figures the summaries hold, each meaning its figure's meaning
+// for its part.
+func figures(sums []Summary) []struct{ Name, Meaning string } {
+	out := slices.Clone(Breakdown)
+	meaning := map[string]string{}
+	for _, f := range Breakdown {
+		meaning[f.Name] = f.Meaning
+	}
+	parts := map[string]bool{}
+	for _, s := range sums {
+		for name := range s.Breakdown {
+			if base, _, ok := strings.Cut(name, ":"); ok && meaning[base] != "" {
+				parts[name] = true
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(parts)) {
+		base, part, _ := strings.Cut(name, ":")
+		out = append(out, struct{ Name, Meaning string }{name, meaning[base] + ", for " + part})
+	}
+	return out
 }
 
 // hasBreakdown reports whether any summary has a breakdown.
@@ -46,7 +76,7 @@ func hasBreakdown(sums []Summary) bool {
 
 // breakdownRows is the breakdown table: a header of the workloads with a
 // breakdown, then a row per figure.
-func breakdownRows(sums []Summary) (header []string, rows [][]string) {
+func breakdownRows(sums []Summary) (header []string, rows [][]string, meanings []string) {
 	var with []Summary
 	header = []string{"figure"}
 	for _, s := range sums {
@@ -55,7 +85,8 @@ func breakdownRows(sums []Summary) (header []string, rows [][]string) {
 			header = append(header, s.Workload)
 		}
 	}
-	for _, f := range Breakdown {
+	for _, f := range figures(sums) {
+		meanings = append(meanings, f.Meaning)
 		row := []string{f.Name}
 		for _, s := range with {
 			v, ok := s.Breakdown[f.Name]
@@ -67,7 +98,7 @@ func breakdownRows(sums []Summary) (header []string, rows [][]string) {
 		}
 		rows = append(rows, row)
 	}
-	return header, rows
+	return header, rows, meanings
 }
 
 // writeBreakdown writes the breakdown table of the summaries that have
@@ -76,7 +107,7 @@ func writeBreakdown(w io.Writer, sums []Summary) error {
 	if !hasBreakdown(sums) {
 		return nil
 	}
-	header, rows := breakdownRows(sums)
+	header, rows, _ := breakdownRows(sums)
 	fmt.Fprintf(w, "\n== grid stage breakdown (median of rounds) ==\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, strings.Join(header, "\t")+"\t")
@@ -92,13 +123,13 @@ func MarkdownBreakdown(sums []Summary) string {
 	if !hasBreakdown(sums) {
 		return ""
 	}
-	header, rows := breakdownRows(sums)
+	header, rows, meanings := breakdownRows(sums)
 	header = append(header, "what")
 	var b strings.Builder
 	b.WriteString("| " + strings.Join(header, " | ") + " |\n")
 	b.WriteString("|" + strings.Repeat(" --- |", len(header)) + "\n")
 	for i, r := range rows {
-		b.WriteString("| " + strings.Join(append(r, Breakdown[i].Meaning), " | ") + " |\n")
+		b.WriteString("| " + strings.Join(append(r, meanings[i]), " | ") + " |\n")
 	}
 	return b.String()
 }

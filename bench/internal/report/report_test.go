@@ -103,3 +103,24 @@ func TestPlotWritesPNGAndSVG(t *testing.T) {
 		}
 	}
 }
+
+// TestBreakdownPerPart: a figure given per part (per follower) gets a row
+// of its own after the fixed ones, meaning its figure's meaning for that
+// part; a name that is no figure's part is left out.
+func TestBreakdownPerPart(t *testing.T) {
+	sums := []Summary{{Workload: "reserve-unique", Target: "grid", Breakdown: map[string]float64{
+		"replication_rtt_ms": 2, "replication_rtt_ms:node-3": 3, "replication_rtt_ms:node-2": 1, "bogus:x": 9,
+	}}}
+	md := MarkdownBreakdown(sums)
+	i2, i3 := strings.Index(md, "| replication_rtt_ms:node-2 | 1 |"), strings.Index(md, "| replication_rtt_ms:node-3 | 3 |")
+	if i2 < 0 || i3 < i2 || !strings.Contains(md, "| replication_rtt_ms | 2 |") || strings.Contains(md, "bogus") {
+		t.Fatalf("breakdown:\n%s", md)
+	}
+	if !strings.Contains(md[i2:], "(network, follower's log write), for node-2 |") {
+		t.Errorf("the per-follower row does not say what it is:\n%s", md)
+	}
+	var b bytes.Buffer
+	if err := writeBreakdown(&b, sums); err != nil || !strings.Contains(b.String(), "replication_rtt_ms:node-3") {
+		t.Errorf("text breakdown (%v):\n%s", err, b.String())
+	}
+}
