@@ -59,8 +59,12 @@ type HostConfig struct {
 	// Config's default, 500 ms. A failed leader is replaced after about one
 	// to two of them.
 	HeartbeatTimeout time.Duration
-	Logger           *slog.Logger
-	Registry         prometheus.Registerer
+	// MaxInflight is every replica's Config.MaxInflight: the entries a
+	// shard leader has on their way through Raft. Zero means Config's
+	// default.
+	MaxInflight int
+	Logger      *slog.Logger
+	Registry    prometheus.Registerer
 }
 
 // Host is the set of shard replicas on one node and the slot map that routes

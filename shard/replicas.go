@@ -175,6 +175,7 @@ func (h *Host) openReplica(i int, bootstrap bool, voters []raft.Server) (*Replic
 		PeerClocks:       cfg.PeerClocks,
 		TickInterval:     cfg.TickInterval,
 		HeartbeatTimeout: cfg.HeartbeatTimeout,
+		MaxInflight:      cfg.MaxInflight,
 		Logger:           cfg.Logger,
 		Metrics:          h.metrics,
 	}

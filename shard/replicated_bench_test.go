@@ -18,9 +18,17 @@ import (
 // log fsync'd), to measure replication without gRPC: for instance with and
 // without pipelined AppendEntries.
 //
+// It runs with 1, 2 and 3 entries in flight per shard leader.
+//
 // go test ./shard -run XXX -bench ReplicatedPropose -benchtime 5s
 func BenchmarkReplicatedPropose(b *testing.B) {
-	nh := tunedNetHosts(b, 3, false, func(c *HostConfig) { c.Shards, c.NoSync = 8, false })
+	for _, inflight := range []int{1, 2, 3} {
+		b.Run(fmt.Sprintf("inflight=%d", inflight), func(b *testing.B) { benchReplicatedPropose(b, inflight) })
+	}
+}
+
+func benchReplicatedPropose(b *testing.B, inflight int) {
+	nh := tunedNetHosts(b, 3, false, func(c *HostConfig) { c.Shards, c.NoSync, c.MaxInflight = 8, false, inflight })
 	leaders := make([]atomic.Pointer[Replica], 8)
 	for s := range leaders {
 		_, l := nh.leader(s)
