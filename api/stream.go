@@ -64,9 +64,12 @@ func (s *Server) Stream(st gridpb.Grid_StreamServer) error {
 var errStreamClosing = status.Error(codes.Unavailable, "api: node shutting down: stream closed after answering the frames it read")
 
 // serveFrames reads request frames until the client closes its side, or
-// the node shuts down, and serves each on a goroutine of its own, at most
-// maxStreamFrames at once. It returns once every frame it read has put its
-// answers in out.
+// the node shuts down, and serves them on up to maxStreamFrames workers of
+// the stream: a frame goes to an idle worker, or to a new one while there
+// are fewer than maxStreamFrames, or waits for one to be free. Workers
+// live as long as the stream, so a frame costs no goroutine start and no
+// stack growth. It returns once every frame it read has put its answers in
+// out.
 func (s *Server) serveFrames(ctx context.Context, st gridpb.Grid_StreamServer, out chan<- answer) error {
 	frames := make(chan *gridpb.StreamRequest)
 	ended := make(chan error, 1)
@@ -86,9 +89,19 @@ func (s *Server) serveFrames(ctx context.Context, st gridpb.Grid_StreamServer, o
 			}
 		}
 	}()
-	slots := make(chan struct{}, maxStreamFrames)
+	work := make(chan *gridpb.StreamRequest) // taken by idle workers only
+	workers := 0
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer func() {
+		close(work)
+		wg.Wait()
+	}()
+	worker := func(req *gridpb.StreamRequest) {
+		defer wg.Done()
+		for ; req != nil; req = <-work {
+			s.serveFrame(ctx, req, out)
+		}
+	}
 	for {
 		var req *gridpb.StreamRequest
 		select {
@@ -105,18 +118,21 @@ func (s *Server) serveFrames(ctx context.Context, st gridpb.Grid_StreamServer, o
 			return status.Errorf(codes.InvalidArgument, "api: stream frame with %d ids for %d operations", len(req.GetIds()), len(req.GetOps()))
 		}
 		select {
-		case slots <- struct{}{}:
+		case work <- req:
+			continue
+		default:
+		}
+		if workers < maxStreamFrames {
+			workers++
+			wg.Add(1)
+			go worker(req)
+			continue
+		}
+		select {
+		case work <- req:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		wg.Add(1)
-		go func() {
-			defer func() {
-				<-slots
-				wg.Done()
-			}()
-			s.serveFrame(ctx, req, out)
-		}()
 	}
 }
 
