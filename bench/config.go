@@ -23,6 +23,7 @@ type config struct {
 	GridNodes    int           `json:"grid_nodes"`
 	GridReplicas int           `json:"grid_replicas,omitempty"`
 	GridShards   int           `json:"grid_shards,omitempty"`
+	GridFlags    []string      `json:"grid_flags,omitempty"`
 	GridBin      string        `json:"gridnode_bin,omitempty"`
 	RedisAddr    string        `json:"redis_addr"`
 	EtcdEPs      []string      `json:"etcd_endpoints,omitempty"`
@@ -65,6 +66,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.GridNodes, "grid-nodes", 1, "grid nodes to start; more than 1 form a cluster, measured through the routing client")
 	fs.IntVar(&c.GridReplicas, "grid-replicas", 0, "cluster of --grid-nodes: replicas per shard (0: min(3, nodes))")
 	fs.IntVar(&c.GridShards, "grid-shards", 0, "--shards of the started node (0: gridnode's default)")
+	gridFlags := fs.String("grid-flags", "", "more flags of every started gridnode serve, space-separated (soft settings to measure, e.g. \"--inflight-entries 2\")")
 	fs.StringVar(&c.GridBin, "gridnode-bin", "", "gridnode binary to start (default: go build ./cmd/gridnode)")
 	fs.StringVar(&c.RedisAddr, "redis-addr", "127.0.0.1:6379", "Redis address")
 	eps := fs.String("etcd-endpoints", "", "etcd endpoints, comma-separated (default: start a throwaway etcd if etcd is on PATH)")
@@ -89,6 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	c.GridFlags = strings.Fields(*gridFlags)
 	c.Targets = splitList(*targets)
 	c.EtcdEPs = splitList(*eps)
 	c.Workloads = fs.Args()

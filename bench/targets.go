@@ -83,7 +83,7 @@ func (g *gridShared) run(ctx context.Context, w string, wcfg workload.Config) (w
 	}
 	defer logf.Close()
 	node, err := launch.StartGridnode(ctx, launch.GridnodeOptions{
-		Bin: g.b.bin, Shards: g.b.cfg.GridShards, Pprof: g.b.cfg.CPUProfile, Stderr: logf,
+		Bin: g.b.bin, Shards: g.b.cfg.GridShards, Flags: g.b.cfg.GridFlags, Pprof: g.b.cfg.CPUProfile, Stderr: logf,
 	})
 	if err != nil {
 		return workload.Result{}, err
@@ -125,7 +125,7 @@ func (g *gridShared) runCluster(ctx context.Context, w string, wcfg workload.Con
 		logs[i] = f
 	}
 	c, err := launch.StartGridCluster(ctx, launch.GridClusterOptions{
-		Bin: g.b.bin, Nodes: n, Replicas: g.b.cfg.GridReplicas, Shards: g.b.cfg.GridShards,
+		Bin: g.b.bin, Nodes: n, Replicas: g.b.cfg.GridReplicas, Shards: g.b.cfg.GridShards, Flags: g.b.cfg.GridFlags,
 		Pprof: g.b.cfg.CPUProfile, Stderr: func(i int) io.Writer { return logs[i] },
 	})
 	if err != nil {

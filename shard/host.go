@@ -60,8 +60,8 @@ type HostConfig struct {
 	// to two of them.
 	HeartbeatTimeout time.Duration
 	// MaxInflight is every replica's Config.MaxInflight: the entries a
-	// shard leader has on their way through Raft. Zero means Config's
-	// default.
+	// shard leader has on their way through Raft, 0 to MaxInflightLimit
+	// (ValidateMaxInflight). Zero means Config's default.
 	MaxInflight int
 	Logger      *slog.Logger
 	Registry    prometheus.Registerer

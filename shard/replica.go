@@ -65,6 +65,7 @@ type Config struct {
 	// callers): one entry in flight, carrying everything queued meanwhile,
 	// beat 2 and 4 by 20-40%: hashicorp/raft stores one batch per fsync
 	// anyway, and fewer, larger entries cost less to apply and answer.
+	// 1..MaxInflightLimit (ValidateMaxInflight).
 	MaxInflight int
 	// Raft timeouts; defaults suit a single node on loopback.
 	HeartbeatTimeout time.Duration
@@ -122,11 +123,28 @@ func (c Config) Validate() error {
 	if err := ValidateMaxClockOffset(c.MaxClockOffset); err != nil {
 		return fmt.Errorf("shard: config: %w", err)
 	}
+	if err := ValidateMaxInflight(c.MaxInflight); err != nil {
+		return fmt.Errorf("shard: config: %w", err)
+	}
 	if err := c.Tokens.Validate(); err != nil {
 		return fmt.Errorf("shard: config: %w", err)
 	}
 	if c.Tokens.Bits > 0 && uint64(c.Tokens.Shard) != c.ID {
 		return fmt.Errorf("shard: config: the token layout names shard %d, this is shard %d", c.Tokens.Shard, c.ID)
+	}
+	return nil
+}
+
+// MaxInflightLimit bounds Config.MaxInflight: past a few entries in
+// flight a shard gains nothing (raft replicates one AppendEntries at a
+// time per follower) and its entries only get smaller.
+const MaxInflightLimit = 16
+
+// ValidateMaxInflight checks an entries-in-flight setting: 0 (the
+// default) or 1..MaxInflightLimit.
+func ValidateMaxInflight(n int) error {
+	if n < 0 || n > MaxInflightLimit {
+		return fmt.Errorf("shard: entries in flight %d out of range 1..%d (0: the default)", n, MaxInflightLimit)
 	}
 	return nil
 }

@@ -52,3 +52,15 @@ func TestServeMaxClockOffsetFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestServeInflightEntriesFlag: entries in flight outside 0..16 are
+// refused before anything starts, naming the flag and the range.
+func TestServeInflightEntriesFlag(t *testing.T) {
+	for _, v := range []string{"-1", "17"} {
+		var stdout, stderr bytes.Buffer
+		if code := serve([]string{"--inflight-entries", v, "--data-dir", t.TempDir()}, &stdout, &stderr); code != 1 ||
+			!strings.Contains(stderr.String(), "--inflight-entries") || !strings.Contains(stderr.String(), "out of range 1..16") {
+			t.Errorf("serve --inflight-entries %s: exit %d: %s", v, code, stderr.String())
+		}
+	}
+}

@@ -36,6 +36,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		drain      = fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight requests may take at shutdown")
 		hotWindow  = fs.Duration("hot-window", 24*time.Hour, "how long settled records stay in memory before moving to the cold tier")
 		hotMax     = fs.Int64("hot-max-bytes", 0, "hot tier budget in bytes; settled records beyond it move to the cold tier early (0: none)")
+		inflight   = fs.Int("inflight-entries", 0, fmt.Sprintf("Raft entries each shard leader has on their way at once, each carrying the requests queued meanwhile (1..%d; 0: the default, 1)", shard.MaxInflightLimit))
 		maxOffset  = fs.Duration("max-clock-offset", digest.DefaultMaxClockOffset, "the bound on the clock offset between any two nodes that leases rely on: a leader outside it grants no lease, and clients' lease margins must be at least this (use the same value on every node)")
 		// Clustering: any of --join or --bootstrap-expect makes the node a
 		// cluster member; without them it is a standalone grid.
@@ -67,6 +68,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := shard.ValidateMaxClockOffset(*maxOffset); err != nil {
 		fmt.Fprintf(stderr, "serve: --max-clock-offset: %v\n", err)
+		return 1
+	}
+	if err := shard.ValidateMaxInflight(*inflight); err != nil {
+		fmt.Fprintf(stderr, "serve: --inflight-entries: %v\n", err)
 		return 1
 	}
 	if *shards < 0 || *shards > shard.DefaultSlots {
@@ -102,7 +107,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 
 	n, err := node.Start(node.Config{
 		Host: shard.HostConfig{NodeID: *nodeID, DataDir: *dataDir, Shards: *shards,
-			HotWindow: *hotWindow, HotMaxBytes: *hotMax, MaxClockOffset: *maxOffset},
+			HotWindow: *hotWindow, HotMaxBytes: *hotMax, MaxClockOffset: *maxOffset, MaxInflight: *inflight},
 		Listen:     *listen,
 		HTTPListen: *httpListen,
 		Pprof:      *pprof,

@@ -40,6 +40,8 @@ type GridClusterOptions struct {
 	Shards   int // 0: the binary's default
 	// Pprof makes every node serve /debug/pprof on its HTTP address.
 	Pprof bool
+	// Flags are more flags of every node's gridnode serve.
+	Flags []string
 	// Stderr gives node i's (from 0) log writer; nil, or a nil writer,
 	// discards it.
 	Stderr func(i int) io.Writer
@@ -137,7 +139,7 @@ func spawnCluster(o GridClusterOptions) (*GridCluster, error) {
 			"--gossip-listen", ps[i].gossip, "--http-listen", ps[i].http,
 			"--bootstrap-expect", fmt.Sprint(o.Nodes), "--replicas", fmt.Sprint(o.Replicas),
 			"--join", strings.Join(join, ","), "--log-level", "warn"}
-		args = append(args, commonArgs(o.Shards, o.Pprof)...)
+		args = append(args, commonArgs(o.Shards, o.Pprof, o.Flags)...)
 		var stderr io.Writer
 		if o.Stderr != nil {
 			stderr = o.Stderr(i)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -43,6 +44,8 @@ type GridnodeOptions struct {
 	Bin    string
 	Shards int // 0: the binary's default
 	Pprof  bool
+	// Flags are more flags of gridnode serve (soft settings to measure).
+	Flags []string
 	// Stderr receives the node's log (warnings and errors); nil discards it.
 	Stderr io.Writer
 }
@@ -55,7 +58,7 @@ func StartGridnode(ctx context.Context, o GridnodeOptions) (*Gridnode, error) {
 		return nil, err
 	}
 	args := []string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-level", "warn"}
-	args = append(args, commonArgs(o.Shards, o.Pprof)...)
+	args = append(args, commonArgs(o.Shards, o.Pprof, o.Flags)...)
 	g, err := spawn(o.Bin, args, dir, o.Stderr)
 	if err != nil {
 		return nil, err
@@ -67,8 +70,8 @@ func StartGridnode(ctx context.Context, o GridnodeOptions) (*Gridnode, error) {
 	return g, nil
 }
 
-func commonArgs(shards int, pprof bool) []string {
-	var args []string
+func commonArgs(shards int, pprof bool, flags []string) []string {
+	args := slices.Clone(flags)
 	if shards > 0 {
 		args = append(args, "--shards", fmt.Sprint(shards))
 	}
