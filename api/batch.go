@@ -173,6 +173,9 @@ func (r *router) plan(ops []*gridpb.Op, out []*gridpb.OpResult) (groups []*group
 // Batch RPC per leader node with its operations in batch order, or
 // answers them with the refusal of their shard (a Redirect).
 func (s *Server) sendAway(ctx context.Context, r *router, ops []*gridpb.Op, left []away, out []*gridpb.OpResult) {
+	if len(left) == 0 {
+		return
+	}
 	parcels := make(map[peer][]parcelItem)
 	for _, a := range left {
 		to, refusal := r.elsewhere(a.shard, a.sh, a.cause)

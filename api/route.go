@@ -140,8 +140,9 @@ func nodeRefusal(reason string, epoch uint64, cause error) error {
 
 // headerSet reports whether the request carries header key with value "1".
 func headerSet(ctx context.Context, key string) bool {
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get(key) {
+	// ValueFromIncomingContext copies key's values only, not every header:
+	// this runs for every request and stream frame.
+	for _, v := range metadata.ValueFromIncomingContext(ctx, key) {
 		if v == "1" {
 			return true
 		}
