@@ -22,7 +22,9 @@ import (
 // address and default options, as an application would. It records every
 // acknowledged Complete and every error a caller saw.
 type ackLoad struct {
-	cl     *client.Client
+	cl *client.Client
+	// checker asks the acknowledged keys again (checkDuplicates).
+	checker *client.Client
 	ctx    context.Context // ends at stop: calls cut by it are not errors
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -35,8 +37,8 @@ type ackLoad struct {
 
 const ackNS = "acked"
 
-func startAckLoad(cl *client.Client, workers int) *ackLoad {
-	l := &ackLoad{cl: cl}
+func startAckLoad(cl, checker *client.Client, workers int) *ackLoad {
+	l := &ackLoad{cl: cl, checker: checker}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	for w := range workers {
 		l.wg.Add(1)
@@ -89,10 +91,24 @@ func (l *ackLoad) snapshot() (acked []string, errs []error, retryBusy int) {
 	return append([]string(nil), l.acked...), append([]error(nil), l.errs...), l.retryBusy
 }
 
-// checkDuplicates reserves every key in keys again: each must answer
-// DUPLICATE. It returns the first few that do not.
+// duplicatesCheckTimeout bounds checkDuplicates, and is the retry budget
+// of its client (checkerRetry): the check asks each key until it has an
+// answer or its time is up.
+const duplicatesCheckTimeout = 60 * time.Second
+
+// checkerRetry is the retry policy of the client that checks
+// acknowledged keys. The check is about durability: every acknowledged
+// Complete must answer DUPLICATE. An answer that the grid is unavailable
+// says nothing either way, so the checker asks again for as long as the
+// check lasts, where an application's client (the load's, with the
+// default policy) gives up after DefaultRetryBudget. The check still
+// fails on a key that gets no answer within duplicatesCheckTimeout.
+var checkerRetry = client.WithRetryPolicy(client.RetryPolicy{Budget: duplicatesCheckTimeout, BaseBackoff: 25 * time.Millisecond, MaxBackoff: 500 * time.Millisecond})
+
+// checkDuplicates reserves every key in keys again through the checker:
+// each must answer DUPLICATE. It returns the first few that do not.
 func (l *ackLoad) checkDuplicates(keys []string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), duplicatesCheckTimeout)
 	defer cancel()
 	var (
 		mu   sync.Mutex
@@ -109,7 +125,7 @@ func (l *ackLoad) checkDuplicates(keys []string) error {
 				if k >= len(keys) {
 					return
 				}
-				r, err := l.cl.Reserve(ctx, ackNS, keys[k])
+				r, err := l.checker.Reserve(ctx, ackNS, keys[k])
 				if err != nil || r.Outcome != client.OutcomeDuplicate {
 					mu.Lock()
 					bad = append(bad, fmt.Sprintf("%s: %v (state %v, token %d) %v", keys[k], r.Outcome, r.State, r.Token, err))

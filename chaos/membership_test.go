@@ -97,7 +97,7 @@ func newMemberRun(t *testing.T, seed uint64, plan []step) *memberRun {
 		t.Cleanup(func() { cl.Close() })
 		return cl
 	}
-	r.load = startAckLoad(dial(), 4)
+	r.load = startAckLoad(dial(), dial(checkerRetry), 4)
 	// The history's operations are each sent once (see
 	// chaos.ClientExecutor): a resent Reserve would be two transitions.
 	once := client.WithRetryPolicy(client.RetryPolicy{Attempts: 1})

@@ -101,5 +101,5 @@ func TestRemovedNodeComesBackWiped(t *testing.T) {
 		return ""
 	})
 	c.WaitStable(60 * time.Second)
-	checkDuplicates(t, cl, tokens)
+	checkDuplicates(t, c, tokens)
 }
