@@ -103,7 +103,14 @@ const duplicatesCheckTimeout = 60 * time.Second
 // check lasts, where an application's client (the load's, with the
 // default policy) gives up after DefaultRetryBudget. The check still
 // fails on a key that gets no answer within duplicatesCheckTimeout.
-var checkerRetry = client.WithRetryPolicy(client.RetryPolicy{Budget: duplicatesCheckTimeout, BaseBackoff: 25 * time.Millisecond, MaxBackoff: 500 * time.Millisecond})
+var checkerRetry = client.WithRetryPolicy(budgetOf(duplicatesCheckTimeout))
+
+// budgetOf is the default retry policy with budget d.
+func budgetOf(d time.Duration) client.RetryPolicy {
+	p := client.DefaultRetryPolicy()
+	p.Budget = d
+	return p
+}
 
 // checkDuplicates reserves every key in keys again through the checker:
 // each must answer DUPLICATE. It returns the first few that do not.

@@ -49,8 +49,9 @@ func completeKeys(t *testing.T, cl *client.Client, n int) map[string]uint64 {
 func checkDuplicates(t *testing.T, c *gridtest.Cluster, tokens map[string]uint64) {
 	t.Helper()
 	const timeout = time.Minute
-	cl, err := client.Dial(context.Background(), strings.Join(c.Addrs(), ","),
-		client.WithRetryPolicy(client.RetryPolicy{Budget: timeout, BaseBackoff: 25 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}))
+	retry := client.DefaultRetryPolicy()
+	retry.Budget = timeout
+	cl, err := client.Dial(context.Background(), strings.Join(c.Addrs(), ","), client.WithRetryPolicy(retry))
 	if err != nil {
 		t.Fatal(err)
 	}
