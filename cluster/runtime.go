@@ -428,10 +428,23 @@ func (n *Runtime) catchUp(ctx context.Context) error {
 	n.barrierMu.Lock()
 	b := n.barrier
 	if b == nil || b.term != term {
+		select {
+		case <-n.quit:
+			n.barrierMu.Unlock()
+			return fmt.Errorf("%w: the node is stopping", topology.ErrNotControlLeader)
+		default:
+		}
 		b = &termBarrier{term: term, done: make(chan struct{})}
 		n.barrier = b
 		f := n.raft.Barrier(barrierTimeout)
+		// Close waits for this goroutine before it shuts Raft down: a
+		// future still queued for the FSM when Raft shuts down is never
+		// answered (hashicorp/raft 1.7.2 drops them), while a running
+		// Raft answers every one, by its commit or by the loss of the
+		// leadership (within the leader lease when quorum is gone).
+		n.wg.Add(1)
 		go func() {
+			defer n.wg.Done()
 			b.err = f.Error()
 			if b.err == nil {
 				n.leadTerm.Store(term)
@@ -551,7 +564,11 @@ func (n *Runtime) Leave(timeout time.Duration) {
 // replicas belong to the Host, which the caller closes afterwards.
 func (n *Runtime) Close() error {
 	n.closeOnce.Do(func() {
+		// Under barrierMu: catchUp starts no barrier once quit is closed
+		// (n.wg must not grow while Close waits for it).
+		n.barrierMu.Lock()
 		close(n.quit)
+		n.barrierMu.Unlock()
 		n.wg.Wait()
 		_ = n.ms.Shutdown()
 		n.stopControl()
