@@ -25,9 +25,9 @@ type ackLoad struct {
 	cl *client.Client
 	// checker asks the acknowledged keys again (checkDuplicates).
 	checker *client.Client
-	ctx    context.Context // ends at stop: calls cut by it are not errors
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	ctx     context.Context // ends at stop: calls cut by it are not errors
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 
 	mu        sync.Mutex
 	acked     []string // keys whose Complete was acknowledged
