@@ -42,7 +42,7 @@ type Config struct {
 	Host *shard.Host
 	Mux  *raftlog.Mux
 	// Logs holds the control group's Raft log (the node's log store).
-	Logs *raftlog.Store
+	Logs *raftlog.Journal
 	// SnapshotDir holds the control group's snapshots.
 	SnapshotDir string
 	// GossipListen is where memberlist listens (DefaultGossipAddr);
@@ -140,7 +140,7 @@ type Runtime struct {
 	ctl   *Control
 	raft  *raft.Raft
 	trans *raftlog.Transport
-	store *raftlog.GroupStore
+	store *raftlog.JournalGroup
 	snaps raft.SnapshotStore
 
 	wake chan struct{} // capacity 1: gossip changed, look again

@@ -3,69 +3,78 @@
 // stable store and a snapshot store per group, and one network transport
 // that all the groups share.
 //
-// # One Pebble instance per node
+// # One journal per node
 //
-// Every replica on a node writes its log entries with a synchronous commit
-// before it acknowledges them, so the cost that dominates is the fsync, not
-// the bytes. If each group owned its own database (one BoltDB file per
-// group, as raft-boltdb does) a node with N groups would pay up to N fsyncs
-// for N concurrent appends, and would keep N sets of files, caches and
-// background goroutines. Instead, [Store] opens ONE Pebble database per node
-// and every group's log and stable keys live in it, separated by a key
-// prefix. Pebble's commit pipeline appends concurrently committed batches to
-// a single write-ahead log and covers all of them with one fsync (group
-// commit), so many shards appending at the same time share the cost of the
-// sync instead of queueing behind each other. BenchmarkStoreLogsSync8Groups
-// reports how many WAL fsyncs each batch costs.
+// Every replica on a node syncs its log entries before it acknowledges
+// them, so the cost that dominates is the fsync, not the bytes. [Journal]
+// keeps the logs and stable stores of every group on the node in ONE
+// sequence of segment files, so that groups appending at the same time
+// share a sync instead of queueing behind each other: a writer appends its
+// record to a pending buffer, and whichever writer finds no write in
+// progress writes the whole buffer with one write and one fdatasync (group
+// commit), then wakes the writers it carried. [Journal.Group] returns a
+// cheap [JournalGroup] handle that implements raft.LogStore,
+// raft.StableStore and raft.MonotonicLogStore for one group.
 //
-// [Store.Group] returns a cheap [GroupStore] handle that implements both
-// raft.LogStore and raft.StableStore for one group. Handles are stateless
-// views over the shared database: any number of them, for the same or for
-// different groups, may be used concurrently.
+// The journal replaced a Pebble database (the [Store] in this package),
+// measured side by side: at equal durability (an fdatasync before every
+// acknowledgement) the journal does less per write (no memtable, no batch,
+// no commit pipeline hand-off) and its fdatasync has no file size to
+// update. [OpenJournalFrom] moves a Store that an older build left in a
+// data dir into a journal, once; the Store remains only for that.
 //
-// # Key layout
+// # Segments and records
 //
-// All integers are big-endian so that Pebble's bytewise ordering is numeric
-// ordering, which makes "the first/last entry of group g" an iterator seek
-// bounded by the group's prefix, and "entries min..max" one contiguous range.
+// A segment is a file named by its id (16 hex digits, ".seg"),
+// preallocated to JournalOptions.SegmentSize (64 MiB), holding records:
 //
-//	log entry:    [0x01][group id: 8 bytes][log index: 8 bytes]  -> encoded raft.Log
-//	stable value: [0x02][group id: 8 bytes][key bytes...]        -> raw value
-//	store meta:   [0x00]"layout"                                 -> layout version (1 byte)
+//	uint32 CRC-32C of the rest | uint32 payload length | byte type | payload
 //
-// The first byte (the kind) keeps log and stable keys of all groups apart;
-// the fixed-width group id means no group's keys can be a prefix of another
-// group's. The meta key records the version of this layout so that a future
-// incompatible layout is detected at [Open] rather than misread.
+// and zeros after the last one. A segment opens with a record naming it
+// (magic "L4XJ", format version, id), then a checkpoint: every group's
+// stable values, and the entries of groups whose oldest entry is four
+// segments back (copied forward). The records after are entries (a group
+// and a run of consecutive entries, in the log encoding of encoding.go),
+// stable values, deleted ranges and deleted groups. Because of the
+// checkpoint, replaying from any segment on gives the current stable values,
+// so a segment is removed once no group has an entry in it or an older one.
 //
-// Log values use a compact versioned binary encoding (see encoding.go):
-// a version byte, the log type, a flags byte, then uvarint index, term,
-// length-prefixed data and extensions, and the optional AppendedAt time.
-// Decoding validates every length against the input and returns an error
-// wrapping [ErrCorrupt] on malformed input; it never panics (FuzzDecodeLog).
+// The index, where each entry lies and the stable values, is in memory:
+// [OpenJournal] rebuilds it by replaying the segments, and the writer that
+// synced a buffer applies it, parsing the very bytes it wrote, so that a
+// replay and a running journal cannot disagree. Entries are read back with
+// pread (raft keeps recent ones in its own cache).
+//
+// # Torn writes and corruption
+//
+// A crash can leave the last write of the last segment torn: cut short, or
+// with some sectors written and others not. Nothing in it was acknowledged,
+// since a write is acknowledged only after its sync, so [OpenJournal] cuts
+// the last segment at its first bad record, zeroes the rest and logs it.
+// Pebble's WAL treats the end of its last log the same way. A bad record
+// anywhere else (a CRC mismatch, an impossible length, a record out of
+// place) fails the open with [ErrCorrupt]: it is damage to acknowledged
+// data, which a replica must not silently forget. The decoders check every
+// length against their input and never panic (FuzzJournalOpen).
 //
 // # Sync policy
 //
-// Every write that hashicorp/raft makes through a GroupStore (StoreLog,
-// StoreLogs, DeleteRange, Set, SetUint64) and [Store.DeleteGroup] commits
-// with pebble.Sync: when the call returns nil the change is in the WAL and
-// fsynced, so an acknowledged entry, term or vote survives kill -9 and power
-// loss. A StoreLogs call is one Pebble batch, so a batch of entries becomes
-// durable atomically. Options.NoSync turns the syncs off; it exists only for
-// tests and benchmarks and is unsafe for a real replica, because a replica
-// that forgets an entry or a vote it acknowledged can break Raft's safety.
-//
-// DeleteRange (log compaction after a snapshot, and truncation of a
-// conflicting suffix on a follower) is a single Pebble range deletion, so its
-// cost does not depend on the number of entries removed. DeleteGroup removes
-// a group's log and stable keys with two range deletions in one batch.
+// Every write raft makes through a JournalGroup (StoreLog, StoreLogs,
+// DeleteRange, Set, SetUint64) and [Journal.DeleteGroup] returns once its
+// record is written and fdatasynced, so an acknowledged entry, term or vote
+// survives kill -9 and power loss. The entries of one StoreLogs call are one
+// record, so they become durable together. A new segment is preallocated,
+// synced and its directory synced before anything is written to it. After a
+// failed write or sync the journal refuses every later write: what the page
+// cache holds can no longer be trusted. JournalOptions.NoSync turns the
+// syncs off, for tests and benchmarks only.
 //
 // # Errors
 //
 // Errors returned by this package wrap one of the "raftlog: ..." sentinel
 // errors and can be tested with errors.Is. Two deliberate exceptions follow
 // what hashicorp/raft compares by identity or by message:
-// GroupStore.GetLog returns raft.ErrLogNotFound itself (raft compares it
+// JournalGroup.GetLog returns raft.ErrLogNotFound itself (raft compares it
 // with ==), and a stable-store miss returns [ErrKeyNotFound], whose message is
 // exactly "not found" (raft checks err.Error() == "not found", the convention
 // set by raft-boltdb).

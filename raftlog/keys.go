@@ -5,7 +5,14 @@ import (
 	"math"
 )
 
-// Key kinds: the first byte of every key. See doc.go for the layout.
+// The Store's key layout. All integers are big-endian, so that Pebble's
+// bytewise order is numeric order:
+//
+//	log entry:    [0x01][group id: 8 bytes][log index: 8 bytes]  -> encoded raft.Log
+//	stable value: [0x02][group id: 8 bytes][key bytes...]        -> raw value
+//	store meta:   [0x00]"layout"                                 -> layout version (1 byte)
+//
+// Key kinds: the first byte of every key.
 const (
 	kindMeta   byte = 0x00
 	kindLog    byte = 0x01

@@ -62,16 +62,16 @@ func (s listSnapshot) Persist(sink raft.SnapshotSink) error {
 
 func (listSnapshot) Release() {}
 
-// raftNode is a single-voter raft group running on a GroupStore.
+// raftNode is a single-voter raft group running on a JournalGroup.
 type raftNode struct {
 	r     *raft.Raft
 	fsm   *listFSM
-	g     *GroupStore
+	g     *JournalGroup
 	snaps raft.SnapshotStore
 	trans *raft.InmemTransport
 }
 
-func startRaft(t *testing.T, s *Store, snapDir string, group uint64, bootstrap bool) *raftNode {
+func startRaft(t *testing.T, s *Journal, snapDir string, group uint64, bootstrap bool) *raftNode {
 	t.Helper()
 	conf := raft.DefaultConfig()
 	conf.LocalID = raft.ServerID(fmt.Sprintf("node-g%d", group))
@@ -145,16 +145,16 @@ func commandsFor(group uint64, n int) []string {
 	return cmds
 }
 
-// TestRaftOnStore runs two real raft groups on one Store, restarts the
-// process state (new Store, new rafts) on the same directories and checks
+// TestRaftOnJournal runs two real raft groups on one Journal, restarts the
+// process state (new Journal, new rafts) on the same directories and checks
 // that both groups recover their logs, terms and FSM state.
-func TestRaftOnStore(t *testing.T) {
+func TestRaftOnJournal(t *testing.T) {
 	dir := t.TempDir()
 	logDir, snapDir := filepath.Join(dir, "raft"), filepath.Join(dir, "snapshots")
 	const n1, n2 = 300, 200
 	cmds1, cmds2 := commandsFor(1, n1), commandsFor(2, n2)
 
-	s, err := Open(logDir, Options{Logger: quietLogger{}})
+	s, err := OpenJournal(logDir, JournalOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestRaftOnStore(t *testing.T) {
 	}
 
 	// "Restart": everything below reads from disk.
-	s = openStore(t, logDir, Options{})
+	s = openJournal(t, logDir, JournalOptions{})
 	ga, gb := s.Group(1), s.Group(2)
 
 	firstA, _ := ga.FirstIndex()
@@ -250,7 +250,7 @@ func TestRaftOnStore(t *testing.T) {
 
 // commandsInLog returns the data of every LogCommand entry in g, in order,
 // and fails on a gap between FirstIndex and LastIndex.
-func commandsInLog(t *testing.T, g *GroupStore) []string {
+func commandsInLog(t *testing.T, g *JournalGroup) []string {
 	t.Helper()
 	first, err := g.FirstIndex()
 	if err != nil {

@@ -7,18 +7,17 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// WriteStats are the log writes of a Store since it opened, for the node's
-// metrics: how often Raft stores entries, how long that takes, and how
-// many WAL fsyncs carry them. Pebble commits concurrent synced batches
-// with one fsync, so Writes/Fsyncs is how many group writes (of any shard)
-// share one.
+// WriteStats are the log writes of a Journal (or a Store) since it opened,
+// for the node's metrics: how often Raft stores entries, how long that
+// takes, and how many syncs carry them. Concurrent writes share one sync,
+// so Writes/Fsyncs is how many group writes (of any shard) share one.
 type WriteStats struct {
 	// Writes is the StoreLog(s) calls that stored entries, Entries the
 	// entries they stored, WriteTime their time from start to synced.
 	Writes, Entries uint64
 	WriteTime       time.Duration
-	// Fsyncs is the fsyncs of the store's WAL, FsyncTime their time; both
-	// zero with NoSync.
+	// Fsyncs is the journal's fdatasyncs (a Store's WAL fsyncs),
+	// FsyncTime their time; both zero with NoSync.
 	Fsyncs    uint64
 	FsyncTime time.Duration
 }

@@ -98,7 +98,10 @@ const formatVersion = pebble.FormatTableFormatV6
 const memTableSize = 64 << 20
 
 // Store is one Pebble database holding the Raft logs and stable stores of
-// every group on a node. It is safe for concurrent use. Use Group to obtain
+// every group on a node: the Raft log of the builds before [Journal]. It is
+// kept so that [OpenJournalFrom] can move a data dir they wrote; a Store's
+// writes commit with pebble.Sync, and concurrent batches share Pebble's WAL
+// fsync. It is safe for concurrent use. Use Group to obtain
 // the per-group raft.LogStore / raft.StableStore.
 type Store struct {
 	wo *pebble.WriteOptions

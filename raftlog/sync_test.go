@@ -137,12 +137,14 @@ func TestConcurrentGroupsShareSyncs(t *testing.T) {
 
 const killChildEnv = "RAFTLOG_TEST_KILL_CHILD_DIR"
 
-// TestAckedWritesSurviveKill runs a child process that stores entries and
-// prints "acked N" after each write returns, SIGKILLs it, and checks that
-// every acknowledged entry and stable value is there after reopening. (A
-// process kill does not lose the OS page cache, so this checks that writes
-// reach the WAL file before StoreLogs returns; TestWritesAreSynced checks
-// that they are fsynced.)
+// TestAckedWritesSurviveKill runs a child process that stores entries in a
+// Journal, from two groups at once, and prints "acked N" once both groups'
+// writes of N returned; it SIGKILLs the child and checks that every
+// acknowledged entry and stable value is there after reopening. (A process
+// kill does not lose the OS page cache, so this checks that writes reach
+// the segment file before StoreLogs returns; TestJournalWritesAreSynced
+// checks that they are fsynced.) Small segments make the child roll and
+// remove segments while it runs.
 func TestAckedWritesSurviveKill(t *testing.T) {
 	if dir := os.Getenv(killChildEnv); dir != "" {
 		killChild(dir)
@@ -161,7 +163,7 @@ func TestAckedWritesSurviveKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() }) // if we fail before the kill below
-	const want = 200
+	const want = 1000
 	var acked uint64
 	sc := bufio.NewScanner(stdout)
 	for acked < want && sc.Scan() {
@@ -177,39 +179,58 @@ func TestAckedWritesSurviveKill(t *testing.T) {
 		t.Fatalf("child stopped after %d acks; stderr:\n%s", acked, stderr.String())
 	}
 
-	s := openStore(t, dir, Options{})
+	j := openJournal(t, dir, killJournalOptions)
 	for id := uint64(1); id <= 2; id++ {
-		g := s.Group(id)
+		g := j.Group(id)
 		last, err := g.LastIndex()
 		if err != nil || last < acked {
 			t.Fatalf("group %d: LastIndex after kill = %d, %v; want >= %d acked", id, last, err, acked)
 		}
-		checkRange(t, g, 1, last)
+		first, _ := g.FirstIndex()
+		// The child deletes only entries killKeep behind its newest, which
+		// is at most acked+1.
+		if first > acked+2-killKeep {
+			t.Fatalf("group %d: first entry after kill %d; the child kept %d entries behind %d", id, first, killKeep, acked)
+		}
+		checkJournalRange(t, g, first, last)
 		if n, err := g.GetUint64([]byte("acked")); err != nil || n < acked {
 			t.Fatalf("group %d: stable value after kill = %d, %v; want >= %d", id, n, err, acked)
 		}
 	}
 }
 
+// killJournalOptions are small segments, so the child rolls often.
+var killJournalOptions = JournalOptions{SegmentSize: 16 << 10}
+
+// killKeep is how many entries the child keeps when it compacts.
+const killKeep = 50
+
 func killChild(dir string) {
-	s, err := Open(dir, Options{Logger: quietLogger{}})
+	j, err := OpenJournal(dir, killJournalOptions)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
 	// Bounded, so an orphaned child cannot run forever.
 	for i := uint64(1); i <= 100_000; i++ {
+		var wg sync.WaitGroup
 		for id := uint64(1); id <= 2; id++ {
-			g := s.Group(id)
-			if err := g.StoreLogs([]*raft.Log{{Index: i, Term: 1, Data: payload(id, i)}}); err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				os.Exit(2)
-			}
-			if err := g.SetUint64([]byte("acked"), i); err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				os.Exit(2)
-			}
+			wg.Go(func() {
+				g := j.Group(id)
+				err := g.StoreLogs([]*raft.Log{{Index: i, Term: 1, Data: payload(id, i)}})
+				if err == nil {
+					err = g.SetUint64([]byte("acked"), i)
+				}
+				if err == nil && i%100 == 0 {
+					err = g.DeleteRange(1, i-killKeep)
+				}
+				if err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					os.Exit(2)
+				}
+			})
 		}
+		wg.Wait()
 		fmt.Fprintf(os.Stdout, "acked %d\n", i)
 	}
 	os.Exit(0)

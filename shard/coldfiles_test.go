@@ -218,7 +218,7 @@ type replica struct {
 	id    raft.ServerID
 	addr  raft.ServerAddress
 	trans *raft.InmemTransport
-	logs  *raftlog.Store
+	logs  *raftlog.Journal
 	cold  *tiering.Store
 	s     *Replica
 }
@@ -282,7 +282,7 @@ func (ls *lagSet) start(i int) {
 	r := ls.replicas[i]
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var err error
-	if r.logs, err = raftlog.Open(filepath.Join(r.dir, "raft"), raftlog.Options{NoSync: true, Logger: pebbleLogger{discard}}); err != nil {
+	if r.logs, err = raftlog.OpenJournal(filepath.Join(r.dir, "journal"), raftlog.JournalOptions{NoSync: true, Logger: pebbleLogger{discard}}); err != nil {
 		t.Fatal(err)
 	}
 	if r.cold, err = tiering.Open(filepath.Join(r.dir, "cold"), tiering.Options{Logger: discard}); err != nil {

@@ -54,8 +54,8 @@ func newHostCollector(h *Host) *hostCollector {
 		logWrites:    prometheus.NewDesc("l4xg_grid_raft_log_writes_total", "Synced writes of Raft log entries (one per StoreLogs of any shard).", nil, nil),
 		logEntries:   prometheus.NewDesc("l4xg_grid_raft_log_entries_written_total", "Raft log entries written.", nil, nil),
 		logWriteTime: prometheus.NewDesc("l4xg_grid_raft_log_write_seconds_total", "Time spent in Raft log writes, until synced.", nil, nil),
-		fsyncs:       prometheus.NewDesc("l4xg_grid_raft_log_fsyncs_total", "fsyncs of the Raft log's WAL; concurrent log writes share one.", nil, nil),
-		fsyncTime:    prometheus.NewDesc("l4xg_grid_raft_log_fsync_seconds_total", "Time spent in fsyncs of the Raft log's WAL.", nil, nil),
+		fsyncs:       prometheus.NewDesc("l4xg_grid_raft_log_fsyncs_total", "fdatasyncs of the Raft log journal; concurrent log writes of any shard share one.", nil, nil),
+		fsyncTime:    prometheus.NewDesc("l4xg_grid_raft_log_fsync_seconds_total", "Time spent in fdatasyncs of the Raft log journal.", nil, nil),
 	}
 }
 

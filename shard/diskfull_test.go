@@ -55,7 +55,7 @@ func TestColdDiskFullStallsAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cold.Close()
-	logs, err := raftlog.Open(filepath.Join(dir, "raft"), raftlog.Options{NoSync: true, Logger: pebbleLogger{discard}})
+	logs, err := raftlog.OpenJournal(filepath.Join(dir, "journal"), raftlog.JournalOptions{NoSync: true, Logger: pebbleLogger{discard}})
 	if err != nil {
 		t.Fatal(err)
 	}

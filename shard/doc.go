@@ -127,8 +127,9 @@
 //
 // # Storage
 //
-// All shards of a node share one raftlog.Store (one Pebble, one WAL), each
-// under its own key prefix; snapshots go to a file snapshot store per shard.
+// All shards of a node share one raftlog.Journal (one sequence of segment
+// files, one fdatasync for the writes of all shards that arrive together);
+// snapshots go to a file snapshot store per shard.
 // Hard settings (digest function, slot count, shard count) are written to the
 // data directory at creation and checked at every start. The shard count
 // also fixes each shard's token layout (digest.NewTokenLayout of its id

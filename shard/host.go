@@ -75,7 +75,7 @@ type HostConfig struct {
 type Host struct {
 	cfg      HostConfig
 	settings HardSettings
-	logs     *raftlog.Store
+	logs     *raftlog.Journal
 	cold     *tiering.Store
 	metrics  *Metrics
 
@@ -149,7 +149,7 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	logs, err := raftlog.Open(filepath.Join(cfg.DataDir, "raft"), raftlog.Options{NoSync: cfg.NoSync, Logger: pebbleLogger{cfg.Logger}})
+	logs, err := raftlog.OpenJournalFrom(filepath.Join(cfg.DataDir, "journal"), filepath.Join(cfg.DataDir, "raft"), raftlog.JournalOptions{NoSync: cfg.NoSync, Logger: pebbleLogger{cfg.Logger}})
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +171,7 @@ func (h *Host) Settings() HardSettings { return h.settings }
 
 // Logs is the node's Raft log store. The cluster runtime keeps its control
 // group there too, under a group id no shard uses; the host closes it.
-func (h *Host) Logs() *raftlog.Store { return h.logs }
+func (h *Host) Logs() *raftlog.Journal { return h.logs }
 
 // NodeID is this node's id.
 func (h *Host) NodeID() string { return h.cfg.NodeID }

@@ -24,7 +24,7 @@ type Config struct {
 	NodeID string
 	// SnapshotDir holds this node's snapshot stores (one folder per shard).
 	SnapshotDir string
-	Logs        *raftlog.Store
+	Logs        *raftlog.Journal
 	// Transport and Address reach the shard's peers. Nil means a single-node
 	// group on an in-memory transport.
 	Transport raft.Transport
@@ -156,7 +156,7 @@ type Replica struct {
 	raft  *raft.Raft
 	fsm   *fsm
 	prop  *proposer
-	store *raftlog.GroupStore
+	store *raftlog.JournalGroup
 	logs  raft.LogStore // the log through Raft's cache: store
 
 	// readyTerm is the term whose first entry (a barrier) this replica has

@@ -47,7 +47,7 @@ func openReplicaSet(t *testing.T, n int) *replicaSet {
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for i := range n {
 		dir := t.TempDir()
-		logs, err := raftlog.Open(filepath.Join(dir, "raft"), raftlog.Options{NoSync: true, Logger: pebbleLogger{discard}})
+		logs, err := raftlog.OpenJournal(filepath.Join(dir, "journal"), raftlog.JournalOptions{NoSync: true, Logger: pebbleLogger{discard}})
 		if err != nil {
 			t.Fatal(err)
 		}

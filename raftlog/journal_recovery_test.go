@@ -1,0 +1,301 @@
+package raftlog
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/hashicorp/raft"
+)
+
+// tornJournal writes entries 1..10 and a term to group 1, closes the
+// journal and returns its directory, its last segment's path and where
+// its records end.
+func tornJournal(t *testing.T) (dir, seg string, end int64) {
+	t.Helper()
+	dir = t.TempDir()
+	j, err := OpenJournal(dir, JournalOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := j.Group(1)
+	mustStoreJ(t, g, makeLogs(1, 1, 10, 1))
+	if err := g.SetUint64([]byte("CurrentTerm"), 7); err != nil {
+		t.Fatal(err)
+	}
+	seg, end = filepath.Join(dir, segmentName(j.segID)), j.off
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir, seg, end
+}
+
+func mustStoreJ(t testing.TB, g *JournalGroup, logs []*raft.Log) {
+	t.Helper()
+	if err := g.StoreLogs(logs); err != nil {
+		t.Fatalf("group %d: StoreLogs: %v", g.ID(), err)
+	}
+}
+
+// A write that a crash interrupted leaves a torn record at the end of the
+// last segment. Nothing in it was acknowledged, so opening cuts it off and
+// keeps everything before it, and later writes and reopens work.
+func TestJournalCutsATornTail(t *testing.T) {
+	rec := func() []byte {
+		b, at := beginRecord(nil, recEntries)
+		b = binary.AppendUvarint(b, 1)
+		for _, l := range makeLogs(1, 11, 40, 1) {
+			e := appendLog(nil, l)
+			b = binary.AppendUvarint(b, uint64(len(e)))
+			b = append(b, e...)
+		}
+		return finishRecord(b, at)
+	}
+	tears := map[string]func([]byte) []byte{
+		"half a record":     func(r []byte) []byte { return r[:len(r)/2] },
+		"a header only":     func(r []byte) []byte { return r[:recHeaderLen] },
+		"a flipped byte":    func(r []byte) []byte { r[len(r)-3] ^= 0x40; return r },
+		"an absurd length":  func(r []byte) []byte { binary.LittleEndian.PutUint32(r[4:], 1<<31); return r },
+		"a sector of noise": func(r []byte) []byte { return []byte("\x13\x37not a record at all, but not zeros either") },
+	}
+	for name, tear := range tears {
+		t.Run(name, func(t *testing.T) {
+			dir, seg, end := tornJournal(t)
+			f, err := os.OpenFile(seg, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt(tear(rec()), end); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			j := openJournal(t, dir, JournalOptions{})
+			g := j.Group(1)
+			checkJournalRange(t, g, 1, 10)
+			if n, err := g.GetUint64([]byte("CurrentTerm")); err != nil || n != 7 {
+				t.Fatalf("CurrentTerm after the cut = %d, %v; want 7", n, err)
+			}
+			mustStoreJ(t, g, makeLogs(1, 11, 12, 2))
+			if err := j.Close(); err != nil {
+				t.Fatal(err)
+			}
+			j = openJournal(t, dir, JournalOptions{})
+			checkJournalRange(t, j.Group(1), 1, 12)
+		})
+	}
+}
+
+// A bad record before the last segment's tail is not a torn write:
+// something damaged acknowledged data, and opening says so instead of
+// dropping it.
+func TestJournalRefusesCorruption(t *testing.T) {
+	dir := t.TempDir()
+	opts := JournalOptions{SegmentSize: 4 << 10}
+	j, err := OpenJournal(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := j.Group(1)
+	for i := uint64(1); i <= 700; i += 10 {
+		mustStoreJ(t, g, makeLogs(1, i, i+9, 1))
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs := segments(t, dir)
+	if len(segs) < 3 {
+		t.Fatalf("%d segments; the test needs at least 3", len(segs))
+	}
+	for _, seg := range segs[:len(segs)-1] {
+		data, err := os.ReadFile(seg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Past the opening record: inside the first entries record.
+		data[64] ^= 0x01
+		if err := os.WriteFile(seg, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := OpenJournal(dir, opts); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("open with %s damaged: %v, want ErrCorrupt", filepath.Base(seg), err)
+		}
+		data[64] ^= 0x01
+		if err := os.WriteFile(seg, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkJournalRange(t, openJournal(t, dir, opts).Group(1), 1, 700)
+}
+
+// A journal from a newer format, or a stray file among the segments, is
+// refused rather than misread.
+func TestJournalRefusesForeignFiles(t *testing.T) {
+	dir, seg, _ := tornJournal(t)
+	data, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := append([]byte(nil), data...)
+	newer[recHeaderLen+len(journalMagic)] = journalVersion + 1
+	finishRecord(newer[:recHeaderLen+len(journalMagic)+1+8], 0)
+	if err := os.WriteFile(seg, newer, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenJournal(dir, JournalOptions{}); !errors.Is(err, ErrIncompatibleLayout) {
+		t.Fatalf("open of a newer format: %v, want ErrIncompatibleLayout", err)
+	}
+	if err := os.WriteFile(seg, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "notes"+segmentSuffix), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenJournal(dir, JournalOptions{}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("open with a stray segment name: %v, want ErrCorrupt", err)
+	}
+}
+
+// FuzzJournalOpen writes arbitrary bytes after a valid segment start and
+// opens the journal: opening never panics, and a journal that opens can be
+// read, written and reopened.
+func FuzzJournalOpen(f *testing.F) {
+	start := appendSegmentRecord(nil, 1)
+	f.Add(appendStableRecord(nil, 1, []byte("CurrentTerm"), []byte{0, 0, 0, 0, 0, 0, 0, 7}))
+	f.Add(appendDeleteRangeRecord(nil, 1, 1, 5))
+	f.Add(appendDeleteGroupRecord(nil, 3))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 2})
+	f.Fuzz(func(t *testing.T, tail []byte) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, segmentName(1)), append(append([]byte(nil), start...), tail...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		j, err := OpenJournal(dir, JournalOptions{NoSync: true, SegmentSize: 4 << 10})
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrIncompatibleLayout) {
+				t.Fatalf("open: %v, want ErrCorrupt", err)
+			}
+			return
+		}
+		for id := uint64(0); id < 4; id++ {
+			g := j.Group(id)
+			first, _ := g.FirstIndex()
+			last, _ := g.LastIndex()
+			for n := uint64(0); last != 0 && n <= min(last-first, 1000); n++ {
+				var l raft.Log
+				_ = g.GetLog(first+n, &l) // may be ErrCorrupt; must not panic
+			}
+		}
+		g := j.Group(1)
+		last, _ := g.LastIndex()
+		if last > math.MaxUint64-2 {
+			return
+		}
+		mustStoreJ(t, g, makeLogs(1, last+1, last+2, 1))
+		if err := j.Close(); err != nil {
+			t.Fatal(err)
+		}
+		j, err = OpenJournal(dir, JournalOptions{NoSync: true, SegmentSize: 4 << 10})
+		if err != nil {
+			t.Fatalf("reopen after a write: %v", err)
+		}
+		if l, _ := j.Group(1).LastIndex(); l != last+2 {
+			t.Fatalf("after reopen group 1 ends at %d, want %d", l, last+2)
+		}
+		j.Close()
+	})
+}
+
+// A data dir written before the journal holds a Pebble Store. Opening the
+// journal copies it: entries (the run after a gap, as raft needs them) and
+// stable values of every group, and the Store is gone afterwards.
+func TestOpenJournalFromMovesAStore(t *testing.T) {
+	base := t.TempDir()
+	legacy, dir := filepath.Join(base, "raft"), filepath.Join(base, "journal")
+	s, err := Open(legacy, Options{Logger: quietLogger{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustStore(t, s.Group(1), makeLogs(1, 1, 3000, 1))
+	mustStore(t, s.Group(2), makeLogs(2, 5, 9, 1))
+	mustStore(t, s.Group(2), makeLogs(2, 20, 30, 2)) // after a gap
+	for id := uint64(1); id <= 3; id++ {
+		if err := s.Group(id).SetUint64([]byte("CurrentTerm"), 10+id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A copy that a crash interrupted is started again.
+	if err := os.MkdirAll(dir+".migrating", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir+".migrating", segmentName(1)), []byte("half"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	j, err := OpenJournalFrom(dir, legacy, JournalOptions{Logger: quietLogger{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	checkJournalRange(t, j.Group(1), 1, 3000)
+	checkJournalRange(t, j.Group(2), 20, 30)
+	checkJournalRange(t, j.Group(3), 0, 0)
+	for id := uint64(1); id <= 3; id++ {
+		if n, err := j.Group(id).GetUint64([]byte("CurrentTerm")); err != nil || n != 10+id {
+			t.Fatalf("group %d: CurrentTerm = %d, %v; want %d", id, n, err, 10+id)
+		}
+	}
+	for _, gone := range []string{legacy, dir + ".migrating"} {
+		if _, err := os.Stat(gone); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s after the move: %v, want it gone", gone, err)
+		}
+	}
+}
+
+// A segment that cannot be created (a full disk, here a directory in the
+// way of its file) fails the writes that needed it and loses nothing; once
+// it can be created, writes go on.
+func TestJournalSurvivesAFailedRoll(t *testing.T) {
+	dir := t.TempDir()
+	opts := JournalOptions{SegmentSize: 4 << 10}
+	j := openJournal(t, dir, opts)
+	g := j.Group(1)
+	blocker := filepath.Join(dir, segmentName(j.segID+1))
+	if err := os.Mkdir(blocker, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	next := uint64(1)
+	var failed error
+	for ; next < 1000 && failed == nil; next += 10 {
+		failed = g.StoreLogs(makeLogs(1, next, next+9, 1))
+	}
+	if !errors.Is(failed, ErrStorage) {
+		t.Fatalf("writes past the segment: %v, want ErrStorage", failed)
+	}
+	next -= 10 // the batch that failed
+	// A write that still fits in the segment goes through; one that does
+	// not fails again.
+	if err := g.SetUint64([]byte("CurrentTerm"), 2); err != nil {
+		t.Fatalf("a small write after a failed roll: %v", err)
+	}
+	if err := g.StoreLogs(makeLogs(1, next, next+9, 1)); !errors.Is(err, ErrStorage) {
+		t.Fatalf("a write while the segment still cannot be created: %v, want ErrStorage", err)
+	}
+	checkJournalRange(t, g, 1, next-1)
+	if err := os.Remove(blocker); err != nil {
+		t.Fatal(err)
+	}
+	mustStoreJ(t, g, makeLogs(1, next, next+9, 1))
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j = openJournal(t, dir, opts)
+	checkJournalRange(t, j.Group(1), 1, next+9)
+	if n, err := j.Group(1).GetUint64([]byte("CurrentTerm")); err != nil || n != 2 {
+		t.Fatalf("CurrentTerm after reopen = %d, %v; want 2", n, err)
+	}
+}
