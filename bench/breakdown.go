@@ -85,6 +85,17 @@ func breakdown(before, after map[string]float64, res workload.Result, clientCPU 
 	set("fsync_ms", 1e3*d("l4xg_grid_raft_log_fsync_seconds_total"), fsyncs)
 	set("log_writes_per_fsync", writes, fsyncs)
 	set("ops_per_fsync", ops, fsyncs)
+	// Per node of a cluster: do the writes of different shards, the
+	// followers' among them, share a node's syncs?
+	for key := range after {
+		node, ok := strings.CutPrefix(key, "l4xg_grid_raft_log_fsyncs_total@")
+		if !ok {
+			continue
+		}
+		w, f := d("l4xg_grid_raft_log_writes_total@"+node), d(key)
+		set("fsyncs_per_s:"+node, f, secs)
+		set("log_writes_per_fsync:"+node, w, f)
+	}
 	// Replication round trips, over every follower and by follower.
 	const rtt = "l4xg_grid_raft_replication_seconds"
 	var sum, count float64

@@ -70,8 +70,8 @@ func (o JournalOptions) Validate() error {
 }
 
 // Journal is the Raft log and stable store of every group on a node, kept
-// in one sequence of preallocated segment files: a purpose-built
-// alternative to [Store]. Writers from any group append records to one
+// in one sequence of preallocated segment files. It replaced [Store].
+// Writers from any group append records to one
 // pending buffer; whichever writer finds no write in progress writes the
 // whole buffer with one write and one fdatasync (group commit) and wakes
 // the others. The index (where each entry is, and the stable values) is in

@@ -31,7 +31,7 @@ var Breakdown = []struct{ Name, Meaning string }{
 	{"log_writes_per_s", "Raft log writes per second, every node"},
 	{"log_write_ms", "a Raft log write until synced"},
 	{"entries_per_log_write", "entries per Raft log write"},
-	{"fsyncs_per_s", "fsyncs of the Raft log's WAL per second, every node"},
+	{"fsyncs_per_s", "fsyncs of the Raft log per second"},
 	{"fsync_ms", "one fsync"},
 	{"log_writes_per_fsync", "log writes (any shard) sharing one fsync"},
 	{"ops_per_fsync", "the run's operations per fsync, every node"},

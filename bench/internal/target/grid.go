@@ -240,10 +240,12 @@ func VmRSS(pid int) (int64, error) {
 // process_cpu_seconds_total from each node's /metrics, summed over the
 // nodes, keyed by the sample's name with its labels as written
 // (`l4xg_grid_stage_seconds_sum{stage="answer"}`). A metric no node has
-// observed yet is absent.
+// observed yet is absent. For a cluster, the Raft log's writes and fsyncs
+// are also given per node, as "name@node-N" (N from 1, in the order of the
+// nodes).
 func (g *Grid) Counters(ctx context.Context) (map[string]float64, error) {
 	out := map[string]float64{}
-	for _, p := range g.procs {
+	for i, p := range g.procs {
 		if p.HTTPAddr == "" {
 			return nil, errors.New("grid: counters: a node without an HTTP address")
 		}
@@ -255,10 +257,19 @@ func (g *Grid) Counters(ctx context.Context) (map[string]float64, error) {
 		if err != nil {
 			return nil, fmt.Errorf("grid: metrics: %w", err)
 		}
-		err = addSamples(out, bufio.NewScanner(resp.Body))
+		node := map[string]float64{}
+		err = addSamples(node, bufio.NewScanner(resp.Body))
 		resp.Body.Close()
 		if err != nil {
 			return nil, fmt.Errorf("grid: metrics of %s: %w", p.HTTPAddr, err)
+		}
+		for name, v := range node {
+			out[name] += v
+		}
+		if len(g.procs) > 1 { // the Raft log's writes and syncs per node too
+			for _, name := range [...]string{"l4xg_grid_raft_log_writes_total", "l4xg_grid_raft_log_fsyncs_total"} {
+				out[fmt.Sprintf("%s@node-%d", name, i+1)] = node[name]
+			}
 		}
 	}
 	return out, nil
