@@ -16,12 +16,12 @@
 // cheap [JournalGroup] handle that implements raft.LogStore,
 // raft.StableStore and raft.MonotonicLogStore for one group.
 //
-// The journal replaced a Pebble database (the [Store] in this package),
-// measured side by side: at equal durability (an fdatasync before every
+// The journal replaced a Pebble database shared by the groups, measured
+// side by side (bf84885): at equal durability (an fdatasync before every
 // acknowledgement) the journal does less per write (no memtable, no batch,
 // no commit pipeline hand-off) and its fdatasync has no file size to
-// update. [OpenJournalFrom] moves a Store that an older build left in a
-// data dir into a journal, once; the Store remains only for that.
+// update. [OpenJournalFrom] moves the database an older build left in a
+// data dir into a journal, once (migrate.go reads it, read-only).
 //
 // # Segments and records
 //

@@ -16,25 +16,6 @@ func (quietLogger) Infof(string, ...any)              {}
 func (quietLogger) Errorf(format string, args ...any) { pebble.DefaultLogger.Errorf(format, args...) }
 func (quietLogger) Fatalf(format string, args ...any) { pebble.DefaultLogger.Fatalf(format, args...) }
 
-// openStore opens a Store (with a quiet logger unless opts sets one) that is
-// closed when the test ends.
-func openStore(t testing.TB, dir string, opts Options) *Store {
-	t.Helper()
-	if opts.Logger == nil {
-		opts.Logger = quietLogger{}
-	}
-	s, err := Open(dir, opts)
-	if err != nil {
-		t.Fatalf("Open(%s): %v", dir, err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return s
-}
-
 // makeLogs returns entries from..to (inclusive) whose data names the group.
 func makeLogs(group, from, to, term uint64) []*raft.Log {
 	var logs []*raft.Log
@@ -46,25 +27,34 @@ func makeLogs(group, from, to, term uint64) []*raft.Log {
 
 func payload(group, index uint64) []byte { return fmt.Appendf(nil, "g%d/i%d", group, index) }
 
-func mustStore(t testing.TB, g *GroupStore, logs []*raft.Log) {
+// openJournal opens a Journal that is closed when the test ends.
+func openJournal(t testing.TB, dir string, opts JournalOptions) *Journal {
+	t.Helper()
+	j, err := OpenJournal(dir, opts)
+	if err != nil {
+		t.Fatalf("OpenJournal(%s): %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := j.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return j
+}
+
+func mustStore(t testing.TB, g *JournalGroup, logs []*raft.Log) {
 	t.Helper()
 	if err := g.StoreLogs(logs); err != nil {
 		t.Fatalf("group %d: StoreLogs: %v", g.ID(), err)
 	}
 }
 
-// checkRange asserts that g holds exactly the entries first..last written by
-// makeLogs (first == 0 means empty).
-func checkRange(t testing.TB, g *GroupStore, first, last uint64) {
+// checkRange asserts that g holds exactly the entries first..last written
+// by makeLogs (first == 0 means empty), and nothing just outside them.
+func checkRange(t testing.TB, g *JournalGroup, first, last uint64) {
 	t.Helper()
-	f, err := g.FirstIndex()
-	if err != nil {
-		t.Fatalf("group %d: FirstIndex: %v", g.ID(), err)
-	}
-	l, err := g.LastIndex()
-	if err != nil {
-		t.Fatalf("group %d: LastIndex: %v", g.ID(), err)
-	}
+	f, _ := g.FirstIndex()
+	l, _ := g.LastIndex()
 	if f != first || l != last {
 		t.Fatalf("group %d: indexes [%d, %d], want [%d, %d]", g.ID(), f, l, first, last)
 	}

@@ -70,7 +70,7 @@ func (o JournalOptions) Validate() error {
 }
 
 // Journal is the Raft log and stable store of every group on a node, kept
-// in one sequence of preallocated segment files. It replaced [Store].
+// in one sequence of preallocated segment files. It replaced a Pebble database (see the package documentation).
 // Writers from any group append records to one
 // pending buffer; whichever writer finds no write in progress writes the
 // whole buffer with one write and one fdatasync (group commit) and wakes

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
 )
 
@@ -22,7 +23,7 @@ func tornJournal(t *testing.T) (dir, seg string, end int64) {
 		t.Fatal(err)
 	}
 	g := j.Group(1)
-	mustStoreJ(t, g, makeLogs(1, 1, 10, 1))
+	mustStore(t, g, makeLogs(1, 1, 10, 1))
 	if err := g.SetUint64([]byte("CurrentTerm"), 7); err != nil {
 		t.Fatal(err)
 	}
@@ -31,13 +32,6 @@ func tornJournal(t *testing.T) (dir, seg string, end int64) {
 		t.Fatal(err)
 	}
 	return dir, seg, end
-}
-
-func mustStoreJ(t testing.TB, g *JournalGroup, logs []*raft.Log) {
-	t.Helper()
-	if err := g.StoreLogs(logs); err != nil {
-		t.Fatalf("group %d: StoreLogs: %v", g.ID(), err)
-	}
 }
 
 // A write that a crash interrupted leaves a torn record at the end of the
@@ -74,16 +68,16 @@ func TestJournalCutsATornTail(t *testing.T) {
 			f.Close()
 			j := openJournal(t, dir, JournalOptions{})
 			g := j.Group(1)
-			checkJournalRange(t, g, 1, 10)
+			checkRange(t, g, 1, 10)
 			if n, err := g.GetUint64([]byte("CurrentTerm")); err != nil || n != 7 {
 				t.Fatalf("CurrentTerm after the cut = %d, %v; want 7", n, err)
 			}
-			mustStoreJ(t, g, makeLogs(1, 11, 12, 2))
+			mustStore(t, g, makeLogs(1, 11, 12, 2))
 			if err := j.Close(); err != nil {
 				t.Fatal(err)
 			}
 			j = openJournal(t, dir, JournalOptions{})
-			checkJournalRange(t, j.Group(1), 1, 12)
+			checkRange(t, j.Group(1), 1, 12)
 		})
 	}
 }
@@ -100,7 +94,7 @@ func TestJournalRefusesCorruption(t *testing.T) {
 	}
 	g := j.Group(1)
 	for i := uint64(1); i <= 700; i += 10 {
-		mustStoreJ(t, g, makeLogs(1, i, i+9, 1))
+		mustStore(t, g, makeLogs(1, i, i+9, 1))
 	}
 	if err := j.Close(); err != nil {
 		t.Fatal(err)
@@ -127,7 +121,7 @@ func TestJournalRefusesCorruption(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	checkJournalRange(t, openJournal(t, dir, opts).Group(1), 1, 700)
+	checkRange(t, openJournal(t, dir, opts).Group(1), 1, 700)
 }
 
 // A journal from a newer format, or a stray file among the segments, is
@@ -193,7 +187,7 @@ func FuzzJournalOpen(f *testing.F) {
 		if last > math.MaxUint64-2 {
 			return
 		}
-		mustStoreJ(t, g, makeLogs(1, last+1, last+2, 1))
+		mustStore(t, g, makeLogs(1, last+1, last+2, 1))
 		if err := j.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -208,27 +202,48 @@ func FuzzJournalOpen(f *testing.F) {
 	})
 }
 
-// A data dir written before the journal holds a Pebble Store. Opening the
-// journal copies it: entries (the run after a gap, as raft needs them) and
-// stable values of every group, and the Store is gone afterwards.
-func TestOpenJournalFromMovesAStore(t *testing.T) {
-	base := t.TempDir()
-	legacy, dir := filepath.Join(base, "raft"), filepath.Join(base, "journal")
-	s, err := Open(legacy, Options{Logger: quietLogger{}})
+// writeLegacy writes a Pebble database laid out as the builds before the
+// journal did: log entries of groups and their stable values.
+func writeLegacy(t *testing.T, dir string, layout byte, logs map[uint64][]*raft.Log, terms map[uint64]uint64) {
+	t.Helper()
+	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustStore(t, s.Group(1), makeLogs(1, 1, 3000, 1))
-	mustStore(t, s.Group(2), makeLogs(2, 5, 9, 1))
-	mustStore(t, s.Group(2), makeLogs(2, 20, 30, 2)) // after a gap
-	for id := uint64(1); id <= 3; id++ {
-		if err := s.Group(id).SetUint64([]byte("CurrentTerm"), 10+id); err != nil {
+	b := db.NewBatch()
+	must := func(err error) {
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
+	must(b.Set(legacyLayoutKey, []byte{layout}, nil))
+	key := func(kind byte, group uint64, rest []byte) []byte {
+		k := binary.BigEndian.AppendUint64([]byte{kind}, group)
+		return append(k, rest...)
 	}
+	for g, ls := range logs {
+		for _, l := range ls {
+			must(b.Set(key(legacyLog, g, binary.BigEndian.AppendUint64(nil, l.Index)), appendLog(nil, l), nil))
+		}
+	}
+	for g, term := range terms {
+		must(b.Set(key(legacyStable, g, []byte("CurrentTerm")), binary.BigEndian.AppendUint64(nil, term), nil))
+	}
+	must(b.Commit(pebble.Sync))
+	must(db.Close())
+}
+
+// A data dir written before the journal holds the Raft logs in a Pebble
+// database. Opening the journal copies it: entries (the run after a gap,
+// as raft needs them) and stable values of every group, and the database
+// is gone afterwards.
+func TestOpenJournalFromMovesALegacyLog(t *testing.T) {
+	base := t.TempDir()
+	legacy, dir := filepath.Join(base, "raft"), filepath.Join(base, "journal")
+	writeLegacy(t, legacy, legacyLayout, map[uint64][]*raft.Log{
+		1: makeLogs(1, 1, 30000, 1),                                // more than one commit's worth of records
+		2: append(makeLogs(2, 5, 9, 1), makeLogs(2, 20, 30, 2)...), // a gap
+	}, map[uint64]uint64{1: 11, 2: 12, 3: 13})
 	// A copy that a crash interrupted is started again.
 	if err := os.MkdirAll(dir+".migrating", 0o755); err != nil {
 		t.Fatal(err)
@@ -241,9 +256,9 @@ func TestOpenJournalFromMovesAStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	checkJournalRange(t, j.Group(1), 1, 3000)
-	checkJournalRange(t, j.Group(2), 20, 30)
-	checkJournalRange(t, j.Group(3), 0, 0)
+	checkRange(t, j.Group(1), 1, 30000)
+	checkRange(t, j.Group(2), 20, 30)
+	checkRange(t, j.Group(3), 0, 0)
 	for id := uint64(1); id <= 3; id++ {
 		if n, err := j.Group(id).GetUint64([]byte("CurrentTerm")); err != nil || n != 10+id {
 			t.Fatalf("group %d: CurrentTerm = %d, %v; want %d", id, n, err, 10+id)
@@ -253,6 +268,23 @@ func TestOpenJournalFromMovesAStore(t *testing.T) {
 		if _, err := os.Stat(gone); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("%s after the move: %v, want it gone", gone, err)
 		}
+	}
+}
+
+// A legacy database in a layout this build does not know is refused, and
+// left as it was.
+func TestOpenJournalFromRefusesAnUnknownLayout(t *testing.T) {
+	base := t.TempDir()
+	legacy, dir := filepath.Join(base, "raft"), filepath.Join(base, "journal")
+	writeLegacy(t, legacy, legacyLayout+1, map[uint64][]*raft.Log{1: makeLogs(1, 1, 3, 1)}, nil)
+	if _, err := OpenJournalFrom(dir, legacy, JournalOptions{Logger: quietLogger{}}); !errors.Is(err, ErrIncompatibleLayout) {
+		t.Fatalf("open over a layout-%d database: %v, want ErrIncompatibleLayout", legacyLayout+1, err)
+	}
+	if _, err := os.Stat(legacy); err != nil {
+		t.Fatalf("the refused database: %v, want it kept", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a journal after a refused move: %v", err)
 	}
 }
 
@@ -285,16 +317,16 @@ func TestJournalSurvivesAFailedRoll(t *testing.T) {
 	if err := g.StoreLogs(makeLogs(1, next, next+9, 1)); !errors.Is(err, ErrStorage) {
 		t.Fatalf("a write while the segment still cannot be created: %v, want ErrStorage", err)
 	}
-	checkJournalRange(t, g, 1, next-1)
+	checkRange(t, g, 1, next-1)
 	if err := os.Remove(blocker); err != nil {
 		t.Fatal(err)
 	}
-	mustStoreJ(t, g, makeLogs(1, next, next+9, 1))
+	mustStore(t, g, makeLogs(1, next, next+9, 1))
 	if err := j.Close(); err != nil {
 		t.Fatal(err)
 	}
 	j = openJournal(t, dir, opts)
-	checkJournalRange(t, j.Group(1), 1, next+9)
+	checkRange(t, j.Group(1), 1, next+9)
 	if n, err := j.Group(1).GetUint64([]byte("CurrentTerm")); err != nil || n != 2 {
 		t.Fatalf("CurrentTerm after reopen = %d, %v; want 2", n, err)
 	}

@@ -10,21 +10,6 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// openJournal opens a Journal that is closed when the test ends.
-func openJournal(t testing.TB, dir string, opts JournalOptions) *Journal {
-	t.Helper()
-	j, err := OpenJournal(dir, opts)
-	if err != nil {
-		t.Fatalf("OpenJournal(%s): %v", dir, err)
-	}
-	t.Cleanup(func() {
-		if err := j.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return j
-}
-
 // segments returns the journal's segment files.
 func segments(t testing.TB, dir string) []string {
 	t.Helper()
@@ -177,27 +162,7 @@ func TestJournalRefusesAHole(t *testing.T) {
 	if err := g.StoreLogs([]*raft.Log{{Index: 11}, {Index: 13}}); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("StoreLogs of 11 and 13 = %v, want ErrInvalidArgument", err)
 	}
-	checkJournalRange(t, g, 1, 10)
-}
-
-// checkJournalRange asserts that g holds exactly the entries first..last
-// written by makeLogs.
-func checkJournalRange(t testing.TB, g *JournalGroup, first, last uint64) {
-	t.Helper()
-	f, _ := g.FirstIndex()
-	l, _ := g.LastIndex()
-	if f != first || l != last {
-		t.Fatalf("group %d: indexes [%d, %d], want [%d, %d]", g.ID(), f, l, first, last)
-	}
-	for i := first; i <= last && last != 0; i++ {
-		var got raft.Log
-		if err := g.GetLog(i, &got); err != nil {
-			t.Fatalf("group %d: GetLog(%d): %v", g.ID(), i, err)
-		}
-		if got.Index != i || string(got.Data) != string(payload(g.ID(), i)) {
-			t.Fatalf("group %d: GetLog(%d) = index %d data %q", g.ID(), i, got.Index, got.Data)
-		}
-	}
+	checkRange(t, g, 1, 10)
 }
 
 // Every acknowledged write is fdatasynced; NoSync writes are not.
@@ -208,7 +173,7 @@ func TestJournalWritesAreSynced(t *testing.T) {
 		before := j.WriteStats().Fsyncs
 		const writes = 20
 		for i := uint64(1); i <= writes/4; i++ {
-			mustStoreJ(t, g, makeLogs(1, i, i, 1))
+			mustStore(t, g, makeLogs(1, i, i, 1))
 			if err := g.SetUint64([]byte("CurrentTerm"), i); err != nil {
 				t.Fatal(err)
 			}
@@ -253,7 +218,7 @@ func TestJournalGroupsShareSyncs(t *testing.T) {
 		t.Fatalf("%d writes took %d fdatasyncs; want %d writes sharing fewer syncs", st.Writes, st.Fsyncs, groups*batches)
 	}
 	for id := uint64(1); id <= groups; id++ {
-		checkJournalRange(t, j.Group(id), 1, 4*batches)
+		checkRange(t, j.Group(id), 1, 4*batches)
 	}
 }
 
@@ -265,7 +230,7 @@ func TestJournalDoesNotCopyLiveLogs(t *testing.T) {
 	j := openJournal(t, dir, JournalOptions{SegmentSize: 4 << 10, NoSync: true})
 	for i := uint64(1); i <= 2000; i += 10 {
 		for id := uint64(1); id <= 3; id++ {
-			mustStoreJ(t, j.Group(id), makeLogs(id, i, i+9, 1))
+			mustStore(t, j.Group(id), makeLogs(id, i, i+9, 1))
 		}
 	}
 	if n := j.copiedForward.Load(); n != 0 {
@@ -275,6 +240,6 @@ func TestJournalDoesNotCopyLiveLogs(t *testing.T) {
 		t.Fatalf("%d segments; the test means to span more than %d", n, 2*copyForwardAfter)
 	}
 	for id := uint64(1); id <= 3; id++ {
-		checkJournalRange(t, j.Group(id), 1, 2000)
+		checkRange(t, j.Group(id), 1, 2000)
 	}
 }

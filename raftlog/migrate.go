@@ -13,10 +13,10 @@ import (
 )
 
 // OpenJournalFrom opens the journal in dir, first moving into it what a
-// node wrote before the journal existed: the Pebble [Store] in legacy, if
-// there is one. The copy is built in a directory beside dir and renamed
-// into place, so a crash during it leaves the Store as it was and the next
-// open starts the copy again; the Store is removed once the journal is in
+// node wrote before the journal existed: the Pebble database in legacy
+// that held the Raft logs, if there is one. The copy is built in a directory beside dir and renamed
+// into place, so a crash during it leaves the database as it was and the next
+// open starts the copy again; the database is removed once the journal is in
 // place.
 func OpenJournalFrom(dir, legacy string, opts JournalOptions) (*Journal, error) {
 	if _, err := os.Stat(legacy); errors.Is(err, fs.ErrNotExist) {
@@ -31,7 +31,7 @@ func OpenJournalFrom(dir, legacy string, opts JournalOptions) (*Journal, error) 
 	} else if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStorage, err)
 	}
-	// The journal is complete: the Store is a leftover.
+	// The journal is complete: the database is a leftover.
 	if err := os.RemoveAll(legacy); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStorage, err)
 	}
@@ -41,22 +41,26 @@ func OpenJournalFrom(dir, legacy string, opts JournalOptions) (*Journal, error) 
 	return OpenJournal(dir, opts)
 }
 
-// migrate copies the Store in legacy into a new journal at dir.
+// migrate copies the legacy database into a new journal at dir.
 func migrate(dir, legacy string, opts JournalOptions) error {
 	tmp := dir + ".migrating"
 	if err := os.RemoveAll(tmp); err != nil {
 		return fmt.Errorf("%w: %w", ErrStorage, err)
 	}
-	s, err := Open(legacy, Options{Logger: opts.Logger})
+	po := &pebble.Options{ReadOnly: true}
+	if opts.Logger != nil {
+		po.Logger = opts.Logger
+	}
+	db, err := pebble.Open(legacy, po)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: open %s: %w", ErrStorage, legacy, err)
 	}
 	j, err := OpenJournal(tmp, opts)
 	if err != nil {
-		return errors.Join(err, s.Close())
+		return errors.Join(err, db.Close())
 	}
-	err = copyStore(s, j)
-	if err = errors.Join(err, j.Close(), s.Close()); err != nil {
+	err = copyLegacy(db, j)
+	if err = errors.Join(err, j.Close(), db.Close()); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, dir); err != nil {
@@ -68,74 +72,103 @@ func migrate(dir, legacy string, opts JournalOptions) error {
 	return nil
 }
 
-// copyStore writes every log entry and stable value of s into j. A group's
-// entries go in runs of consecutive indexes; where the Store held a gap
-// (it allowed one after a snapshot restore) the journal keeps the run after
-// it, the entries raft can still need.
-func copyStore(s *Store, j *Journal) error {
-	db, err := s.db.Acquire()
+// The legacy database's layout: a one-byte kind, the group id and the
+// rest, integers big-endian, so that Pebble's order is numeric order.
+//
+//	log entry:    [0x01][group id: 8 bytes][log index: 8 bytes]  -> the entry in the log encoding
+//	stable value: [0x02][group id: 8 bytes][key bytes...]        -> raw value
+//	layout:       [0x00]"layout"                                 -> legacyLayout (1 byte)
+const (
+	legacyLog    byte = 0x01
+	legacyStable byte = 0x02
+	legacyLayout byte = 1
+	legacyPrefix      = 1 + 8
+)
+
+var legacyLayoutKey = []byte{0x00, 'l', 'a', 'y', 'o', 'u', 't'}
+
+// copyLegacy writes every log entry and stable value of the legacy
+// database db into j. A group's entries go in runs of consecutive indexes;
+// where the database held a gap (it allowed one after a snapshot restore)
+// the journal keeps the run after it, the entries raft can still need.
+func copyLegacy(db *pebble.DB, j *Journal) error {
+	v, closer, err := db.Get(legacyLayoutKey)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: read the layout version: %w", ErrStorage, err)
 	}
-	defer s.db.Release()
-	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{kindLog}, UpperBound: []byte{kindStable + 1}})
+	ok := len(v) == 1 && v[0] == legacyLayout
+	closer.Close()
+	if !ok {
+		return fmt.Errorf("%w: found layout %x, want %d", ErrIncompatibleLayout, v, legacyLayout)
+	}
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{legacyLog}, UpperBound: []byte{legacyStable + 1}})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrStorage, err)
 	}
-	var (
-		buf             []byte
-		at              = -1 // the open entries record in buf, or -1
-		group, nextIdx  uint64
-		flushEvery      = 1 << 20
-		errCopy         error
-		finishOpenEntry = func() {
-			if at >= 0 {
-				buf, at = finishRecord(buf, at), -1
-			}
-		}
-	)
-	for ok := it.First(); ok && errCopy == nil; ok = it.Next() {
-		k, v := it.Key(), it.Value()
-		if len(k) < groupPrefixLen {
-			errCopy = fmt.Errorf("%w: key %x", ErrCorrupt, k)
-			break
-		}
-		g := binary.BigEndian.Uint64(k[1:groupPrefixLen])
-		switch k[0] {
-		case kindLog:
-			idx, valid := logIndexFromKey(k)
-			if !valid {
-				errCopy = fmt.Errorf("%w: log key %x", ErrCorrupt, k)
-				break
-			}
-			if enc, err := encodedLogIndex(v); err != nil || enc != idx {
-				errCopy = fmt.Errorf("%w: group %d: log %d holds %d (%v)", ErrCorrupt, g, idx, enc, err)
-				break
-			}
-			if at < 0 || g != group || idx != nextIdx {
-				finishOpenEntry()
-				buf, at = beginRecord(buf, recEntries)
-				buf = binary.AppendUvarint(buf, g)
-			}
-			group, nextIdx = g, idx+1
-			buf = binary.AppendUvarint(buf, uint64(len(v)))
-			buf = append(buf, v...)
-		case kindStable:
-			finishOpenEntry()
-			buf = appendStableRecord(buf, g, k[groupPrefixLen:], v)
-		}
-		if len(buf) >= flushEvery && errCopy == nil {
-			finishOpenEntry() // the run goes on in a record of its own
-			errCopy = j.commit(buf)
-			buf = buf[:0]
-		}
+	c := legacyCopy{j: j, at: -1}
+	for ok := it.First(); ok && c.err == nil; ok = it.Next() {
+		c.add(it.Key(), it.Value())
 	}
-	finishOpenEntry()
-	if errCopy == nil && len(buf) > 0 {
-		errCopy = j.commit(buf)
+	c.finishEntries()
+	if c.err == nil && len(c.buf) > 0 {
+		c.err = j.commit(c.buf)
 	}
-	if err := it.Close(); err != nil && errCopy == nil {
-		errCopy = fmt.Errorf("%w: %w", ErrStorage, err)
+	if err := it.Close(); err != nil && c.err == nil {
+		c.err = fmt.Errorf("%w: %w", ErrStorage, err)
 	}
-	return errCopy
+	return c.err
+}
+
+// legacyCopy builds the journal's records from the legacy keys, in order.
+type legacyCopy struct {
+	j              *Journal
+	buf            []byte
+	at             int // the entries record open in buf, or -1
+	group, nextIdx uint64
+	err            error
+}
+
+// flushAt is how many bytes of records a commit carries.
+const flushAt = 1 << 20
+
+func (c *legacyCopy) add(k, v []byte) {
+	if len(k) < legacyPrefix {
+		c.err = fmt.Errorf("%w: key %x", ErrCorrupt, k)
+		return
+	}
+	g := binary.BigEndian.Uint64(k[1:legacyPrefix])
+	switch k[0] {
+	case legacyLog:
+		if len(k) != legacyPrefix+8 {
+			c.err = fmt.Errorf("%w: log key %x", ErrCorrupt, k)
+			return
+		}
+		idx := binary.BigEndian.Uint64(k[legacyPrefix:])
+		if enc, err := encodedLogIndex(v); err != nil || enc != idx {
+			c.err = fmt.Errorf("%w: group %d: log %d holds %d (%v)", ErrCorrupt, g, idx, enc, err)
+			return
+		}
+		if c.at < 0 || g != c.group || idx != c.nextIdx {
+			c.finishEntries()
+			c.buf, c.at = beginRecord(c.buf, recEntries)
+			c.buf = binary.AppendUvarint(c.buf, g)
+		}
+		c.group, c.nextIdx = g, idx+1
+		c.buf = binary.AppendUvarint(c.buf, uint64(len(v)))
+		c.buf = append(c.buf, v...)
+	case legacyStable:
+		c.finishEntries()
+		c.buf = appendStableRecord(c.buf, g, k[legacyPrefix:], v)
+	}
+	if len(c.buf) >= flushAt {
+		c.finishEntries() // the run goes on in a record of its own
+		c.err = c.j.commit(c.buf)
+		c.buf = c.buf[:0]
+	}
+}
+
+func (c *legacyCopy) finishEntries() {
+	if c.at >= 0 {
+		c.buf, c.at = finishRecord(c.buf, c.at), -1
+	}
 }
