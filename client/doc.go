@@ -20,6 +20,13 @@
 // message; ErrStale means ack and drop it; ErrMismatch means the key was
 // reused for another payload.
 //
+// # Broker adapters
+//
+// The subpackages map Process's outcomes onto a broker: ack, a delayed
+// retry, a dead letter. client/rabbitmq consumes a RabbitMQ queue over
+// github.com/rabbitmq/amqp091-go. Adapters set the message's correlation
+// id in the handler's context (CorrelationID).
+//
 // # The local safe deadline
 //
 // A lease is only trusted until its local safe deadline: the client's clock

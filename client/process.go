@@ -49,6 +49,11 @@ type Processed struct {
 	// completing lease for a duplicate, where the grid reports them).
 	Token   uint64
 	Attempt int
+	// RetryAfter is, when the handler failed and the key was failed
+	// retryably, how long the grid holds the key before another attempt:
+	// the delay to redeliver the message after (Process returns the
+	// handler's error). Zero otherwise.
+	RetryAfter time.Duration
 	// CompletedAt is when the key was completed, by the grid's clock.
 	CompletedAt time.Time
 
@@ -362,7 +367,8 @@ func (c *Client) fail(ctx context.Context, ns, key string, r Result, p *processC
 	case fr.State == StatePoisoned:
 		return fmt.Errorf("client: handler failed on attempt %d, key poisoned: %w: %w", r.Attempt, ErrPoisoned, herr)
 	default:
-		return fmt.Errorf("client: handler failed on attempt %d, retry after %v: %w", r.Attempt, fr.Deadline.Sub(fr.Now), herr)
+		done.RetryAfter = fr.Deadline.Sub(fr.Now)
+		return fmt.Errorf("client: handler failed on attempt %d, retry after %v: %w", r.Attempt, done.RetryAfter, herr)
 	}
 }
 

@@ -49,11 +49,14 @@ func TestProcessHandlerErrorFailsTheKey(t *testing.T) {
 	c, f := dialFake(t)
 	ctx := testCtx(t)
 	boom := errors.New("payment service down")
-	_, err := c.Process(ctx, "ns", "k", func(context.Context, Lease) ([]byte, error) {
+	out, err := c.Process(ctx, "ns", "k", func(context.Context, Lease) ([]byte, error) {
 		return nil, RetryAfter(boom, 2*time.Second)
 	})
 	if !errors.Is(err, boom) || errors.Is(err, ErrPoisoned) {
 		t.Fatalf("err = %v, want the handler's error", err)
+	}
+	if out.RetryAfter != 2*time.Second {
+		t.Fatalf("Processed.RetryAfter = %v, want the 2s the key was failed for", out.RetryAfter)
 	}
 	g, _ := c.Get(ctx, "ns", "k")
 	if g.State != StateFailed || g.Deadline.Sub(g.Now) < time.Second {
@@ -409,5 +412,20 @@ func TestProcessNamesTheEntityOnEveryOperation(t *testing.T) {
 		if kind, _ := opKey(op); opEntity(op) != "order-7" {
 			t.Fatalf("%s without the entity: %v", kind, op)
 		}
+	}
+}
+
+func TestCorrelationIDReachesTheHandler(t *testing.T) {
+	c, _ := dialFake(t)
+	ctx := ContextWithCorrelationID(testCtx(t), "corr-7")
+	var seen string
+	if _, err := c.Process(ctx, "ns", "corr", func(hctx context.Context, _ Lease) ([]byte, error) {
+		seen = CorrelationID(hctx)
+		return nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if seen != "corr-7" || CorrelationID(context.Background()) != "" {
+		t.Fatalf("handler saw correlation id %q, want corr-7", seen)
 	}
 }

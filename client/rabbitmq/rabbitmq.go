@@ -1,0 +1,493 @@
+// Package rabbitmq runs the grid's idempotent receiver on a RabbitMQ queue,
+// over the broker's own Go client (github.com/rabbitmq/amqp091-go): every
+// delivery goes through client.Process, and its outcome becomes what
+// RabbitMQ understands.
+//
+//	err := rabbitmq.Consume(ctx, conn, grid, "payments", "payments", handle)
+//
+// # Outcomes
+//
+//	the handler succeeded (COMPLETED)        ack
+//	DUPLICATE, STALE                         ack: the message was handled before
+//	the handler failed, retryably (FAILED)   ack, and a copy waits in a retry queue for the
+//	                                         grid's retry-after, then goes back to the queue
+//	BUSY (another consumer holds the key)    the same, for the holder's retry-after
+//	POISONED, MISMATCH, no key               Nack(requeue=false): the queue's dead-letter
+//	                                         exchange (or WithDeadLetter's)
+//	shutdown (ctx ended)                     the key is released, Nack(requeue=true): no
+//	                                         attempt is counted
+//	the grid unreachable, a lease lost       a copy to the retry queue after WithErrorDelay
+//
+// A plain Nack(requeue=true) would redeliver at once, in a loop, so delays
+// go through retry queues that the adapter declares: "<queue>.retry.<delay>"
+// for each of WithRetryDelays (1s, 5s, 30s, 2m, 10m, 1h by default), each
+// with that message TTL and the queue as its dead-letter route. A delay is
+// rounded up to the next of them, so one queue's messages all expire in
+// order. The copy is published with publisher confirms and the original is
+// acked only once the broker has confirmed the copy: a failure between the
+// two redelivers the original, never loses it.
+//
+// # Keys
+//
+// The key is the "idempotency-key" header when the message has one (a
+// string), else its MessageId; WithKey replaces the rule. A message id set
+// by the producer catches its retries and the broker's redeliveries; it
+// does not catch a producer that sends the same business event twice with
+// two ids: give such messages a key derived from the event. A message
+// without a key cannot be deduplicated and is dead-lettered.
+//
+// # Concurrency and shutdown
+//
+// Consume sets the channel's prefetch (WithPrefetch, 32) and runs as many
+// deliveries at once; the grid client batches their Reserves. When ctx
+// ends, Consume cancels the consumer, hands back the deliveries it has not
+// started, lets the handlers in flight see their context end (Process then
+// releases their keys) and returns nil once every delivery is settled.
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/l4xg/grid/client"
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// KeyHeader is the header that carries a message's idempotency key.
+const KeyHeader = "idempotency-key"
+
+// Handler processes one delivery under the grid's lease. ctx carries the
+// message's correlation id (client.CorrelationID) and ends when the lease
+// is lost or Consume stops. The returned bytes are stored as the key's
+// result; wrap an error with client.RetryAfter or client.Poison to choose
+// what happens to the message.
+type Handler func(ctx context.Context, d amqp.Delivery, l client.Lease) ([]byte, error)
+
+// Option configures Consume.
+type Option func(*config)
+
+type config struct {
+	prefetch    int
+	key         func(amqp.Delivery) (string, error)
+	process     []client.ProcessOption
+	fingerprint func(amqp.Delivery) uint64
+	entity      func(amqp.Delivery) (entity string, version uint64, ok bool)
+	delays      []time.Duration
+	errorDelay  time.Duration
+	deadLetter  *deadLetter
+	declare     bool
+	registerer  prometheus.Registerer
+	logger      *slog.Logger
+	consumerTag string
+}
+
+type deadLetter struct{ exchange, key string }
+
+// WithPrefetch sets how many unacked deliveries the broker sends at once,
+// which is also how many run at once. Default 32.
+func WithPrefetch(n int) Option { return func(c *config) { c.prefetch = n } }
+
+// WithKey sets how a delivery's idempotency key is found. An error
+// dead-letters the message.
+func WithKey(f func(amqp.Delivery) (string, error)) Option { return func(c *config) { c.key = f } }
+
+// WithFingerprint sets a fingerprint of the payload: the same key with
+// another fingerprint answers MISMATCH (the key was reused for another
+// message), and the message is dead-lettered.
+func WithFingerprint(f func(amqp.Delivery) uint64) Option {
+	return func(c *config) { c.fingerprint = f }
+}
+
+// WithEntity names the entity a message changes and its version, when it
+// has them (ok): a version not newer than the entity's last completed one
+// answers STALE, and the message is acked without running the handler.
+func WithEntity(f func(amqp.Delivery) (entity string, version uint64, ok bool)) Option {
+	return func(c *config) { c.entity = f }
+}
+
+// WithProcessOptions passes options to every client.Process call: the
+// lease (client.WithLease), attempts before poisoning, the retention of
+// completed keys, an entity.
+func WithProcessOptions(opts ...client.ProcessOption) Option {
+	return func(c *config) { c.process = append(c.process, opts...) }
+}
+
+// WithRetryDelays sets the delays of the retry queues, each at least 1 ms.
+func WithRetryDelays(d ...time.Duration) Option { return func(c *config) { c.delays = d } }
+
+// WithErrorDelay sets how long a message waits before it is tried again
+// when the grid could not be asked or the lease was lost. Default 1s.
+func WithErrorDelay(d time.Duration) Option { return func(c *config) { c.errorDelay = d } }
+
+// WithDeadLetter publishes dead-lettered messages to exchange with routing
+// key, with an "x-grid-reason" header saying why, and acks them once the
+// broker confirms, instead of Nack(requeue=false) to the queue's own
+// dead-letter exchange (which drops them when the queue has none).
+func WithDeadLetter(exchange, routingKey string) Option {
+	return func(c *config) { c.deadLetter = &deadLetter{exchange, routingKey} }
+}
+
+// WithoutDeclare leaves the retry queues to the operator: Consume does not
+// declare them, and they must exist.
+func WithoutDeclare() Option { return func(c *config) { c.declare = false } }
+
+// WithRegisterer registers the adapter's metrics:
+// l4xg_grid_adapter_messages_total{adapter="rabbitmq",outcome,action}.
+func WithRegisterer(r prometheus.Registerer) Option { return func(c *config) { c.registerer = r } }
+
+// WithLogger logs what the adapter does to a message besides acking it.
+// Default: nothing is logged.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithConsumerTag names the consumer (default: "l4xg-grid-<queue>-<random>").
+func WithConsumerTag(tag string) Option { return func(c *config) { c.consumerTag = tag } }
+
+// DefaultRetryDelays are the retry queues' delays.
+func DefaultRetryDelays() []time.Duration {
+	return []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour}
+}
+
+// KeyFromHeaderOrID is the default key rule: the "idempotency-key" header,
+// else the message id.
+func KeyFromHeaderOrID(d amqp.Delivery) (string, error) {
+	if v, ok := d.Headers[KeyHeader]; ok {
+		if s, ok := v.(string); ok && s != "" {
+			return s, nil
+		}
+		return "", fmt.Errorf("rabbitmq: header %s is %T, not a non-empty string", KeyHeader, v)
+	}
+	if d.MessageId != "" {
+		return d.MessageId, nil
+	}
+	return "", fmt.Errorf("rabbitmq: the message has neither an %s header nor a message id", KeyHeader)
+}
+
+// RetryQueue is the name of queue's retry queue for delay.
+func RetryQueue(queue string, delay time.Duration) string {
+	return queue + ".retry." + delay.String()
+}
+
+// Consume consumes queue on a channel of its own from conn, runs h for each
+// delivery through grid.Process in namespace ns, and settles the delivery
+// by the outcome (see the package documentation). It returns nil once ctx
+// has ended and every delivery it took is settled, or an error when the
+// channel fails or the setup is refused.
+func Consume(ctx context.Context, conn *amqp.Connection, grid *client.Client, ns, queue string, h Handler, opts ...Option) error {
+	cfg := config{prefetch: 32, key: KeyFromHeaderOrID, delays: DefaultRetryDelays(), errorDelay: time.Second, declare: true}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.consumerTag == "" {
+		// Cancel needs the tag, so make one rather than let the broker.
+		cfg.consumerTag = fmt.Sprintf("l4xg-grid-%s-%x", queue, rand.Uint64())
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if h == nil || grid == nil || conn == nil {
+		return errors.New("rabbitmq: Consume needs a connection, a grid client and a handler")
+	}
+	slices.Sort(cfg.delays)
+	m, err := newMetrics(cfg.registerer)
+	if err != nil {
+		return err
+	}
+	pub, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("rabbitmq: open the publishing channel: %w", err)
+	}
+	defer pub.Close()
+	if err := pub.Confirm(false); err != nil {
+		return fmt.Errorf("rabbitmq: publisher confirms: %w", err)
+	}
+	if err := declare(conn, pub, queue, cfg); err != nil {
+		return err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("rabbitmq: open the consuming channel: %w", err)
+	}
+	defer ch.Close()
+	if err := ch.Qos(cfg.prefetch, 0, false); err != nil {
+		return fmt.Errorf("rabbitmq: prefetch: %w", err)
+	}
+	deliveries, err := ch.Consume(queue, cfg.consumerTag, false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: consume %s: %w", queue, err)
+	}
+	r := &receiver{cfg: cfg, grid: grid, ns: ns, queue: queue, h: h, pub: pub, m: m}
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	cancelled := ch.NotifyCancel(make(chan string, 1))
+	// When ctx ends, stop the broker's deliveries; those already sent still
+	// arrive, and the workers hand them back.
+	defer context.AfterFunc(ctx, func() { _ = ch.Cancel(cfg.consumerTag, false) })()
+	var wg sync.WaitGroup
+	for range cfg.prefetch {
+		wg.Go(func() {
+			for d := range deliveries {
+				r.handle(ctx, d)
+			}
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	select {
+	case err := <-closed:
+		return fmt.Errorf("rabbitmq: channel closed: %w", err)
+	case <-cancelled:
+		return fmt.Errorf("rabbitmq: the broker cancelled the consumer of %s", queue)
+	}
+}
+
+// declare declares the retry queues, or with WithoutDeclare checks that
+// they exist, and checks that WithDeadLetter's exchange exists: a copy
+// published where nothing routes it would be dropped after its original
+// was acked.
+func declare(conn *amqp.Connection, pub *amqp.Channel, queue string, cfg config) error {
+	for _, d := range cfg.delays {
+		name := RetryQueue(queue, d)
+		if cfg.declare {
+			if _, err := pub.QueueDeclare(name, true, false, false, false, amqp.Table{
+				"x-message-ttl":             d.Milliseconds(),
+				"x-dead-letter-exchange":    "",
+				"x-dead-letter-routing-key": queue,
+			}); err != nil {
+				return fmt.Errorf("rabbitmq: declare retry queue %s: %w", name, err)
+			}
+			continue
+		}
+		if err := passive(conn, func(ch *amqp.Channel) error {
+			_, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+			return err
+		}); err != nil {
+			return fmt.Errorf("rabbitmq: retry queue %s: %w", name, err)
+		}
+	}
+	if dl := cfg.deadLetter; dl != nil && dl.exchange != "" {
+		if err := passive(conn, func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclarePassive(dl.exchange, "", true, false, false, false, nil)
+		}); err != nil {
+			return fmt.Errorf("rabbitmq: dead-letter exchange %s: %w", dl.exchange, err)
+		}
+	}
+	return nil
+}
+
+// passive runs a passive declaration on a channel of its own: a missing
+// queue or exchange closes the channel it was asked on.
+func passive(conn *amqp.Connection, f func(*amqp.Channel) error) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	return f(ch)
+}
+
+func (c *config) validate() error {
+	switch {
+	case c.prefetch < 1:
+		return fmt.Errorf("rabbitmq: prefetch %d, want at least 1", c.prefetch)
+	case c.key == nil:
+		return errors.New("rabbitmq: nil key rule")
+	case len(c.delays) == 0:
+		return errors.New("rabbitmq: no retry delays")
+	case c.errorDelay <= 0:
+		return fmt.Errorf("rabbitmq: error delay %v, want more than 0", c.errorDelay)
+	}
+	for _, d := range c.delays {
+		if d < time.Millisecond {
+			return fmt.Errorf("rabbitmq: retry delay %v, want at least 1ms", d)
+		}
+	}
+	return nil
+}
+
+// receiver settles deliveries.
+type receiver struct {
+	cfg   config
+	grid  *client.Client
+	ns    string
+	queue string
+	h     Handler
+	pub   *amqp.Channel
+	m     *metrics
+}
+
+// Outcomes and actions, as the metrics name them.
+const (
+	actionAck        = "ack"
+	actionRetry      = "retry"
+	actionDeadLetter = "dead_letter"
+	actionRequeue    = "requeue"
+)
+
+// handle processes d and settles it.
+func (r *receiver) handle(ctx context.Context, d amqp.Delivery) {
+	if ctx.Err() != nil {
+		r.settle(ctx, d, "not_started", actionRequeue, 0, nil)
+		return
+	}
+	key, err := r.cfg.key(d)
+	if err != nil {
+		r.settle(ctx, d, "no_key", actionDeadLetter, 0, err)
+		return
+	}
+	popts := slices.Clone(r.cfg.process)
+	if r.cfg.fingerprint != nil {
+		popts = append(popts, client.WithFingerprint(r.cfg.fingerprint(d)))
+	}
+	if r.cfg.entity != nil {
+		if e, v, ok := r.cfg.entity(d); ok {
+			popts = append(popts, client.WithEntity(e, v))
+		}
+	}
+	hctx := client.ContextWithCorrelationID(ctx, d.CorrelationId)
+	out, err := r.grid.Process(hctx, r.ns, key, func(ctx context.Context, l client.Lease) ([]byte, error) {
+		return r.h(ctx, d, l)
+	}, popts...)
+	var busy *client.BusyError
+	switch {
+	case err == nil && out.Duplicate:
+		r.settle(ctx, d, "duplicate", actionAck, 0, nil)
+	case err == nil:
+		r.settle(ctx, d, "completed", actionAck, 0, nil)
+	case errors.Is(err, client.ErrStale):
+		r.settle(ctx, d, "stale", actionAck, 0, err)
+	case errors.Is(err, client.ErrPoisoned):
+		r.settle(ctx, d, "poisoned", actionDeadLetter, 0, err)
+	case errors.Is(err, client.ErrMismatch):
+		r.settle(ctx, d, "mismatch", actionDeadLetter, 0, err)
+	case errors.As(err, &busy):
+		r.settle(ctx, d, "busy", actionRetry, busy.RetryAfter, err)
+	case ctx.Err() != nil:
+		r.settle(ctx, d, "released", actionRequeue, 0, err)
+	case out.RetryAfter > 0:
+		r.settle(ctx, d, "failed", actionRetry, out.RetryAfter, err)
+	default: // the grid unreachable, a lease lost or expired
+		r.settle(ctx, d, "error", actionRetry, r.cfg.errorDelay, err)
+	}
+}
+
+// settle does action to d. A retry or a dead letter to WithDeadLetter's
+// exchange publishes a copy first and acks d once the broker confirmed
+// it; if that fails, d is handed back to its queue.
+func (r *receiver) settle(ctx context.Context, d amqp.Delivery, outcome, action string, delay time.Duration, cause error) {
+	var err error
+	switch action {
+	case actionAck:
+		err = d.Ack(false)
+	case actionRequeue:
+		err = d.Nack(false, true)
+	case actionDeadLetter:
+		if r.cfg.deadLetter == nil {
+			err = d.Nack(false, false)
+			break
+		}
+		reason := "no reason"
+		if cause != nil {
+			reason = cause.Error()
+		}
+		err = r.republish(ctx, d, r.cfg.deadLetter.exchange, r.cfg.deadLetter.key, amqp.Table{"x-grid-reason": reason})
+	case actionRetry:
+		q := r.retryQueue(delay)
+		err = r.republish(ctx, d, "", q, nil)
+	}
+	if err != nil && action != actionAck && action != actionRequeue {
+		// The copy did not make it: hand the message back instead.
+		if nerr := d.Nack(false, true); nerr != nil {
+			err = errors.Join(err, nerr)
+		}
+		action = actionRequeue
+	}
+	r.m.count(outcome, action)
+	if r.cfg.logger != nil && (action != actionAck || cause != nil) {
+		r.cfg.logger.Info("rabbitmq: message settled", "queue", r.queue, "message_id", d.MessageId,
+			"correlation_id", d.CorrelationId, "outcome", outcome, "action", action, "delay", delay, "cause", cause, "error", err)
+	}
+}
+
+// retryQueue is the retry queue of the shortest delay at least d.
+func (r *receiver) retryQueue(d time.Duration) string {
+	i, _ := slices.BinarySearch(r.cfg.delays, d)
+	i = min(i, len(r.cfg.delays)-1)
+	return RetryQueue(r.queue, r.cfg.delays[i])
+}
+
+// republish publishes a copy of d (body, properties and headers, plus
+// extra) to exchange with key, waits for the broker's confirm and acks d.
+func (r *receiver) republish(ctx context.Context, d amqp.Delivery, exchange, key string, extra amqp.Table) error {
+	headers := amqp.Table{}
+	for k, v := range d.Headers {
+		headers[k] = v
+	}
+	for k, v := range extra {
+		headers[k] = v
+	}
+	headers["x-grid-redeliveries"] = redeliveries(d) + 1
+	msg := amqp.Publishing{
+		Headers: headers, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
+		DeliveryMode: amqp.Persistent, Priority: d.Priority, CorrelationId: d.CorrelationId,
+		ReplyTo: d.ReplyTo, MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type,
+		UserId: d.UserId, AppId: d.AppId, Body: d.Body,
+	}
+	// The copy must reach the broker even while Consume stops.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	conf, err := r.pub.PublishWithDeferredConfirmWithContext(pctx, exchange, key, false, false, msg)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: publish to %q/%q: %w", exchange, key, err)
+	}
+	ok, err := conf.WaitContext(pctx)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: confirm of %q/%q: %w", exchange, key, err)
+	}
+	if !ok {
+		return fmt.Errorf("rabbitmq: the broker refused the copy to %q/%q", exchange, key)
+	}
+	return d.Ack(false)
+}
+
+// redeliveries is how many times the adapter has sent d back through a
+// retry queue before.
+func redeliveries(d amqp.Delivery) int64 {
+	switch v := d.Headers["x-grid-redeliveries"].(type) {
+	case int64:
+		return v
+	case int32:
+		return int64(v)
+	case string:
+		n, _ := strconv.ParseInt(v, 10, 64)
+		return n
+	}
+	return 0
+}
+
+// metrics counts settled messages by outcome and broker action.
+type metrics struct{ settled *prometheus.CounterVec }
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name:        "l4xg_grid_adapter_messages_total",
+		Help:        "Messages a broker adapter settled, by the grid's outcome and the broker action taken.",
+		ConstLabels: prometheus.Labels{"adapter": "rabbitmq"},
+	}, []string{"outcome", "action"})}
+	if reg != nil {
+		if err := reg.Register(m.settled); err != nil {
+			return nil, fmt.Errorf("rabbitmq: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) count(outcome, action string) { m.settled.WithLabelValues(outcome, action).Inc() }
