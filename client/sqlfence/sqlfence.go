@@ -1,0 +1,137 @@
+// Package sqlfence records a message's effect in the consumer's own SQL
+// transaction, keyed by its idempotency key and fenced by the grid's
+// token. It closes the gap no idempotency store closes on its own: a
+// handler that committed its effect and died before Complete. The next
+// holder of the key (a larger token) finds the effect recorded and only
+// completes the key; a holder whose lease was taken over (a smaller token
+// than the one recorded) is refused.
+//
+//	tx, _ := db.BeginTx(ctx, nil)
+//	applied, err := fence.Apply(ctx, tx, l.Namespace, l.Key, l.Token)
+//	switch {
+//	case errors.Is(err, sqlfence.ErrSuperseded): // a newer holder exists: roll back, stop
+//	case err != nil:                             // roll back, fail the attempt
+//	case applied:                                // first time: make the effect in tx
+//	}
+//	tx.Commit()
+//
+// The table (Fence.Schema) holds one row per key: the namespace, the key
+// and the largest token that applied or confirmed it. PostgreSQL is the
+// dialect; the statements are written for it and tested on it.
+package sqlfence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ErrSuperseded reports that a holder with a larger token has recorded the
+// key: this holder's lease was lost, and it must not make its effect.
+var ErrSuperseded = errors.New("sqlfence: superseded by a newer holder of the key")
+
+// Fence records effects in one table.
+type Fence struct {
+	table string
+}
+
+// New returns a Fence on table (a plain or schema-qualified SQL name).
+func New(table string) (*Fence, error) {
+	if !validTable(table) {
+		return nil, fmt.Errorf("sqlfence: table name %q: want letters, digits and underscores, optionally schema.table", table)
+	}
+	return &Fence{table: table}, nil
+}
+
+// validTable reports whether name is an SQL identifier of at most 63
+// letters, digits and underscores (not starting with a digit), or two of
+// them joined by a dot: nothing that needs quoting.
+func validTable(name string) bool {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return false
+	}
+	for _, p := range parts {
+		if p == "" || len(p) > 63 || (p[0] >= '0' && p[0] <= '9') {
+			return false
+		}
+		for _, c := range p {
+			if c != '_' && (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Schema is the statement that creates the fence's table if it does not
+// exist. Tokens are unsigned 64-bit, so they are stored as NUMERIC(20).
+func (f *Fence) Schema() string {
+	return `CREATE TABLE IF NOT EXISTS ` + f.table + ` (
+	namespace  TEXT          NOT NULL,
+	key        TEXT          NOT NULL,
+	token      NUMERIC(20,0) NOT NULL,
+	applied_at TIMESTAMPTZ   NOT NULL DEFAULT now(),
+	PRIMARY KEY (namespace, key)
+)`
+}
+
+// Apply records that the holder of (ns, key) with token makes the key's
+// effect, in tx, and reports whether it is the first to (applied): then the
+// caller makes the effect in the same transaction. applied is false when an
+// earlier holder recorded the effect already (its transaction committed;
+// it may have died before completing the key): the caller must not make
+// the effect again, only complete the key. Either way the row now carries
+// token, so an older holder's later Apply or Check is refused. A larger
+// token recorded already returns ErrSuperseded, and nothing is changed.
+//
+// The row is locked until tx ends, so concurrent holders of one key are
+// serialized by the database as well as by the grid.
+func (f *Fence) Apply(ctx context.Context, tx *sql.Tx, ns, key string, token uint64) (applied bool, err error) {
+	// xmax is 0 on a row this statement inserted, and the locking
+	// transaction's id on one it updated.
+	row := tx.QueryRowContext(ctx, `INSERT INTO `+f.table+` AS t (namespace, key, token) VALUES ($1, $2, $3)
+ON CONFLICT (namespace, key) DO UPDATE SET token = EXCLUDED.token WHERE t.token <= EXCLUDED.token
+RETURNING (xmax = 0)`, ns, key, strconv.FormatUint(token, 10))
+	if err := row.Scan(&applied); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, f.superseded(ctx, tx, ns, key, token)
+		}
+		return false, fmt.Errorf("sqlfence: apply %s/%s: %w", ns, key, err)
+	}
+	return applied, nil
+}
+
+// Check refuses, with ErrSuperseded, a holder whose token is smaller than
+// the one recorded for (ns, key), and locks the row until tx ends: for an
+// effect made in several statements, to call before each. A key with no
+// row passes.
+func (f *Fence) Check(ctx context.Context, tx *sql.Tx, ns, key string, token uint64) error {
+	var recorded string
+	err := tx.QueryRowContext(ctx, `SELECT token::text FROM `+f.table+` WHERE namespace = $1 AND key = $2 FOR UPDATE`, ns, key).Scan(&recorded)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sqlfence: check %s/%s: %w", ns, key, err)
+	}
+	r, err := strconv.ParseUint(recorded, 10, 64)
+	if err != nil {
+		return fmt.Errorf("sqlfence: %s/%s holds token %q: %w", ns, key, recorded, err)
+	}
+	if r > token {
+		return fmt.Errorf("%w: %s/%s has token %d, this holder %d", ErrSuperseded, ns, key, r, token)
+	}
+	return nil
+}
+
+// superseded returns ErrSuperseded naming the recorded token.
+func (f *Fence) superseded(ctx context.Context, tx *sql.Tx, ns, key string, token uint64) error {
+	if err := f.Check(ctx, tx, ns, key, token); err != nil {
+		return err
+	}
+	return fmt.Errorf("sqlfence: apply %s/%s: the row refused token %d, yet no larger one is recorded", ns, key, token)
+}
