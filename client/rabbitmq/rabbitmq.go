@@ -57,6 +57,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/client"
+	"github.com/l4xg/grid/client/internal/adapter"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -196,7 +197,7 @@ func Consume(ctx context.Context, conn *amqp.Connection, grid *client.Client, ns
 		return errors.New("rabbitmq: Consume needs a connection, a grid client and a handler")
 	}
 	slices.Sort(cfg.delays)
-	m, err := newMetrics(cfg.registerer)
+	m, err := adapter.NewMetrics("rabbitmq", cfg.registerer)
 	if err != nil {
 		return err
 	}
@@ -321,26 +322,18 @@ type receiver struct {
 	queue string
 	h     Handler
 	pub   *amqp.Channel
-	m     *metrics
+	m     *adapter.Metrics
 }
-
-// Outcomes and actions, as the metrics name them.
-const (
-	actionAck        = "ack"
-	actionRetry      = "retry"
-	actionDeadLetter = "dead_letter"
-	actionRequeue    = "requeue"
-)
 
 // handle processes d and settles it.
 func (r *receiver) handle(ctx context.Context, d amqp.Delivery) {
 	if ctx.Err() != nil {
-		r.settle(ctx, d, "not_started", actionRequeue, 0, nil)
+		r.settle(ctx, d, adapter.Verdict{Outcome: adapter.NotStarted, Action: adapter.Requeue})
 		return
 	}
 	key, err := r.cfg.key(d)
 	if err != nil {
-		r.settle(ctx, d, "no_key", actionDeadLetter, 0, err)
+		r.settle(ctx, d, adapter.Verdict{Outcome: adapter.NoKey, Action: adapter.DeadLetter, Cause: err})
 		return
 	}
 	popts := slices.Clone(r.cfg.process)
@@ -356,64 +349,44 @@ func (r *receiver) handle(ctx context.Context, d amqp.Delivery) {
 	out, err := r.grid.Process(hctx, r.ns, key, func(ctx context.Context, l client.Lease) ([]byte, error) {
 		return r.h(ctx, d, l)
 	}, popts...)
-	var busy *client.BusyError
-	switch {
-	case err == nil && out.Duplicate:
-		r.settle(ctx, d, "duplicate", actionAck, 0, nil)
-	case err == nil:
-		r.settle(ctx, d, "completed", actionAck, 0, nil)
-	case errors.Is(err, client.ErrStale):
-		r.settle(ctx, d, "stale", actionAck, 0, err)
-	case errors.Is(err, client.ErrPoisoned):
-		r.settle(ctx, d, "poisoned", actionDeadLetter, 0, err)
-	case errors.Is(err, client.ErrMismatch):
-		r.settle(ctx, d, "mismatch", actionDeadLetter, 0, err)
-	case errors.As(err, &busy):
-		r.settle(ctx, d, "busy", actionRetry, busy.RetryAfter, err)
-	case ctx.Err() != nil:
-		r.settle(ctx, d, "released", actionRequeue, 0, err)
-	case out.RetryAfter > 0:
-		r.settle(ctx, d, "failed", actionRetry, out.RetryAfter, err)
-	default: // the grid unreachable, a lease lost or expired
-		r.settle(ctx, d, "error", actionRetry, r.cfg.errorDelay, err)
-	}
+	r.settle(ctx, d, adapter.Judge(ctx, out, err, r.cfg.errorDelay))
 }
 
-// settle does action to d. A retry or a dead letter to WithDeadLetter's
-// exchange publishes a copy first and acks d once the broker confirmed
+// settle does v's action to d. A retry, or a dead letter to WithDeadLetter's
+// exchange, publishes a copy first and acks d once the broker confirmed
 // it; if that fails, d is handed back to its queue.
-func (r *receiver) settle(ctx context.Context, d amqp.Delivery, outcome, action string, delay time.Duration, cause error) {
+func (r *receiver) settle(ctx context.Context, d amqp.Delivery, v adapter.Verdict) {
 	var err error
-	switch action {
-	case actionAck:
+	switch v.Action {
+	case adapter.Ack:
 		err = d.Ack(false)
-	case actionRequeue:
+	case adapter.Requeue:
 		err = d.Nack(false, true)
-	case actionDeadLetter:
+	case adapter.DeadLetter:
 		if r.cfg.deadLetter == nil {
 			err = d.Nack(false, false)
 			break
 		}
-		reason := "no reason"
-		if cause != nil {
-			reason = cause.Error()
+		reason := string(v.Outcome)
+		if v.Cause != nil {
+			reason += ": " + v.Cause.Error()
 		}
 		err = r.republish(ctx, d, r.cfg.deadLetter.exchange, r.cfg.deadLetter.key, amqp.Table{"x-grid-reason": reason})
-	case actionRetry:
-		q := r.retryQueue(delay)
-		err = r.republish(ctx, d, "", q, nil)
+	case adapter.Retry:
+		err = r.republish(ctx, d, "", r.retryQueue(v.Delay), nil)
 	}
-	if err != nil && action != actionAck && action != actionRequeue {
+	action := v.Action
+	if err != nil && action != adapter.Ack && action != adapter.Requeue {
 		// The copy did not make it: hand the message back instead.
 		if nerr := d.Nack(false, true); nerr != nil {
 			err = errors.Join(err, nerr)
 		}
-		action = actionRequeue
+		action = adapter.Requeue
 	}
-	r.m.count(outcome, action)
-	if r.cfg.logger != nil && (action != actionAck || cause != nil) {
+	r.m.Count(v.Outcome, action)
+	if r.cfg.logger != nil && (action != adapter.Ack || v.Cause != nil) {
 		r.cfg.logger.Info("rabbitmq: message settled", "queue", r.queue, "message_id", d.MessageId,
-			"correlation_id", d.CorrelationId, "outcome", outcome, "action", action, "delay", delay, "cause", cause, "error", err)
+			"correlation_id", d.CorrelationId, "outcome", v.Outcome, "action", action, "delay", v.Delay, "cause", v.Cause, "error", err)
 	}
 }
 
@@ -472,22 +445,3 @@ func redeliveries(d amqp.Delivery) int64 {
 	}
 	return 0
 }
-
-// metrics counts settled messages by outcome and broker action.
-type metrics struct{ settled *prometheus.CounterVec }
-
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{settled: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name:        "l4xg_grid_adapter_messages_total",
-		Help:        "Messages a broker adapter settled, by the grid's outcome and the broker action taken.",
-		ConstLabels: prometheus.Labels{"adapter": "rabbitmq"},
-	}, []string{"outcome", "action"})}
-	if reg != nil {
-		if err := reg.Register(m.settled); err != nil {
-			return nil, fmt.Errorf("rabbitmq: register metrics: %w", err)
-		}
-	}
-	return m, nil
-}
-
-func (m *metrics) count(outcome, action string) { m.settled.WithLabelValues(outcome, action).Inc() }

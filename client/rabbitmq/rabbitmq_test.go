@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/client"
+	"github.com/l4xg/grid/client/internal/adapter"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/prometheus/client_golang/prometheus"
@@ -221,7 +222,7 @@ func TestOutcomes(t *testing.T) {
 	// runs and a DUPLICATE when it comes back from the retry queue.
 	testwait.For(t, 20*time.Second, "every message settled", func() bool {
 		return eff.get("flaky") == 1 && count(t, conn, q+".dlq") == 2 && eff.get("ok-19") == 1 &&
-			testutil.ToFloat64(mustCounter(t, reg, "duplicate", actionAck)) == 1
+			testutil.ToFloat64(mustCounter(t, reg, "duplicate", adapter.Ack)) == 1
 	}, func() string {
 		return fmt.Sprintf("effects %v, dead letters %d", eff.n, count(t, conn, q+".dlq"))
 	})
@@ -240,16 +241,17 @@ func TestOutcomes(t *testing.T) {
 	if g, err := c.Get(context.Background(), "test", "poison"); err != nil || g.State != client.StatePoisoned {
 		t.Errorf("poison key: %+v, %v; want POISONED", g, err)
 	}
-	m := func(outcome, action string) float64 {
+	m := func(outcome string, action adapter.Action) float64 {
 		return testutil.ToFloat64(mustCounter(t, reg, outcome, action))
 	}
 	for _, want := range []struct {
-		outcome, action string
-		n               float64
+		outcome string
+		action  adapter.Action
+		n       float64
 	}{
-		{"completed", actionAck, 23}, {"duplicate", actionAck, 1}, {"failed", actionRetry, 1},
-		{"mismatch", actionDeadLetter, 0}, {"error", actionRetry, 0},
-		{"poisoned", actionDeadLetter, 1}, {"no_key", actionDeadLetter, 1},
+		{"completed", adapter.Ack, 23}, {"duplicate", adapter.Ack, 1}, {"failed", adapter.Retry, 1},
+		{"mismatch", adapter.DeadLetter, 0}, {"error", adapter.Retry, 0},
+		{"poisoned", adapter.DeadLetter, 1}, {"no_key", adapter.DeadLetter, 1},
 	} {
 		if got := m(want.outcome, want.action); got != want.n {
 			t.Errorf("messages %s/%s = %v, want %v", want.outcome, want.action, got, want.n)
@@ -261,7 +263,7 @@ func TestOutcomes(t *testing.T) {
 }
 
 // mustCounter finds the adapter's counter for outcome and action in reg.
-func mustCounter(t *testing.T, reg *prometheus.Registry, outcome, action string) prometheus.Counter {
+func mustCounter(t *testing.T, reg *prometheus.Registry, outcome string, action adapter.Action) prometheus.Counter {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -274,7 +276,7 @@ func mustCounter(t *testing.T, reg *prometheus.Registry, outcome, action string)
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["outcome"] == outcome && labels["action"] == action && labels["adapter"] == "rabbitmq" {
+			if labels["outcome"] == outcome && labels["action"] == string(action) && labels["adapter"] == "rabbitmq" {
 				c.Add(m.GetCounter().GetValue())
 			}
 		}
@@ -334,7 +336,7 @@ func TestCrashMidHandlerIsTakenOver(t *testing.T) {
 	if second <= first.Token {
 		t.Fatalf("takeover token %d, want more than the crashed holder's %d", second, first.Token)
 	}
-	if got := testutil.ToFloat64(mustCounter(t, reg, "busy", actionRetry)); got < 1 {
+	if got := testutil.ToFloat64(mustCounter(t, reg, "busy", adapter.Retry)); got < 1 {
 		t.Errorf("the redelivery while the lease ran was retried %v times, want at least once", got)
 	}
 	if testwait.Holds(500*time.Millisecond, func() bool { return eff.get("payment-1") > 1 }) {
@@ -418,12 +420,12 @@ func TestMismatchAndStale(t *testing.T) {
 	testwait.For(t, 20*time.Second, "version 2 applied", func() bool { return eff.get("balance-v2") == 1 })
 	publish(t, conn, q, "balance-v1", "set", amqp.Table{"version": int32(1)})
 	testwait.For(t, 20*time.Second, "version 1 settled as stale", func() bool {
-		return testutil.ToFloat64(mustCounter(t, reg, "stale", actionAck)) == 1
+		return testutil.ToFloat64(mustCounter(t, reg, "stale", adapter.Ack)) == 1
 	})
 	if eff.get("balance-v1") != 0 {
 		t.Fatal("the stale version ran the handler")
 	}
-	if got := testutil.ToFloat64(mustCounter(t, reg, "mismatch", actionDeadLetter)); got != 1 {
+	if got := testutil.ToFloat64(mustCounter(t, reg, "mismatch", adapter.DeadLetter)); got != 1 {
 		t.Fatalf("mismatches dead-lettered: %v, want 1", got)
 	}
 }

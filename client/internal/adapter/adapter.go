@@ -1,0 +1,103 @@
+// Package adapter is what the broker adapters (client/rabbitmq,
+// client/jetstream) share: how the outcome of client.Process is judged,
+// and the metrics that count messages by outcome and broker action. Each
+// adapter maps the four actions onto its broker.
+package adapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/l4xg/grid/client"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcome is what became of a message, as the metrics name it.
+type Outcome string
+
+// The outcomes.
+const (
+	Completed  Outcome = "completed"   // the handler ran and the key is COMPLETED
+	Duplicate  Outcome = "duplicate"   // the key was completed before: the handler did not run
+	Stale      Outcome = "stale"       // an older version of an entity than one applied
+	Poisoned   Outcome = "poisoned"    // the key is POISONED
+	Mismatch   Outcome = "mismatch"    // the key was reused for another payload
+	NoKey      Outcome = "no_key"      // the message has no key
+	Busy       Outcome = "busy"        // another consumer holds the key
+	Failed     Outcome = "failed"      // the handler failed; the key is FAILED until its retry-after
+	Released   Outcome = "released"    // the consumer stopped: the key was released
+	NotStarted Outcome = "not_started" // the consumer stopped before the message began
+	Error      Outcome = "error"       // the grid could not be asked, or the lease was lost
+)
+
+// Action is what the broker is told to do with a message.
+type Action string
+
+// The actions.
+const (
+	Ack        Action = "ack"         // done with: remove it
+	Retry      Action = "retry"       // deliver it again after a delay
+	DeadLetter Action = "dead_letter" // set it aside with the reason
+	Requeue    Action = "requeue"     // hand it back at once, as if never delivered
+)
+
+// Verdict is what to do with a message.
+type Verdict struct {
+	Outcome Outcome
+	Action  Action
+	Delay   time.Duration // for Retry
+	Cause   error         // why, when not a plain success
+}
+
+// Judge turns what client.Process returned for a message into a verdict.
+// ctx is the consumer's: when it has ended, the message goes back to the
+// broker at once. errorDelay is the delay after an error that says nothing
+// of the key (the grid unreachable, a lease lost or expired).
+func Judge(ctx context.Context, out client.Processed, err error, errorDelay time.Duration) Verdict {
+	var busy *client.BusyError
+	switch {
+	case err == nil && out.Duplicate:
+		return Verdict{Outcome: Duplicate, Action: Ack}
+	case err == nil:
+		return Verdict{Outcome: Completed, Action: Ack}
+	case errors.Is(err, client.ErrStale):
+		return Verdict{Outcome: Stale, Action: Ack, Cause: err}
+	case errors.Is(err, client.ErrPoisoned):
+		return Verdict{Outcome: Poisoned, Action: DeadLetter, Cause: err}
+	case errors.Is(err, client.ErrMismatch):
+		return Verdict{Outcome: Mismatch, Action: DeadLetter, Cause: err}
+	case errors.As(err, &busy):
+		return Verdict{Outcome: Busy, Action: Retry, Delay: busy.RetryAfter, Cause: err}
+	case ctx.Err() != nil:
+		return Verdict{Outcome: Released, Action: Requeue, Cause: err}
+	case out.RetryAfter > 0:
+		return Verdict{Outcome: Failed, Action: Retry, Delay: out.RetryAfter, Cause: err}
+	default:
+		return Verdict{Outcome: Error, Action: Retry, Delay: errorDelay, Cause: err}
+	}
+}
+
+// Metrics counts settled messages by outcome and action.
+type Metrics struct{ settled *prometheus.CounterVec }
+
+// NewMetrics returns the metrics of the named adapter, registered with reg
+// unless it is nil:
+// l4xg_grid_adapter_messages_total{adapter,outcome,action}.
+func NewMetrics(adapter string, reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name:        "l4xg_grid_adapter_messages_total",
+		Help:        "Messages a broker adapter settled, by the grid's outcome and the broker action taken.",
+		ConstLabels: prometheus.Labels{"adapter": adapter},
+	}, []string{"outcome", "action"})}
+	if reg != nil {
+		if err := reg.Register(m.settled); err != nil {
+			return nil, fmt.Errorf("%s: register metrics: %w", adapter, err)
+		}
+	}
+	return m, nil
+}
+
+// Count counts a message settled with outcome o by action a.
+func (m *Metrics) Count(o Outcome, a Action) { m.settled.WithLabelValues(string(o), string(a)).Inc() }
