@@ -11,7 +11,8 @@
 //	DUPLICATE, STALE                         ack: the message was handled before
 //	the handler failed, retryably (FAILED)   ack, and a copy waits in a retry queue for the
 //	                                         grid's retry-after, then goes back to the queue
-//	BUSY (another consumer holds the key)    the same, for the holder's retry-after
+//	BUSY (another consumer holds the key)    the same, for the holder's retry-after, at most
+//	                                         WithBusyDelay (1s): holders settle early
 //	POISONED, MISMATCH, no key               Nack(requeue=false): the queue's dead-letter
 //	                                         exchange (or WithDeadLetter's)
 //	shutdown (ctx ended)                     the key is released, Nack(requeue=true): no
@@ -82,7 +83,7 @@ type config struct {
 	fingerprint func(amqp.Delivery) uint64
 	entity      func(amqp.Delivery) (entity string, version uint64, ok bool)
 	delays      []time.Duration
-	errorDelay  time.Duration
+	waits       adapter.Delays
 	deadLetter  *deadLetter
 	declare     bool
 	registerer  prometheus.Registerer
@@ -126,7 +127,12 @@ func WithRetryDelays(d ...time.Duration) Option { return func(c *config) { c.del
 
 // WithErrorDelay sets how long a message waits before it is tried again
 // when the grid could not be asked or the lease was lost. Default 1s.
-func WithErrorDelay(d time.Duration) Option { return func(c *config) { c.errorDelay = d } }
+func WithErrorDelay(d time.Duration) Option { return func(c *config) { c.waits.Error = d } }
+
+// WithBusyDelay caps how long a message waits after BUSY (another consumer
+// holds the key) before it is tried again. The grid answers with the
+// holder's whole lease; a holder usually settles long before. Default 1s.
+func WithBusyDelay(d time.Duration) Option { return func(c *config) { c.waits.Busy = d } }
 
 // WithDeadLetter publishes dead-lettered messages to exchange with routing
 // key, with an "x-grid-reason" header saying why, and acks them once the
@@ -182,7 +188,7 @@ func RetryQueue(queue string, delay time.Duration) string {
 // has ended and every delivery it took is settled, or an error when the
 // channel fails or the setup is refused.
 func Consume(ctx context.Context, conn *amqp.Connection, grid *client.Client, ns, queue string, h Handler, opts ...Option) error {
-	cfg := config{prefetch: 32, key: KeyFromHeaderOrID, delays: DefaultRetryDelays(), errorDelay: time.Second, declare: true}
+	cfg := config{prefetch: 32, key: KeyFromHeaderOrID, delays: DefaultRetryDelays(), waits: adapter.DefaultDelays(), declare: true}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -303,8 +309,8 @@ func (c *config) validate() error {
 		return errors.New("rabbitmq: nil key rule")
 	case len(c.delays) == 0:
 		return errors.New("rabbitmq: no retry delays")
-	case c.errorDelay <= 0:
-		return fmt.Errorf("rabbitmq: error delay %v, want more than 0", c.errorDelay)
+	case c.waits.Error <= 0 || c.waits.Busy <= 0:
+		return fmt.Errorf("rabbitmq: error delay %v and busy delay %v, want both more than 0", c.waits.Error, c.waits.Busy)
 	}
 	for _, d := range c.delays {
 		if d < time.Millisecond {
@@ -349,7 +355,7 @@ func (r *receiver) handle(ctx context.Context, d amqp.Delivery) {
 	out, err := r.grid.Process(hctx, r.ns, key, func(ctx context.Context, l client.Lease) ([]byte, error) {
 		return r.h(ctx, d, l)
 	}, popts...)
-	r.settle(ctx, d, adapter.Judge(ctx, out, err, r.cfg.errorDelay))
+	r.settle(ctx, d, adapter.Judge(ctx, out, err, r.cfg.waits))
 }
 
 // settle does v's action to d. A retry, or a dead letter to WithDeadLetter's

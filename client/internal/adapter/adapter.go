@@ -51,11 +51,24 @@ type Verdict struct {
 	Cause   error         // why, when not a plain success
 }
 
+// Delays are the retry delays a verdict cannot take from the grid.
+type Delays struct {
+	// Error follows an error that says nothing of the key: the grid
+	// unreachable, a lease lost or expired.
+	Error time.Duration
+	// Busy caps the wait after BUSY. The grid answers with the holder's
+	// whole lease, but a holder usually settles long before it ends, and
+	// asking again costs one Reserve.
+	Busy time.Duration
+}
+
+// DefaultDelays are the adapters' defaults.
+func DefaultDelays() Delays { return Delays{Error: time.Second, Busy: time.Second} }
+
 // Judge turns what client.Process returned for a message into a verdict.
 // ctx is the consumer's: when it has ended, the message goes back to the
-// broker at once. errorDelay is the delay after an error that says nothing
-// of the key (the grid unreachable, a lease lost or expired).
-func Judge(ctx context.Context, out client.Processed, err error, errorDelay time.Duration) Verdict {
+// broker at once.
+func Judge(ctx context.Context, out client.Processed, err error, d Delays) Verdict {
 	var busy *client.BusyError
 	switch {
 	case err == nil && out.Duplicate:
@@ -69,13 +82,13 @@ func Judge(ctx context.Context, out client.Processed, err error, errorDelay time
 	case errors.Is(err, client.ErrMismatch):
 		return Verdict{Outcome: Mismatch, Action: DeadLetter, Cause: err}
 	case errors.As(err, &busy):
-		return Verdict{Outcome: Busy, Action: Retry, Delay: busy.RetryAfter, Cause: err}
+		return Verdict{Outcome: Busy, Action: Retry, Delay: min(busy.RetryAfter, d.Busy), Cause: err}
 	case ctx.Err() != nil:
 		return Verdict{Outcome: Released, Action: Requeue, Cause: err}
 	case out.RetryAfter > 0:
 		return Verdict{Outcome: Failed, Action: Retry, Delay: out.RetryAfter, Cause: err}
 	default:
-		return Verdict{Outcome: Error, Action: Retry, Delay: errorDelay, Cause: err}
+		return Verdict{Outcome: Error, Action: Retry, Delay: d.Error, Cause: err}
 	}
 }
 

@@ -1,0 +1,341 @@
+// Package jetstream runs the grid's idempotent receiver on a NATS
+// JetStream consumer, over the broker's own Go client
+// (github.com/nats-io/nats.go/jetstream): every message goes through
+// client.Process, and its outcome becomes what JetStream understands.
+//
+//	err := jetstream.Consume(ctx, cons, grid, "payments", handle)
+//
+// # Outcomes
+//
+//	the handler succeeded (COMPLETED)        Ack
+//	DUPLICATE, STALE                         Ack: the message was handled before
+//	the handler failed, retryably (FAILED)   NakWithDelay(the grid's retry-after)
+//	BUSY (another consumer holds the key)    NakWithDelay(the holder's retry-after, at most
+//	                                         WithBusyDelay, 1s: holders settle early)
+//	POISONED, MISMATCH, no key               published to WithDeadLetter's subject with the
+//	                                         reason (when set), then Term
+//	shutdown (ctx ended)                     the key is released, Nak: no attempt is counted
+//	the grid unreachable, a lease lost       NakWithDelay(WithErrorDelay)
+//
+// While the handler runs, the message's ack deadline (the consumer's
+// AckWait) is pushed back with InProgress every third of it, so JetStream
+// does not redeliver a message whose lease the grid still extends. A dead
+// letter is published, and acknowledged by the stream that captures the
+// subject, before the message is terminated: a crash between the two
+// leaves a copy in both places rather than none.
+//
+// # Keys
+//
+// The key is the "Idempotency-Key" header when the message has one, else
+// its "Nats-Msg-Id" (JetStream's own deduplication id, which the producer
+// sets), else "<stream>/<stream sequence>". The last catches JetStream's
+// redeliveries of a stored message only, not a producer that published the
+// same event twice; WithKey replaces the rule.
+//
+// # Concurrency and shutdown
+//
+// Consume pulls up to WithConcurrency (32) messages at once and runs them
+// at once; the grid client batches their Reserves. When ctx ends it drains
+// the consumer: the messages already pulled are handed back with Nak, the
+// handlers in flight see their context end (Process releases their keys),
+// and Consume returns nil once every message is settled. A pull request of
+// the stopped consumer can outlive it on the server (until its expiry) and
+// take a handed-back message; JetStream then delivers that message again
+// after the ack wait.
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/l4xg/grid/client"
+	"github.com/l4xg/grid/client/internal/adapter"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The headers a message's key is read from, in order.
+const (
+	KeyHeader   = "Idempotency-Key"
+	MsgIDHeader = jetstream.MsgIDHeader // Nats-Msg-Id
+	// ReasonHeader carries why a dead letter was set aside.
+	ReasonHeader = "Grid-Reason"
+)
+
+// Handler processes one message under the grid's lease. ctx carries the
+// message's correlation id (the "Correlation-Id" header, client.CorrelationID)
+// and ends when the lease is lost or Consume stops.
+type Handler func(ctx context.Context, msg jetstream.Msg, l client.Lease) ([]byte, error)
+
+// Option configures Consume.
+type Option func(*config)
+
+type config struct {
+	concurrency int
+	key         func(jetstream.Msg) (string, error)
+	process     []client.ProcessOption
+	fingerprint func(jetstream.Msg) uint64
+	entity      func(jetstream.Msg) (entity string, version uint64, ok bool)
+	delays      adapter.Delays
+	deadLetter  *deadLetter
+	registerer  prometheus.Registerer
+	logger      *slog.Logger
+}
+
+type deadLetter struct {
+	js      jetstream.JetStream
+	subject string
+}
+
+// WithConcurrency sets how many messages are pulled and run at once.
+// Default 32.
+func WithConcurrency(n int) Option { return func(c *config) { c.concurrency = n } }
+
+// WithKey sets how a message's idempotency key is found. An error
+// dead-letters the message.
+func WithKey(f func(jetstream.Msg) (string, error)) Option { return func(c *config) { c.key = f } }
+
+// WithFingerprint sets a fingerprint of the payload: the same key with
+// another fingerprint answers MISMATCH, and the message is dead-lettered.
+func WithFingerprint(f func(jetstream.Msg) uint64) Option {
+	return func(c *config) { c.fingerprint = f }
+}
+
+// WithEntity names the entity a message changes and its version, when it
+// has them (ok): a version not newer than the entity's last completed one
+// answers STALE, and the message is acked without running the handler.
+func WithEntity(f func(jetstream.Msg) (entity string, version uint64, ok bool)) Option {
+	return func(c *config) { c.entity = f }
+}
+
+// WithProcessOptions passes options to every client.Process call.
+func WithProcessOptions(opts ...client.ProcessOption) Option {
+	return func(c *config) { c.process = append(c.process, opts...) }
+}
+
+// WithErrorDelay sets how long a message waits before it is delivered
+// again when the grid could not be asked or the lease was lost. Default 1s.
+func WithErrorDelay(d time.Duration) Option { return func(c *config) { c.delays.Error = d } }
+
+// WithBusyDelay caps how long a message waits after BUSY (another consumer
+// holds the key) before it is tried again. The grid answers with the
+// holder's whole lease; a holder usually settles long before. Default 1s.
+func WithBusyDelay(d time.Duration) Option { return func(c *config) { c.delays.Busy = d } }
+
+// WithDeadLetter publishes dead letters to subject through js (a stream
+// must capture it: the publish waits for its acknowledgement), with the
+// reason in the "Grid-Reason" header, before terminating them.
+func WithDeadLetter(js jetstream.JetStream, subject string) Option {
+	return func(c *config) { c.deadLetter = &deadLetter{js, subject} }
+}
+
+// WithRegisterer registers the adapter's metrics:
+// l4xg_grid_adapter_messages_total{adapter="jetstream",outcome,action}.
+func WithRegisterer(r prometheus.Registerer) Option { return func(c *config) { c.registerer = r } }
+
+// WithLogger logs what the adapter does to a message besides acking it.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// DefaultKey is the default key rule: the "Idempotency-Key" header, else
+// "Nats-Msg-Id", else "<stream>/<stream sequence>".
+func DefaultKey(msg jetstream.Msg) (string, error) {
+	h := msg.Headers()
+	for _, name := range []string{KeyHeader, MsgIDHeader} {
+		if v := h.Get(name); v != "" {
+			return v, nil
+		}
+	}
+	md, err := msg.Metadata()
+	if err != nil {
+		return "", fmt.Errorf("jetstream: no %s or %s header, and no metadata: %w", KeyHeader, MsgIDHeader, err)
+	}
+	return fmt.Sprintf("%s/%d", md.Stream, md.Sequence.Stream), nil
+}
+
+// Consume pulls messages from cons, runs h for each through grid.Process
+// in namespace ns, and settles each by the outcome (see the package
+// documentation). It returns nil once ctx has ended and every message it
+// pulled is settled, or an error when the consumer fails.
+func Consume(ctx context.Context, cons jetstream.Consumer, grid *client.Client, ns string, h Handler, opts ...Option) error {
+	cfg := config{concurrency: 32, key: DefaultKey, delays: adapter.DefaultDelays()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	switch {
+	case cons == nil || grid == nil || h == nil:
+		return errors.New("jetstream: Consume needs a consumer, a grid client and a handler")
+	case cfg.concurrency < 1:
+		return fmt.Errorf("jetstream: concurrency %d, want at least 1", cfg.concurrency)
+	case cfg.key == nil:
+		return errors.New("jetstream: nil key rule")
+	case cfg.delays.Error <= 0 || cfg.delays.Busy <= 0:
+		return fmt.Errorf("jetstream: error delay %v and busy delay %v, want both more than 0", cfg.delays.Error, cfg.delays.Busy)
+	}
+	m, err := adapter.NewMetrics("jetstream", cfg.registerer)
+	if err != nil {
+		return err
+	}
+	ackWait := 30 * time.Second // JetStream's default
+	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
+		ackWait = info.Config.AckWait
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(cfg.concurrency))
+	if err != nil {
+		return fmt.Errorf("jetstream: pull: %w", err)
+	}
+	defer it.Stop()
+	defer context.AfterFunc(ctx, it.Drain)()
+	r := &receiver{cfg: cfg, grid: grid, ns: ns, h: h, m: m, ackWait: ackWait}
+	msgs := make(chan jetstream.Msg)
+	var wg sync.WaitGroup
+	for range cfg.concurrency {
+		wg.Go(func() {
+			for msg := range msgs {
+				r.handle(ctx, msg)
+			}
+		})
+	}
+	var pullErr error
+	for {
+		msg, err := it.Next()
+		if errors.Is(err, jetstream.ErrNoHeartbeat) {
+			continue // missed heartbeats: the iterator pulls again by itself
+		}
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() == nil {
+				pullErr = fmt.Errorf("jetstream: next message: %w", err)
+			}
+			break
+		}
+		msgs <- msg
+	}
+	close(msgs)
+	wg.Wait()
+	return pullErr
+}
+
+type receiver struct {
+	cfg     config
+	grid    *client.Client
+	ns      string
+	h       Handler
+	m       *adapter.Metrics
+	ackWait time.Duration
+}
+
+// handle processes msg and settles it.
+func (r *receiver) handle(ctx context.Context, msg jetstream.Msg) {
+	if ctx.Err() != nil {
+		r.settle(ctx, msg, adapter.Verdict{Outcome: adapter.NotStarted, Action: adapter.Requeue})
+		return
+	}
+	key, err := r.cfg.key(msg)
+	if err != nil {
+		r.settle(ctx, msg, adapter.Verdict{Outcome: adapter.NoKey, Action: adapter.DeadLetter, Cause: err})
+		return
+	}
+	popts := slices.Clone(r.cfg.process)
+	if r.cfg.fingerprint != nil {
+		popts = append(popts, client.WithFingerprint(r.cfg.fingerprint(msg)))
+	}
+	if r.cfg.entity != nil {
+		if e, v, ok := r.cfg.entity(msg); ok {
+			popts = append(popts, client.WithEntity(e, v))
+		}
+	}
+	hctx := client.ContextWithCorrelationID(ctx, msg.Headers().Get("Correlation-Id"))
+	out, err := r.grid.Process(hctx, r.ns, key, func(ctx context.Context, l client.Lease) ([]byte, error) {
+		// Keep JetStream from redelivering while the lease holds.
+		stop := r.inProgress(ctx, msg)
+		defer stop()
+		return r.h(ctx, msg, l)
+	}, popts...)
+	r.settle(ctx, msg, adapter.Judge(ctx, out, err, r.cfg.delays))
+}
+
+// inProgress tells JetStream, every third of the ack wait until stop is
+// called, that msg is still being worked on.
+func (r *receiver) inProgress(ctx context.Context, msg jetstream.Msg) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(max(r.ackWait/3, 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_ = msg.InProgress() // a failure shows as a redelivery, which the grid answers
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// settle does v's action to msg.
+func (r *receiver) settle(ctx context.Context, msg jetstream.Msg, v adapter.Verdict) {
+	var err error
+	switch v.Action {
+	case adapter.Ack:
+		err = msg.Ack()
+	case adapter.Requeue:
+		err = msg.Nak()
+	case adapter.Retry:
+		err = msg.NakWithDelay(v.Delay)
+	case adapter.DeadLetter:
+		reason := string(v.Outcome)
+		if v.Cause != nil {
+			reason += ": " + v.Cause.Error()
+		}
+		if dl := r.cfg.deadLetter; dl != nil {
+			if err = r.publishDeadLetter(ctx, msg, dl, reason); err != nil {
+				// Not set aside: let JetStream deliver it again later.
+				err = errors.Join(err, msg.NakWithDelay(r.cfg.delays.Error))
+				r.m.Count(v.Outcome, adapter.Retry)
+				r.log(msg, v, adapter.Retry, err)
+				return
+			}
+		}
+		// Term, not TermWithReason: servers before 2.10.4 take a reason
+		// for an ack they do not know, and redeliver.
+		err = msg.Term()
+	}
+	r.m.Count(v.Outcome, v.Action)
+	r.log(msg, v, v.Action, err)
+}
+
+func (r *receiver) log(msg jetstream.Msg, v adapter.Verdict, action adapter.Action, err error) {
+	if r.cfg.logger != nil && (action != adapter.Ack || v.Cause != nil || err != nil) {
+		r.cfg.logger.Info("jetstream: message settled", "subject", msg.Subject(), "outcome", v.Outcome,
+			"action", action, "delay", v.Delay, "cause", v.Cause, "error", err)
+	}
+}
+
+// publishDeadLetter publishes a copy of msg, with the reason, to the dead
+// letter subject and waits for the stream's acknowledgement.
+func (r *receiver) publishDeadLetter(ctx context.Context, msg jetstream.Msg, dl *deadLetter, reason string) error {
+	out := nats.NewMsg(dl.subject)
+	for k, vs := range msg.Headers() {
+		if k == MsgIDHeader {
+			continue // the stream would drop the copy as a duplicate of the original
+		}
+		out.Header[k] = slices.Clone(vs)
+	}
+	out.Header.Set(ReasonHeader, reason)
+	out.Header.Set("Grid-Subject", msg.Subject())
+	out.Data = msg.Data()
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := dl.js.PublishMsg(pctx, out); err != nil {
+		return fmt.Errorf("jetstream: dead letter to %s: %w", dl.subject, err)
+	}
+	return nil
+}
