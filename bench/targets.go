@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/l4xg/grid/bench/internal/launch"
+	"github.com/l4xg/grid/internal/launch"
 	"github.com/l4xg/grid/bench/internal/target"
 	"github.com/l4xg/grid/bench/internal/workload"
 	"github.com/l4xg/grid/internal/gridproc"

@@ -7,7 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/l4xg/grid/bench/internal/launch"
+	"github.com/l4xg/grid/internal/launch"
 )
 
 func TestEtcdContract(t *testing.T) {

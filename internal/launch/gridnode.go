@@ -34,6 +34,9 @@ func ModuleDir(dir string) (string, error) {
 type Gridnode struct {
 	p        *gridproc.Proc
 	dir      string
+	bin      string
+	args     []string
+	stderr   io.Writer
 	ID       string // --node-id; "" for a standalone node
 	Addr     string // gRPC
 	HTTPAddr string // /metrics, /debug/pprof when Pprof
@@ -84,17 +87,27 @@ func commonArgs(shards int, pprof bool, flags []string) []string {
 // spawn starts bin with args; dir is the node's data directory, removed at
 // Stop (and now, if the start fails).
 func spawn(bin string, args []string, dir string, stderr io.Writer) (*Gridnode, error) {
+	g := &Gridnode{dir: dir, bin: bin, args: args, stderr: stderr}
+	if err := g.start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return g, nil
+}
+
+// start starts the node's process.
+func (g *Gridnode) start() error {
 	p, err := gridproc.Start(gridproc.Options{
-		Argv: append([]string{bin}, args...), Stderr: stderr,
+		Argv: append([]string{g.bin}, g.args...), Stderr: g.stderr,
 		// If the benchmark dies without stopping its children (kill -9, a
 		// crash), the kernel sends them SIGTERM: no node outlives the run.
 		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM},
 	})
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("launch: start gridnode: %w", err)
+		return fmt.Errorf("launch: start gridnode: %w", err)
 	}
-	return &Gridnode{p: p, dir: dir}, nil
+	g.p = p
+	return nil
 }
 
 // waitReady waits for the node's "ready: grpc" line and records its
@@ -121,6 +134,20 @@ func (g *Gridnode) PID() int { return g.p.PID() }
 func (g *Gridnode) Stop() {
 	g.p.Stop(20 * time.Second)
 	os.RemoveAll(g.dir)
+}
+
+// Kill sends SIGKILL (kill -9) and waits for the process to end. The data
+// directory stays, for Restart.
+func (g *Gridnode) Kill() { g.p.Kill() }
+
+// Restart starts the node again, after Kill, with its command line and data
+// directory, and waits for its ready line. Its addresses stay the same
+// (the command line names the ports).
+func (g *Gridnode) Restart(ctx context.Context) error {
+	if err := g.start(); err != nil {
+		return err
+	}
+	return g.waitReady(ctx, readyTimeout)
 }
 
 // Exited reports whether the node's process has ended.
