@@ -25,7 +25,8 @@
 // The subpackages map Process's outcomes onto a broker: ack, a delayed
 // retry, a dead letter. client/rabbitmq consumes a RabbitMQ queue over
 // github.com/rabbitmq/amqp091-go, client/jetstream a NATS JetStream
-// consumer over github.com/nats-io/nats.go/jetstream. Adapters set the message's correlation
+// consumer over github.com/nats-io/nats.go/jetstream, client/kafka a Kafka
+// consumer group over github.com/twmb/franz-go/pkg/kgo. Adapters set the message's correlation
 // id in the handler's context (CorrelationID). client/sqlfence records a
 // handler's effect in the caller's own SQL transaction, keyed and fenced
 // by the token, so that a holder that committed and died before Complete

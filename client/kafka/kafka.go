@@ -1,0 +1,364 @@
+// Package kafka runs the grid's idempotent receiver on a Kafka consumer
+// group, over the broker's own Go client (github.com/twmb/franz-go/pkg/kgo):
+// every record goes through client.Process, and its outcome decides what
+// is committed.
+//
+//	cl, _ := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumerGroup("ledger"),
+//		kgo.ConsumeTopics("payments"), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll())
+//	err := kafka.Consume(ctx, cl, grid, "payments", handle)
+//
+// # Outcomes
+//
+// Kafka has no per-record ack: a partition's committed offset says that
+// every record before it is done. So each poll's records run at once (the
+// grid client batches their Reserves into few Batches), and then, per
+// partition, the longest run of settled records from the start is
+// committed:
+//
+//	the handler succeeded (COMPLETED)        settled
+//	DUPLICATE, STALE                         settled: the record was handled before
+//	POISONED, MISMATCH, no key               produced to the dead-letter topic
+//	                                         (WithDeadLetterTopic), then settled
+//	the handler failed, retryably (FAILED)   not settled: the partition is paused until the
+//	BUSY (another consumer holds the key)    grid's retry-after (BUSY at most WithBusyDelay),
+//	the grid unreachable, a lease lost       or WithErrorDelay, and fetched again from the
+//	                                         record on; later records answer DUPLICATE then
+//	shutdown (ctx ended)                     not settled: the key is released and the next
+//	                                         owner of the partition fetches the record
+//
+// The client must consume as a group with auto-commit off (Consume
+// refuses it otherwise), and should block rebalances while a poll is
+// processed (kgo.BlockRebalanceOnPoll): Consume commits and seeks before it
+// allows the next one.
+//
+// # Keys
+//
+// The key is the record's "idempotency-key" header, else
+// "<topic>/<partition>/<offset>". The offset catches the records a
+// consumer group delivers again (after a rebalance or a crash before the
+// commit); it does not catch a producer that sent the same event twice (a
+// retry without the idempotent producer, or two sends of one business
+// event): give such records a header. WithKey replaces the rule.
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/l4xg/grid/client"
+	"github.com/l4xg/grid/client/internal/adapter"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// KeyHeader is the header that carries a record's idempotency key.
+const KeyHeader = "idempotency-key"
+
+// ReasonHeader carries why a dead letter was set aside.
+const ReasonHeader = "grid-reason"
+
+// Handler processes one record under the grid's lease. ctx carries the
+// record's "correlation-id" header (client.CorrelationID) and ends when the
+// lease is lost or Consume stops.
+type Handler func(ctx context.Context, r *kgo.Record, l client.Lease) ([]byte, error)
+
+// Option configures Consume.
+type Option func(*config)
+
+type config struct {
+	maxPoll     int
+	key         func(*kgo.Record) (string, error)
+	process     []client.ProcessOption
+	fingerprint func(*kgo.Record) uint64
+	entity      func(*kgo.Record) (entity string, version uint64, ok bool)
+	delays      adapter.Delays
+	deadLetter  string
+	registerer  prometheus.Registerer
+	logger      *slog.Logger
+}
+
+// WithMaxPoll sets how many records a poll takes, and so how many run at
+// once. Default 500.
+func WithMaxPoll(n int) Option { return func(c *config) { c.maxPoll = n } }
+
+// WithKey sets how a record's idempotency key is found. An error
+// dead-letters the record.
+func WithKey(f func(*kgo.Record) (string, error)) Option { return func(c *config) { c.key = f } }
+
+// WithFingerprint sets a fingerprint of the payload: the same key with
+// another fingerprint answers MISMATCH, and the record is dead-lettered.
+func WithFingerprint(f func(*kgo.Record) uint64) Option { return func(c *config) { c.fingerprint = f } }
+
+// WithEntity names the entity a record changes and its version, when it
+// has them (ok): a version not newer than the entity's last completed one
+// answers STALE, and the record is settled without running the handler.
+func WithEntity(f func(*kgo.Record) (entity string, version uint64, ok bool)) Option {
+	return func(c *config) { c.entity = f }
+}
+
+// WithProcessOptions passes options to every client.Process call.
+func WithProcessOptions(opts ...client.ProcessOption) Option {
+	return func(c *config) { c.process = append(c.process, opts...) }
+}
+
+// WithErrorDelay sets how long a partition pauses when the grid could not
+// be asked or the lease was lost. Default 1s.
+func WithErrorDelay(d time.Duration) Option { return func(c *config) { c.delays.Error = d } }
+
+// WithBusyDelay caps how long a partition pauses after BUSY. Default 1s.
+func WithBusyDelay(d time.Duration) Option { return func(c *config) { c.delays.Busy = d } }
+
+// WithDeadLetterTopic produces dead letters to topic, with the reason in
+// the "grid-reason" header, before their offsets are committed. Without it
+// a dead letter is only counted and logged, and committed past.
+func WithDeadLetterTopic(topic string) Option { return func(c *config) { c.deadLetter = topic } }
+
+// WithRegisterer registers the adapter's metrics:
+// l4xg_grid_adapter_messages_total{adapter="kafka",outcome,action}.
+func WithRegisterer(r prometheus.Registerer) Option { return func(c *config) { c.registerer = r } }
+
+// WithLogger logs what the adapter does to a record besides settling it.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// DefaultKey is the default key rule: the "idempotency-key" header, else
+// "<topic>/<partition>/<offset>".
+func DefaultKey(r *kgo.Record) (string, error) {
+	if v := header(r, KeyHeader); v != "" {
+		return v, nil
+	}
+	return fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset), nil
+}
+
+func header(r *kgo.Record, name string) string {
+	for _, h := range r.Headers {
+		if h.Key == name {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// Consume polls cl, runs h for each record through grid.Process in
+// namespace ns and commits what is settled (see the package
+// documentation). It returns nil once ctx has ended and the last poll is
+// settled, or an error when the client is closed. Close cl after it
+// returns: the client leaves the group, which gives its partitions, with
+// the records it did not commit, to the group's other consumers.
+func Consume(ctx context.Context, cl *kgo.Client, grid *client.Client, ns string, h Handler, opts ...Option) error {
+	cfg := config{maxPoll: 500, key: DefaultKey, delays: adapter.DefaultDelays()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	switch {
+	case cl == nil || grid == nil || h == nil:
+		return errors.New("kafka: Consume needs a client, a grid client and a handler")
+	case cfg.maxPoll < 1:
+		return fmt.Errorf("kafka: max poll %d, want at least 1", cfg.maxPoll)
+	case cfg.key == nil:
+		return errors.New("kafka: nil key rule")
+	case cfg.delays.Error <= 0 || cfg.delays.Busy <= 0:
+		return fmt.Errorf("kafka: error delay %v and busy delay %v, want both more than 0", cfg.delays.Error, cfg.delays.Busy)
+	case cl.OptValue(kgo.ConsumerGroup) == "":
+		return errors.New("kafka: the client must consume as a group (kgo.ConsumerGroup)")
+	case cl.OptValue(kgo.DisableAutoCommit) != true:
+		return errors.New("kafka: the client must not commit by itself (kgo.DisableAutoCommit): Consume commits what is settled")
+	}
+	m, err := adapter.NewMetrics("kafka", cfg.registerer)
+	if err != nil {
+		return err
+	}
+	c := &consumer{cfg: cfg, cl: cl, grid: grid, ns: ns, h: h, m: m}
+	defer c.stopResumes()
+	for ctx.Err() == nil {
+		fetches := cl.PollRecords(ctx, cfg.maxPoll)
+		if fetches.IsClientClosed() {
+			return errors.New("kafka: the client was closed")
+		}
+		var ferr error
+		fetches.EachError(func(topic string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+				ferr = errors.Join(ferr, fmt.Errorf("kafka: fetch %s/%d: %w", topic, p, err))
+			}
+		})
+		if ferr != nil && c.cfg.logger != nil {
+			c.cfg.logger.Warn("kafka: fetch errors", "error", ferr)
+		}
+		c.settle(ctx, fetches.Records())
+		cl.AllowRebalance()
+	}
+	return nil
+}
+
+type consumer struct {
+	cfg  config
+	cl   *kgo.Client
+	grid *client.Client
+	ns   string
+	h    Handler
+	m    *adapter.Metrics
+
+	mu      sync.Mutex
+	resumes map[*time.Timer]bool
+}
+
+// settle runs a poll's records and commits, per partition, the settled
+// prefix; a partition with an unsettled record is paused and rewound to it.
+func (c *consumer) settle(ctx context.Context, recs []*kgo.Record) {
+	if len(recs) == 0 {
+		return
+	}
+	verdicts := make([]adapter.Verdict, len(recs))
+	var wg sync.WaitGroup
+	for i, r := range recs {
+		wg.Go(func() { verdicts[i] = c.process(ctx, r) })
+	}
+	wg.Wait()
+
+	type tp struct {
+		topic     string
+		partition int32
+	}
+	commit := map[string]map[int32]kgo.EpochOffset{}
+	rewind := map[string]map[int32]kgo.EpochOffset{}
+	stopped := map[tp]bool{}
+	for i, r := range recs { // in order within each partition
+		p := tp{r.Topic, r.Partition}
+		if stopped[p] {
+			continue // counted again when it comes back
+		}
+		v := verdicts[i]
+		if v.Action == adapter.DeadLetter && c.cfg.deadLetter != "" {
+			if err := c.produceDeadLetter(ctx, r, v); err != nil {
+				v = adapter.Verdict{Outcome: v.Outcome, Action: adapter.Retry, Delay: c.cfg.delays.Error, Cause: err}
+			}
+		}
+		c.m.Count(v.Outcome, v.Action)
+		c.log(r, v)
+		switch v.Action {
+		case adapter.Ack, adapter.DeadLetter:
+			set(commit, r.Topic, r.Partition, kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset + 1})
+		case adapter.Retry:
+			stopped[p] = true
+			set(rewind, r.Topic, r.Partition, kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset})
+			c.pauseFor(r.Topic, r.Partition, v.Delay)
+		case adapter.Requeue:
+			stopped[p] = true
+		}
+	}
+	if len(rewind) > 0 {
+		c.cl.SetOffsets(rewind)
+	}
+	if len(commit) == 0 {
+		return
+	}
+	var cerr error
+	c.cl.CommitOffsetsSync(context.WithoutCancel(ctx), commit, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		cerr = err
+		if resp == nil {
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if perr := kerr.ErrorForCode(p.ErrorCode); perr != nil {
+					cerr = errors.Join(cerr, fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, perr))
+				}
+			}
+		}
+	})
+	if cerr != nil && c.cfg.logger != nil {
+		// Not fatal: what was not committed is fetched again (by this
+		// consumer or the partition's next owner) and answers DUPLICATE.
+		c.cfg.logger.Warn("kafka: commit failed", "error", cerr)
+	}
+}
+
+func set(m map[string]map[int32]kgo.EpochOffset, topic string, p int32, o kgo.EpochOffset) {
+	if m[topic] == nil {
+		m[topic] = map[int32]kgo.EpochOffset{}
+	}
+	m[topic][p] = o
+}
+
+// process runs one record through the grid and judges the outcome.
+func (c *consumer) process(ctx context.Context, r *kgo.Record) adapter.Verdict {
+	key, err := c.cfg.key(r)
+	if err != nil {
+		return adapter.Verdict{Outcome: adapter.NoKey, Action: adapter.DeadLetter, Cause: err}
+	}
+	popts := slices.Clone(c.cfg.process)
+	if c.cfg.fingerprint != nil {
+		popts = append(popts, client.WithFingerprint(c.cfg.fingerprint(r)))
+	}
+	if c.cfg.entity != nil {
+		if e, v, ok := c.cfg.entity(r); ok {
+			popts = append(popts, client.WithEntity(e, v))
+		}
+	}
+	hctx := client.ContextWithCorrelationID(ctx, header(r, "correlation-id"))
+	out, err := c.grid.Process(hctx, c.ns, key, func(ctx context.Context, l client.Lease) ([]byte, error) {
+		return c.h(ctx, r, l)
+	}, popts...)
+	return adapter.Judge(ctx, out, err, c.cfg.delays)
+}
+
+// pauseFor stops fetching the partition for d.
+func (c *consumer) pauseFor(topic string, p int32, d time.Duration) {
+	c.cl.PauseFetchPartitions(map[string][]int32{topic: {p}})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.resumes == nil {
+		c.resumes = map[*time.Timer]bool{}
+	}
+	var t *time.Timer
+	t = time.AfterFunc(d, func() {
+		c.cl.ResumeFetchPartitions(map[string][]int32{topic: {p}})
+		c.mu.Lock()
+		delete(c.resumes, t)
+		c.mu.Unlock()
+	})
+	c.resumes[t] = true
+}
+
+// stopResumes cancels the pending resumes: the partitions stay paused in
+// a client that stops consuming.
+func (c *consumer) stopResumes() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for t := range c.resumes {
+		t.Stop()
+	}
+	c.resumes = nil
+}
+
+// produceDeadLetter produces a copy of r, with the reason, to the
+// dead-letter topic and waits for the broker's acknowledgement.
+func (c *consumer) produceDeadLetter(ctx context.Context, r *kgo.Record, v adapter.Verdict) error {
+	reason := string(v.Outcome)
+	if v.Cause != nil {
+		reason += ": " + v.Cause.Error()
+	}
+	dl := &kgo.Record{Topic: c.cfg.deadLetter, Key: r.Key, Value: r.Value, Headers: slices.Clone(r.Headers)}
+	dl.Headers = append(dl.Headers,
+		kgo.RecordHeader{Key: ReasonHeader, Value: []byte(reason)},
+		kgo.RecordHeader{Key: "grid-origin", Value: fmt.Appendf(nil, "%s/%d/%d", r.Topic, r.Partition, r.Offset)})
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := c.cl.ProduceSync(pctx, dl).FirstErr(); err != nil {
+		return fmt.Errorf("kafka: dead letter to %s: %w", c.cfg.deadLetter, err)
+	}
+	return nil
+}
+
+func (c *consumer) log(r *kgo.Record, v adapter.Verdict) {
+	if c.cfg.logger != nil && (v.Action != adapter.Ack || v.Cause != nil) {
+		c.cfg.logger.Info("kafka: record settled", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
+			"outcome", v.Outcome, "action", v.Action, "delay", v.Delay, "cause", v.Cause)
+	}
+}
