@@ -11,10 +11,10 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/l4xg/grid/internal/launch"
 	"github.com/l4xg/grid/bench/internal/target"
 	"github.com/l4xg/grid/bench/internal/workload"
 	"github.com/l4xg/grid/internal/gridproc"
+	"github.com/l4xg/grid/internal/launch"
 )
 
 // cleanupTimeout bounds the removal of a cell's keys, even after ^C.
