@@ -26,7 +26,8 @@
 // retry, a dead letter. client/rabbitmq consumes a RabbitMQ queue over
 // github.com/rabbitmq/amqp091-go, client/jetstream a NATS JetStream
 // consumer over github.com/nats-io/nats.go/jetstream, client/kafka a Kafka
-// consumer group over github.com/twmb/franz-go/pkg/kgo. Adapters set the message's correlation
+// consumer group over github.com/twmb/franz-go/pkg/kgo, client/servicebus
+// an Azure Service Bus receiver over its SDK (tested on a fake). Adapters set the message's correlation
 // id in the handler's context (CorrelationID). client/sqlfence records a
 // handler's effect in the caller's own SQL transaction, keyed and fenced
 // by the token, so that a holder that committed and died before Complete
