@@ -27,7 +27,8 @@
 // github.com/rabbitmq/amqp091-go, client/jetstream a NATS JetStream
 // consumer over github.com/nats-io/nats.go/jetstream, client/kafka a Kafka
 // consumer group over github.com/twmb/franz-go/pkg/kgo, client/servicebus
-// an Azure Service Bus receiver over its SDK (tested on a fake). Adapters set the message's correlation
+// an Azure Service Bus receiver over its SDK (tested on a fake), client/sqs
+// an SQS queue over github.com/aws/aws-sdk-go-v2/service/sqs. Adapters set the message's correlation
 // id in the handler's context (CorrelationID). client/sqlfence records a
 // handler's effect in the caller's own SQL transaction, keyed and fenced
 // by the token, so that a holder that committed and died before Complete
