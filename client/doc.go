@@ -30,7 +30,8 @@
 // an Azure Service Bus receiver over its SDK (tested on a fake), client/sqs
 // an SQS queue over github.com/aws/aws-sdk-go-v2/service/sqs. Adapters set the message's correlation
 // id in the handler's context (CorrelationID). client/sqlfence records a
-// handler's effect in the caller's own SQL transaction, keyed and fenced
+// handler's effect in the caller's own SQL transaction (PostgreSQL or
+// MariaDB), keyed and fenced
 // by the token, so that a holder that committed and died before Complete
 // is not applied twice.
 //

@@ -16,8 +16,9 @@
 //	tx.Commit()
 //
 // The table (Fence.Schema) holds one row per key: the namespace, the key
-// and the largest token that applied or confirmed it. PostgreSQL is the
-// dialect; the statements are written for it and tested on it.
+// and the largest token that applied or confirmed it. New speaks
+// PostgreSQL, NewMariaDB MariaDB (and MySQL); both are tested on real
+// servers.
 package sqlfence
 
 import (
@@ -35,7 +36,8 @@ var ErrSuperseded = errors.New("sqlfence: superseded by a newer holder of the ke
 
 // Fence records effects in one table.
 type Fence struct {
-	table string
+	table   string
+	mariadb bool
 }
 
 // New returns a Fence on table (a plain or schema-qualified SQL name).
@@ -44,6 +46,15 @@ func New(table string) (*Fence, error) {
 		return nil, fmt.Errorf("sqlfence: table name %q: want letters, digits and underscores, optionally schema.table", table)
 	}
 	return &Fence{table: table}, nil
+}
+
+// NewMariaDB returns a Fence on table for MariaDB or MySQL (InnoDB).
+func NewMariaDB(table string) (*Fence, error) {
+	f, err := New(table)
+	if f != nil {
+		f.mariadb = true
+	}
+	return f, err
 }
 
 // validTable reports whether name is an SQL identifier of at most 63
@@ -70,6 +81,15 @@ func validTable(name string) bool {
 // Schema is the statement that creates the fence's table if it does not
 // exist. Tokens are unsigned 64-bit, so they are stored as NUMERIC(20).
 func (f *Fence) Schema() string {
+	if f.mariadb {
+		return "CREATE TABLE IF NOT EXISTS " + f.table + ` (
+	namespace  VARCHAR(64)     NOT NULL,
+	` + "`key`" + `      VARBINARY(1024) NOT NULL,
+	token      DECIMAL(20,0)   NOT NULL,
+	applied_at TIMESTAMP(6)    NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+	PRIMARY KEY (namespace, ` + "`key`" + `)
+) ENGINE=InnoDB`
+	}
 	return `CREATE TABLE IF NOT EXISTS ` + f.table + ` (
 	namespace  TEXT          NOT NULL,
 	key        TEXT          NOT NULL,
@@ -91,6 +111,9 @@ func (f *Fence) Schema() string {
 // The row is locked until tx ends, so concurrent holders of one key are
 // serialized by the database as well as by the grid.
 func (f *Fence) Apply(ctx context.Context, tx *sql.Tx, ns, key string, token uint64) (applied bool, err error) {
+	if f.mariadb {
+		return f.applyMariaDB(ctx, tx, ns, key, token)
+	}
 	// xmax is 0 on a row this statement inserted, and the locking
 	// transaction's id on one it updated.
 	row := tx.QueryRowContext(ctx, `INSERT INTO `+f.table+` AS t (namespace, key, token) VALUES ($1, $2, $3)
@@ -105,13 +128,41 @@ RETURNING (xmax = 0)`, ns, key, strconv.FormatUint(token, 10))
 	return applied, nil
 }
 
+// applyMariaDB is Apply for MariaDB: the upsert's affected rows say what it
+// did (1 inserted, 2 raised the token, 0 left a token at least as large),
+// and the row stays locked until tx ends.
+func (f *Fence) applyMariaDB(ctx context.Context, tx *sql.Tx, ns, key string, token uint64) (bool, error) {
+	res, err := tx.ExecContext(ctx, "INSERT INTO "+f.table+" (namespace, `key`, token) VALUES (?, ?, ?) "+
+		"ON DUPLICATE KEY UPDATE token = IF(token <= VALUES(token), VALUES(token), token)",
+		ns, key, strconv.FormatUint(token, 10))
+	if err != nil {
+		return false, fmt.Errorf("sqlfence: apply %s/%s: %w", ns, key, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("sqlfence: apply %s/%s: %w", ns, key, err)
+	}
+	switch n {
+	case 1:
+		return true, nil
+	case 2:
+		return false, nil
+	}
+	// Unchanged: the same token (applied already) or a larger one.
+	return false, f.Check(ctx, tx, ns, key, token)
+}
+
 // Check refuses, with ErrSuperseded, a holder whose token is smaller than
 // the one recorded for (ns, key), and locks the row until tx ends: for an
 // effect made in several statements, to call before each. A key with no
 // row passes.
 func (f *Fence) Check(ctx context.Context, tx *sql.Tx, ns, key string, token uint64) error {
 	var recorded string
-	err := tx.QueryRowContext(ctx, `SELECT token::text FROM `+f.table+` WHERE namespace = $1 AND key = $2 FOR UPDATE`, ns, key).Scan(&recorded)
+	q := `SELECT token::text FROM ` + f.table + ` WHERE namespace = $1 AND key = $2 FOR UPDATE`
+	if f.mariadb {
+		q = "SELECT CAST(token AS CHAR) FROM " + f.table + " WHERE namespace = ? AND `key` = ? FOR UPDATE"
+	}
+	err := tx.QueryRowContext(ctx, q, ns, key).Scan(&recorded)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil
 	}

@@ -10,44 +10,67 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/internal/gridtest"
 )
 
 // These tests run against the PostgreSQL server on 127.0.0.1:5432
-// (database test, trust auth, or GRID_TEST_POSTGRES_DSN). Without one they
-// are skipped, unless GRID_TEST_BROKERS=required (as .ci/run sets it).
+// (database test, trust auth, or GRID_TEST_POSTGRES_DSN) and the MariaDB
+// server on 127.0.0.1:3306 (root without a password, database test, or
+// GRID_TEST_MARIADB_DSN). Without them they are skipped, unless
+// GRID_TEST_BROKERS=required (as .ci/run sets it).
 
-func dsn() string {
-	if d := os.Getenv("GRID_TEST_POSTGRES_DSN"); d != "" {
-		return d
+// dialect is one database the fence speaks.
+type dialect struct {
+	name, driver, env, dsn string
+	fence                  func(string) (*Fence, error)
+	bind                   func(i int) string // the i-th placeholder, from 1
+}
+
+func dialects() []dialect {
+	return []dialect{
+		{"postgres", "pgx", "GRID_TEST_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", New,
+			func(i int) string { return fmt.Sprintf("$%d", i) }},
+		{"mariadb", "mysql", "GRID_TEST_MARIADB_DSN", "root@tcp(127.0.0.1:3306)/test", NewMariaDB,
+			func(int) string { return "?" }},
 	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+// eachDialect runs f on every dialect.
+func eachDialect(t *testing.T, f func(t *testing.T, d dialect)) {
+	for _, d := range dialects() {
+		t.Run(d.name, func(t *testing.T) { f(t, d) })
+	}
 }
 
 // setup opens the database and a fence on a table of the test's own, with
 // a ledger table beside it; both are dropped when the test ends.
-func setup(t *testing.T) (*sql.DB, *Fence, string) {
+func setup(t *testing.T, d dialect) (*sql.DB, *Fence, string) {
 	t.Helper()
-	db, err := sql.Open("pgx", dsn())
+	dsn := d.dsn
+	if v := os.Getenv(d.env); v != "" {
+		dsn = v
+	}
+	db, err := sql.Open(d.driver, dsn)
 	if err == nil {
 		err = db.PingContext(context.Background())
 	}
 	if err != nil {
 		if os.Getenv("GRID_TEST_BROKERS") == "required" {
-			t.Fatalf("PostgreSQL at %s: %v", dsn(), err)
+			t.Fatalf("%s at %s: %v", d.name, dsn, err)
 		}
-		t.Skipf("no PostgreSQL at %s (%v); GRID_TEST_BROKERS=required makes this a failure", dsn(), err)
+		t.Skipf("no %s at %s (%v); GRID_TEST_BROKERS=required makes this a failure", d.name, dsn, err)
 	}
 	t.Cleanup(func() { db.Close() })
 	suffix := fmt.Sprintf("%x", rand.Uint32())
-	f, err := New("fence_" + suffix)
+	f, err := d.fence("fence_" + suffix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ledger := "ledger_" + suffix
-	for _, stmt := range []string{f.Schema(), `CREATE TABLE ` + ledger + ` (key TEXT NOT NULL, amount BIGINT NOT NULL)`} {
+	for _, stmt := range []string{f.Schema(), `CREATE TABLE ` + ledger + ` (pkey VARCHAR(200) NOT NULL, amount BIGINT NOT NULL)`} {
 		if _, err := db.Exec(stmt); err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +84,7 @@ func setup(t *testing.T) (*sql.DB, *Fence, string) {
 
 // pay applies a payment of key under token in one transaction, as a
 // consumer does: the fence first, the effect only if it is the first.
-func pay(ctx context.Context, db *sql.DB, f *Fence, ledger, key string, token uint64) (applied bool, err error) {
+func pay(ctx context.Context, d dialect, db *sql.DB, f *Fence, ledger, key string, token uint64) (applied bool, err error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return false, err
@@ -71,17 +94,17 @@ func pay(ctx context.Context, db *sql.DB, f *Fence, ledger, key string, token ui
 		return false, err
 	}
 	if applied {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO `+ledger+` (key, amount) VALUES ($1, 100)`, key); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+ledger+` (pkey, amount) VALUES (`+d.bind(1)+`, 100)`, key); err != nil {
 			return false, err
 		}
 	}
 	return applied, tx.Commit()
 }
 
-func effects(t *testing.T, db *sql.DB, ledger, key string) int {
+func effects(t *testing.T, d dialect, db *sql.DB, ledger, key string) int {
 	t.Helper()
 	var n int
-	if err := db.QueryRow(`SELECT count(*) FROM `+ledger+` WHERE key = $1`, key).Scan(&n); err != nil {
+	if err := db.QueryRow(`SELECT count(*) FROM `+ledger+` WHERE pkey = `+d.bind(1), key).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -90,19 +113,21 @@ func effects(t *testing.T, db *sql.DB, ledger, key string) int {
 // A repeated apply is reported as done; an older holder is refused and
 // changes nothing; a newer one is told the effect is there, and fences the
 // older one out from then on.
-func TestApplyOnceAndFence(t *testing.T) {
-	db, f, ledger := setup(t)
+func TestApplyOnceAndFence(t *testing.T) { eachDialect(t, testApplyOnceAndFence) }
+
+func testApplyOnceAndFence(t *testing.T, d dialect) {
+	db, f, ledger := setup(t, d)
 	ctx := context.Background()
-	if applied, err := pay(ctx, db, f, ledger, "p-1", 10); err != nil || !applied {
+	if applied, err := pay(ctx, d, db, f, ledger, "p-1", 10); err != nil || !applied {
 		t.Fatalf("first apply = %v, %v; want applied", applied, err)
 	}
-	if applied, err := pay(ctx, db, f, ledger, "p-1", 10); err != nil || applied {
+	if applied, err := pay(ctx, d, db, f, ledger, "p-1", 10); err != nil || applied {
 		t.Fatalf("the same holder again = %v, %v; want already applied", applied, err)
 	}
-	if _, err := pay(ctx, db, f, ledger, "p-1", 7); !errors.Is(err, ErrSuperseded) {
+	if _, err := pay(ctx, d, db, f, ledger, "p-1", 7); !errors.Is(err, ErrSuperseded) {
 		t.Fatalf("an older holder = %v, want ErrSuperseded", err)
 	}
-	if applied, err := pay(ctx, db, f, ledger, "p-1", 12); err != nil || applied {
+	if applied, err := pay(ctx, d, db, f, ledger, "p-1", 12); err != nil || applied {
 		t.Fatalf("a newer holder = %v, %v; want already applied", applied, err)
 	}
 	tx, err := db.Begin()
@@ -119,14 +144,14 @@ func TestApplyOnceAndFence(t *testing.T) {
 	if err := f.Check(ctx, tx, "payments", "never-seen", 1); err != nil {
 		t.Fatalf("Check of a key without a row = %v", err)
 	}
-	if n := effects(t, db, ledger, "p-1"); n != 1 {
+	if n := effects(t, d, db, ledger, "p-1"); n != 1 {
 		t.Fatalf("payment applied %d times", n)
 	}
 	// Tokens use all 64 bits.
-	if applied, err := pay(ctx, db, f, ledger, "p-big", 1<<63+5); err != nil || !applied {
+	if applied, err := pay(ctx, d, db, f, ledger, "p-big", 1<<63+5); err != nil || !applied {
 		t.Fatalf("a token above 2^63 = %v, %v", applied, err)
 	}
-	if _, err := pay(ctx, db, f, ledger, "p-big", 1<<63+4); !errors.Is(err, ErrSuperseded) {
+	if _, err := pay(ctx, d, db, f, ledger, "p-big", 1<<63+4); !errors.Is(err, ErrSuperseded) {
 		t.Fatalf("a smaller token above 2^63 = %v, want ErrSuperseded", err)
 	}
 	if _, err := New("fence; DROP TABLE x"); err == nil {
@@ -139,7 +164,11 @@ func TestApplyOnceAndFence(t *testing.T) {
 // gets a larger token, finds the payment recorded, does not apply it again,
 // and completes the key.
 func TestCrashBetweenCommitAndComplete(t *testing.T) {
-	db, f, ledger := setup(t)
+	eachDialect(t, testCrashBetweenCommitAndComplete)
+}
+
+func testCrashBetweenCommitAndComplete(t *testing.T, d dialect) {
+	db, f, ledger := setup(t, d)
 	n := gridtest.Start(t)
 	dial := func() *client.Client {
 		c, err := client.Dial(context.Background(), n.Addr())
@@ -160,7 +189,7 @@ func TestCrashBetweenCommitAndComplete(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		_, err := a.Process(ctx, "payments", "p-crash", func(hctx context.Context, l client.Lease) ([]byte, error) {
-			if _, err := pay(hctx, db, f, ledger, l.Key, l.Token); err != nil {
+			if _, err := pay(hctx, d, db, f, ledger, l.Key, l.Token); err != nil {
 				return nil, err
 			}
 			committed <- l.Token
@@ -178,7 +207,7 @@ func TestCrashBetweenCommitAndComplete(t *testing.T) {
 	var sawApplied bool
 	out, err := b.Process(ctx, "payments", "p-crash", func(hctx context.Context, l client.Lease) ([]byte, error) {
 		second = l.Token
-		applied, err := pay(hctx, db, f, ledger, l.Key, l.Token)
+		applied, err := pay(hctx, d, db, f, ledger, l.Key, l.Token)
 		sawApplied = applied
 		return []byte("ok"), err
 	}, lease, client.WaitForHolder())
@@ -188,7 +217,7 @@ func TestCrashBetweenCommitAndComplete(t *testing.T) {
 	if second <= first || sawApplied {
 		t.Fatalf("takeover token %d after %d, applied again: %v; want a larger token that found the payment", second, first, sawApplied)
 	}
-	if n := effects(t, db, ledger, "p-crash"); n != 1 {
+	if n := effects(t, d, db, ledger, "p-crash"); n != 1 {
 		t.Fatalf("payment applied %d times", n)
 	}
 	g, err := b.Get(ctx, "payments", "p-crash")
