@@ -431,11 +431,27 @@ func (j *Journal) laggards() map[uint64]bool {
 	}
 	lag := map[uint64]bool{}
 	for id, g := range j.groups {
-		if len(g.pos) > 0 && g.pos[0].seg+copyForwardAfter <= j.segID {
+		if len(g.pos) > 0 && g.pos[0].seg+copyForwardAfter <= j.segID && copyFits(g) {
 			lag[id] = true
 		}
 	}
 	return lag
+}
+
+// copyFits reports whether g's entries fit in one record. A copy must be
+// one record: replayed, an entries record replaces the group's entries
+// from its first index on, so a copy cut in two by a torn write would
+// drop the entries after the cut. A log too large to copy keeps its
+// segments instead (raft compacts a busy log long before).
+func copyFits(g *journalGroup) bool {
+	n := 10 // the group id
+	for _, p := range g.pos {
+		n += p.n + 5
+		if n > maxRecordLen {
+			return false
+		}
+	}
+	return true
 }
 
 // appendCopy appends an entries record holding a copy of g's entries,

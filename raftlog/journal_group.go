@@ -111,6 +111,10 @@ func (g *JournalGroup) StoreLogs(logs []*raft.Log) error {
 		b = binary.AppendUvarint(b, uint64(len(enc)))
 		b = append(b, enc...)
 	}
+	if len(b)-at-recHeaderLen > maxRecordLen {
+		return fmt.Errorf("%w: group %d: %d entries of %d bytes in all are over the %d bytes one write can hold",
+			ErrInvalidArgument, g.id, len(logs), len(b)-at, maxRecordLen)
+	}
 	*buf = finishRecord(b, at)
 	if err := g.j.commit(*buf); err != nil {
 		return fmt.Errorf("group %d: store %d logs: %w", g.id, len(logs), err)
@@ -138,6 +142,9 @@ func (g *JournalGroup) DeleteRange(min, max uint64) error {
 
 // Set stores val under key, durably.
 func (g *JournalGroup) Set(key, val []byte) error {
+	if len(key)+len(val) > maxRecordLen-32 {
+		return fmt.Errorf("%w: group %d: stable value of %d bytes is over the %d bytes one write can hold", ErrInvalidArgument, g.id, len(key)+len(val), maxRecordLen)
+	}
 	if err := g.j.commit(appendStableRecord(nil, g.id, key, val)); err != nil {
 		return fmt.Errorf("group %d: set %q: %w", g.id, key, err)
 	}

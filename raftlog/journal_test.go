@@ -243,3 +243,19 @@ func TestJournalDoesNotCopyLiveLogs(t *testing.T) {
 		checkRange(t, j.Group(id), 1, 2000)
 	}
 }
+
+// A write larger than one record can hold is refused before anything is
+// written: replay would take it for corruption.
+func TestJournalRefusesAnOversizedWrite(t *testing.T) {
+	j := openJournal(t, t.TempDir(), JournalOptions{NoSync: true})
+	g := j.Group(1)
+	big := &raft.Log{Index: 1, Term: 1, Type: raft.LogCommand, Data: make([]byte, maxRecordLen)}
+	if err := g.StoreLogs([]*raft.Log{big}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("StoreLogs of %d bytes = %v, want ErrInvalidArgument", len(big.Data), err)
+	}
+	if err := g.Set([]byte("k"), make([]byte, maxRecordLen)); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("Set of %d bytes = %v, want ErrInvalidArgument", maxRecordLen, err)
+	}
+	mustStore(t, g, makeLogs(1, 1, 3, 1))
+	checkRange(t, g, 1, 3)
+}
