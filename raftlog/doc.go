@@ -33,7 +33,8 @@
 // and zeros after the last one. A segment opens with a record naming it
 // (magic "L4XJ", format version, id), then a checkpoint: every group's
 // stable values, and the entries of groups whose oldest entry is four
-// segments back (copied forward). The records after are entries (a group
+// segments back (copied forward, in one record each, and only when at most
+// a quarter of the older segments is still live). The records after are entries (a group
 // and a run of consecutive entries, in the log encoding of encoding.go),
 // stable values, deleted ranges and deleted groups. Because of the
 // checkpoint, replaying from any segment on gives the current stable values,
