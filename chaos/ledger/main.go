@@ -503,10 +503,16 @@ func drainDeadLetters(conn *amqp.Connection, q string) (map[string]string, int, 
 		copies++
 		// "<outcome>: <the client's error chain>": keep the outcome and the
 		// handler's own words, the last link of the chain.
+		// A copy of a payment poisoned before reads "client: poisoned
+		// (attempts: N)": the grid answered POISONED without a handler.
 		reason, _ := d.Headers["x-grid-reason"].(string)
 		outcome, detail, _ := strings.Cut(reason, ": ")
+		detail, _, _ = strings.Cut(detail, " (attempts")
 		if i := strings.LastIndex(detail, ": "); i >= 0 {
 			detail = detail[i+2:]
+		}
+		if detail == "poisoned" {
+			detail = "a copy of a payment poisoned before"
 		}
 		reasons[d.MessageId] = strings.TrimSpace(outcome + ": " + detail)
 	}
