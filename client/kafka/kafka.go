@@ -11,9 +11,10 @@
 //
 // Kafka has no per-record ack: a partition's committed offset says that
 // every record before it is done. So each poll's records run at once (the
-// grid client batches their Reserves into few Batches), and then, per
-// partition, the longest run of settled records from the start is
-// committed:
+// grid client batches their Reserves into few Batches; records of one key
+// run one after the other, so a duplicate within a poll answers
+// DUPLICATE), and then, per partition, the longest run of settled records
+// from the start is committed:
 //
 //	the handler succeeded (COMPLETED)        settled
 //	DUPLICATE, STALE                         settled: the record was handled before
@@ -214,10 +215,30 @@ func (c *consumer) settle(ctx context.Context, recs []*kgo.Record) {
 	if len(recs) == 0 {
 		return
 	}
+	// Records of one key run one after the other, in poll order, so that
+	// a duplicate within the poll answers DUPLICATE instead of BUSY (which
+	// would pause its partition); different keys run at once.
 	verdicts := make([]adapter.Verdict, len(recs))
-	var wg sync.WaitGroup
+	byKey := map[string][]int{}
+	var order []string
 	for i, r := range recs {
-		wg.Go(func() { verdicts[i] = c.process(ctx, r) })
+		key, err := c.cfg.key(r)
+		if err != nil {
+			verdicts[i] = adapter.Verdict{Outcome: adapter.NoKey, Action: adapter.DeadLetter, Cause: err}
+			continue
+		}
+		if _, seen := byKey[key]; !seen {
+			order = append(order, key)
+		}
+		byKey[key] = append(byKey[key], i)
+	}
+	var wg sync.WaitGroup
+	for _, key := range order {
+		wg.Go(func() {
+			for _, i := range byKey[key] {
+				verdicts[i] = c.process(ctx, key, recs[i])
+			}
+		})
 	}
 	wg.Wait()
 
@@ -286,12 +307,9 @@ func set(m map[string]map[int32]kgo.EpochOffset, topic string, p int32, o kgo.Ep
 	m[topic][p] = o
 }
 
-// process runs one record through the grid and judges the outcome.
-func (c *consumer) process(ctx context.Context, r *kgo.Record) adapter.Verdict {
-	key, err := c.cfg.key(r)
-	if err != nil {
-		return adapter.Verdict{Outcome: adapter.NoKey, Action: adapter.DeadLetter, Cause: err}
-	}
+// process runs one record, whose key is key, through the grid and judges
+// the outcome.
+func (c *consumer) process(ctx context.Context, key string, r *kgo.Record) adapter.Verdict {
 	popts := slices.Clone(c.cfg.process)
 	if c.cfg.fingerprint != nil {
 		popts = append(popts, client.WithFingerprint(c.cfg.fingerprint(r)))

@@ -207,8 +207,8 @@ func counted(t *testing.T, reg *prometheus.Registry, o adapter.Outcome, a adapte
 }
 
 // Every outcome row in few polls: completed, a duplicate (one header key
-// on two records of one poll: one of them is BUSY while the other runs), a
-// retryable failure in the middle of a partition (the partition pauses, is
+// on two records of one poll: the second answers DUPLICATE), a retryable
+// failure in the middle of a partition (the partition pauses, is
 // rewound to it, and the records after it answer DUPLICATE when they come
 // again), a poisoned record, a reused key (MISMATCH) and an older entity
 // version (STALE); the dead letters go to their topic with the reason, and
@@ -282,6 +282,10 @@ func TestOutcomes(t *testing.T) {
 		if got := counted(t, reg, want.o, want.a); got != want.n {
 			t.Errorf("records %s/%s = %v, want %v", want.o, want.a, got, want.n)
 		}
+	}
+	// The second "dup" of its poll ran after the first: DUPLICATE, not BUSY.
+	if got := counted(t, reg, adapter.Busy, adapter.Retry); got != 0 {
+		t.Errorf("BUSY %v times; records of one key in one poll must not race", got)
 	}
 	// The records after the failed one came again and answered DUPLICATE
 	// (or, for an entity's own version, STALE).
