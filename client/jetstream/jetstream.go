@@ -240,15 +240,7 @@ func (r *receiver) handle(ctx context.Context, msg jetstream.Msg) {
 		r.settle(ctx, msg, adapter.Verdict{Outcome: adapter.NoKey, Action: adapter.DeadLetter, Cause: err})
 		return
 	}
-	popts := slices.Clone(r.cfg.process)
-	if r.cfg.fingerprint != nil {
-		popts = append(popts, client.WithFingerprint(r.cfg.fingerprint(msg)))
-	}
-	if r.cfg.entity != nil {
-		if e, v, ok := r.cfg.entity(msg); ok {
-			popts = append(popts, client.WithEntity(e, v))
-		}
-	}
+	popts := adapter.ProcessOptions(r.cfg.process, msg, r.cfg.fingerprint, r.cfg.entity)
 	hctx := client.ContextWithCorrelationID(ctx, msg.Headers().Get("Correlation-Id"))
 	out, err := r.grid.Process(hctx, r.ns, key, func(ctx context.Context, l client.Lease) ([]byte, error) {
 		// Keep JetStream from redelivering while the lease holds.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/client/internal/adapter"
+	"github.com/l4xg/grid/client/internal/adaptertest"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/nats-io/nats.go"
@@ -69,17 +70,7 @@ func setup(t *testing.T, ackWait time.Duration) *env {
 		t.Fatal(err)
 	}
 	n := gridtest.Start(t)
-	return &env{nc: nc, js: js, stream: st, name: name, grid: dialGrid(t, n), node: n}
-}
-
-func dialGrid(t *testing.T, n *gridtest.Node) *client.Client {
-	t.Helper()
-	c, err := client.Dial(context.Background(), n.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return &env{nc: nc, js: js, stream: st, name: name, grid: adaptertest.Dial(t, n), node: n}
 }
 
 func (e *env) consumer(t *testing.T, js jetstream.JetStream) jetstream.Consumer {
@@ -115,75 +106,11 @@ func (e *env) deadLetters(t *testing.T) int {
 	return int(info.State.Subjects[e.name+".dlq"])
 }
 
-// effects counts what handlers did, per key.
-type effects struct {
-	mu     sync.Mutex
-	n      map[string]int
-	tokens map[string][]uint64
-	corr   map[string]string
-}
-
-func newEffects() *effects {
-	return &effects{n: map[string]int{}, tokens: map[string][]uint64{}, corr: map[string]string{}}
-}
-
-func (e *effects) add(ctx context.Context, l client.Lease) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.n[l.Key]++
-	e.tokens[l.Key] = append(e.tokens[l.Key], l.Token)
-	e.corr[l.Key] = client.CorrelationID(ctx)
-}
-
-func (e *effects) get(key string) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.n[key]
-}
-
 // consume runs Consume until the test ends (or stop is called); stop
 // waits for it and returns its error.
 func consume(t *testing.T, cons jetstream.Consumer, c *client.Client, h Handler, opts ...Option) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Consume(ctx, cons, c, "test", h, opts...) }()
-	stop = sync.OnceValue(func() error {
-		cancel()
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(30 * time.Second):
-			return errors.New("Consume did not return within 30s of its context ending")
-		}
-	})
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("Consume: %v", err)
-		}
-	})
-	return stop
-}
-
-func counted(t *testing.T, reg *prometheus.Registry, outcome adapter.Outcome, action adapter.Action) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n float64
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["adapter"] == "jetstream" && labels["outcome"] == string(outcome) && labels["action"] == string(action) {
-				n += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return n
+	return adaptertest.Run(t, func(ctx context.Context) error { return Consume(ctx, cons, c, "test", h, opts...) })
 }
 
 // Every outcome row in one pull: completed, a duplicate (the same
@@ -193,7 +120,7 @@ func counted(t *testing.T, reg *prometheus.Registry, outcome adapter.Outcome, ac
 // key (MISMATCH) and an older entity version (STALE).
 func TestOutcomes(t *testing.T) {
 	e := setup(t, 5*time.Second)
-	eff := newEffects()
+	eff := adaptertest.NewEffects()
 	var flaky sync.Once
 	h := func(ctx context.Context, msg jetstream.Msg, l client.Lease) ([]byte, error) {
 		switch string(msg.Data()) {
@@ -206,7 +133,7 @@ func TestOutcomes(t *testing.T) {
 				return nil, client.RetryAfter(errors.New("ledger busy"), 50*time.Millisecond)
 			}
 		}
-		eff.add(ctx, l)
+		eff.Add(ctx, l)
 		return nil, nil
 	}
 	requireHeader := func(msg jetstream.Msg) (string, error) {
@@ -233,28 +160,28 @@ func TestOutcomes(t *testing.T) {
 	consume(t, e.consumer(t, e.js), e.grid, h, WithConcurrency(64), WithKey(requireHeader), WithEntity(version),
 		WithFingerprint(fingerprint), WithDeadLetter(e.js, e.name+".dlq"), WithRegisterer(reg))
 	testwait.For(t, 20*time.Second, "every message settled", func() bool {
-		return eff.get("flaky") == 1 && eff.get("ok-19") == 1 && e.deadLetters(t) == 2 &&
-			counted(t, reg, adapter.Duplicate, adapter.Ack) == 1
-	}, func() string { return fmt.Sprintf("effects %v, dead letters %d", eff.n, e.deadLetters(t)) })
+		return eff.Get("flaky") == 1 && eff.Get("ok-19") == 1 && e.deadLetters(t) == 2 &&
+			adaptertest.Counted(t, reg, "jetstream", adapter.Duplicate, adapter.Ack) == 1
+	}, func() string { return fmt.Sprintf("effects %v, dead letters %d", eff, e.deadLetters(t)) })
 
 	// A key reused for another payload, then an entity's older version.
 	e.publish(t, "ok but longer", KeyHeader, "ok-3")
 	e.publish(t, "set", KeyHeader, "balance-v2", "Version", "2")
 	testwait.For(t, 20*time.Second, "the mismatch set aside and version 2 applied", func() bool {
-		return e.deadLetters(t) == 3 && eff.get("balance-v2") == 1
+		return e.deadLetters(t) == 3 && eff.Get("balance-v2") == 1
 	})
 	e.publish(t, "set", KeyHeader, "balance-v1", "Version", "1")
-	testwait.For(t, 20*time.Second, "version 1 settled as stale", func() bool { return counted(t, reg, adapter.Stale, adapter.Ack) == 1 })
+	testwait.For(t, 20*time.Second, "version 1 settled as stale", func() bool { return adaptertest.Counted(t, reg, "jetstream", adapter.Stale, adapter.Ack) == 1 })
 
 	for i := range 20 {
-		if n := eff.get(fmt.Sprintf("ok-%d", i)); n != 1 {
+		if n := eff.Get(fmt.Sprintf("ok-%d", i)); n != 1 {
 			t.Errorf("ok-%d applied %d times", i, n)
 		}
 	}
-	if eff.get("dup") != 1 || eff.get("balance-v1") != 0 {
-		t.Errorf("dup applied %d times (want 1), the stale version %d (want 0)", eff.get("dup"), eff.get("balance-v1"))
+	if eff.Get("dup") != 1 || eff.Get("balance-v1") != 0 {
+		t.Errorf("dup applied %d times (want 1), the stale version %d (want 0)", eff.Get("dup"), eff.Get("balance-v1"))
 	}
-	if got := eff.corr["ok-3"]; got != "corr-3" {
+	if got := eff.Correlation("ok-3"); got != "corr-3" {
 		t.Errorf("the handler's context carried correlation id %q, want corr-3", got)
 	}
 	for _, want := range []struct {
@@ -265,7 +192,7 @@ func TestOutcomes(t *testing.T) {
 		{adapter.Completed, adapter.Ack, 23}, {adapter.Failed, adapter.Retry, 1}, {adapter.Poisoned, adapter.DeadLetter, 1},
 		{adapter.NoKey, adapter.DeadLetter, 1}, {adapter.Mismatch, adapter.DeadLetter, 1},
 	} {
-		if got := counted(t, reg, want.o, want.a); got != want.n {
+		if got := adaptertest.Counted(t, reg, "jetstream", want.o, want.a); got != want.n {
 			t.Errorf("messages %s/%s = %v, want %v", want.o, want.a, got, want.n)
 		}
 	}
@@ -285,7 +212,7 @@ func TestOutcomes(t *testing.T) {
 // token and applies it once.
 func TestCrashMidHandlerIsTakenOver(t *testing.T) {
 	e := setup(t, time.Second)
-	eff := newEffects()
+	eff := adaptertest.NewEffects()
 	ncA, err := nats.Connect(natsURL())
 	if err != nil {
 		t.Fatal(err)
@@ -294,7 +221,7 @@ func TestCrashMidHandlerIsTakenOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cA := dialGrid(t, e.node)
+	cA := adaptertest.Dial(t, e.node)
 	entered := make(chan client.Lease, 1)
 	lease := client.WithLease(2 * time.Second)
 	ctxA, cancelA := context.WithCancel(context.Background())
@@ -323,18 +250,16 @@ func TestCrashMidHandlerIsTakenOver(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	consume(t, e.consumer(t, e.js), e.grid, func(ctx context.Context, msg jetstream.Msg, l client.Lease) ([]byte, error) {
-		eff.add(ctx, l)
+		eff.Add(ctx, l)
 		return nil, nil
 	}, WithProcessOptions(lease), WithRegisterer(reg))
-	testwait.For(t, 30*time.Second, "the payment applied by the second consumer", func() bool { return eff.get("payment-1") == 1 })
-	eff.mu.Lock()
-	second := eff.tokens["payment-1"][0]
-	eff.mu.Unlock()
+	testwait.For(t, 30*time.Second, "the payment applied by the second consumer", func() bool { return eff.Get("payment-1") == 1 })
+	second := eff.FirstToken("payment-1")
 	if second <= first.Token {
 		t.Fatalf("takeover token %d, want more than the crashed holder's %d", second, first.Token)
 	}
-	if testwait.Holds(500*time.Millisecond, func() bool { return eff.get("payment-1") > 1 }) {
-		t.Fatalf("payment applied %d times", eff.get("payment-1"))
+	if testwait.Holds(500*time.Millisecond, func() bool { return eff.Get("payment-1") > 1 }) {
+		t.Fatalf("payment applied %d times", eff.Get("payment-1"))
 	}
 }
 

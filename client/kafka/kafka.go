@@ -310,15 +310,7 @@ func set(m map[string]map[int32]kgo.EpochOffset, topic string, p int32, o kgo.Ep
 // process runs one record, whose key is key, through the grid and judges
 // the outcome.
 func (c *consumer) process(ctx context.Context, key string, r *kgo.Record) adapter.Verdict {
-	popts := slices.Clone(c.cfg.process)
-	if c.cfg.fingerprint != nil {
-		popts = append(popts, client.WithFingerprint(c.cfg.fingerprint(r)))
-	}
-	if c.cfg.entity != nil {
-		if e, v, ok := c.cfg.entity(r); ok {
-			popts = append(popts, client.WithEntity(e, v))
-		}
-	}
+	popts := adapter.ProcessOptions(c.cfg.process, r, c.cfg.fingerprint, c.cfg.entity)
 	hctx := client.ContextWithCorrelationID(ctx, header(r, "correlation-id"))
 	out, err := c.grid.Process(hctx, c.ns, key, func(ctx context.Context, l client.Lease) ([]byte, error) {
 		return c.h(ctx, r, l)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/client/internal/adapter"
+	"github.com/l4xg/grid/client/internal/adaptertest"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,17 +52,7 @@ func setup(t *testing.T) *env {
 	}
 	t.Cleanup(prod.Close)
 	n := gridtest.Start(t)
-	return &env{seeds: seeds, prod: prod, adm: kadm.NewClient(prod), node: n, grid: dialGrid(t, n)}
-}
-
-func dialGrid(t *testing.T, n *gridtest.Node) *client.Client {
-	t.Helper()
-	c, err := client.Dial(context.Background(), n.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return &env{seeds: seeds, prod: prod, adm: kadm.NewClient(prod), node: n, grid: adaptertest.Dial(t, n)}
 }
 
 // consumerClient is a group consumer as the package asks for.
@@ -138,72 +129,9 @@ func (e *env) deadLetters(t *testing.T) []*kgo.Record {
 	return out
 }
 
-type effects struct {
-	mu     sync.Mutex
-	n      map[string]int
-	tokens map[string][]uint64
-	corr   map[string]string
-}
-
-func newEffects() *effects {
-	return &effects{n: map[string]int{}, tokens: map[string][]uint64{}, corr: map[string]string{}}
-}
-
-func (e *effects) add(ctx context.Context, l client.Lease) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.n[l.Key]++
-	e.tokens[l.Key] = append(e.tokens[l.Key], l.Token)
-	e.corr[l.Key] = client.CorrelationID(ctx)
-}
-
-func (e *effects) get(key string) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.n[key]
-}
-
 func consume(t *testing.T, cl *kgo.Client, c *client.Client, h Handler, opts ...Option) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Consume(ctx, cl, c, "test", h, opts...) }()
-	stop = sync.OnceValue(func() error {
-		cancel()
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(30 * time.Second):
-			return errors.New("Consume did not return within 30s of its context ending")
-		}
-	})
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("Consume: %v", err)
-		}
-	})
-	return stop
-}
-
-func counted(t *testing.T, reg *prometheus.Registry, o adapter.Outcome, a adapter.Action) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n float64
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["adapter"] == "kafka" && labels["outcome"] == string(o) && labels["action"] == string(a) {
-				n += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return n
+	return adaptertest.Run(t, func(ctx context.Context) error { return Consume(ctx, cl, c, "test", h, opts...) })
 }
 
 // Every outcome row in few polls: completed, a duplicate (one header key
@@ -215,7 +143,7 @@ func counted(t *testing.T, reg *prometheus.Registry, o adapter.Outcome, a adapte
 // the group commits everything.
 func TestOutcomes(t *testing.T) {
 	e := setup(t)
-	eff := newEffects()
+	eff := adaptertest.NewEffects()
 	var flaky sync.Once
 	h := func(ctx context.Context, r *kgo.Record, l client.Lease) ([]byte, error) {
 		switch string(r.Value) {
@@ -228,7 +156,7 @@ func TestOutcomes(t *testing.T) {
 				return nil, client.RetryAfter(errors.New("ledger busy"), 100*time.Millisecond)
 			}
 		}
-		eff.add(ctx, l)
+		eff.Add(ctx, l)
 		return nil, nil
 	}
 	version := func(r *kgo.Record) (string, uint64, bool) {
@@ -253,22 +181,22 @@ func TestOutcomes(t *testing.T) {
 	consume(t, e.consumerClient(t), e.grid, h, WithEntity(version), WithFingerprint(fingerprint),
 		WithDeadLetterTopic(dlq), WithRegisterer(reg))
 	testwait.For(t, 20*time.Second, "everything committed", func() bool { return e.lag(t) == 0 },
-		func() string { return fmt.Sprintf("lag %d, effects %v", e.lag(t), eff.n) })
+		func() string { return fmt.Sprintf("lag %d, effects %v", e.lag(t), eff) })
 	e.produce(t, 1, "ok but longer", KeyHeader, "ok-3")
 	e.produce(t, 1, "set", KeyHeader, "balance-v1", "version", "1")
 	testwait.For(t, 20*time.Second, "the mismatch and the stale version committed", func() bool { return e.lag(t) == 0 })
 
 	for i := range 20 {
-		if n := eff.get(fmt.Sprintf("ok-%d", i)); n != 1 {
+		if n := eff.Get(fmt.Sprintf("ok-%d", i)); n != 1 {
 			t.Errorf("ok-%d applied %d times", i, n)
 		}
 	}
 	for key, want := range map[string]int{"dup": 1, "flaky": 1, "balance-v2": 1, "balance-v1": 0, "payments/1/3": 1} {
-		if n := eff.get(key); n != want {
+		if n := eff.Get(key); n != want {
 			t.Errorf("%s applied %d times, want %d", key, n, want)
 		}
 	}
-	if got := eff.corr["ok-3"]; got != "corr-3" {
+	if got := eff.Correlation("ok-3"); got != "corr-3" {
 		t.Errorf("the handler's context carried correlation id %q, want corr-3", got)
 	}
 	for _, want := range []struct {
@@ -279,20 +207,20 @@ func TestOutcomes(t *testing.T) {
 		{adapter.Failed, adapter.Retry, 1}, {adapter.Poisoned, adapter.DeadLetter, 1},
 		{adapter.Mismatch, adapter.DeadLetter, 1},
 	} {
-		if got := counted(t, reg, want.o, want.a); got != want.n {
+		if got := adaptertest.Counted(t, reg, "kafka", want.o, want.a); got != want.n {
 			t.Errorf("records %s/%s = %v, want %v", want.o, want.a, got, want.n)
 		}
 	}
 	// The second "dup" of its poll ran after the first: DUPLICATE, not BUSY.
-	if got := counted(t, reg, adapter.Busy, adapter.Retry); got != 0 {
+	if got := adaptertest.Counted(t, reg, "kafka", adapter.Busy, adapter.Retry); got != 0 {
 		t.Errorf("BUSY %v times; records of one key in one poll must not race", got)
 	}
 	// The records after the failed one came again and answered DUPLICATE
 	// (or, for an entity's own version, STALE).
-	if got := counted(t, reg, adapter.Duplicate, adapter.Ack); got < 1+9 {
+	if got := adaptertest.Counted(t, reg, "kafka", adapter.Duplicate, adapter.Ack); got < 1+9 {
 		t.Errorf("duplicates %v, want the second dup and the nine records refetched after the failure", got)
 	}
-	if got := counted(t, reg, adapter.Stale, adapter.Ack); got < 1 {
+	if got := adaptertest.Counted(t, reg, "kafka", adapter.Stale, adapter.Ack); got < 1 {
 		t.Errorf("stale records %v, want version 1 at least", got)
 	}
 	dls := e.deadLetters(t)
@@ -313,9 +241,9 @@ func TestOutcomes(t *testing.T) {
 // larger token and applies it once.
 func TestCrashMidHandlerIsTakenOver(t *testing.T) {
 	e := setup(t)
-	eff := newEffects()
+	eff := adaptertest.NewEffects()
 	clA := e.consumerClient(t)
-	cA := dialGrid(t, e.node)
+	cA := adaptertest.Dial(t, e.node)
 	entered := make(chan client.Lease, 1)
 	lease := client.WithLease(time.Second)
 	ctxA, cancelA := context.WithCancel(context.Background())
@@ -343,13 +271,11 @@ func TestCrashMidHandlerIsTakenOver(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	consume(t, e.consumerClient(t), e.grid, func(ctx context.Context, r *kgo.Record, l client.Lease) ([]byte, error) {
-		eff.add(ctx, l)
+		eff.Add(ctx, l)
 		return nil, nil
 	}, WithProcessOptions(lease), WithRegisterer(reg))
-	testwait.For(t, 30*time.Second, "the payment applied by the second consumer", func() bool { return eff.get("payment-1") == 1 })
-	eff.mu.Lock()
-	second := eff.tokens["payment-1"][0]
-	eff.mu.Unlock()
+	testwait.For(t, 30*time.Second, "the payment applied by the second consumer", func() bool { return eff.Get("payment-1") == 1 })
+	second := eff.FirstToken("payment-1")
 	if second <= first.Token {
 		t.Fatalf("takeover token %d, want more than the crashed holder's %d", second, first.Token)
 	}

@@ -342,15 +342,7 @@ func (r *receiver) handle(ctx context.Context, d amqp.Delivery) {
 		r.settle(ctx, d, adapter.Verdict{Outcome: adapter.NoKey, Action: adapter.DeadLetter, Cause: err})
 		return
 	}
-	popts := slices.Clone(r.cfg.process)
-	if r.cfg.fingerprint != nil {
-		popts = append(popts, client.WithFingerprint(r.cfg.fingerprint(d)))
-	}
-	if r.cfg.entity != nil {
-		if e, v, ok := r.cfg.entity(d); ok {
-			popts = append(popts, client.WithEntity(e, v))
-		}
-	}
+	popts := adapter.ProcessOptions(r.cfg.process, d, r.cfg.fingerprint, r.cfg.entity)
 	hctx := client.ContextWithCorrelationID(ctx, d.CorrelationId)
 	out, err := r.grid.Process(hctx, r.ns, key, func(ctx context.Context, l client.Lease) ([]byte, error) {
 		return r.h(ctx, d, l)

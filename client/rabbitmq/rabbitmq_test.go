@@ -13,10 +13,9 @@ import (
 
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/client/internal/adapter"
-	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/client/internal/adaptertest"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -113,71 +112,11 @@ func count(t *testing.T, conn *amqp.Connection, queue string) int {
 	return q.Messages
 }
 
-// grid starts a grid node and returns a client of it (and the node).
-func grid(t *testing.T) (*client.Client, *gridtest.Node) {
-	t.Helper()
-	n := gridtest.Start(t)
-	return dialGrid(t, n), n
-}
-
-func dialGrid(t *testing.T, n *gridtest.Node) *client.Client {
-	t.Helper()
-	c, err := client.Dial(context.Background(), n.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// effects counts what handlers did, per key.
-type effects struct {
-	mu     sync.Mutex
-	n      map[string]int
-	tokens map[string][]uint64
-	corr   map[string]string
-}
-
-func newEffects() *effects {
-	return &effects{n: map[string]int{}, tokens: map[string][]uint64{}, corr: map[string]string{}}
-}
-
-func (e *effects) add(ctx context.Context, key string, l client.Lease) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.n[key]++
-	e.tokens[key] = append(e.tokens[key], l.Token)
-	e.corr[key] = client.CorrelationID(ctx)
-}
-
-func (e *effects) get(key string) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.n[key]
-}
-
 // consume runs Consume until the test ends (or stop is called) and
 // returns stop, which waits for Consume and returns its error.
 func consume(t *testing.T, conn *amqp.Connection, c *client.Client, queue string, h Handler, opts ...Option) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Consume(ctx, conn, c, "test", queue, h, opts...) }()
-	stop = sync.OnceValue(func() error {
-		cancel()
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(30 * time.Second):
-			return errors.New("Consume did not return within 30s of its context ending")
-		}
-	})
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("Consume: %v", err)
-		}
-	})
-	return stop
+	return adaptertest.Run(t, func(ctx context.Context) error { return Consume(ctx, conn, c, "test", queue, h, opts...) })
 }
 
 // Every outcome row at once, in one prefetch window, so the client batches
@@ -189,8 +128,8 @@ func TestOutcomes(t *testing.T) {
 	conn := dial(t)
 	delays := []time.Duration{100 * time.Millisecond, time.Second}
 	q := testQueue(t, conn, delays...)
-	c, _ := grid(t)
-	eff := newEffects()
+	c, _ := adaptertest.Grid(t)
+	eff := adaptertest.NewEffects()
 	var flaky sync.Once
 	h := func(ctx context.Context, d amqp.Delivery, l client.Lease) ([]byte, error) {
 		switch string(d.Body) {
@@ -203,7 +142,7 @@ func TestOutcomes(t *testing.T) {
 				return nil, client.RetryAfter(errors.New("ledger busy"), 50*time.Millisecond)
 			}
 		}
-		eff.add(ctx, l.Key, l)
+		eff.Add(ctx, l)
 		return []byte("done " + l.Key), nil
 	}
 	for i := range 20 {
@@ -221,20 +160,20 @@ func TestOutcomes(t *testing.T) {
 	// The second copy of "dup" is a DUPLICATE, or BUSY while the first one
 	// runs and a DUPLICATE when it comes back from the retry queue.
 	testwait.For(t, 20*time.Second, "every message settled", func() bool {
-		return eff.get("flaky") == 1 && count(t, conn, q+".dlq") == 2 && eff.get("ok-19") == 1 &&
-			testutil.ToFloat64(mustCounter(t, reg, "duplicate", adapter.Ack)) == 1
+		return eff.Get("flaky") == 1 && count(t, conn, q+".dlq") == 2 && eff.Get("ok-19") == 1 &&
+			adaptertest.Counted(t, reg, "rabbitmq", "duplicate", adapter.Ack) == 1
 	}, func() string {
-		return fmt.Sprintf("effects %v, dead letters %d", eff.n, count(t, conn, q+".dlq"))
+		return fmt.Sprintf("effects %v, dead letters %d", eff, count(t, conn, q+".dlq"))
 	})
 	for i := range 20 {
-		if n := eff.get(fmt.Sprintf("ok-%d", i)); n != 1 {
+		if n := eff.Get(fmt.Sprintf("ok-%d", i)); n != 1 {
 			t.Errorf("ok-%d applied %d times", i, n)
 		}
 	}
-	if eff.get("dup") != 1 || eff.get("by-header") != 1 {
-		t.Errorf("dup applied %d times, by-header %d; want once each", eff.get("dup"), eff.get("by-header"))
+	if eff.Get("dup") != 1 || eff.Get("by-header") != 1 {
+		t.Errorf("dup applied %d times, by-header %d; want once each", eff.Get("dup"), eff.Get("by-header"))
 	}
-	if got := eff.corr["ok-3"]; got != "corr-ok-3" {
+	if got := eff.Correlation("ok-3"); got != "corr-ok-3" {
 		t.Errorf("the handler's context carried correlation id %q, want corr-ok-3", got)
 	}
 	// The dead letters, and what the grid says about the poisoned key.
@@ -242,7 +181,7 @@ func TestOutcomes(t *testing.T) {
 		t.Errorf("poison key: %+v, %v; want POISONED", g, err)
 	}
 	m := func(outcome string, action adapter.Action) float64 {
-		return testutil.ToFloat64(mustCounter(t, reg, outcome, action))
+		return adaptertest.Counted(t, reg, "rabbitmq", adapter.Outcome(outcome), action)
 	}
 	for _, want := range []struct {
 		outcome string
@@ -262,28 +201,6 @@ func TestOutcomes(t *testing.T) {
 	}
 }
 
-// mustCounter finds the adapter's counter for outcome and action in reg.
-func mustCounter(t *testing.T, reg *prometheus.Registry, outcome string, action adapter.Action) prometheus.Counter {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "found"})
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["outcome"] == outcome && labels["action"] == string(action) && labels["adapter"] == "rabbitmq" {
-				c.Add(m.GetCounter().GetValue())
-			}
-		}
-	}
-	return c
-}
-
 // A consumer that dies in the middle of a handler (its grid client and its
 // connection gone, the handler never returning) leaves the key leased.
 // RabbitMQ redelivers the message to another consumer at once; the grid
@@ -294,15 +211,15 @@ func TestCrashMidHandlerIsTakenOver(t *testing.T) {
 	conn := dial(t)
 	delays := []time.Duration{200 * time.Millisecond, time.Second, 2 * time.Second}
 	q := testQueue(t, conn, delays...)
-	c2, n := grid(t)
-	eff := newEffects()
+	c2, n := adaptertest.Grid(t)
+	eff := adaptertest.NewEffects()
 
 	// The first consumer, on connections of its own, hangs in the handler.
 	connA, err := amqp.Dial(amqpURL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cA := dialGrid(t, n)
+	cA := adaptertest.Dial(t, n)
 	entered := make(chan client.Lease, 1)
 	hang := func(ctx context.Context, d amqp.Delivery, l client.Lease) ([]byte, error) {
 		entered <- l
@@ -326,21 +243,19 @@ func TestCrashMidHandlerIsTakenOver(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	consume(t, conn, c2, q, func(ctx context.Context, d amqp.Delivery, l client.Lease) ([]byte, error) {
-		eff.add(ctx, l.Key, l)
+		eff.Add(ctx, l)
 		return nil, nil
 	}, WithRetryDelays(delays...), WithProcessOptions(lease), WithRegisterer(reg))
-	testwait.For(t, 20*time.Second, "the payment applied by the second consumer", func() bool { return eff.get("payment-1") == 1 })
-	eff.mu.Lock()
-	second := eff.tokens["payment-1"][0]
-	eff.mu.Unlock()
+	testwait.For(t, 20*time.Second, "the payment applied by the second consumer", func() bool { return eff.Get("payment-1") == 1 })
+	second := eff.FirstToken("payment-1")
 	if second <= first.Token {
 		t.Fatalf("takeover token %d, want more than the crashed holder's %d", second, first.Token)
 	}
-	if got := testutil.ToFloat64(mustCounter(t, reg, "busy", adapter.Retry)); got < 1 {
+	if got := adaptertest.Counted(t, reg, "rabbitmq", "busy", adapter.Retry); got < 1 {
 		t.Errorf("the redelivery while the lease ran was retried %v times, want at least once", got)
 	}
-	if testwait.Holds(500*time.Millisecond, func() bool { return eff.get("payment-1") > 1 }) {
-		t.Fatalf("payment applied %d times", eff.get("payment-1"))
+	if testwait.Holds(500*time.Millisecond, func() bool { return eff.Get("payment-1") > 1 }) {
+		t.Fatalf("payment applied %d times", eff.Get("payment-1"))
 	}
 }
 
@@ -351,7 +266,7 @@ func TestShutdownHandsMessagesBack(t *testing.T) {
 	conn := dial(t)
 	delays := []time.Duration{time.Second}
 	q := testQueue(t, conn, delays...)
-	c, _ := grid(t)
+	c, _ := adaptertest.Grid(t)
 	const msgs = 5
 	for i := range msgs {
 		publish(t, conn, q, fmt.Sprintf("m-%d", i), "pay", nil)
@@ -398,8 +313,8 @@ func TestMismatchAndStale(t *testing.T) {
 	conn := dial(t)
 	delays := []time.Duration{100 * time.Millisecond}
 	q := testQueue(t, conn, delays...)
-	c, _ := grid(t)
-	eff := newEffects()
+	c, _ := adaptertest.Grid(t)
+	eff := adaptertest.NewEffects()
 	fingerprint := func(d amqp.Delivery) uint64 { return uint64(len(d.Body)) + 1 }
 	entity := func(d amqp.Delivery) (string, uint64, bool) {
 		v, ok := d.Headers["version"].(int32)
@@ -407,25 +322,25 @@ func TestMismatchAndStale(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	consume(t, conn, c, q, func(ctx context.Context, d amqp.Delivery, l client.Lease) ([]byte, error) {
-		eff.add(ctx, l.Key, l)
+		eff.Add(ctx, l)
 		return nil, nil
 	}, WithPrefetch(1), WithRetryDelays(delays...), WithFingerprint(fingerprint), WithEntity(entity), WithRegisterer(reg))
 
 	publish(t, conn, q, "order-1", "ten euros", nil)
-	testwait.For(t, 20*time.Second, "order-1 applied", func() bool { return eff.get("order-1") == 1 })
+	testwait.For(t, 20*time.Second, "order-1 applied", func() bool { return eff.Get("order-1") == 1 })
 	publish(t, conn, q, "order-1", "one thousand euros", nil)
 	testwait.For(t, 20*time.Second, "the reused key dead-lettered", func() bool { return count(t, conn, q+".dlq") == 1 })
 
 	publish(t, conn, q, "balance-v2", "set", amqp.Table{"version": int32(2)})
-	testwait.For(t, 20*time.Second, "version 2 applied", func() bool { return eff.get("balance-v2") == 1 })
+	testwait.For(t, 20*time.Second, "version 2 applied", func() bool { return eff.Get("balance-v2") == 1 })
 	publish(t, conn, q, "balance-v1", "set", amqp.Table{"version": int32(1)})
 	testwait.For(t, 20*time.Second, "version 1 settled as stale", func() bool {
-		return testutil.ToFloat64(mustCounter(t, reg, "stale", adapter.Ack)) == 1
+		return adaptertest.Counted(t, reg, "rabbitmq", "stale", adapter.Ack) == 1
 	})
-	if eff.get("balance-v1") != 0 {
+	if eff.Get("balance-v1") != 0 {
 		t.Fatal("the stale version ran the handler")
 	}
-	if got := testutil.ToFloat64(mustCounter(t, reg, "mismatch", adapter.DeadLetter)); got != 1 {
+	if got := adaptertest.Counted(t, reg, "rabbitmq", "mismatch", adapter.DeadLetter); got != 1 {
 		t.Fatalf("mismatches dead-lettered: %v, want 1", got)
 	}
 }
@@ -436,7 +351,7 @@ func TestDeadLetterExchange(t *testing.T) {
 	conn := dial(t)
 	delays := []time.Duration{100 * time.Millisecond}
 	q := testQueue(t, conn, delays...)
-	c, _ := grid(t)
+	c, _ := adaptertest.Grid(t)
 	ctx := context.Background()
 	if err := Consume(ctx, conn, c, "test", q, func(context.Context, amqp.Delivery, client.Lease) ([]byte, error) { return nil, nil },
 		WithDeadLetter("no-such-exchange-"+q, "x")); err == nil {

@@ -44,7 +44,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -222,15 +221,7 @@ func (r *receiver) handle(ctx context.Context, msg *azservicebus.ReceivedMessage
 		r.settle(ctx, msg, adapter.Verdict{Outcome: adapter.NoKey, Action: adapter.DeadLetter, Cause: err})
 		return
 	}
-	popts := slices.Clone(r.cfg.process)
-	if r.cfg.fingerprint != nil {
-		popts = append(popts, client.WithFingerprint(r.cfg.fingerprint(msg)))
-	}
-	if r.cfg.entity != nil {
-		if e, v, ok := r.cfg.entity(msg); ok {
-			popts = append(popts, client.WithEntity(e, v))
-		}
-	}
+	popts := adapter.ProcessOptions(r.cfg.process, msg, r.cfg.fingerprint, r.cfg.entity)
 	corr := ""
 	if msg.CorrelationID != nil {
 		corr = *msg.CorrelationID

@@ -12,7 +12,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/client/internal/adapter"
-	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/client/internal/adaptertest"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -20,88 +20,9 @@ import (
 // These tests run on fakeQueue (no Service Bus emulator runs here) and a
 // real grid node.
 
-func grid(t *testing.T) (*client.Client, *gridtest.Node) {
-	t.Helper()
-	n := gridtest.Start(t)
-	return dialGrid(t, n), n
-}
-
-func dialGrid(t *testing.T, n *gridtest.Node) *client.Client {
-	t.Helper()
-	c, err := client.Dial(context.Background(), n.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-type effects struct {
-	mu     sync.Mutex
-	n      map[string]int
-	tokens map[string][]uint64
-	corr   map[string]string
-}
-
-func newEffects() *effects {
-	return &effects{n: map[string]int{}, tokens: map[string][]uint64{}, corr: map[string]string{}}
-}
-
-func (e *effects) add(ctx context.Context, l client.Lease) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.n[l.Key]++
-	e.tokens[l.Key] = append(e.tokens[l.Key], l.Token)
-	e.corr[l.Key] = client.CorrelationID(ctx)
-}
-
-func (e *effects) get(key string) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.n[key]
-}
-
 func consume(t *testing.T, q Receiver, c *client.Client, h Handler, opts ...Option) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Consume(ctx, q, c, "test", h, opts...) }()
-	stop = sync.OnceValue(func() error {
-		cancel()
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(30 * time.Second):
-			return errors.New("Consume did not return within 30s of its context ending")
-		}
-	})
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("Consume: %v", err)
-		}
-	})
-	return stop
-}
-
-func counted(t *testing.T, reg *prometheus.Registry, o adapter.Outcome, a adapter.Action) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n float64
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["adapter"] == "servicebus" && labels["outcome"] == string(o) && labels["action"] == string(a) {
-				n += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return n
+	return adaptertest.Run(t, func(ctx context.Context) error { return Consume(ctx, q, c, "test", h, opts...) })
 }
 
 // Every outcome row in one receive: completed, a duplicate, a retryable
@@ -109,9 +30,9 @@ func counted(t *testing.T, reg *prometheus.Registry, o adapter.Outcome, a adapte
 // one without a key dead-lettered with their reasons, a reused key
 // (MISMATCH) and an older entity version (STALE).
 func TestOutcomes(t *testing.T) {
-	c, _ := grid(t)
+	c, _ := adaptertest.Grid(t)
 	q := newFakeQueue(5*time.Second, 10)
-	eff := newEffects()
+	eff := adaptertest.NewEffects()
 	var flaky sync.Once
 	h := func(ctx context.Context, msg *azservicebus.ReceivedMessage, l client.Lease) ([]byte, error) {
 		switch string(msg.Body) {
@@ -124,7 +45,7 @@ func TestOutcomes(t *testing.T) {
 				return nil, client.RetryAfter(errors.New("ledger busy"), 50*time.Millisecond)
 			}
 		}
-		eff.add(ctx, l)
+		eff.Add(ctx, l)
 		return nil, nil
 	}
 	version := func(msg *azservicebus.ReceivedMessage) (string, uint64, bool) {
@@ -145,10 +66,10 @@ func TestOutcomes(t *testing.T) {
 	consume(t, q, c, h, WithBatch(64), WithRetryScheduler(q), WithEntity(version), WithFingerprint(fingerprint), WithRegisterer(reg))
 	testwait.For(t, 20*time.Second, "every message settled", func() bool {
 		waiting, _, dead := q.state()
-		return waiting == 0 && dead == 2 && eff.get("flaky") == 1
+		return waiting == 0 && dead == 2 && eff.Get("flaky") == 1
 	}, func() string {
 		w, d, dl := q.state()
-		return fmt.Sprintf("waiting %d, completed %d, dead %d, effects %v", w, d, dl, eff.n)
+		return fmt.Sprintf("waiting %d, completed %d, dead %d, effects %v", w, d, dl, eff)
 	})
 	q.send("ok-3", "ok but longer", nil)
 	q.send("balance-v1", "set", map[string]any{"version": 1})
@@ -157,12 +78,12 @@ func TestOutcomes(t *testing.T) {
 		return waiting == 0 && dead == 3
 	})
 	for i := range 20 {
-		if n := eff.get(fmt.Sprintf("ok-%d", i)); n != 1 {
+		if n := eff.Get(fmt.Sprintf("ok-%d", i)); n != 1 {
 			t.Errorf("ok-%d applied %d times", i, n)
 		}
 	}
 	for key, want := range map[string]int{"dup": 1, "flaky": 1, "balance-v2": 1, "balance-v1": 0} {
-		if n := eff.get(key); n != want {
+		if n := eff.Get(key); n != want {
 			t.Errorf("%s applied %d times, want %d", key, n, want)
 		}
 	}
@@ -177,7 +98,7 @@ func TestOutcomes(t *testing.T) {
 		a adapter.Action
 		n float64
 	}{{adapter.Failed, adapter.Retry, 1}, {adapter.Stale, adapter.Ack, 1}, {adapter.Duplicate, adapter.Ack, 1}} {
-		if got := counted(t, reg, want.o, want.a); got != want.n {
+		if got := adaptertest.Counted(t, reg, "servicebus", want.o, want.a); got != want.n {
 			t.Errorf("messages %s/%s = %v, want %v", want.o, want.a, got, want.n)
 		}
 	}
@@ -189,10 +110,10 @@ func TestOutcomes(t *testing.T) {
 // does, and then the next consumer takes the key over with a larger token
 // and applies it once.
 func TestCrashMidHandlerIsTakenOver(t *testing.T) {
-	c, n := grid(t)
+	c, n := adaptertest.Grid(t)
 	q := newFakeQueue(500*time.Millisecond, 100)
-	eff := newEffects()
-	cA := dialGrid(t, n)
+	eff := adaptertest.NewEffects()
+	cA := adaptertest.Dial(t, n)
 	lease := client.WithLease(2 * time.Second)
 	entered := make(chan client.Lease, 1)
 	ctxA, cancelA := context.WithCancel(context.Background())
@@ -221,13 +142,11 @@ func TestCrashMidHandlerIsTakenOver(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	consume(t, q, c, func(ctx context.Context, msg *azservicebus.ReceivedMessage, l client.Lease) ([]byte, error) {
-		eff.add(ctx, l)
+		eff.Add(ctx, l)
 		return nil, nil
 	}, WithProcessOptions(lease), WithRetryScheduler(q), WithRegisterer(reg))
-	testwait.For(t, 30*time.Second, "the payment applied by the second consumer", func() bool { return eff.get("payment-1") == 1 })
-	eff.mu.Lock()
-	second := eff.tokens["payment-1"][0]
-	eff.mu.Unlock()
+	testwait.For(t, 30*time.Second, "the payment applied by the second consumer", func() bool { return eff.Get("payment-1") == 1 })
+	second := eff.FirstToken("payment-1")
 	if second <= first.Token {
 		t.Fatalf("takeover token %d, want more than the crashed holder's %d", second, first.Token)
 	}
@@ -237,7 +156,7 @@ func TestCrashMidHandlerIsTakenOver(t *testing.T) {
 // A handler that runs longer than the lock keeps its message: the lock is
 // renewed while it runs, so the message is delivered once.
 func TestLongHandlerRenewsTheLock(t *testing.T) {
-	c, _ := grid(t)
+	c, _ := adaptertest.Grid(t)
 	q := newFakeQueue(300*time.Millisecond, 100)
 	deliveries := make(chan uint32, 10)
 	consume(t, q, c, func(ctx context.Context, msg *azservicebus.ReceivedMessage, l client.Lease) ([]byte, error) {
@@ -263,7 +182,7 @@ func TestLongHandlerRenewsTheLock(t *testing.T) {
 // Stopping a consumer releases the keys its handlers hold and abandons
 // their messages: the next consumer runs each as attempt 1.
 func TestShutdownHandsMessagesBack(t *testing.T) {
-	c, _ := grid(t)
+	c, _ := adaptertest.Grid(t)
 	q := newFakeQueue(30*time.Second, 100)
 	const msgs = 5
 	for i := range msgs {

@@ -39,7 +39,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -289,15 +288,7 @@ func (r *receiver) handle(ctx context.Context, msg types.Message) adapter.Verdic
 	if err != nil {
 		return adapter.Verdict{Outcome: adapter.NoKey, Action: adapter.DeadLetter, Cause: err}
 	}
-	popts := slices.Clone(r.cfg.process)
-	if r.cfg.fingerprint != nil {
-		popts = append(popts, client.WithFingerprint(r.cfg.fingerprint(msg)))
-	}
-	if r.cfg.entity != nil {
-		if e, v, ok := r.cfg.entity(msg); ok {
-			popts = append(popts, client.WithEntity(e, v))
-		}
-	}
+	popts := adapter.ProcessOptions(r.cfg.process, msg, r.cfg.fingerprint, r.cfg.entity)
 	hctx := client.ContextWithCorrelationID(ctx, attribute(msg, "correlation-id"))
 	out, err := r.grid.Process(hctx, r.ns, key, func(ctx context.Context, l client.Lease) ([]byte, error) {
 		stop := r.extend(ctx, msg)

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/client/internal/adapter"
+	"github.com/l4xg/grid/client/internal/adaptertest"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,17 +38,7 @@ func setup(t *testing.T) *env {
 		BaseEndpoint: aws.String(f.srv.URL), Region: "us-east-1", Credentials: aws.AnonymousCredentials{},
 	})
 	n := gridtest.Start(t)
-	return &env{fake: f, api: api, node: n, grid: dialGrid(t, n)}
-}
-
-func dialGrid(t *testing.T, n *gridtest.Node) *client.Client {
-	t.Helper()
-	c, err := client.Dial(context.Background(), n.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return &env{fake: f, api: api, node: n, grid: adaptertest.Dial(t, n)}
 }
 
 // send sends a message through the SDK with string attributes (name,
@@ -64,73 +55,10 @@ func (e *env) send(t *testing.T, queue, body string, attrs ...string) {
 	}
 }
 
-type effects struct {
-	mu     sync.Mutex
-	n      map[string]int
-	tokens map[string][]uint64
-	corr   map[string]string
-}
-
-func newEffects() *effects {
-	return &effects{n: map[string]int{}, tokens: map[string][]uint64{}, corr: map[string]string{}}
-}
-
-func (e *effects) add(ctx context.Context, l client.Lease) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.n[l.Key]++
-	e.tokens[l.Key] = append(e.tokens[l.Key], l.Token)
-	e.corr[l.Key] = client.CorrelationID(ctx)
-}
-
-func (e *effects) get(key string) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.n[key]
-}
-
 func (e *env) consume(t *testing.T, c *client.Client, queue string, h Handler, opts ...Option) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
 	opts = append([]Option{WithWait(time.Second)}, opts...)
-	go func() { done <- Consume(ctx, e.api, e.fake.url(queue), c, "test", h, opts...) }()
-	stop = sync.OnceValue(func() error {
-		cancel()
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(30 * time.Second):
-			return errors.New("Consume did not return within 30s of its context ending")
-		}
-	})
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("Consume: %v", err)
-		}
-	})
-	return stop
-}
-
-func counted(t *testing.T, reg *prometheus.Registry, o adapter.Outcome, a adapter.Action) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n float64
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["adapter"] == "sqs" && labels["outcome"] == string(o) && labels["action"] == string(a) {
-				n += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return n
+	return adaptertest.Run(t, func(ctx context.Context) error { return Consume(ctx, e.api, e.fake.url(queue), c, "test", h, opts...) })
 }
 
 // Every outcome row in receives of 10: completed, a duplicate, a retryable
@@ -140,7 +68,7 @@ func counted(t *testing.T, reg *prometheus.Registry, o adapter.Outcome, a adapte
 // settled is deleted in batches.
 func TestOutcomes(t *testing.T) {
 	e := setup(t)
-	eff := newEffects()
+	eff := adaptertest.NewEffects()
 	var flaky sync.Once
 	h := func(ctx context.Context, msg types.Message, l client.Lease) ([]byte, error) {
 		switch aws.ToString(msg.Body) {
@@ -153,7 +81,7 @@ func TestOutcomes(t *testing.T) {
 				return nil, client.RetryAfter(errors.New("ledger busy"), 50*time.Millisecond)
 			}
 		}
-		eff.add(ctx, l)
+		eff.Add(ctx, l)
 		return nil, nil
 	}
 	requireKey := func(msg types.Message) (string, error) {
@@ -183,7 +111,7 @@ func TestOutcomes(t *testing.T) {
 	testwait.For(t, 20*time.Second, "every message settled", func() bool {
 		return e.fake.depth("in") == 0 && e.fake.depth("dlq") == 2
 	}, func() string {
-		return fmt.Sprintf("in %d, dlq %d, effects %v", e.fake.depth("in"), e.fake.depth("dlq"), eff.n)
+		return fmt.Sprintf("in %d, dlq %d, effects %v", e.fake.depth("in"), e.fake.depth("dlq"), eff)
 	})
 	e.send(t, "in", "ok but longer", KeyAttribute, "ok-3")
 	e.send(t, "in", "set", KeyAttribute, "balance-v1", "version", "1")
@@ -191,16 +119,16 @@ func TestOutcomes(t *testing.T) {
 		return e.fake.depth("in") == 0 && e.fake.depth("dlq") == 3
 	})
 	for i := range 20 {
-		if n := eff.get(fmt.Sprintf("ok-%d", i)); n != 1 {
+		if n := eff.Get(fmt.Sprintf("ok-%d", i)); n != 1 {
 			t.Errorf("ok-%d applied %d times", i, n)
 		}
 	}
 	for key, want := range map[string]int{"dup": 1, "flaky": 1, "balance-v2": 1, "balance-v1": 0} {
-		if n := eff.get(key); n != want {
+		if n := eff.Get(key); n != want {
 			t.Errorf("%s applied %d times, want %d", key, n, want)
 		}
 	}
-	if got := eff.corr["ok-3"]; got != "corr-3" {
+	if got := eff.Correlation("ok-3"); got != "corr-3" {
 		t.Errorf("the handler's context carried correlation id %q, want corr-3", got)
 	}
 	var reasons []string
@@ -218,7 +146,7 @@ func TestOutcomes(t *testing.T) {
 		a adapter.Action
 		n float64
 	}{{adapter.Failed, adapter.Retry, 1}, {adapter.Stale, adapter.Ack, 1}, {adapter.Completed, adapter.Ack, 23}} {
-		if got := counted(t, reg, want.o, want.a); got != want.n {
+		if got := adaptertest.Counted(t, reg, "sqs", want.o, want.a); got != want.n {
 			t.Errorf("messages %s/%s = %v, want %v", want.o, want.a, got, want.n)
 		}
 	}
@@ -231,8 +159,8 @@ func TestOutcomes(t *testing.T) {
 // applies it once.
 func TestCrashMidHandlerIsTakenOver(t *testing.T) {
 	e := setup(t)
-	eff := newEffects()
-	cA := dialGrid(t, e.node)
+	eff := adaptertest.NewEffects()
+	cA := adaptertest.Dial(t, e.node)
 	lease := client.WithLease(2 * time.Second)
 	entered := make(chan client.Lease, 1)
 	ctxA, cancelA := context.WithCancel(context.Background())
@@ -259,13 +187,11 @@ func TestCrashMidHandlerIsTakenOver(t *testing.T) {
 	<-doneA
 
 	e.consume(t, e.grid, "in", func(ctx context.Context, msg types.Message, l client.Lease) ([]byte, error) {
-		eff.add(ctx, l)
+		eff.Add(ctx, l)
 		return nil, nil
 	}, WithProcessOptions(lease))
-	testwait.For(t, 30*time.Second, "the payment applied by the second consumer", func() bool { return eff.get("payment-1") == 1 })
-	eff.mu.Lock()
-	second := eff.tokens["payment-1"][0]
-	eff.mu.Unlock()
+	testwait.For(t, 30*time.Second, "the payment applied by the second consumer", func() bool { return eff.Get("payment-1") == 1 })
+	second := eff.FirstToken("payment-1")
 	if second <= first.Token {
 		t.Fatalf("takeover token %d, want more than the crashed holder's %d", second, first.Token)
 	}
@@ -351,7 +277,7 @@ func TestRedrivePolicyLeavesDeadLettersToSQS(t *testing.T) {
 		return nil, client.Poison(errors.New("bad amount"))
 	}, WithRedrivePolicy(), WithRegisterer(reg))
 	testwait.For(t, 20*time.Second, "the poisoned message received again", func() bool {
-		return counted(t, reg, adapter.Poisoned, adapter.DeadLetter) >= 2
+		return adaptertest.Counted(t, reg, "sqs", adapter.Poisoned, adapter.DeadLetter) >= 2
 	})
 	if n := e.fake.depth("in"); n != 1 {
 		t.Fatalf("queue holds %d messages, want the dead letter kept for the redrive policy", n)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/l4xg/grid/client"
@@ -114,3 +115,20 @@ func NewMetrics(adapter string, reg prometheus.Registerer) (*Metrics, error) {
 
 // Count counts a message settled with outcome o by action a.
 func (m *Metrics) Count(o Outcome, a Action) { m.settled.WithLabelValues(string(o), string(a)).Inc() }
+
+// ProcessOptions are the options of the Process call for message m: base,
+// and the fingerprint and the entity the adapter's options derive from m
+// (either may be nil).
+func ProcessOptions[M any](base []client.ProcessOption, m M, fingerprint func(M) uint64,
+	entity func(M) (string, uint64, bool)) []client.ProcessOption {
+	opts := slices.Clone(base)
+	if fingerprint != nil {
+		opts = append(opts, client.WithFingerprint(fingerprint(m)))
+	}
+	if entity != nil {
+		if e, v, ok := entity(m); ok {
+			opts = append(opts, client.WithEntity(e, v))
+		}
+	}
+	return opts
+}
