@@ -254,22 +254,8 @@ func (r *receiver) handle(ctx context.Context, msg jetstream.Msg) {
 // inProgress tells JetStream, every third of the ack wait until stop is
 // called, that msg is still being worked on.
 func (r *receiver) inProgress(ctx context.Context, msg jetstream.Msg) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(max(r.ackWait/3, 10*time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				_ = msg.InProgress() // a failure shows as a redelivery, which the grid answers
-			}
-		}
-	}()
-	return func() { cancel(); <-done }
+	every := max(r.ackWait/3, 10*time.Millisecond)
+	return adapter.KeepAlive(ctx, func() time.Duration { return every }, func(context.Context) { _ = msg.InProgress() })
 }
 
 // settle does v's action to msg.

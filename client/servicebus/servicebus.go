@@ -238,26 +238,14 @@ func (r *receiver) handle(ctx context.Context, msg *azservicebus.ReceivedMessage
 // renewLock renews msg's lock, every third of what is left of it, until
 // stop is called.
 func (r *receiver) renewLock(ctx context.Context, msg *azservicebus.ReceivedMessage) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			wait := 10 * time.Second
-			if msg.LockedUntil != nil {
-				wait = max(time.Until(*msg.LockedUntil)/3, 10*time.Millisecond)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-				// RenewMessageLock moves msg.LockedUntil on. A failure shows
-				// as a redelivery, which the grid answers.
-				_ = r.rcv.RenewMessageLock(ctx, msg, nil)
-			}
+	next := func() time.Duration {
+		if msg.LockedUntil == nil {
+			return 10 * time.Second
 		}
-	}()
-	return func() { cancel(); <-done }
+		return max(time.Until(*msg.LockedUntil)/3, 10*time.Millisecond)
+	}
+	// RenewMessageLock moves msg.LockedUntil on.
+	return adapter.KeepAlive(ctx, next, func(ctx context.Context) { _ = r.rcv.RenewMessageLock(ctx, msg, nil) })
 }
 
 // settle does v's action to msg.

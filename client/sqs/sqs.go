@@ -301,22 +301,8 @@ func (r *receiver) handle(ctx context.Context, msg types.Message) adapter.Verdic
 // extend moves msg's visibility timeout on by WithVisibility, every third
 // of it, until stop is called.
 func (r *receiver) extend(ctx context.Context, msg types.Message) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(r.cfg.visibility / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				_ = r.visible(ctx, msg, r.cfg.visibility) // a failure shows as a redelivery, which the grid answers
-			}
-		}
-	}()
-	return func() { cancel(); <-done }
+	return adapter.KeepAlive(ctx, func() time.Duration { return r.cfg.visibility / 3 },
+		func(ctx context.Context) { _ = r.visible(ctx, msg, r.cfg.visibility) })
 }
 
 // visible makes msg visible again after d (whole seconds, at most 12h).

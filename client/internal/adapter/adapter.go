@@ -132,3 +132,27 @@ func ProcessOptions[M any](base []client.ProcessOption, m M, fingerprint func(M)
 	}
 	return opts
 }
+
+// KeepAlive calls touch (a broker's "still working on it": extend a lock,
+// a visibility timeout, an ack deadline) after each wait that next gives,
+// until stop is called, and returns once touch has stopped. A failed touch
+// is the broker delivering the message again, which the grid answers, so
+// touch reports nothing.
+func KeepAlive(ctx context.Context, next func() time.Duration, touch func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			t := time.NewTimer(next())
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+				touch(ctx)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
