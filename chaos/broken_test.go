@@ -1,4 +1,4 @@
-package chaos_test
+package main_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/l4xg/grid/chaos"
+	"github.com/l4xg/grid/chaos/check"
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/internal/gridtest"
 )
@@ -18,13 +18,13 @@ import (
 // invalidated — what a follower read without ReadIndex, or a read path that
 // skips the log, looks like from outside.
 type staleGets struct {
-	chaos.Executor
+	check.Executor
 	mu    *sync.Mutex
-	cache map[string]chaos.Output
+	cache map[string]check.Output
 }
 
-func (s staleGets) Do(ctx context.Context, in chaos.Input) (chaos.Output, error) {
-	if in.Kind != chaos.KindGet {
+func (s staleGets) Do(ctx context.Context, in check.Input) (check.Output, error) {
+	if in.Kind != check.KindGet {
 		return s.Executor.Do(ctx, in)
 	}
 	s.mu.Lock()
@@ -46,15 +46,15 @@ func (s staleGets) Do(ctx context.Context, in chaos.Input) (chaos.Output, error)
 // without ever reaching the log (as a leader that answers before the entry
 // commits, then loses it), with the answer a real Complete would give.
 type lostCompletes struct {
-	chaos.Executor
+	check.Executor
 }
 
-func (l lostCompletes) Do(ctx context.Context, in chaos.Input) (chaos.Output, error) {
-	if in.Kind != chaos.KindComplete || in.Result == "stale" {
+func (l lostCompletes) Do(ctx context.Context, in check.Input) (check.Output, error) {
+	if in.Kind != check.KindComplete || in.Result == "stale" {
 		return l.Executor.Do(ctx, in)
 	}
 	now := time.Now().UnixMilli()
-	return chaos.Output{
+	return check.Output{
 		Outcome: client.OutcomeOK, State: client.StateCompleted, Token: in.Token, Attempt: 1,
 		Deadline: now + in.Retention, Now: now, Result: in.Result,
 	}, nil
@@ -64,11 +64,11 @@ func (l lostCompletes) Do(ctx context.Context, in chaos.Input) (chaos.Output, er
 // behind a deliberately broken layer is reported not linearizable. If these
 // pass while the grid is broken this way, the checker proves nothing.
 func TestCheckerCatchesBrokenGrid(t *testing.T) {
-	cases := map[string]func(chaos.Executor) chaos.Executor{
-		"stale-gets": func(e chaos.Executor) chaos.Executor {
-			return staleGets{Executor: e, mu: &sync.Mutex{}, cache: map[string]chaos.Output{}}
+	cases := map[string]func(check.Executor) check.Executor{
+		"stale-gets": func(e check.Executor) check.Executor {
+			return staleGets{Executor: e, mu: &sync.Mutex{}, cache: map[string]check.Output{}}
 		},
-		"lost-completes": func(e chaos.Executor) chaos.Executor { return lostCompletes{e} },
+		"lost-completes": func(e check.Executor) check.Executor { return lostCompletes{e} },
 	}
 	s := firstSeed(t)
 	for name, wrap := range cases {

@@ -1,4 +1,4 @@
-package chaos_test
+package main_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/l4xg/grid/chaos"
+	"github.com/l4xg/grid/chaos/check"
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/internal/gridtest"
 )
@@ -24,17 +24,17 @@ import (
 // replica answers it locally). The node is reader(key): a follower of the
 // key's shard, or the node a partition has cut off.
 type followerReads struct {
-	chaos.Executor
+	check.Executor
 	nodes  []*client.Client // one per node, WithoutRouting
 	reader func(key string) int
 }
 
-func (f followerReads) Do(ctx context.Context, in chaos.Input) (chaos.Output, error) {
-	if in.Kind != chaos.KindGet {
+func (f followerReads) Do(ctx context.Context, in check.Input) (check.Output, error) {
+	if in.Kind != check.KindGet {
 		return f.Executor.Do(ctx, in)
 	}
 	r, err := f.nodes[f.reader(in.Key)].Get(ctx, "chaos", in.Key, client.WithStaleOK())
-	return chaos.Classify(r, err)
+	return check.Classify(r, err)
 }
 
 // dialNodes dials one client per node of c, without routing.
@@ -140,7 +140,7 @@ func TestClusterCheckerCatchesFollowerReads(t *testing.T) {
 					defer mu.Unlock()
 					return reps[rng.IntN(len(reps))]
 				}
-				w.wrap = func(e chaos.Executor) chaos.Executor {
+				w.wrap = func(e check.Executor) check.Executor {
 					return followerReads{Executor: e, nodes: nodes, reader: reader}
 				}
 			}

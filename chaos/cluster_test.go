@@ -1,4 +1,4 @@
-package chaos_test
+package main_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/l4xg/grid/chaos"
+	"github.com/l4xg/grid/chaos/check"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/internal/testwait"
 )
@@ -19,8 +19,8 @@ import (
 // The in-process cluster is what the workload runs against when a test
 // wants Raft groups of several replicas, partitions and leader changes.
 var (
-	_ chaos.Cluster     = (*gridtest.Cluster)(nil)
-	_ chaos.Partitioner = (*gridtest.Cluster)(nil)
+	_ check.Cluster     = (*gridtest.Cluster)(nil)
+	_ check.Partitioner = (*gridtest.Cluster)(nil)
 )
 
 // faultKind is one kind of fault of clusterFaults.

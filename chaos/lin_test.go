@@ -1,4 +1,4 @@
-package chaos_test
+package main_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"google.golang.org/grpc"
 
-	"github.com/l4xg/grid/chaos"
+	"github.com/l4xg/grid/chaos/check"
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/internal/gridtest"
 )
@@ -43,7 +43,7 @@ type workload struct {
 	// during the run. Without it they are hours long and never expire.
 	clock *fakeClock
 	// wrap, when set, wraps the executor (deliberately broken grids).
-	wrap func(chaos.Executor) chaos.Executor
+	wrap func(check.Executor) check.Executor
 	// injector makes the faults; nil: nodeFaults (kill and restart,
 	// restart, or isolate a random node).
 	injector faulter
@@ -66,7 +66,7 @@ type faulter interface {
 // or (when the Cluster is a Partitioner) isolate a node, healed at the next
 // fault. Workers hold back while a node is down (see gate).
 type nodeFaults struct {
-	cl          chaos.Cluster
+	cl          check.Cluster
 	partitioned bool
 }
 
@@ -76,7 +76,7 @@ func (f *nodeFaults) fault(_ context.Context, t *testing.T, rng *rand.Rand, g *g
 
 func (f *nodeFaults) end(*testing.T) {
 	if f.partitioned {
-		f.cl.(chaos.Partitioner).Heal()
+		f.cl.(check.Partitioner).Heal()
 	}
 }
 
@@ -85,7 +85,7 @@ type singleNode struct {
 	n *gridtest.Node
 }
 
-var _ chaos.Cluster = (*singleNode)(nil)
+var _ check.Cluster = (*singleNode)(nil)
 
 func (s *singleNode) Addrs() []string { return []string{s.n.Addr()} }
 
@@ -160,7 +160,7 @@ func (g *gate) wait(ctx context.Context) {
 }
 
 // run runs w against cl and returns the history.
-func run(t *testing.T, cl chaos.Cluster, w workload) []porcupine.Operation {
+func run(t *testing.T, cl check.Cluster, w workload) []porcupine.Operation {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -168,7 +168,7 @@ func run(t *testing.T, cl chaos.Cluster, w workload) []porcupine.Operation {
 	clients := make([]*client.Client, w.clients)
 	for i := range clients {
 		// Each recorded operation is sent at most once (see
-		// chaos.ClientExecutor).
+		// check.ClientExecutor).
 		opts := []client.Option{client.WithRetryPolicy(client.RetryPolicy{Attempts: 1})}
 		seeds := addrs[0]
 		if len(addrs) == 1 {
@@ -194,7 +194,7 @@ func run(t *testing.T, cl chaos.Cluster, w workload) []porcupine.Operation {
 		defer c.Close()
 	}
 
-	rec := chaos.NewRecorder()
+	rec := check.NewRecorder()
 	g := newGate()
 	var done atomic.Int64
 	faultAt := make(chan struct{}, w.faults)
@@ -250,7 +250,7 @@ func run(t *testing.T, cl chaos.Cluster, w workload) []porcupine.Operation {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var exec chaos.Executor = chaos.ClientExecutor{C: clients[i%len(clients)], NS: "chaos"}
+			var exec check.Executor = check.ClientExecutor{C: clients[i%len(clients)], NS: "chaos"}
 			if w.wrap != nil {
 				exec = w.wrap(exec)
 			}
@@ -282,8 +282,8 @@ func run(t *testing.T, cl chaos.Cluster, w workload) []porcupine.Operation {
 // inject makes one fault on a random node: kill then restart, restart, or
 // (when the Cluster is a Partitioner) isolate it; a partition is healed at
 // the next fault. Workers hold back while a node is down (see gate).
-func inject(t *testing.T, cl chaos.Cluster, rng *rand.Rand, g *gate, partitioned *bool, at int64) {
-	p, canPartition := cl.(chaos.Partitioner)
+func inject(t *testing.T, cl check.Cluster, rng *rand.Rand, g *gate, partitioned *bool, at int64) {
+	p, canPartition := cl.(check.Partitioner)
 	if *partitioned {
 		t.Logf("fault at op %d: heal", at)
 		p.Heal()
@@ -354,25 +354,25 @@ func (wk *worker) retryAfter() int64 {
 	return hour
 }
 
-func (wk *worker) next() chaos.Input {
+func (wk *worker) next() check.Input {
 	key := fmt.Sprintf("k%d", wk.rng.IntN(wk.w.keys))
-	in := chaos.Input{Key: key}
+	in := check.Input{Key: key}
 	p := wk.rng.IntN(100)
 	if tok, ok := wk.held[key]; ok {
 		in.Token = tok
 		switch {
 		case p < 35:
-			in.Kind, in.Retention = chaos.KindComplete, wk.retention()
+			in.Kind, in.Retention = check.KindComplete, wk.retention()
 			in.Result = fmt.Sprintf("w%d-%d", wk.id, wk.rng.IntN(1000))
 		case p < 50:
-			in.Kind, in.RetryAfter, in.Retention = chaos.KindFail, wk.retryAfter(), wk.retention()
+			in.Kind, in.RetryAfter, in.Retention = check.KindFail, wk.retryAfter(), wk.retention()
 			in.Poison = wk.rng.IntN(4) == 0
 		case p < 75:
-			in.Kind, in.Lease = chaos.KindExtend, wk.lease()
+			in.Kind, in.Lease = check.KindExtend, wk.lease()
 		case p < 88:
-			in.Kind = chaos.KindRelease
+			in.Kind = check.KindRelease
 		default:
-			in.Kind = chaos.KindGet
+			in.Kind = check.KindGet
 		}
 		return in
 	}
@@ -382,12 +382,12 @@ func (wk *worker) next() chaos.Input {
 	}
 	switch {
 	case p < 45:
-		in.Kind, in.Lease, in.Retention = chaos.KindReserve, wk.lease(), wk.retention()
+		in.Kind, in.Lease, in.Retention = check.KindReserve, wk.lease(), wk.retention()
 		in.MaxAttempts = 1 + wk.rng.IntN(3)
 	case p < 80-forgets:
-		in.Kind = chaos.KindGet
+		in.Kind = check.KindGet
 	case p < 80:
-		in.Kind = chaos.KindForget
+		in.Kind = check.KindForget
 	default: // a settle with a token this worker no longer holds
 		in.Token = 1 + wk.rng.Uint64N(1<<20)
 		if len(wk.stale) > 0 {
@@ -395,20 +395,20 @@ func (wk *worker) next() chaos.Input {
 		}
 		switch wk.rng.IntN(4) {
 		case 0:
-			in.Kind, in.Retention, in.Result = chaos.KindComplete, wk.retention(), "stale"
+			in.Kind, in.Retention, in.Result = check.KindComplete, wk.retention(), "stale"
 		case 1:
-			in.Kind, in.RetryAfter, in.Retention = chaos.KindFail, wk.retryAfter(), wk.retention()
+			in.Kind, in.RetryAfter, in.Retention = check.KindFail, wk.retryAfter(), wk.retention()
 		case 2:
-			in.Kind, in.Lease = chaos.KindExtend, wk.lease()
+			in.Kind, in.Lease = check.KindExtend, wk.lease()
 		default:
-			in.Kind = chaos.KindRelease
+			in.Kind = check.KindRelease
 		}
 	}
 	return in
 }
 
 // step runs one operation and records it; false stops the worker.
-func (wk *worker) step(ctx context.Context, t *testing.T, exec chaos.Executor, rec *chaos.Recorder, g *gate) bool {
+func (wk *worker) step(ctx context.Context, t *testing.T, exec check.Executor, rec *check.Recorder, g *gate) bool {
 	if c := wk.w.clock; c != nil {
 		c.Advance(time.Duration(wk.rng.IntN(150)) * time.Millisecond)
 	}
@@ -425,7 +425,7 @@ func (wk *worker) step(ctx context.Context, t *testing.T, exec chaos.Executor, r
 	if out.Unknown {
 		call.Note("%s", out.Cause)
 		call.Unknown()
-		if tok, ok := wk.held[in.Key]; ok && in.Kind != chaos.KindGet && in.Kind != chaos.KindExtend {
+		if tok, ok := wk.held[in.Key]; ok && in.Kind != check.KindGet && in.Kind != check.KindExtend {
 			delete(wk.held, in.Key)
 			wk.stale = append(wk.stale, tok)
 		}
@@ -434,11 +434,11 @@ func (wk *worker) step(ctx context.Context, t *testing.T, exec chaos.Executor, r
 	}
 	call.End(out)
 	switch {
-	case in.Kind == chaos.KindReserve && out.Outcome == client.OutcomeAcquired:
+	case in.Kind == check.KindReserve && out.Outcome == client.OutcomeAcquired:
 		wk.held[in.Key] = out.Token
-	case in.Kind == chaos.KindGet, in.Kind == chaos.KindForget:
-	case in.Kind == chaos.KindExtend && out.Outcome == client.OutcomeOK:
-	case in.Kind != chaos.KindReserve:
+	case in.Kind == check.KindGet, in.Kind == check.KindForget:
+	case in.Kind == check.KindExtend && out.Outcome == client.OutcomeOK:
+	case in.Kind != check.KindReserve:
 		if tok, ok := wk.held[in.Key]; ok && tok == in.Token {
 			delete(wk.held, in.Key)
 			wk.stale = append(wk.stale, tok)
@@ -457,11 +457,11 @@ func checkHistory(t *testing.T, name string, ops []porcupine.Operation, want por
 		// timeout on a history with many open-ended operations.
 		dir = t.TempDir()
 	}
-	st := chaos.Count(ops)
-	if err := chaos.CheckTokens(ops); err != nil && want == porcupine.Ok {
+	st := check.Count(ops)
+	if err := check.FencingTokens(ops); err != nil && want == porcupine.Ok {
 		t.Errorf("%s: %v", name, err)
 	}
-	v, err := chaos.Check(ops, 60*time.Second, dir, name)
+	v, err := check.Linearizable(ops, 60*time.Second, dir, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -526,11 +526,11 @@ func TestLinearizableWithExpiry(t *testing.T) {
 			w.clock = newFakeClock()
 			cl := &singleNode{n: gridtest.Start(t, gridtest.Options{Shards: 2, Clock: w.clock.Now})}
 			ops := run(t, cl, w)
-			st := chaos.Count(ops)
+			st := check.Count(ops)
 			takeovers := 0
 			for _, op := range ops {
-				in, out := op.Input.(chaos.Input), op.Output.(chaos.Output)
-				if in.Kind == chaos.KindReserve && out.Outcome == client.OutcomeAcquired && out.Attempt > 1 {
+				in, out := op.Input.(check.Input), op.Output.(check.Output)
+				if in.Kind == check.KindReserve && out.Outcome == client.OutcomeAcquired && out.Attempt > 1 {
 					takeovers++
 				}
 			}

@@ -1,4 +1,4 @@
-package chaos_test
+package main_test
 
 // waitsFor says which issue 10 defect, fixed in another change, a failing
 // check of TestMembershipRandomized is known to wait for ("" when none):

@@ -1,4 +1,4 @@
-package chaos_test
+package main_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/l4xg/grid/chaos"
+	"github.com/l4xg/grid/chaos/check"
 	"github.com/l4xg/grid/client"
 )
 
@@ -155,7 +155,7 @@ func (l *ackLoad) checkDuplicates(keys []string) error {
 // holds the workers between operations so that a check sees every
 // operation that started.
 type histLoad struct {
-	rec    *chaos.Recorder
+	rec    *check.Recorder
 	g      *gate
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -166,14 +166,14 @@ type histLoad struct {
 }
 
 func startHistLoad(t *testing.T, clients []*client.Client, seed uint64, workers, keys int) *histLoad {
-	h := &histLoad{rec: chaos.NewRecorder(), g: newGate(), budget: make(chan struct{}, 1<<16)}
+	h := &histLoad{rec: check.NewRecorder(), g: newGate(), budget: make(chan struct{}, 1<<16)}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	w := workload{seed: seed, keys: keys}
 	for i := range workers {
 		h.wg.Add(1)
 		go func() {
 			defer h.wg.Done()
-			exec := chaos.ClientExecutor{C: clients[i%len(clients)], NS: "chaos"}
+			exec := check.ClientExecutor{C: clients[i%len(clients)], NS: "chaos"}
 			wk := &worker{id: i, w: w, rng: rand.New(rand.NewPCG(seed, uint64(i))), held: map[string]uint64{}}
 			for {
 				select {
@@ -215,15 +215,15 @@ func (h *histLoad) stop() {
 // CheckTokens, and lets them go on. Every operation that started has ended
 // (answered, or recorded with an open end), so the history is complete up
 // to now.
-func (h *histLoad) check(dir, name string) (chaos.Stats, error) {
+func (h *histLoad) check(dir, name string) (check.Stats, error) {
 	h.hold.Lock()
 	ops := h.rec.Operations()
 	h.hold.Unlock()
-	st := chaos.Count(ops)
-	if err := chaos.CheckTokens(ops); err != nil {
+	st := check.Count(ops)
+	if err := check.FencingTokens(ops); err != nil {
 		return st, err
 	}
-	v, err := chaos.Check(ops, 60*time.Second, dir, name)
+	v, err := check.Linearizable(ops, 60*time.Second, dir, name)
 	if err != nil {
 		return st, err
 	}

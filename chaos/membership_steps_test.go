@@ -1,4 +1,4 @@
-package chaos_test
+package main_test
 
 import (
 	"context"

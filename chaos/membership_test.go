@@ -1,4 +1,4 @@
-package chaos_test
+package main_test
 
 import (
 	"context"
@@ -99,7 +99,7 @@ func newMemberRun(t *testing.T, seed uint64, plan []step) *memberRun {
 	}
 	r.load = startAckLoad(dial(), dial(checkerRetry), 4)
 	// The history's operations are each sent once (see
-	// chaos.ClientExecutor): a resent Reserve would be two transitions.
+	// check.ClientExecutor): a resent Reserve would be two transitions.
 	once := client.WithRetryPolicy(client.RetryPolicy{Attempts: 1})
 	r.hist = startHistLoad(t, []*client.Client{dial(once), dial(once)}, seed, 6, 5)
 	// Stopped before the cluster (cleanups run last first).

@@ -1,4 +1,4 @@
-package chaos_test
+package main_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/l4xg/grid/chaos"
+	"github.com/l4xg/grid/chaos/check"
 	"github.com/l4xg/grid/internal/gridproc"
 )
 
@@ -25,7 +25,7 @@ type procNode struct {
 	proc *gridproc.Proc // nil while stopped
 }
 
-var _ chaos.Cluster = (*procNode)(nil)
+var _ check.Cluster = (*procNode)(nil)
 
 func startProc(t *testing.T, bin string, args ...string) *procNode {
 	p := &procNode{t: t, bin: bin, dir: t.TempDir(), addr: "127.0.0.1:0", args: args}
@@ -106,7 +106,7 @@ func TestLinearizableUnderKill9(t *testing.T) {
 			}
 			t.Logf("serve flags %q", args)
 			ops := run(t, startProc(t, bin, args...), w)
-			if st := chaos.Count(ops); len(args) > 0 && st.Cold == 0 {
+			if st := check.Count(ops); len(args) > 0 && st.Cold == 0 {
 				t.Errorf("no answer came from the cold tier with %q", args)
 			}
 			checkHistory(t, "kill9", ops, porcupine.Ok)

@@ -1,4 +1,4 @@
-package chaos_test
+package main_test
 
 import (
 	"bufio"
@@ -20,7 +20,7 @@ import (
 
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/chaos"
+	"github.com/l4xg/grid/chaos/check"
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
@@ -504,8 +504,8 @@ func TestClusterSkewRandom(t *testing.T) {
 	}
 	takeovers := 0
 	for _, op := range ops {
-		in, out := op.Input.(chaos.Input), op.Output.(chaos.Output)
-		if in.Kind == chaos.KindReserve && out.Outcome == client.OutcomeAcquired && out.Attempt > 1 {
+		in, out := op.Input.(check.Input), op.Output.(check.Output)
+		if in.Kind == check.KindReserve && out.Outcome == client.OutcomeAcquired && out.Attempt > 1 {
 			takeovers++
 		}
 	}

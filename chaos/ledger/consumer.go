@@ -1,4 +1,4 @@
-package main
+package ledger
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 )
 
 // consumerEnv, set in a child's environment, makes the program a consumer.
+
 const consumerEnv = "LEDGER_CONSUMER"
 
 // exitAfterCommit is a consumer's exit code when it stops on purpose right
@@ -34,9 +35,9 @@ func retryDelays() []time.Duration {
 	return []time.Duration{200 * time.Millisecond, time.Second, 5 * time.Second}
 }
 
-// consumerMain is a consumer process: it applies the payments of the queue
+// ConsumerMain is a consumer process: it applies the payments of the queue
 // to the ledger through rabbitmq.Consume and sqlfence, until SIGTERM.
-func consumerMain(args []string) int {
+func ConsumerMain(args []string) int {
 	fs := flag.NewFlagSet("ledger consumer", flag.ContinueOnError)
 	grid := fs.String("grid", "", "the grid's node addresses, comma-separated")
 	queue := fs.String("queue", "", "the queue")
@@ -116,3 +117,7 @@ func consumerMain(args []string) int {
 	}
 	return 0
 }
+
+// IsConsumer reports whether this process was started by Run as a consumer
+// (its main must then call ConsumerMain and exit with its code).
+func IsConsumer() bool { return os.Getenv(consumerEnv) != "" }

@@ -1,4 +1,4 @@
-package main
+package ledger
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 // TestMain makes the test binary a consumer when the run starts it as one.
 func TestMain(m *testing.M) {
 	if os.Getenv(consumerEnv) != "" {
-		os.Exit(consumerMain(os.Args[1:]))
+		os.Exit(ConsumerMain(os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }
@@ -22,19 +22,19 @@ func TestMain(m *testing.M) {
 // exiting after commits, a grid node killed and restarted; no payment
 // applied twice, none lost, the unpayable ones dead-lettered as poisoned.
 func TestLedger(t *testing.T) {
-	cfg, err := parseFlags(nil, os.Stderr)
+	cfg, err := ParseFlags(nil, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	requireServices(t, cfg)
-	rep, err := run(context.Background(), cfg, os.Args[0], os.Stderr)
+	rep, err := Run(context.Background(), cfg, os.Args[0], os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	printReport(&b, rep, false)
+	PrintReport(&b, rep, false)
 	t.Logf("\n%s", b.String())
-	if !rep.ok() {
+	if !rep.OK() {
 		t.Fatalf("duplicate effects %d, lost %d", rep.DuplicateEffects, rep.Lost)
 	}
 	wantPoison := cfg.messages / cfg.poisonEvery
@@ -48,7 +48,7 @@ func TestLedger(t *testing.T) {
 
 // requireServices skips the test without RabbitMQ and PostgreSQL, unless
 // GRID_TEST_BROKERS=required (as .ci/run sets it).
-func requireServices(t *testing.T, cfg config) {
+func requireServices(t *testing.T, cfg Config) {
 	t.Helper()
 	var why string
 	if conn, err := amqp.Dial(cfg.amqpURL); err != nil {

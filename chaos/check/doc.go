@@ -1,4 +1,4 @@
-// Package chaos checks that the grid is linearizable under faults: clients
+// Package check judges histories of the grid under faults: clients
 // run random concurrent operations on a few keys while nodes are killed and
 // restarted, every call and answer is recorded, and the history is checked
 // with porcupine (github.com/anishathalye/porcupine) against a model of the
@@ -23,7 +23,7 @@
 // key had before (fencing tokens strictly increase, across restarts, leader
 // changes and full-cluster restarts). The Register keeps that floor; a grant below it is
 // illegal. porcupine.NondeterministicModel's power-set construction turns it
-// into a porcupine.Model. CheckTokens checks the same rule apart from the
+// into a porcupine.Model. FencingTokens checks the same rule apart from the
 // model, over grants ordered in real time, and names the two operations when
 // it breaks. Zero durations and max_attempts mean the grid's defaults, as on
 // the wire (a Fail without retry_after backs off by attempt).
@@ -70,7 +70,7 @@
 // result of Unknown (the search timed out) fails the test: it is not a
 // pass.
 //
-// When a history is not linearizable, Check writes porcupine's visualization
+// When a history is not linearizable, Linearizable writes porcupine's visualization
 // (an HTML file: one partition per key, the longest linearizable prefix, the
 // operation where it breaks) and the test logs its path; -chaos.viz DIR
 // keeps it after the test (otherwise it is in the test's temp dir).
@@ -138,7 +138,7 @@
 // how long failovers take is measured by cmd/gridnode's failover
 // benchmark, not asserted here); the history so far
 // (the workers held between operations, so that it is complete) passes
-// porcupine and CheckTokens. A failure prints the seed, the steps with the
+// porcupine and FencingTokens. A failure prints the seed, the steps with the
 // failing one marked, the last events, each node's map epoch, readiness
 // and control standing, the map, and each shard's group; the test replays
 // a seed with -chaos.seed N -membership.seeds 1.
@@ -229,7 +229,7 @@
 // every fault with the workload running under it, and the test fails if a
 // fault was not made. Workers whose call had an unknown outcome wait for the
 // shard to have a new leader, which bounds the open-ended operations per
-// fault. Every history is checked by porcupine and by CheckTokens.
+// fault. Every history is checked by porcupine and by FencingTokens.
 //
 // The model needs nothing new for a cluster: stamps and tokens are per shard
 // and a key lives on one shard; a new leader stamps with max(previous
@@ -247,7 +247,7 @@
 // 0, an hour ahead, ends the lease early by its stamps (what DESIGN section
 // 3 accepts: fencing refuses the first holder's token), and when a normal
 // clock leads again the stamps do not run back and the second lease holds.
-// That history is checked by porcupine and CheckTokens too. Then "random"
+// That history is checked by porcupine and FencingTokens too. Then "random"
 // runs the expiry workload on the same cluster while node 0's clock moves
 // up to 3 s either way and shard leaderships move onto it and off it.
-package chaos
+package check

@@ -1,4 +1,4 @@
-package chaos
+package check
 
 // Cluster is what the linearizability test needs from a grid under test:
 // the client addresses of its nodes and the faults it can inject. Node

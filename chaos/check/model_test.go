@@ -1,4 +1,4 @@
-package chaos_test
+package check_test
 
 import (
 	"math"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/l4xg/grid/chaos"
+	"github.com/l4xg/grid/chaos/check"
 	"github.com/l4xg/grid/client"
 )
 
@@ -28,61 +28,61 @@ type hist struct {
 }
 
 // seq appends an operation that runs alone, after everything so far.
-func (h *hist) seq(client int, in chaos.Input, out chaos.Output) *hist {
+func (h *hist) seq(client int, in check.Input, out check.Output) *hist {
 	h.t += 10
 	return h.at(client, h.t, h.t+5, in, out)
 }
 
 // at appends an operation over [call, ret] (ret math.MaxInt64: open end).
-func (h *hist) at(client int, call, ret int64, in chaos.Input, out chaos.Output) *hist {
+func (h *hist) at(client int, call, ret int64, in check.Input, out check.Output) *hist {
 	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
 	h.t = max(h.t, min(ret, call+5))
 	return h
 }
 
 // unknown appends an operation with an open end, called after everything so far.
-func (h *hist) unknown(client int, in chaos.Input) *hist {
+func (h *hist) unknown(client int, in check.Input) *hist {
 	h.t += 10
-	return h.at(client, h.t, math.MaxInt64, in, chaos.Output{Unknown: true})
+	return h.at(client, h.t, math.MaxInt64, in, check.Output{Unknown: true})
 }
 
-func reserve(key string) chaos.Input {
-	return chaos.Input{Key: key, Kind: chaos.KindReserve, Lease: lease, MaxAttempts: 3, Retention: day}
+func reserve(key string) check.Input {
+	return check.Input{Key: key, Kind: check.KindReserve, Lease: lease, MaxAttempts: 3, Retention: day}
 }
-func complete(key string, tok uint64, res string) chaos.Input {
-	return chaos.Input{Key: key, Kind: chaos.KindComplete, Token: tok, Result: res, Retention: day}
+func complete(key string, tok uint64, res string) check.Input {
+	return check.Input{Key: key, Kind: check.KindComplete, Token: tok, Result: res, Retention: day}
 }
-func fail(key string, tok uint64) chaos.Input {
-	return chaos.Input{Key: key, Kind: chaos.KindFail, Token: tok, RetryAfter: hour, Retention: day}
+func fail(key string, tok uint64) check.Input {
+	return check.Input{Key: key, Kind: check.KindFail, Token: tok, RetryAfter: hour, Retention: day}
 }
-func extend(key string, tok uint64, l int64) chaos.Input {
-	return chaos.Input{Key: key, Kind: chaos.KindExtend, Token: tok, Lease: l}
+func extend(key string, tok uint64, l int64) check.Input {
+	return check.Input{Key: key, Kind: check.KindExtend, Token: tok, Lease: l}
 }
-func release(key string, tok uint64) chaos.Input {
-	return chaos.Input{Key: key, Kind: chaos.KindRelease, Token: tok}
+func release(key string, tok uint64) check.Input {
+	return check.Input{Key: key, Kind: check.KindRelease, Token: tok}
 }
-func get(key string) chaos.Input    { return chaos.Input{Key: key, Kind: chaos.KindGet} }
-func forget(key string) chaos.Input { return chaos.Input{Key: key, Kind: chaos.KindForget} }
+func get(key string) check.Input    { return check.Input{Key: key, Kind: check.KindGet} }
+func forget(key string) check.Input { return check.Input{Key: key, Kind: check.KindForget} }
 
-func acquired(tok uint64, att int, now, l int64) chaos.Output {
-	return chaos.Output{Outcome: client.OutcomeAcquired, State: client.StateProcessing, Token: tok, Attempt: att, Deadline: now + l, Now: now}
+func acquired(tok uint64, att int, now, l int64) check.Output {
+	return check.Output{Outcome: client.OutcomeAcquired, State: client.StateProcessing, Token: tok, Attempt: att, Deadline: now + l, Now: now}
 }
-func busy(att int, dl, now int64) chaos.Output {
-	return chaos.Output{Outcome: client.OutcomeBusy, State: client.StateProcessing, Attempt: att, Deadline: dl, Now: now}
+func busy(att int, dl, now int64) check.Output {
+	return check.Output{Outcome: client.OutcomeBusy, State: client.StateProcessing, Attempt: att, Deadline: dl, Now: now}
 }
-func completed(o client.Outcome, tok uint64, res string, dl, now int64) chaos.Output {
-	return chaos.Output{Outcome: o, State: client.StateCompleted, Token: tok, Attempt: 1, Deadline: dl, Now: now, Result: res}
+func completed(o client.Outcome, tok uint64, res string, dl, now int64) check.Output {
+	return check.Output{Outcome: o, State: client.StateCompleted, Token: tok, Attempt: 1, Deadline: dl, Now: now, Result: res}
 }
-func processing(tok uint64, att int, dl, now int64) chaos.Output {
-	return chaos.Output{Outcome: client.OutcomeOK, State: client.StateProcessing, Token: tok, Attempt: att, Deadline: dl, Now: now}
+func processing(tok uint64, att int, dl, now int64) check.Output {
+	return check.Output{Outcome: client.OutcomeOK, State: client.StateProcessing, Token: tok, Attempt: att, Deadline: dl, Now: now}
 }
-func absentOut(o client.Outcome, now int64) chaos.Output {
-	return chaos.Output{Outcome: o, State: client.StateAbsent, Now: now}
+func absentOut(o client.Outcome, now int64) check.Output {
+	return check.Output{Outcome: o, State: client.StateAbsent, Now: now}
 }
 
-func check(t *testing.T, name string, h *hist, want porcupine.CheckResult) {
+func expect(t *testing.T, name string, h *hist, want porcupine.CheckResult) {
 	t.Helper()
-	got := porcupine.CheckOperationsTimeout(chaos.Model(), h.ops, 10*time.Second)
+	got := porcupine.CheckOperationsTimeout(check.Model(), h.ops, 10*time.Second)
 	if got != want {
 		t.Errorf("%s: %v, want %v", name, got, want)
 	}
@@ -99,8 +99,8 @@ func TestModelAccepts(t *testing.T) {
 			seq(0, complete(keyA, 10, "r"), completed(client.OutcomeOK, 10, "r", t0+4+day, t0+4)).
 			seq(0, complete(keyA, 10, "r"), completed(client.OutcomeOK, 10, "r", t0+4+day, t0+5)).
 			seq(1, reserve(keyA), completed(client.OutcomeDuplicate, 10, "r", t0+4+day, t0+6)).
-			seq(1, complete(keyA, 9, "x"), chaos.Output{Outcome: client.OutcomeLeaseLost, State: client.StateCompleted, Attempt: 1, Deadline: t0 + 4 + day, Now: t0 + 7, Result: "r"}).
-			seq(1, forget(keyA), chaos.Output{Outcome: client.OutcomeOK, State: client.StateAbsent, Now: t0 + 8, Existed: true}).
+			seq(1, complete(keyA, 9, "x"), check.Output{Outcome: client.OutcomeLeaseLost, State: client.StateCompleted, Attempt: 1, Deadline: t0 + 4 + day, Now: t0 + 7, Result: "r"}).
+			seq(1, forget(keyA), check.Output{Outcome: client.OutcomeOK, State: client.StateAbsent, Now: t0 + 8, Existed: true}).
 			seq(1, reserve(keyA), acquired(20, 1, t0+9, lease)).
 			seq(1, release(keyA, 20), absentOut(client.OutcomeOK, t0+10)).
 			seq(0, release(keyA, 20), absentOut(client.OutcomeOK, t0+11)),
@@ -140,37 +140,37 @@ func TestModelAccepts(t *testing.T) {
 		// An expired lease is taken over by the next attempt with a larger
 		// token, and the old holder's settle is refused.
 		"expiry takeover": new(hist).
-			seq(0, chaos.Input{Key: keyA, Kind: chaos.KindReserve, Lease: 1000, MaxAttempts: 3}, acquired(10, 1, t0, 1000)).
+			seq(0, check.Input{Key: keyA, Kind: check.KindReserve, Lease: 1000, MaxAttempts: 3}, acquired(10, 1, t0, 1000)).
 			seq(1, reserve(keyA), acquired(20, 2, t0+1000, lease)).
-			seq(0, complete(keyA, 10, "late"), chaos.Output{Outcome: client.OutcomeLeaseLost, State: client.StateProcessing, Attempt: 2, Deadline: t0 + 1000 + lease, Now: t0 + 1001}),
+			seq(0, complete(keyA, 10, "late"), check.Output{Outcome: client.OutcomeLeaseLost, State: client.StateProcessing, Attempt: 2, Deadline: t0 + 1000 + lease, Now: t0 + 1001}),
 		// A completed key past its retention is absent again.
 		"retention ends": new(hist).
 			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
-			seq(0, chaos.Input{Key: keyA, Kind: chaos.KindComplete, Token: 10, Retention: 500}, completed(client.OutcomeOK, 10, "", t0+1+500, t0+1)).
+			seq(0, check.Input{Key: keyA, Kind: check.KindComplete, Token: 10, Retention: 500}, completed(client.OutcomeOK, 10, "", t0+1+500, t0+1)).
 			seq(1, get(keyA), absentOut(client.OutcomeOK, t0+501)).
 			seq(1, reserve(keyA), acquired(30, 1, t0+502, lease)),
 		// Fail poisons the key once attempts reach max_attempts.
 		"fail poisons at max attempts": new(hist).
-			seq(0, chaos.Input{Key: keyA, Kind: chaos.KindReserve, Lease: lease, MaxAttempts: 1}, acquired(10, 1, t0, lease)).
-			seq(0, fail(keyA, 10), chaos.Output{Outcome: client.OutcomeOK, State: client.StatePoisoned, Token: 10, Attempt: 1, Deadline: t0 + 1 + day, Now: t0 + 1}).
-			seq(1, reserve(keyA), chaos.Output{Outcome: client.OutcomePoisoned, State: client.StatePoisoned, Token: 10, Attempt: 1, Deadline: t0 + 1 + day, Now: t0 + 2}),
+			seq(0, check.Input{Key: keyA, Kind: check.KindReserve, Lease: lease, MaxAttempts: 1}, acquired(10, 1, t0, lease)).
+			seq(0, fail(keyA, 10), check.Output{Outcome: client.OutcomeOK, State: client.StatePoisoned, Token: 10, Attempt: 1, Deadline: t0 + 1 + day, Now: t0 + 1}).
+			seq(1, reserve(keyA), check.Output{Outcome: client.OutcomePoisoned, State: client.StatePoisoned, Token: 10, Attempt: 1, Deadline: t0 + 1 + day, Now: t0 + 2}),
 		// Zero fields take the grid's defaults: a 30 s lease, 5 attempts, a
 		// 7-day retention, a backoff of 1 s after the first failed attempt.
 		"grid defaults": new(hist).
-			seq(0, chaos.Input{Key: keyA, Kind: chaos.KindReserve}, acquired(10, 1, t0, 30_000)).
-			seq(0, chaos.Input{Key: keyA, Kind: chaos.KindFail, Token: 10}, chaos.Output{Outcome: client.OutcomeOK, State: client.StateFailed, Token: 10, Attempt: 1, Deadline: t0 + 1 + 1000, Now: t0 + 1}).
-			seq(0, chaos.Input{Key: keyA, Kind: chaos.KindReserve}, acquired(20, 2, t0+1001, 30_000)).
-			seq(0, chaos.Input{Key: keyA, Kind: chaos.KindComplete, Token: 20}, chaos.Output{Outcome: client.OutcomeOK, State: client.StateCompleted, Token: 20, Attempt: 2, Deadline: t0 + 1002 + 7*day, Now: t0 + 1002}),
+			seq(0, check.Input{Key: keyA, Kind: check.KindReserve}, acquired(10, 1, t0, 30_000)).
+			seq(0, check.Input{Key: keyA, Kind: check.KindFail, Token: 10}, check.Output{Outcome: client.OutcomeOK, State: client.StateFailed, Token: 10, Attempt: 1, Deadline: t0 + 1 + 1000, Now: t0 + 1}).
+			seq(0, check.Input{Key: keyA, Kind: check.KindReserve}, acquired(20, 2, t0+1001, 30_000)).
+			seq(0, check.Input{Key: keyA, Kind: check.KindComplete, Token: 20}, check.Output{Outcome: client.OutcomeOK, State: client.StateCompleted, Token: 20, Attempt: 2, Deadline: t0 + 1002 + 7*day, Now: t0 + 1002}),
 		// A read stamped ahead of a later write (a ReadIndex read by the
 		// leader's clock) may see a record expired that the write still sees.
 		"read stamped ahead of a write": new(hist).
 			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
-			seq(0, chaos.Input{Key: keyA, Kind: chaos.KindComplete, Token: 10, Retention: 500}, completed(client.OutcomeOK, 10, "", t0+1+500, t0+1)).
+			seq(0, check.Input{Key: keyA, Kind: check.KindComplete, Token: 10, Retention: 500}, completed(client.OutcomeOK, 10, "", t0+1+500, t0+1)).
 			seq(1, get(keyA), absentOut(client.OutcomeOK, t0+600)).
 			seq(1, reserve(keyA), completed(client.OutcomeDuplicate, 10, "", t0+1+500, t0+400)),
 	}
 	for name, h := range cases {
-		check(t, name, h, porcupine.Ok)
+		expect(t, name, h, porcupine.Ok)
 	}
 }
 
@@ -221,16 +221,16 @@ func TestModelRejects(t *testing.T) {
 			seq(0, complete(keyA, 10, "r"), completed(client.OutcomeOK, 10, "r", t0+3+day, t0+3)),
 		"holder's token shown to a busy caller": new(hist).
 			seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
-			seq(1, reserve(keyA), chaos.Output{Outcome: client.OutcomeBusy, State: client.StateProcessing, Token: 10, Attempt: 1, Deadline: t0 + lease, Now: t0 + 1}),
+			seq(1, reserve(keyA), check.Output{Outcome: client.OutcomeBusy, State: client.StateProcessing, Token: 10, Attempt: 1, Deadline: t0 + lease, Now: t0 + 1}),
 		"write stamps go backwards": new(hist).
 			seq(0, reserve(keyA), acquired(10, 1, t0+100, lease)).
 			seq(0, extend(keyA, 10, lease), processing(10, 1, t0+50+lease, t0+50)),
 		"expired lease not taken over": new(hist).
-			seq(0, chaos.Input{Key: keyA, Kind: chaos.KindReserve, Lease: 1000, MaxAttempts: 3}, acquired(10, 1, t0, 1000)).
+			seq(0, check.Input{Key: keyA, Kind: check.KindReserve, Lease: 1000, MaxAttempts: 3}, acquired(10, 1, t0, 1000)).
 			seq(1, reserve(keyA), busy(1, t0+1000, t0+1000)),
 	}
 	for name, h := range cases {
-		check(t, name, h, porcupine.Illegal)
+		expect(t, name, h, porcupine.Illegal)
 	}
 }
 
@@ -242,9 +242,9 @@ func TestModelPartitionsByKey(t *testing.T) {
 		k := string(rune('a' + i))
 		h.seq(i, reserve(k), acquired(uint64(10+i), 1, t0+int64(i), lease))
 	}
-	check(t, "20 keys held once each", h, porcupine.Ok)
+	expect(t, "20 keys held once each", h, porcupine.Ok)
 	h.seq(0, reserve("c"), acquired(100, 1, t0+50, lease))
-	check(t, "key c held twice", h, porcupine.Illegal)
+	expect(t, "key c held twice", h, porcupine.Illegal)
 }
 
 // TestCheckWritesVisualization: an illegal history, open-ended operations
@@ -256,7 +256,7 @@ func TestCheckWritesVisualization(t *testing.T) {
 		seq(0, complete(keyA, 10, "r"), completed(client.OutcomeOK, 10, "r", t0+1+day, t0+1)).
 		seq(1, get(keyA), absentOut(client.OutcomeOK, t0+2))
 	dir := t.TempDir()
-	v, err := chaos.Check(h.ops, 10*time.Second, dir, "viz")
+	v, err := check.Linearizable(h.ops, 10*time.Second, dir, "viz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,8 +269,8 @@ func TestCheckWritesVisualization(t *testing.T) {
 	}
 }
 
-// TestCheckTokens: the separate pass over grants in real-time order.
-func TestCheckTokens(t *testing.T) {
+// TestFencingTokens: the separate pass over grants in real-time order.
+func TestFencingTokens(t *testing.T) {
 	ok := new(hist).
 		seq(0, reserve(keyA), acquired(10, 1, t0, lease)).
 		seq(0, release(keyA, 10), absentOut(client.OutcomeOK, t0+1)).
@@ -278,14 +278,14 @@ func TestCheckTokens(t *testing.T) {
 		at(2, 150, 250, reserve("b"), acquired(20, 1, t0+3, lease)). // another key
 		unknown(3, reserve(keyA)).
 		seq(4, reserve(keyA), acquired(31, 1, t0+4, lease))
-	if err := chaos.CheckTokens(ok.ops); err != nil {
+	if err := check.FencingTokens(ok.ops); err != nil {
 		t.Fatal(err)
 	}
 	// Concurrent grants may come in any order of tokens.
 	concurrent := new(hist).
 		at(0, 0, 100, reserve(keyA), acquired(20, 1, t0, lease)).
 		at(1, 50, 60, reserve(keyA), acquired(10, 1, t0, lease))
-	if err := chaos.CheckTokens(concurrent.ops); err != nil {
+	if err := check.FencingTokens(concurrent.ops); err != nil {
 		t.Fatal(err)
 	}
 	backwards := new(hist).
@@ -293,7 +293,7 @@ func TestCheckTokens(t *testing.T) {
 		seq(1, reserve("b"), acquired(5, 1, t0, lease)).
 		seq(0, release(keyA, 20), absentOut(client.OutcomeOK, t0+1)).
 		seq(1, reserve(keyA), acquired(20, 1, t0+2, lease))
-	if err := chaos.CheckTokens(backwards.ops); err == nil {
+	if err := check.FencingTokens(backwards.ops); err == nil {
 		t.Fatal("a token granted twice on one key passed")
 	}
 }

@@ -1,4 +1,5 @@
-// Command ledger is the end-to-end run that shows what the grid is for.
+// Package ledger is the end-to-end scenario of the chaos tool, the run that
+// shows what the grid is for.
 // A producer publishes payments to RabbitMQ and injects duplicates; consumer
 // processes apply them to a PostgreSQL ledger through client/rabbitmq and
 // client/sqlfence, recording each payment under its key and fencing token
@@ -7,15 +8,15 @@
 // Complete, and one node of a 3-node grid is killed and restarted. At the end
 // the ledger is compared with what was produced:
 //
-//	go run ./chaos/ledger                      # 10,000 payments, the faults on
-//	go run ./chaos/ledger --messages 1000000   # the long run
-//	go run ./chaos/ledger --json               # one JSON object
+//	go run ./chaos ledger                      # 10,000 payments, the faults on
+//	go run ./chaos ledger --messages 1000000   # the long run
+//	go run ./chaos ledger --json               # one JSON object
 //
 // It exits non-zero unless no payment was applied twice (duplicate_effects)
 // and none was lost. It needs the RabbitMQ (guest/guest) and PostgreSQL
 // (database test, trust auth) servers named by --amqp and --postgres, and
 // builds gridnode from this module unless --gridnode-bin names one.
-package main
+package ledger
 
 import (
 	"context"
@@ -44,8 +45,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// config is the run's scale and faults.
-type config struct {
+// Config is the run's scale and faults, from ParseFlags.
+type Config struct {
 	messages      int
 	consumers     int
 	killConsumers int
@@ -63,8 +64,9 @@ type config struct {
 	json          bool
 }
 
-func parseFlags(args []string, stderr io.Writer) (config, error) {
-	var c config
+// ParseFlags reads the scenario's flags (defaults: the CI-sized run).
+func ParseFlags(args []string, stderr io.Writer) (Config, error) {
+	var c Config
 	fs := flag.NewFlagSet("ledger", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&c.messages, "messages", 10000, "payments to produce")
@@ -97,8 +99,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	return c, nil
 }
 
-// report is what the run found.
-type report struct {
+// Report is what the run found.
+type Report struct {
 	Produced           int            `json:"produced"`
 	DuplicatesInjected int            `json:"duplicates_injected"`
 	Applied            int            `json:"applied"`
@@ -117,28 +119,11 @@ type report struct {
 	Seed             uint64  `json:"seed"`
 }
 
-func (r report) ok() bool { return r.DuplicateEffects == 0 && r.Lost == 0 }
+// OK is the verdict: no payment applied twice, none lost.
+func (r Report) OK() bool { return r.DuplicateEffects == 0 && r.Lost == 0 }
 
-func main() {
-	if os.Getenv(consumerEnv) != "" {
-		os.Exit(consumerMain(os.Args[1:]))
-	}
-	cfg, err := parseFlags(os.Args[1:], os.Stderr)
-	if err != nil {
-		os.Exit(2)
-	}
-	rep, err := run(context.Background(), cfg, os.Args[0], os.Stderr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	printReport(os.Stdout, rep, cfg.json)
-	if !rep.ok() {
-		os.Exit(1)
-	}
-}
-
-func printReport(w io.Writer, r report, asJSON bool) {
+// PrintReport writes r as a table, or as one JSON object.
+func PrintReport(w io.Writer, r Report, asJSON bool) {
 	if asJSON {
 		b, _ := json.Marshal(r)
 		fmt.Fprintln(w, string(b))
@@ -167,16 +152,18 @@ func printReport(w io.Writer, r report, asJSON bool) {
 	fmt.Fprintf(tw, "seconds\t%.1f\n", r.Seconds)
 	fmt.Fprintf(tw, "seed\t%d\n", r.Seed)
 	verdict := "PASS: no payment applied twice, none lost"
-	if !r.ok() {
+	if !r.OK() {
 		verdict = "FAIL"
 	}
 	fmt.Fprintf(tw, "verdict\t%s\n", verdict)
 	tw.Flush()
 }
 
-// run runs the scenario; self is the program to start consumers with.
-func run(ctx context.Context, cfg config, self string, log io.Writer) (report, error) {
-	rep := report{Produced: cfg.messages, Seed: cfg.seed, PoisonReasons: map[string]int{}}
+// Run runs the scenario; self is the program to start consumers with: it
+// is started with IsConsumer true in its environment and must then run
+// ConsumerMain.
+func Run(ctx context.Context, cfg Config, self string, log io.Writer) (Report, error) {
+	rep := Report{Produced: cfg.messages, Seed: cfg.seed, PoisonReasons: map[string]int{}}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
 	start := time.Now()
@@ -346,7 +333,7 @@ func isPoisonByDesign(key string, every int) bool {
 // produce publishes the payments, with publisher confirms, and publishes
 // a share of them a second time at a later point. It returns the number of
 // copies published twice.
-func produce(ctx context.Context, conn *amqp.Connection, queue string, cfg config, rng *rand.Rand) (int, error) {
+func produce(ctx context.Context, conn *amqp.Connection, queue string, cfg Config, rng *rand.Rand) (int, error) {
 	ch, err := conn.Channel()
 	if err != nil {
 		return 0, err

@@ -1,4 +1,4 @@
-package chaos
+package check
 
 import (
 	"fmt"
@@ -134,7 +134,7 @@ func Count(ops []porcupine.Operation) Stats {
 	return st
 }
 
-// Verdict is the result of Check.
+// Verdict is the result of Linearizable.
 type Verdict struct {
 	Result porcupine.CheckResult
 	// Visualization is the HTML file written for an Illegal history, "" when
@@ -143,12 +143,12 @@ type Verdict struct {
 	Elapsed       time.Duration
 }
 
-// Check checks ops against Model within timeout. When the history is not
+// Linearizable checks ops against Model within timeout. When the history is not
 // linearizable and dir is not empty, it writes porcupine's visualization
 // (open it in a browser: each key a partition, the longest linearizable
 // prefix and where it fails) to dir/name.html. An Unknown result means the
 // search timed out: not a pass.
-func Check(ops []porcupine.Operation, timeout time.Duration, dir, name string) (Verdict, error) {
+func Linearizable(ops []porcupine.Operation, timeout time.Duration, dir, name string) (Verdict, error) {
 	model := Model()
 	start := time.Now()
 	res := porcupine.CheckOperationsTimeout(model, ops, timeout)
@@ -160,7 +160,7 @@ func Check(ops []porcupine.Operation, timeout time.Duration, dir, name string) (
 	_, info := porcupine.CheckOperationsVerbose(model, ops, timeout)
 	path := filepath.Join(dir, name+".html")
 	if err := porcupine.VisualizePath(model, info, path); err != nil {
-		return v, fmt.Errorf("chaos: visualization: %w", err)
+		return v, fmt.Errorf("check: visualization: %w", err)
 	}
 	v.Visualization = path
 	return v, nil

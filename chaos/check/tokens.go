@@ -1,4 +1,4 @@
-package chaos
+package check
 
 import (
 	"cmp"
@@ -10,14 +10,14 @@ import (
 	"github.com/l4xg/grid/client"
 )
 
-// CheckTokens is a pass over a history, apart from the model, for the
+// FencingTokens is a pass over a history, apart from the model, for the
 // fencing rule of DESIGN.md section 3: of two leases granted on one key
 // (ACQUIRED), the one whose Reserve returned before the other was called has
 // the smaller token. It holds whatever linearization porcupine picks, so a
 // violation is reported with the two operations, which is easier to read than
 // a visualization. The model checks the same rule and more (it also orders
 // concurrent grants and grants whose answers were lost).
-func CheckTokens(ops []porcupine.Operation) error {
+func FencingTokens(ops []porcupine.Operation) error {
 	byKey := map[string][]porcupine.Operation{}
 	for _, op := range ops {
 		in, out := op.Input.(Input), op.Output.(Output)
@@ -42,7 +42,7 @@ func CheckTokens(ops []porcupine.Operation) error {
 				j++
 			}
 			if best != nil && byCall[i].Output.(Output).Token <= best.Output.(Output).Token {
-				return fmt.Errorf("chaos: key %q: token %d granted after token %d (client %d, then client %d): fencing tokens must increase",
+				return fmt.Errorf("check: key %q: token %d granted after token %d (client %d, then client %d): fencing tokens must increase",
 					key, byCall[i].Output.(Output).Token, best.Output.(Output).Token, best.ClientId, byCall[i].ClientId)
 			}
 		}

@@ -1,4 +1,4 @@
-package chaos
+package check
 
 import (
 	"context"
@@ -70,7 +70,7 @@ func (e ClientExecutor) Do(ctx context.Context, in Input) (Output, error) {
 	case KindForget:
 		r, err = e.C.Forget(ctx, e.NS, in.Key)
 	default:
-		return Output{}, fmt.Errorf("chaos: unknown operation %v", in.Kind)
+		return Output{}, fmt.Errorf("check: unknown operation %v", in.Kind)
 	}
 	return Classify(r, err)
 }
