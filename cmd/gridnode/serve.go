@@ -26,18 +26,20 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		dataDir    = fs.String("data-dir", "./gridnode-data", "data directory (Raft logs, snapshots, hard settings)")
-		listen     = fs.String("listen", "127.0.0.1:7420", "client gRPC address")
-		httpListen = fs.String("http-listen", "127.0.0.1:7423", "HTTP address for /metrics, /healthz, /readyz (empty: off)")
-		shards     = fs.Int("shards", 0, fmt.Sprintf("shards on this node (hard setting, fixed when the data directory is created; default %d, or what the data directory holds)", shard.DefaultShards))
-		nodeID     = fs.String("node-id", "node-1", "node id")
-		pprof      = fs.Bool("pprof", false, "serve /debug/pprof/ on the HTTP address")
-		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
-		drain      = fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight requests may take at shutdown")
-		hotWindow  = fs.Duration("hot-window", 24*time.Hour, "how long settled records stay in memory before moving to the cold tier")
-		hotMax     = fs.Int64("hot-max-bytes", 0, "hot tier budget in bytes; settled records beyond it move to the cold tier early (0: none)")
-		inflight   = fs.Int("inflight-entries", 0, fmt.Sprintf("Raft entries each shard leader has on their way at once, each carrying the requests queued meanwhile (1..%d; 0: the default, 1)", shard.MaxInflightLimit))
-		maxOffset  = fs.Duration("max-clock-offset", digest.DefaultMaxClockOffset, "the bound on the clock offset between any two nodes that leases rely on: a leader outside it grants no lease, and clients' lease margins must be at least this (use the same value on every node)")
+		dataDir        = fs.String("data-dir", "./gridnode-data", "data directory (Raft logs, snapshots, hard settings)")
+		listen         = fs.String("listen", "127.0.0.1:7420", "client gRPC address")
+		httpListen     = fs.String("http-listen", "127.0.0.1:7423", "HTTP address for /metrics, /healthz, /readyz (empty: off)")
+		shards         = fs.Int("shards", 0, fmt.Sprintf("shards on this node (hard setting, fixed when the data directory is created; default %d, or what the data directory holds)", shard.DefaultShards))
+		nodeID         = fs.String("node-id", "node-1", "node id")
+		pprof          = fs.Bool("pprof", false, "serve /debug/pprof/ on the HTTP address")
+		logLevel       = fs.String("log-level", "info", "debug, info, warn or error")
+		drain          = fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight requests may take at shutdown")
+		hotWindow      = fs.Duration("hot-window", 24*time.Hour, "how long settled records stay in memory before moving to the cold tier")
+		hotMax         = fs.Int64("hot-max-bytes", 0, "hot tier budget in bytes; settled records beyond it move to the cold tier early (0: none)")
+		inflight       = fs.Int("inflight-entries", 0, fmt.Sprintf("Raft entries each shard leader has on their way at once, each carrying the requests queued meanwhile (1..%d; 0: the default, 1)", shard.MaxInflightLimit))
+		faultClockFile = fs.String("fault-clock-file", "", "fault injection (needs --enable-fault-injection): a file holding a duration (\"1.5s\", \"-300ms\") by which this node's clock is moved, re-read while the node runs")
+		faultInjection = fs.Bool("enable-fault-injection", false, "allow the fault-injection flags (--fault-clock-file); never on a production node")
+		maxOffset      = fs.Duration("max-clock-offset", digest.DefaultMaxClockOffset, "the bound on the clock offset between any two nodes that leases rely on: a leader outside it grants no lease, and clients' lease margins must be at least this (use the same value on every node)")
 		// Clustering: any of --join or --bootstrap-expect makes the node a
 		// cluster member; without them it is a standalone grid.
 		join            = fs.String("join", "", "gossip addresses (host:port,...) of cluster members to join")
@@ -78,6 +80,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "serve: --shards %d out of range 1..%d\n", *shards, shard.DefaultSlots)
 		return 1
 	}
+	if *faultClockFile != "" && !*faultInjection {
+		fmt.Fprintf(stderr, "serve: --fault-clock-file is a fault-injection flag: refused without --enable-fault-injection\n")
+		return 1
+	}
 	var cc *node.ClusterConfig
 	if *join != "" || *bootstrapExpect > 0 {
 		if *bootstrapExpect < 0 || *bootstrapExpect > topology.MaxNodes {
@@ -104,10 +110,22 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 
+	hc := shard.HostConfig{NodeID: *nodeID, DataDir: *dataDir, Shards: *shards,
+		HotWindow: *hotWindow, HotMaxBytes: *hotMax, MaxClockOffset: *maxOffset, MaxInflight: *inflight}
+	if *faultClockFile != "" {
+		logger.Warn("fault injection enabled: this node's clock follows " + *faultClockFile)
+		fc, err := newFaultClock(ctx, *faultClockFile, logger)
+		if err != nil {
+			fmt.Fprintf(stderr, "serve: --fault-clock-file: %v\n", err)
+			return 1
+		}
+		hc.Clock = fc.Now
+	}
 	n, err := node.Start(node.Config{
-		Host: shard.HostConfig{NodeID: *nodeID, DataDir: *dataDir, Shards: *shards,
-			HotWindow: *hotWindow, HotMaxBytes: *hotMax, MaxClockOffset: *maxOffset, MaxInflight: *inflight},
+		Host:       hc,
 		Listen:     *listen,
 		HTTPListen: *httpListen,
 		Pprof:      *pprof,
@@ -125,8 +143,6 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	logger.Info("gridnode serving", "version", version, "grpc", n.Addr(), "http", n.HTTPAddr(),
 		"data_dir", *dataDir, "shards", n.Host().Settings().Shards, "max_clock_offset", *maxOffset)
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	go func() {
 		readyCtx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
