@@ -16,27 +16,6 @@ import (
 	"github.com/l4xg/grid/internal/gridtest"
 )
 
-// followerReads is a deliberately broken cluster: a linearizable Get is
-// answered by a follower from its applied state, without ReadIndex and
-// without going through the log, as a node that served Gets from any
-// replica would. Every Get is sent with stale_ok to one node (a client
-// WithoutRouting, which never forwards a stale read: a node holding a
-// replica answers it locally). The node is reader(key): a follower of the
-// key's shard, or the node a partition has cut off.
-type followerReads struct {
-	check.Executor
-	nodes  []*client.Client // one per node, WithoutRouting
-	reader func(key string) int
-}
-
-func (f followerReads) Do(ctx context.Context, in check.Input) (check.Output, error) {
-	if in.Kind != check.KindGet {
-		return f.Executor.Do(ctx, in)
-	}
-	r, err := f.nodes[f.reader(in.Key)].Get(ctx, "chaos", in.Key, client.WithStaleOK())
-	return check.Classify(r, err)
-}
-
 // dialNodes dials one client per node of c, without routing.
 func dialNodes(t *testing.T, c *gridtest.Cluster) []*client.Client {
 	t.Helper()
@@ -141,7 +120,7 @@ func TestClusterCheckerCatchesFollowerReads(t *testing.T) {
 					return reps[rng.IntN(len(reps))]
 				}
 				w.wrap = func(e check.Executor) check.Executor {
-					return followerReads{Executor: e, nodes: nodes, reader: reader}
+					return check.FollowerReads(e, "chaos", nodes, reader)
 				}
 			}
 			ops := run(t, c, w)

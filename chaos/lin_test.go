@@ -254,7 +254,7 @@ func run(t *testing.T, cl check.Cluster, w workload) []porcupine.Operation {
 			if w.wrap != nil {
 				exec = w.wrap(exec)
 			}
-			wk := &worker{id: i, w: w, rng: rand.New(rand.NewPCG(w.seed, uint64(i))), held: map[string]uint64{}}
+			wk := newWorker(i, w)
 			for {
 				n := done.Add(1)
 				if n > int64(w.ops) {
@@ -321,129 +321,48 @@ func inject(t *testing.T, cl check.Cluster, rng *rand.Rand, g *gate, partitioned
 	}
 }
 
-// worker is one caller: it remembers the leases it holds and the tokens it
-// held, and picks operations that make sense for a consumer, plus some that
-// do not (settles with a superseded token).
+// worker is one caller of the workload (check.Worker) on the test's
+// clock: with a fake clock, leases, retry delays and retentions are short,
+// so that they expire during the run; without it they are hours long and
+// never expire.
 type worker struct {
-	id    int
-	w     workload
-	rng   *rand.Rand
-	held  map[string]uint64 // key -> token of a lease this worker holds
-	stale []uint64          // tokens it held before
+	*check.Worker
+	w workload
 }
 
-// durations of the run: long enough never to expire, or short with a fake clock.
-func (wk *worker) lease() int64 {
-	if wk.w.clock != nil {
-		return 100 + wk.rng.Int64N(900)
+func newWorker(id int, w workload) *worker {
+	t := check.Times{LeaseMin: hour / 2, LeaseSpan: hour / 2, RetentionMin: day, RetryMin: hour}
+	if w.clock != nil {
+		t = check.Times{LeaseMin: 100, LeaseSpan: 900, RetentionMin: 500, RetentionSpan: 1500, RetryMin: 100, RetrySpan: 500}
 	}
-	return hour/2 + wk.rng.Int64N(hour/2)
-}
-
-func (wk *worker) retention() int64 {
-	if wk.w.clock != nil {
-		return 500 + wk.rng.Int64N(1500)
-	}
-	return day
-}
-
-func (wk *worker) retryAfter() int64 {
-	if wk.w.clock != nil {
-		return 100 + wk.rng.Int64N(500)
-	}
-	return hour
-}
-
-func (wk *worker) next() check.Input {
-	key := fmt.Sprintf("k%d", wk.rng.IntN(wk.w.keys))
-	in := check.Input{Key: key}
-	p := wk.rng.IntN(100)
-	if tok, ok := wk.held[key]; ok {
-		in.Token = tok
-		switch {
-		case p < 35:
-			in.Kind, in.Retention = check.KindComplete, wk.retention()
-			in.Result = fmt.Sprintf("w%d-%d", wk.id, wk.rng.IntN(1000))
-		case p < 50:
-			in.Kind, in.RetryAfter, in.Retention = check.KindFail, wk.retryAfter(), wk.retention()
-			in.Poison = wk.rng.IntN(4) == 0
-		case p < 75:
-			in.Kind, in.Lease = check.KindExtend, wk.lease()
-		case p < 88:
-			in.Kind = check.KindRelease
-		default:
-			in.Kind = check.KindGet
-		}
-		return in
-	}
-	forgets := wk.w.forgets
-	if forgets == 0 {
-		forgets = 10
-	}
-	switch {
-	case p < 45:
-		in.Kind, in.Lease, in.Retention = check.KindReserve, wk.lease(), wk.retention()
-		in.MaxAttempts = 1 + wk.rng.IntN(3)
-	case p < 80-forgets:
-		in.Kind = check.KindGet
-	case p < 80:
-		in.Kind = check.KindForget
-	default: // a settle with a token this worker no longer holds
-		in.Token = 1 + wk.rng.Uint64N(1<<20)
-		if len(wk.stale) > 0 {
-			in.Token = wk.stale[wk.rng.IntN(len(wk.stale))]
-		}
-		switch wk.rng.IntN(4) {
-		case 0:
-			in.Kind, in.Retention, in.Result = check.KindComplete, wk.retention(), "stale"
-		case 1:
-			in.Kind, in.RetryAfter, in.Retention = check.KindFail, wk.retryAfter(), wk.retention()
-		case 2:
-			in.Kind, in.Lease = check.KindExtend, wk.lease()
-		default:
-			in.Kind = check.KindRelease
-		}
-	}
-	return in
+	cw := check.NewWorker(id, w.seed, w.keys, t)
+	cw.Forgets = w.forgets
+	return &worker{Worker: cw, w: w}
 }
 
 // step runs one operation and records it; false stops the worker.
 func (wk *worker) step(ctx context.Context, t *testing.T, exec check.Executor, rec *check.Recorder, g *gate) bool {
 	if c := wk.w.clock; c != nil {
-		c.Advance(time.Duration(wk.rng.IntN(150)) * time.Millisecond)
+		c.Advance(time.Duration(wk.Rand().IntN(150)) * time.Millisecond)
 	}
-	in := wk.next()
-	call := rec.Begin(wk.id, in)
+	in := wk.Next()
+	call := rec.Begin(wk.ID, in)
 	opCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	out, err := exec.Do(opCtx, in)
 	cancel()
 	if err != nil {
 		call.Unknown()
-		t.Errorf("worker %d: %v: %v", wk.id, in.Kind, err)
+		t.Errorf("worker %d: %v: %v", wk.ID, in.Kind, err)
 		return false
 	}
+	wk.Saw(in, out)
 	if out.Unknown {
 		call.Note("%s", out.Cause)
 		call.Unknown()
-		if tok, ok := wk.held[in.Key]; ok && in.Kind != check.KindGet && in.Kind != check.KindExtend {
-			delete(wk.held, in.Key)
-			wk.stale = append(wk.stale, tok)
-		}
 		g.wait(ctx)
 		return ctx.Err() == nil
 	}
 	call.End(out)
-	switch {
-	case in.Kind == check.KindReserve && out.Outcome == client.OutcomeAcquired:
-		wk.held[in.Key] = out.Token
-	case in.Kind == check.KindGet, in.Kind == check.KindForget:
-	case in.Kind == check.KindExtend && out.Outcome == client.OutcomeOK:
-	case in.Kind != check.KindReserve:
-		if tok, ok := wk.held[in.Key]; ok && tok == in.Token {
-			delete(wk.held, in.Key)
-			wk.stale = append(wk.stale, tok)
-		}
-	}
 	return true
 }
 

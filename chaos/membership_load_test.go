@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -174,7 +173,7 @@ func startHistLoad(t *testing.T, clients []*client.Client, seed uint64, workers,
 		go func() {
 			defer h.wg.Done()
 			exec := check.ClientExecutor{C: clients[i%len(clients)], NS: "chaos"}
-			wk := &worker{id: i, w: w, rng: rand.New(rand.NewPCG(seed, uint64(i))), held: map[string]uint64{}}
+			wk := newWorker(i, w)
 			for {
 				select {
 				case <-h.budget:

@@ -297,3 +297,46 @@ func TestFencingTokens(t *testing.T) {
 		t.Fatal("a token granted twice on one key passed")
 	}
 }
+
+// TestHolders: two leases of one key trusted at once are caught, whoever
+// holds them; a lease settled, or trusted only until its safe deadline,
+// before the next grant is not.
+func TestHolders(t *testing.T) {
+	ms := int64(time.Millisecond)
+	grant := func(id int, tok uint64, call, ret int64, leaseMs int64) porcupine.Operation {
+		return porcupine.Operation{ClientId: id, Call: call * ms, Return: ret * ms,
+			Input:  check.Input{Key: keyA, Kind: check.KindReserve, Lease: leaseMs},
+			Output: check.Output{Outcome: client.OutcomeAcquired, State: client.StateProcessing, Token: tok, Now: t0, Deadline: t0 + leaseMs}}
+	}
+	settle := func(id int, tok uint64, call int64) porcupine.Operation {
+		return porcupine.Operation{ClientId: id, Call: call * ms, Return: (call + 1) * ms,
+			Input:  check.Input{Key: keyA, Kind: check.KindComplete, Token: tok},
+			Output: check.Output{Outcome: client.OutcomeOK, State: client.StateCompleted, Token: tok}}
+	}
+	forget := func(id int, call int64) porcupine.Operation {
+		return porcupine.Operation{ClientId: id, Call: call * ms, Return: (call + 1) * ms,
+			Input: check.Input{Key: keyA, Kind: check.KindForget}, Output: check.Output{Outcome: client.OutcomeOK}}
+	}
+	margin := func(lease time.Duration) time.Duration { return lease / 10 }
+	cases := []struct {
+		name string
+		ops  []porcupine.Operation
+		ok   bool
+	}{
+		{"settled before the next grant", []porcupine.Operation{grant(1, 1, 0, 5, 1000), settle(1, 1, 100), grant(2, 2, 200, 205, 1000)}, true},
+		{"next grant after the safe deadline", []porcupine.Operation{grant(1, 1, 0, 5, 1000), grant(2, 2, 950, 955, 1000)}, true},
+		{"next grant inside the safe deadline", []porcupine.Operation{grant(1, 1, 0, 5, 1000), grant(2, 2, 850, 855, 1000)}, false},
+		{"settled after the next grant", []porcupine.Operation{grant(1, 1, 0, 5, 1000), grant(2, 2, 300, 305, 1000), settle(1, 1, 400)}, false},
+		{"forgotten before the next grant", []porcupine.Operation{grant(1, 1, 0, 5, 1000), forget(3, 100), grant(2, 2, 300, 305, 1000)}, true},
+		{"forgotten before the first grant", []porcupine.Operation{forget(3, 0), grant(1, 1, 10, 15, 1000), grant(2, 2, 300, 305, 1000)}, false},
+	}
+	for _, c := range cases {
+		err := check.Holders(c.ops, margin)
+		if (err == nil) != c.ok {
+			t.Errorf("%s: %v", c.name, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), `key "a"`) {
+			t.Errorf("%s: the error does not name the key: %v", c.name, err)
+		}
+	}
+}

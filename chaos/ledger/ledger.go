@@ -592,3 +592,6 @@ func (f *fleet) exitsAfterCommit() int {
 	defer f.mu.Unlock()
 	return f.exits[exitAfterCommit]
 }
+
+// JSON reports whether --json asked for one JSON object.
+func (c Config) JSON() bool { return c.json }

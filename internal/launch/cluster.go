@@ -112,7 +112,7 @@ func spawnCluster(o GridClusterOptions) (*GridCluster, error) {
 	for i := range o.Nodes {
 		udp[4*i+2] = true
 	}
-	addrs, err := loopbackAddrs(udp)
+	addrs, err := LoopbackAddrs(udp)
 	if err != nil {
 		return nil, err
 	}
@@ -342,11 +342,11 @@ func (c *GridCluster) Stop() {
 	wg.Wait()
 }
 
-// loopbackAddrs returns n distinct loopback addresses whose ports were
+// LoopbackAddrs returns len(udp) distinct loopback addresses whose ports were
 // free a moment ago, for TCP and, where udp[i], for UDP too (gossip binds
 // both). Every listener stays open until all are chosen, so that no port is
 // picked twice.
-func loopbackAddrs(udp []bool) ([]string, error) {
+func LoopbackAddrs(udp []bool) ([]string, error) {
 	var held []io.Closer
 	defer func() {
 		for _, c := range held {

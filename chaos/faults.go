@@ -1,0 +1,390 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/l4xg/grid/api/gridpb"
+)
+
+// made is a fault as it happened: its plan, when it started and was
+// undone, and how long the cluster took to converge after it.
+type made struct {
+	planned
+	Start    time.Duration `json:"start"` // from the start of the load
+	End      time.Duration `json:"end"`   // undone
+	Settled  time.Duration `json:"settled"`
+	Target   string        `json:"target"` // the node(s) it hit, resolved
+	Err      string        `json:"error,omitempty"`
+	Unstable string        `json:"unstable,omitempty"` // why the cluster had not converged within the bound
+	// Unavailable is the longest a consumer was blocked (an operation
+	// under way, or failing until it next succeeded) in the fault's
+	// window; set by the report.
+	Unavailable time.Duration `json:"unavailable"`
+}
+
+// injector makes the faults of a schedule, one at a time.
+type injector struct {
+	p      *procs
+	start  time.Time
+	log    func(format string, args ...any)
+	gate   *gate
+	spare  bool // the spare node is a member now
+	mu     sync.Mutex
+	done   []made
+	active string // the fault under way, for the progress line
+	cutOff int    // a node cut off from the others now, -1 when none (follower reads)
+}
+
+// settleBound bounds the wait for convergence after each fault.
+const settleBound = 90 * time.Second
+
+// run makes the faults of sched until it ends or ctx ends.
+func (in *injector) run(ctx context.Context, sched []planned) {
+	for _, f := range sched {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(in.start.Add(f.At))):
+		}
+		m := made{planned: f, Start: time.Since(in.start)}
+		in.setActive(f.String())
+		in.log("fault %s", f)
+		in.gate.down()
+		err := in.make(ctx, &m)
+		m.End = time.Since(in.start)
+		in.gate.raise()
+		in.setCut(-1)
+		if err != nil {
+			m.Err = err.Error()
+			in.log("fault %s: %v", f, err)
+		}
+		in.setActive("settling after " + f.Kind)
+		if err := in.p.awaitStable(ctx, in.members(), settleBound); err != nil && ctx.Err() == nil {
+			m.Unstable = err.Error()
+			in.log("after %s: %v", f, err)
+		}
+		m.Settled = time.Since(in.start) - m.End
+		in.log("fault %s: undone at %v, converged %v later", f, m.End.Round(time.Millisecond), m.Settled.Round(time.Millisecond))
+		in.setActive("")
+		in.mu.Lock()
+		in.done = append(in.done, m)
+		in.mu.Unlock()
+	}
+}
+
+func (in *injector) setActive(s string) {
+	in.mu.Lock()
+	in.active = s
+	in.mu.Unlock()
+}
+
+func (in *injector) setCut(i int) {
+	in.mu.Lock()
+	in.cutOff = i
+	in.mu.Unlock()
+}
+
+// cut is the node cut off now, or -1.
+func (in *injector) cut() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.cutOff
+}
+
+// status is what the progress line shows: the faults made and the one
+// under way.
+func (in *injector) status() (int, string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.done), in.active
+}
+
+// faults are the faults made so far.
+func (in *injector) faults() []made {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return slices.Clone(in.done)
+}
+
+// members are the nodes in the cluster now.
+func (in *injector) members() []*node {
+	if in.spare {
+		return in.p.nodes[:in.p.cfg.Nodes+1]
+	}
+	return in.p.members()
+}
+
+// hold waits d or until ctx ends.
+func hold(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// make makes one fault and undoes it.
+func (in *injector) make(ctx context.Context, m *made) error {
+	p := in.p
+	var n *node
+	if m.Node >= 0 && m.Node < len(p.nodes) {
+		n = p.nodes[m.Node]
+		m.Target = n.id
+	}
+	switch m.Kind {
+	case faultKill:
+		n.kill()
+		hold(ctx, m.Hold)
+		return in.restart(ctx, n, false)
+	case faultPause:
+		if err := n.pause(); err != nil {
+			return err
+		}
+		hold(ctx, m.Hold)
+		return n.resume()
+	case faultPartition:
+		return in.partition(ctx, m)
+	case faultSkew:
+		if err := n.setClock(m.Offset); err != nil {
+			return err
+		}
+		hold(ctx, m.Hold)
+		return n.setClock(0)
+	case faultDisk:
+		return in.fillDisk(ctx, n, m.Hold)
+	case faultChurn:
+		return in.churn(ctx, m)
+	}
+	return fmt.Errorf("unknown fault %q", m.Kind)
+}
+
+// restart starts n again on its data and waits for its ready line (a node
+// whose shards cannot elect yet prints it late; the convergence wait after
+// the fault covers the rest).
+func (in *injector) restart(ctx context.Context, n *node, fresh bool) error {
+	if err := in.p.start(n, fresh); err != nil {
+		return err
+	}
+	if _, err := n.waitReady(ctx, 60*time.Second); err != nil {
+		return fmt.Errorf("%s after restart: %w", n.id, err)
+	}
+	return nil
+}
+
+func (in *injector) partition(ctx context.Context, m *made) error {
+	lab := in.p.lab
+	var err error
+	switch m.Variant {
+	case "isolate":
+		in.setCut(m.Node)
+		err = lab.Isolate(m.Node)
+	case "split":
+		m.Target = fmt.Sprint(nodeNames(m.Group))
+		var rest []int
+		for i := range in.members() {
+			if !slices.Contains(m.Group, i) {
+				rest = append(rest, i)
+			}
+		}
+		in.setCut(m.Group[0])
+		err = lab.Split(rest, m.Group)
+	case "one-way":
+		m.Target = fmt.Sprintf("n%d->n%d", m.Node+1, m.Other+1)
+		err = lab.Cut(m.Node, m.Other)
+	default:
+		err = fmt.Errorf("unknown partition %q", m.Variant)
+	}
+	if err == nil {
+		hold(ctx, m.Hold)
+	}
+	return errors.Join(err, lab.Heal())
+}
+
+// fillDisk fills n's data directory (its own tmpfs) until writes fail,
+// holds, frees the space and restarts the node with kill -9: a node whose
+// log writes failed fails every later one (raftlog.Journal) until it
+// restarts, as an operator would restart it once the disk has room.
+func (in *injector) fillDisk(ctx context.Context, n *node, d time.Duration) error {
+	path := filepath.Join(n.dir, "chaos-filler")
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			break
+		}
+	}
+	f.Close()
+	hold(ctx, d)
+	if err := os.Remove(path); err != nil {
+		return err
+	}
+	n.kill()
+	return in.restart(ctx, n, false)
+}
+
+// churn changes the membership.
+func (in *injector) churn(ctx context.Context, m *made) error {
+	p := in.p
+	switch m.Variant {
+	case "rolling-restart":
+		m.Target = "every node"
+		for _, n := range in.members() {
+			n.stop(20 * time.Second)
+			if err := in.restart(ctx, n, false); err != nil {
+				return err
+			}
+			if err := p.awaitStable(ctx, in.members(), settleBound); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "control-leader-kill":
+		n := p.controlLeader(ctx)
+		if n == nil {
+			return errors.New("no control leader known")
+		}
+		m.Target = n.id
+		n.kill()
+		hold(ctx, m.Hold)
+		return in.restart(ctx, n, false)
+	case "join-drain", "kill-during-move":
+		spare := p.nodes[m.Node]
+		m.Target = spare.id
+		if err := os.RemoveAll(spare.dir); err != nil && !p.cfg.has(faultDisk) {
+			return err
+		}
+		_ = os.MkdirAll(spare.dir, 0o755)
+		in.spare = true
+		if err := p.start(spare, true); err != nil {
+			return err
+		}
+		if m.Variant == "kill-during-move" {
+			if err := in.killControlLeaderDuringMove(ctx); err != nil {
+				return err
+			}
+		}
+		if err := p.awaitStable(ctx, in.members(), settleBound); err != nil {
+			return fmt.Errorf("after %s joined: %w", spare.id, err)
+		}
+		if err := in.drain(ctx, spare, m.Variant == "kill-during-move"); err != nil {
+			return err
+		}
+		spare.stop(20 * time.Second)
+		in.spare = false
+		return nil
+	}
+	return fmt.Errorf("unknown churn %q", m.Variant)
+}
+
+// killControlLeaderDuringMove waits until a shard's group differs from
+// its map replicas (a move under way), kills the control leader, and
+// restarts it.
+func (in *injector) killControlLeaderDuringMove(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && in.p.unstable(ctx, in.members()) == "" {
+		hold(ctx, 50*time.Millisecond)
+	}
+	n := in.p.controlLeader(ctx)
+	if n == nil {
+		return errors.New("no control leader known during the move")
+	}
+	in.log("control leader %s killed during the move", n.id)
+	n.kill()
+	hold(ctx, time.Second)
+	return in.restart(ctx, n, false)
+}
+
+// drain drains n and waits until the map says it is removed; with
+// killLeader, the control leader is killed while the drain moves shards.
+func (in *injector) drain(ctx context.Context, n *node, killLeader bool) error {
+	var via *node
+	for _, o := range in.p.members() {
+		if o != n && o.running() != nil {
+			via = o
+			break
+		}
+	}
+	c, err := via.client()
+	if err != nil {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err = c.Drain(dctx, &gridpb.DrainRequest{NodeId: []byte(n.id)})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("drain %s: %w", n.id, err)
+	}
+	if killLeader {
+		if err := in.killControlLeaderDuringMove(ctx); err != nil {
+			return err
+		}
+	}
+	deadline := time.Now().Add(settleBound)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		m, err := via.clusterMap(ctx)
+		if err == nil {
+			removed := true
+			for _, cn := range m.GetNodes() {
+				if cn.GetId() == n.id && cn.GetState() != "removed" {
+					removed = false
+				}
+			}
+			if removed {
+				return nil
+			}
+		}
+		hold(ctx, 250*time.Millisecond)
+	}
+	return fmt.Errorf("%s not removed within %v of its drain", n.id, settleBound)
+}
+
+// gate holds the register workers back while a fault is under way after
+// an unknown outcome, so that a fault leaves at most one open-ended
+// operation per worker (each multiplies the states the checker explores).
+type gate struct {
+	mu     sync.Mutex
+	up     chan struct{} // closed while no fault is under way
+	isDown bool
+}
+
+func newGate() *gate {
+	g := &gate{up: make(chan struct{})}
+	close(g.up)
+	return g
+}
+
+func (g *gate) down() {
+	g.mu.Lock()
+	if !g.isDown {
+		g.up, g.isDown = make(chan struct{}), true
+	}
+	g.mu.Unlock()
+}
+
+func (g *gate) raise() {
+	g.mu.Lock()
+	if g.isDown {
+		close(g.up)
+		g.isDown = false
+	}
+	g.mu.Unlock()
+}
+
+func (g *gate) wait(ctx context.Context) {
+	g.mu.Lock()
+	up := g.up
+	g.mu.Unlock()
+	select {
+	case <-up:
+	case <-ctx.Done():
+	}
+}
