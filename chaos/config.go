@@ -42,8 +42,8 @@ type config struct {
 	Seed                    uint64
 	Out                     string
 	Bin                     string
-	Workers                 int     // register workload callers
-	Keys                    int     // register keys per epoch
+	Workers                 int // register workload callers
+	Keys                    int // register keys per epoch
 	Epoch                   time.Duration
 	Rate                    float64 // register operations per second, all workers
 	AppWorkers              int

@@ -275,6 +275,14 @@ func (in *injector) churn(ctx context.Context, m *made) error {
 		if err := p.awaitStable(ctx, in.members(), settleBound); err != nil {
 			return fmt.Errorf("after %s joined: %w", spare.id, err)
 		}
+		// The placement moves replicas onto the new node: wait until it
+		// holds one, so that the drain has shards to move off it.
+		if err := in.awaitReplica(ctx, spare); err != nil {
+			return err
+		}
+		if err := p.awaitStable(ctx, in.members(), settleBound); err != nil {
+			return fmt.Errorf("after replicas moved onto %s: %w", spare.id, err)
+		}
 		if err := in.drain(ctx, spare, m.Variant == "kill-during-move"); err != nil {
 			return err
 		}
@@ -283,6 +291,22 @@ func (in *injector) churn(ctx context.Context, m *made) error {
 		return nil
 	}
 	return fmt.Errorf("unknown churn %q", m.Variant)
+}
+
+// awaitReplica waits until the map gives n a replica.
+func (in *injector) awaitReplica(ctx context.Context, n *node) error {
+	deadline := time.Now().Add(settleBound)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if m, err := in.p.members()[0].clusterMap(ctx); err == nil {
+			for _, sh := range m.GetShards() {
+				if slices.Contains(sh.GetReplicas(), n.id) {
+					return nil
+				}
+			}
+		}
+		hold(ctx, 250*time.Millisecond)
+	}
+	return fmt.Errorf("no replica moved onto %s within %v of its join", n.id, settleBound)
 }
 
 // killControlLeaderDuringMove waits until a shard's group differs from
@@ -332,14 +356,10 @@ func (in *injector) drain(ctx context.Context, n *node, killLeader bool) error {
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		m, err := via.clusterMap(ctx)
 		if err == nil {
-			removed := true
 			for _, cn := range m.GetNodes() {
-				if cn.GetId() == n.id && cn.GetState() != "removed" {
-					removed = false
+				if cn.GetId() == n.id && cn.GetState() == "removed" {
+					return nil
 				}
-			}
-			if removed {
-				return nil
 			}
 		}
 		hold(ctx, 250*time.Millisecond)

@@ -14,8 +14,8 @@ type planned struct {
 	At      time.Duration `json:"at"` // from the start of the load; later if the previous fault's recovery took longer
 	Kind    string        `json:"kind"`
 	Variant string        `json:"variant"`
-	Node    int           `json:"node"`  // target, from 0; -1: resolved when the fault starts (control-leader)
-	Other   int           `json:"other"` // a second node (one-way cut: Node stops sending to Other); -1 if none
+	Node    int           `json:"node"`            // target, from 0; -1: resolved when the fault starts (control-leader)
+	Other   int           `json:"other"`           // a second node (one-way cut: Node stops sending to Other); -1 if none
 	Group   []int         `json:"group,omitempty"` // split: the minority cut from the rest
 	Hold    time.Duration `json:"hold"`
 	Offset  time.Duration `json:"offset,omitempty"` // skew
@@ -24,6 +24,8 @@ type planned struct {
 func (p planned) String() string {
 	s := fmt.Sprintf("%s/%s", p.Kind, p.Variant)
 	switch {
+	case p.Variant == "rolling-restart":
+		s += " every node"
 	case p.Node < 0:
 		s += " control-leader"
 	case len(p.Group) > 0:
