@@ -42,7 +42,7 @@ type cutOff struct {
 	node atomic.Int64 // the node cut off, -1 when none
 }
 
-func (f *cutOff) fault(ctx context.Context, t *testing.T, rng *rand.Rand, g *gate, done *atomic.Int64) {
+func (f *cutOff) fault(ctx context.Context, t *testing.T, rng *rand.Rand, g *check.Gate, done *atomic.Int64) {
 	c := f.c.c
 	s := c.ShardOf("chaos", "k0")
 	ls := c.Leaders(s)
@@ -58,7 +58,7 @@ func (f *cutOff) fault(ctx context.Context, t *testing.T, rng *rand.Rand, g *gat
 		}
 	}
 	t.Logf("%v: fault at op %d: node %d (leads shard %d of k0) cut off", f.c.since(), done.Load(), l, s)
-	g.down()
+	g.Down()
 	c.Partition(rest)
 	f.node.Store(int64(l))
 	f.c.holdOn(ctx, t, g, done, f.c.ledElsewhere(s, l))

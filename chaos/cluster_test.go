@@ -115,7 +115,7 @@ func (f *clusterFaults) ledElsewhere(s, gone int) func() bool {
 // then raises g (workers that saw an unknown outcome carry on against the
 // new leader), then waits until f.hold more operations have started. Each
 // wait is bounded by maxHold, and both end with ctx.
-func (f *clusterFaults) holdOn(ctx context.Context, t *testing.T, g *gate, done *atomic.Int64, cond func() bool) {
+func (f *clusterFaults) holdOn(ctx context.Context, t *testing.T, g *check.Gate, done *atomic.Int64, cond func() bool) {
 	start := time.Now()
 	if cond != nil {
 		testwait.Holds(f.maxHold, func() bool { return cond() || ctx.Err() != nil })
@@ -125,12 +125,12 @@ func (f *clusterFaults) holdOn(ctx context.Context, t *testing.T, g *gate, done 
 			t.Logf("%v: no other node leads the shard after %v", f.since(), time.Since(start).Round(time.Millisecond))
 		}
 	}
-	g.raise()
+	g.Raise()
 	from := done.Load()
 	testwait.Holds(f.maxHold, func() bool { return done.Load()-from >= f.hold || ctx.Err() != nil })
 }
 
-func (f *clusterFaults) fault(ctx context.Context, t *testing.T, rng *rand.Rand, g *gate, done *atomic.Int64) {
+func (f *clusterFaults) fault(ctx context.Context, t *testing.T, rng *rand.Rand, g *check.Gate, done *atomic.Int64) {
 	if f.failed {
 		return
 	}
@@ -142,7 +142,7 @@ func (f *clusterFaults) fault(ctx context.Context, t *testing.T, rng *rand.Rand,
 	kind := f.next(rng)
 	key, s, l := f.target(rng)
 	at, began := done.Load(), time.Now()
-	g.down()
+	g.Down()
 	switch kind {
 	case isolateLeader:
 		t.Logf("%v: fault at op %d: %v: node %d (leads shard %d of %s) cut off", f.since(), at, kind, l, s, key)
@@ -206,7 +206,7 @@ func (f *clusterFaults) fault(ctx context.Context, t *testing.T, rng *rand.Rand,
 	if err := f.c.AwaitStable(60 * time.Second); err != nil {
 		fail(fmt.Errorf("after %v: %w", kind, err))
 	}
-	g.raise()
+	g.Raise()
 	f.made.Add(1)
 	t.Logf("%v: fault %v: %d operations under it, undone and stable after %v", f.since(), kind, undone-at, time.Since(began).Round(time.Millisecond))
 }

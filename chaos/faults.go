@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/chaos/check"
 )
 
 // made is a fault as it happened: its plan, when it started and was
@@ -34,7 +35,7 @@ type injector struct {
 	p      *procs
 	start  time.Time
 	log    func(format string, args ...any)
-	gate   *gate
+	gate   *check.Gate
 	spare  bool // the spare node is a member now
 	mu     sync.Mutex
 	done   []made
@@ -56,10 +57,10 @@ func (in *injector) run(ctx context.Context, sched []planned) {
 		m := made{planned: f, Start: time.Since(in.start)}
 		in.setActive(f.String())
 		in.log("fault %s", f)
-		in.gate.down()
+		in.gate.Down()
 		err := in.make(ctx, &m)
 		m.End = time.Since(in.start)
-		in.gate.raise()
+		in.gate.Raise()
 		in.setCut(-1)
 		if err != nil {
 			m.Err = err.Error()
@@ -365,46 +366,4 @@ func (in *injector) drain(ctx context.Context, n *node, killLeader bool) error {
 		hold(ctx, 250*time.Millisecond)
 	}
 	return fmt.Errorf("%s not removed within %v of its drain", n.id, settleBound)
-}
-
-// gate holds the register workers back while a fault is under way after
-// an unknown outcome, so that a fault leaves at most one open-ended
-// operation per worker (each multiplies the states the checker explores).
-type gate struct {
-	mu     sync.Mutex
-	up     chan struct{} // closed while no fault is under way
-	isDown bool
-}
-
-func newGate() *gate {
-	g := &gate{up: make(chan struct{})}
-	close(g.up)
-	return g
-}
-
-func (g *gate) down() {
-	g.mu.Lock()
-	if !g.isDown {
-		g.up, g.isDown = make(chan struct{}), true
-	}
-	g.mu.Unlock()
-}
-
-func (g *gate) raise() {
-	g.mu.Lock()
-	if g.isDown {
-		close(g.up)
-		g.isDown = false
-	}
-	g.mu.Unlock()
-}
-
-func (g *gate) wait(ctx context.Context) {
-	g.mu.Lock()
-	up := g.up
-	g.mu.Unlock()
-	select {
-	case <-up:
-	case <-ctx.Done():
-	}
 }

@@ -57,7 +57,7 @@ type faulter interface {
 	// so that a fault can last until the workload has made progress under
 	// it; ctx ends when the workers have stopped. Workers that saw an
 	// unknown outcome wait on g until it is raised.
-	fault(ctx context.Context, t *testing.T, rng *rand.Rand, g *gate, done *atomic.Int64)
+	fault(ctx context.Context, t *testing.T, rng *rand.Rand, g *check.Gate, done *atomic.Int64)
 	// end undoes whatever the last fault left in place.
 	end(t *testing.T)
 }
@@ -70,7 +70,7 @@ type nodeFaults struct {
 	partitioned bool
 }
 
-func (f *nodeFaults) fault(_ context.Context, t *testing.T, rng *rand.Rand, g *gate, done *atomic.Int64) {
+func (f *nodeFaults) fault(_ context.Context, t *testing.T, rng *rand.Rand, g *check.Gate, done *atomic.Int64) {
 	inject(t, f.cl, rng, g, &f.partitioned, done.Load())
 }
 
@@ -115,50 +115,6 @@ func newFakeClock() *fakeClock {
 func (c *fakeClock) Now() time.Time          { return time.UnixMilli(c.ms.Load()) }
 func (c *fakeClock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 
-// gate holds workers back while a fault is being injected: a worker whose
-// call had an unknown outcome waits for the grid to be back before it
-// carries on, so that a fault leaves at most one open-ended operation per
-// worker (each multiplies the states the checker explores).
-// down and raise are idempotent.
-type gate struct {
-	mu     sync.Mutex
-	up     chan struct{} // closed while the grid is up
-	isDown bool
-}
-
-func newGate() *gate {
-	g := &gate{up: make(chan struct{})}
-	close(g.up)
-	return g
-}
-
-func (g *gate) down() {
-	g.mu.Lock()
-	if !g.isDown {
-		g.up, g.isDown = make(chan struct{}), true
-	}
-	g.mu.Unlock()
-}
-
-func (g *gate) raise() {
-	g.mu.Lock()
-	if g.isDown {
-		close(g.up)
-		g.isDown = false
-	}
-	g.mu.Unlock()
-}
-
-func (g *gate) wait(ctx context.Context) {
-	g.mu.Lock()
-	up := g.up
-	g.mu.Unlock()
-	select {
-	case <-up:
-	case <-ctx.Done():
-	}
-}
-
 // run runs w against cl and returns the history.
 func run(t *testing.T, cl check.Cluster, w workload) []porcupine.Operation {
 	t.Helper()
@@ -195,7 +151,7 @@ func run(t *testing.T, cl check.Cluster, w workload) []porcupine.Operation {
 	}
 
 	rec := check.NewRecorder()
-	g := newGate()
+	g := check.NewGate()
 	var done atomic.Int64
 	faultAt := make(chan struct{}, w.faults)
 	every := w.ops / (w.faults + 1)
@@ -282,7 +238,7 @@ func run(t *testing.T, cl check.Cluster, w workload) []porcupine.Operation {
 // inject makes one fault on a random node: kill then restart, restart, or
 // (when the Cluster is a Partitioner) isolate it; a partition is healed at
 // the next fault. Workers hold back while a node is down (see gate).
-func inject(t *testing.T, cl check.Cluster, rng *rand.Rand, g *gate, partitioned *bool, at int64) {
+func inject(t *testing.T, cl check.Cluster, rng *rand.Rand, g *check.Gate, partitioned *bool, at int64) {
 	p, canPartition := cl.(check.Partitioner)
 	if *partitioned {
 		t.Logf("fault at op %d: heal", at)
@@ -299,15 +255,15 @@ func inject(t *testing.T, cl check.Cluster, rng *rand.Rand, g *gate, partitioned
 	switch rng.IntN(kinds) {
 	case 0:
 		t.Logf("fault at op %d: kill and restart node %d", at, i)
-		g.down()
+		g.Down()
 		cl.Kill(i)
 		cl.Restart(i)
-		g.raise()
+		g.Raise()
 	case 1:
 		t.Logf("fault at op %d: restart node %d", at, i)
-		g.down()
+		g.Down()
 		cl.Restart(i)
-		g.raise()
+		g.Raise()
 	default:
 		t.Logf("fault at op %d: isolate node %d", at, i)
 		var rest []int
@@ -341,7 +297,7 @@ func newWorker(id int, w workload) *worker {
 }
 
 // step runs one operation and records it; false stops the worker.
-func (wk *worker) step(ctx context.Context, t *testing.T, exec check.Executor, rec *check.Recorder, g *gate) bool {
+func (wk *worker) step(ctx context.Context, t *testing.T, exec check.Executor, rec *check.Recorder, g *check.Gate) bool {
 	if c := wk.w.clock; c != nil {
 		c.Advance(time.Duration(wk.Rand().IntN(150)) * time.Millisecond)
 	}
@@ -359,7 +315,7 @@ func (wk *worker) step(ctx context.Context, t *testing.T, exec check.Executor, r
 	if out.Unknown {
 		call.Note("%s", out.Cause)
 		call.Unknown()
-		g.wait(ctx)
+		g.Wait(ctx)
 		return ctx.Err() == nil
 	}
 	call.End(out)

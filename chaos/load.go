@@ -35,7 +35,7 @@ type sample struct {
 type load struct {
 	cfg   config
 	start time.Time
-	gate  *gate
+	gate  *check.Gate
 	inj   *injector
 
 	rec      *check.Recorder
@@ -56,7 +56,7 @@ type load struct {
 	appErr   atomic.Int64
 }
 
-func newLoad(cfg config, start time.Time, g *gate, inj *injector) *load {
+func newLoad(cfg config, start time.Time, g *check.Gate, inj *injector) *load {
 	return &load{cfg: cfg, start: start, gate: g, inj: inj, rec: check.NewRecorder(),
 		acked: map[string]bool{}, effects: map[string]int{}, pending: map[string]bool{}}
 }
@@ -119,7 +119,7 @@ func (l *load) runRegister(ctx context.Context, addrs []string, wrap func(check.
 					l.regUnk.Add(1)
 					call.Note("%s", out.Cause)
 					call.Unknown()
-					l.gate.wait(ctx)
+					l.gate.Wait(ctx)
 					continue
 				}
 				call.End(out)

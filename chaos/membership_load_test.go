@@ -155,7 +155,7 @@ func (l *ackLoad) checkDuplicates(keys []string) error {
 // operation that started.
 type histLoad struct {
 	rec    *check.Recorder
-	g      *gate
+	g      *check.Gate
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -165,7 +165,7 @@ type histLoad struct {
 }
 
 func startHistLoad(t *testing.T, clients []*client.Client, seed uint64, workers, keys int) *histLoad {
-	h := &histLoad{rec: check.NewRecorder(), g: newGate(), budget: make(chan struct{}, 1<<16)}
+	h := &histLoad{rec: check.NewRecorder(), g: check.NewGate(), budget: make(chan struct{}, 1<<16)}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	w := workload{seed: seed, keys: keys}
 	for i := range workers {
@@ -206,7 +206,7 @@ func (h *histLoad) allow(n int) {
 
 func (h *histLoad) stop() {
 	h.cancel()
-	h.g.raise()
+	h.g.Raise()
 	h.wg.Wait()
 }
 

@@ -210,7 +210,7 @@ func (r *memberRun) holdUntil(cond func() bool, what string) {
 	} else {
 		r.logf("not yet after %v: %s", time.Since(start).Round(time.Millisecond), what)
 	}
-	r.hist.g.raise()
+	r.hist.g.Raise()
 	from := r.hist.done.Load()
 	testwait.Holds(holdMax, func() bool { return r.hist.done.Load()-from >= holdOps })
 }

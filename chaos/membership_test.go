@@ -122,7 +122,7 @@ func (r *memberRun) logf(format string, args ...any) {
 func (r *memberRun) run() {
 	for k, st := range r.plan {
 		r.logf("step %d/%d: %v", k+1, len(r.plan), st)
-		r.hist.g.down()
+		r.hist.g.Down()
 		r.hist.allow(stepBudget)
 		if err := r.do(st); err != nil {
 			r.fatal(k, "step", err)
@@ -130,7 +130,7 @@ func (r *memberRun) run() {
 		if err := r.settle(); err != nil {
 			r.fatal(k, "settle", err)
 		}
-		r.hist.g.raise()
+		r.hist.g.Raise()
 		r.check(k)
 	}
 	acked, _, busy := r.load.snapshot()

@@ -92,7 +92,7 @@ func runChaos(ctx context.Context, cfg config, stderr io.Writer) (*outcome, erro
 
 	o := &outcome{cfg: cfg, schedule: plan(cfg)}
 	start := time.Now()
-	g := newGate()
+	g := check.NewGate()
 	inj := &injector{p: p, start: start, log: log, gate: g, cutOff: -1}
 	l := newLoad(cfg, start, g, inj)
 	wrap, closeWrap, err := brokenWrap(ctx, cfg, p, inj)

@@ -461,7 +461,7 @@ type skewFaults struct {
 	made    atomic.Int64
 }
 
-func (f *skewFaults) fault(ctx context.Context, t *testing.T, rng *rand.Rand, g *gate, done *atomic.Int64) {
+func (f *skewFaults) fault(ctx context.Context, t *testing.T, rng *rand.Rand, g *check.Gate, done *atomic.Int64) {
 	key := fmt.Sprintf("k%d", rng.IntN(f.keys))
 	s := f.c.ShardOf("chaos", key)
 	off := f.offsets[rng.IntN(len(f.offsets))]
@@ -470,12 +470,12 @@ func (f *skewFaults) fault(ctx context.Context, t *testing.T, rng *rand.Rand, g 
 		to = 1 + rng.IntN(2)
 	}
 	t.Logf("fault at op %d: node 0's clock at %+v, shard %d of %s to node %d", done.Load(), off, s, key, to)
-	g.down()
+	g.Down()
 	f.skew.Set(off)
 	if err := moveLeader(ctx, f.c, s, to); err != nil && ctx.Err() == nil {
 		t.Errorf("fault: %v", err)
 	}
-	g.raise()
+	g.Raise()
 	f.made.Add(1)
 }
 
