@@ -166,6 +166,29 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 	return h, nil
 }
 
+// SetTierPolicy changes the hot window and the node's hot tier budget
+// (HostConfig.HotWindow, HotMaxBytes) while the host runs: the shards this
+// node leads carry the new policy in their next tick entries, and replicas
+// opened later start with it. The values are validated as HostConfig's.
+func (h *Host) SetTierPolicy(hotWindow time.Duration, hotMaxBytes int64) error {
+	if hotWindow <= 0 || hotMaxBytes < 0 {
+		return fmt.Errorf("shard: hot window %v must be positive and hot budget %d not negative", hotWindow, hotMaxBytes)
+	}
+	h.mu.Lock()
+	h.cfg.HotWindow, h.cfg.HotMaxBytes = hotWindow, hotMaxBytes
+	replicas := make([]*Replica, 0, len(h.replicas))
+	for _, r := range h.replicas {
+		if r != nil {
+			replicas = append(replicas, r)
+		}
+	}
+	h.mu.Unlock()
+	for _, r := range replicas {
+		r.prop.setPolicy(keyspace.TierPolicy{HotWindow: hotWindow.Milliseconds(), HotMaxBytes: hotMaxBytes / int64(h.settings.Shards)})
+	}
+	return nil
+}
+
 // Settings returns the hard settings in force.
 func (h *Host) Settings() HardSettings { return h.settings }
 

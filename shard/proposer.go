@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -25,7 +26,7 @@ type proposer struct {
 	clock       func() time.Time
 	floor       func() int64 // the latest applied stamp
 	maxCommands int
-	policy      keyspace.TierPolicy // carried by every tick entry
+	policy      atomic.Pointer[keyspace.TierPolicy] // carried by every tick entry; replaced by setPolicy
 	layout      digest.TokenLayout  // carried by every entry
 	observe     func(commands int, took time.Duration, res []keyspace.Result, cmds []keyspace.Command)
 	// stages receives the times of each applied entry (nil: none).
@@ -78,7 +79,6 @@ func newProposer(r *raft.Raft, clock func() time.Time, floor func() int64, polic
 	p := &proposer{
 		raft:        r,
 		rules:       rules,
-		policy:      policy,
 		clock:       clock,
 		floor:       floor,
 		maxCommands: maxCommands,
@@ -86,12 +86,16 @@ func newProposer(r *raft.Raft, clock func() time.Time, floor func() int64, polic
 		inflight:    make(chan struct{}, maxInflight),
 		quit:        make(chan struct{}),
 	}
+	p.setPolicy(policy)
 	pending := make(chan batch, maxInflight)
 	p.wg.Add(2)
 	go p.run(pending)
 	go p.complete(pending)
 	return p
 }
+
+// setPolicy replaces the tiering policy the next tick entries carry.
+func (p *proposer) setPolicy(policy keyspace.TierPolicy) { p.policy.Store(&policy) }
 
 // stamp returns the time for a new entry: max(previous, clock, floor), or
 // max(previous, floor) without the clock of a node outside the bound of
@@ -265,7 +269,7 @@ func (p *proposer) run(pending chan<- batch) {
 			<-p.inflight
 			continue
 		}
-		entry := keyspace.Entry{Now: now, Tick: tick, HasPolicy: tick, Policy: p.policy, HasLayout: true, Layout: p.layout, Commands: b.cmds}
+		entry := keyspace.Entry{Now: now, Tick: tick, HasPolicy: tick, Policy: *p.policy.Load(), HasLayout: true, Layout: p.layout, Commands: b.cmds}
 		buf = keyspace.AppendEntry(buf[:0], &entry)
 		// raft keeps the slice until the entry is stored: hand it a copy.
 		b.proposed = time.Now()

@@ -146,7 +146,9 @@ func (h *Host) openReplica(i int, bootstrap bool, voters []raft.Server) (*Replic
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("shard %d: %w", i, err)
 	}
+	h.mu.RLock()
 	cfg := h.cfg
+	h.mu.RUnlock()
 	tokens, err := digest.NewTokenLayout(i, h.settings.Shards)
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: %w", i, err)

@@ -2,6 +2,7 @@
 //
 //	gridnode serve [flags]            run a node (no flags: a single-node grid in ./gridnode-data)
 //	gridnode demo [--nodes 3]         run a local cluster on loopback
+//	gridnode config validate|print    check a config file; show the effective settings
 //	gridnode reserve|complete|fail|release|extend|get|forget|status|audit|locate|drain [flags]
 //
 // Run "gridnode <command> -h" for the flags of a command.
@@ -31,6 +32,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(args[1:], stdout, stderr)
 	case "demo":
 		return demo(args[1:], stdout, stderr)
+	case "config":
+		return configCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "gridnode", version)
 		return 0
@@ -59,6 +62,8 @@ func usage(w io.Writer) {
              reach it
   %s
              operator commands against --addr (default 127.0.0.1:7420)
+  config     validate FILE: check a config file; print [serve flags]: the
+             effective settings of serve and where each comes from
   version    print the version
 
 Run "gridnode <command> -h" for the flags of a command.

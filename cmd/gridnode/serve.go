@@ -21,94 +21,147 @@ import (
 	"github.com/l4xg/grid/shard"
 )
 
-// serve runs a node until SIGINT or SIGTERM, then drains and stops it.
-func serve(args []string, stdout, stderr io.Writer) int {
+// serveFlags are the settings of gridnode serve. Each is a flag, a key of
+// the config file (the flag's name) and a GRID_* environment variable
+// (config.go).
+type serveFlags struct {
+	fs         *flag.FlagSet
+	configFile *string
+
+	dataDir, listen, httpListen, nodeID, logLevel *string
+	shards, inflight                              *int
+	pprof                                         *bool
+	drain, hotWindow, maxOffset                   *time.Duration
+	hotMax                                        *int64
+	faultClockFile                                *string
+	faultInjection                                *bool
+
+	join, raftListen, raftAdvertise, gossipListen, gossipAdvertise, advertise *string
+	bootstrapExpect, replicas                                                 *int
+	grace                                                                     *time.Duration
+}
+
+// newServeFlags defines the flags of serve on a new FlagSet writing its
+// errors and usage to out.
+func newServeFlags(out io.Writer) *serveFlags {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var (
-		dataDir        = fs.String("data-dir", "./gridnode-data", "data directory (Raft logs, snapshots, hard settings)")
-		listen         = fs.String("listen", "127.0.0.1:7420", "client gRPC address")
-		httpListen     = fs.String("http-listen", "127.0.0.1:7423", "HTTP address for /metrics, /healthz, /readyz (empty: off)")
-		shards         = fs.Int("shards", 0, fmt.Sprintf("shards on this node (hard setting, fixed when the data directory is created; default %d, or what the data directory holds)", shard.DefaultShards))
-		nodeID         = fs.String("node-id", "node-1", "node id")
-		pprof          = fs.Bool("pprof", false, "serve /debug/pprof/ on the HTTP address")
-		logLevel       = fs.String("log-level", "info", "debug, info, warn or error")
-		drain          = fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight requests may take at shutdown")
-		hotWindow      = fs.Duration("hot-window", 24*time.Hour, "how long settled records stay in memory before moving to the cold tier")
-		hotMax         = fs.Int64("hot-max-bytes", 0, "hot tier budget in bytes; settled records beyond it move to the cold tier early (0: none)")
-		inflight       = fs.Int("inflight-entries", 0, fmt.Sprintf("Raft entries each shard leader has on their way at once, each carrying the requests queued meanwhile (1..%d; 0: the default, 1)", shard.MaxInflightLimit))
-		faultClockFile = fs.String("fault-clock-file", "", "fault injection (needs --enable-fault-injection): a file holding a duration (\"1.5s\", \"-300ms\") by which this node's clock is moved, re-read while the node runs")
-		faultInjection = fs.Bool("enable-fault-injection", false, "allow the fault-injection flags (--fault-clock-file); never on a production node")
-		maxOffset      = fs.Duration("max-clock-offset", digest.DefaultMaxClockOffset, "the bound on the clock offset between any two nodes that leases rely on: a leader outside it grants no lease, and clients' lease margins must be at least this (use the same value on every node)")
+	fs.SetOutput(out)
+	return &serveFlags{
+		fs:             fs,
+		configFile:     fs.String(configFlag, "", "config file (YAML; keys are these flags' names): flags override environment variables (GRID_*), which override the file"),
+		dataDir:        fs.String("data-dir", "./gridnode-data", "data directory (Raft logs, snapshots, hard settings)"),
+		listen:         fs.String("listen", "127.0.0.1:7420", "client gRPC address"),
+		httpListen:     fs.String("http-listen", "127.0.0.1:7423", "HTTP address for /metrics, /healthz, /readyz (empty: off)"),
+		shards:         fs.Int("shards", 0, fmt.Sprintf("shards on this node (hard setting, fixed when the data directory is created; default %d, or what the data directory holds)", shard.DefaultShards)),
+		nodeID:         fs.String("node-id", "node-1", "node id"),
+		pprof:          fs.Bool("pprof", false, "serve /debug/pprof/ on the HTTP address"),
+		logLevel:       fs.String("log-level", "info", "debug, info, warn or error (reloaded on SIGHUP)"),
+		drain:          fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight requests may take at shutdown (reloaded on SIGHUP)"),
+		hotWindow:      fs.Duration("hot-window", 24*time.Hour, "how long settled records stay in memory before moving to the cold tier (reloaded on SIGHUP)"),
+		hotMax:         fs.Int64("hot-max-bytes", 0, "hot tier budget in bytes; settled records beyond it move to the cold tier early (0: none; reloaded on SIGHUP)"),
+		inflight:       fs.Int("inflight-entries", 0, fmt.Sprintf("Raft entries each shard leader has on their way at once, each carrying the requests queued meanwhile (1..%d; 0: the default, 1)", shard.MaxInflightLimit)),
+		faultClockFile: fs.String("fault-clock-file", "", "fault injection (needs --enable-fault-injection): a file holding a duration (\"1.5s\", \"-300ms\") by which this node's clock is moved, re-read while the node runs"),
+		faultInjection: fs.Bool("enable-fault-injection", false, "allow the fault-injection flags (--fault-clock-file); never on a production node"),
+		maxOffset:      fs.Duration("max-clock-offset", digest.DefaultMaxClockOffset, "the bound on the clock offset between any two nodes that leases rely on: a leader outside it grants no lease, and clients' lease margins must be at least this (use the same value on every node)"),
 		// Clustering: any of --join or --bootstrap-expect makes the node a
 		// cluster member; without them it is a standalone grid.
-		join            = fs.String("join", "", "gossip addresses (host:port,...) of cluster members to join")
-		bootstrapExpect = fs.Int("bootstrap-expect", 0, "form a new cluster once this many nodes have met (use the same value on each of them)")
-		replicas        = fs.Int("replicas", cluster.DefaultReplicas, "replicas per shard in a new cluster (hard setting, fixed at bootstrap)")
-		raftListen      = fs.String("raft-listen", node.DefaultRaftListen, "cluster: Raft address, shared by all the node's shards")
-		raftAdvertise   = fs.String("raft-advertise", "", "cluster: Raft address the other nodes dial (default: --raft-listen)")
-		gossipListen    = fs.String("gossip-listen", cluster.DefaultGossipAddr, "cluster: gossip (memberlist) address, TCP and UDP")
-		gossipAdvertise = fs.String("gossip-advertise", "", "cluster: gossip address the other nodes use (default: --gossip-listen)")
-		advertise       = fs.String("advertise", "", "cluster: client gRPC address other nodes and clients use (default: --listen)")
-		grace           = fs.Duration("grace-period", topology.DefaultGracePeriod, "cluster: how long a node may be missing before its replicas are replaced")
-	)
-	if err := fs.Parse(args); err != nil {
-		return 1
+		join:            fs.String("join", "", "gossip addresses (host:port,...) of cluster members to join"),
+		bootstrapExpect: fs.Int("bootstrap-expect", 0, "form a new cluster once this many nodes have met (use the same value on each of them)"),
+		replicas:        fs.Int("replicas", cluster.DefaultReplicas, "replicas per shard in a new cluster (hard setting, fixed at bootstrap)"),
+		raftListen:      fs.String("raft-listen", node.DefaultRaftListen, "cluster: Raft address, shared by all the node's shards"),
+		raftAdvertise:   fs.String("raft-advertise", "", "cluster: Raft address the other nodes dial (default: --raft-listen)"),
+		gossipListen:    fs.String("gossip-listen", cluster.DefaultGossipAddr, "cluster: gossip (memberlist) address, TCP and UDP"),
+		gossipAdvertise: fs.String("gossip-advertise", "", "cluster: gossip address the other nodes use (default: --gossip-listen)"),
+		advertise:       fs.String("advertise", "", "cluster: client gRPC address other nodes and clients use (default: --listen)"),
+		grace:           fs.Duration("grace-period", topology.DefaultGracePeriod, "cluster: how long a node may be missing before its replicas are replaced"),
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "serve: unexpected arguments %q\n", fs.Args())
-		return 1
-	}
+}
+
+// validate checks the settings' values, naming the flag of the first that
+// is wrong.
+func (f *serveFlags) validate() error {
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintf(stderr, "serve: --log-level: %v\n", err)
+	if err := level.UnmarshalText([]byte(*f.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %v", err)
+	}
+	switch {
+	case *f.hotWindow <= 0 || *f.hotMax < 0:
+		return errors.New("--hot-window must be positive and --hot-max-bytes not negative")
+	case *f.shards < 0 || *f.shards > shard.DefaultSlots:
+		return fmt.Errorf("--shards %d out of range 1..%d", *f.shards, shard.DefaultSlots)
+	case *f.faultClockFile != "" && !*f.faultInjection:
+		return errors.New("--fault-clock-file is a fault-injection flag: refused without --enable-fault-injection")
+	case *f.drain <= 0:
+		return fmt.Errorf("--shutdown-timeout %v must be positive", *f.drain)
+	}
+	if err := shard.ValidateMaxClockOffset(*f.maxOffset); err != nil {
+		return fmt.Errorf("--max-clock-offset: %v", err)
+	}
+	if err := shard.ValidateMaxInflight(*f.inflight); err != nil {
+		return fmt.Errorf("--inflight-entries: %v", err)
+	}
+	if !f.clustered() {
+		return nil
+	}
+	if *f.bootstrapExpect < 0 || *f.bootstrapExpect > topology.MaxNodes {
+		return fmt.Errorf("--bootstrap-expect %d out of range 0..%d", *f.bootstrapExpect, topology.MaxNodes)
+	}
+	if *f.replicas < 1 || *f.replicas > topology.MaxReplicas {
+		return fmt.Errorf("--replicas %d out of range 1..%d", *f.replicas, topology.MaxReplicas)
+	}
+	if err := topology.NodeID(*f.nodeID).Validate(); err != nil {
+		return fmt.Errorf("--node-id: %v", err)
+	}
+	return nil
+}
+
+// clustered: any of --join or --bootstrap-expect makes the node a cluster
+// member.
+func (f *serveFlags) clustered() bool { return *f.join != "" || *f.bootstrapExpect > 0 }
+
+// level is --log-level, once validated.
+func (f *serveFlags) level() slog.Level {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(*f.logLevel))
+	return level
+}
+
+// serve runs a node until SIGINT or SIGTERM, then drains and stops it.
+// SIGHUP reloads the config file and the soft settings (config.go).
+func serve(args []string, stdout, stderr io.Writer) int {
+	f := newServeFlags(stderr)
+	settings, err := f.load(args, os.LookupEnv)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errFlagParse) {
+			fmt.Fprintf(stderr, "serve: %v\n", err)
+		}
 		return 1
 	}
-	if *hotWindow <= 0 || *hotMax < 0 {
-		fmt.Fprintf(stderr, "serve: --hot-window must be positive and --hot-max-bytes not negative\n")
+	if err := f.validate(); err != nil {
+		fmt.Fprintf(stderr, "serve: %v\n", err)
 		return 1
 	}
-	if err := shard.ValidateMaxClockOffset(*maxOffset); err != nil {
-		fmt.Fprintf(stderr, "serve: --max-clock-offset: %v\n", err)
-		return 1
-	}
-	if err := shard.ValidateMaxInflight(*inflight); err != nil {
-		fmt.Fprintf(stderr, "serve: --inflight-entries: %v\n", err)
-		return 1
-	}
-	if *shards < 0 || *shards > shard.DefaultSlots {
-		fmt.Fprintf(stderr, "serve: --shards %d out of range 1..%d\n", *shards, shard.DefaultSlots)
-		return 1
-	}
-	if *faultClockFile != "" && !*faultInjection {
-		fmt.Fprintf(stderr, "serve: --fault-clock-file is a fault-injection flag: refused without --enable-fault-injection\n")
-		return 1
-	}
+	var (
+		dataDir, listen, httpListen, nodeID = f.dataDir, f.listen, f.httpListen, f.nodeID
+		shards, inflight, pprof, hotWindow  = f.shards, f.inflight, f.pprof, f.hotWindow
+		hotMax, maxOffset                   = f.hotMax, f.maxOffset
+		faultClockFile                      = f.faultClockFile
+	)
 	var cc *node.ClusterConfig
-	if *join != "" || *bootstrapExpect > 0 {
-		if *bootstrapExpect < 0 || *bootstrapExpect > topology.MaxNodes {
-			fmt.Fprintf(stderr, "serve: --bootstrap-expect %d out of range 0..%d\n", *bootstrapExpect, topology.MaxNodes)
-			return 1
-		}
-		if *replicas < 1 || *replicas > topology.MaxReplicas {
-			fmt.Fprintf(stderr, "serve: --replicas %d out of range 1..%d\n", *replicas, topology.MaxReplicas)
-			return 1
-		}
-		if err := topology.NodeID(*nodeID).Validate(); err != nil {
-			fmt.Fprintf(stderr, "serve: --node-id: %v\n", err)
-			return 1
-		}
+	if f.clustered() {
 		cc = &node.ClusterConfig{
-			RaftListen: *raftListen, RaftAdvertise: *raftAdvertise,
-			GossipListen: *gossipListen, GossipAdvertise: *gossipAdvertise, Advertise: *advertise,
-			BootstrapExpect: *bootstrapExpect, Replicas: *replicas, GracePeriod: *grace,
+			RaftListen: *f.raftListen, RaftAdvertise: *f.raftAdvertise,
+			GossipListen: *f.gossipListen, GossipAdvertise: *f.gossipAdvertise, Advertise: *f.advertise,
+			BootstrapExpect: *f.bootstrapExpect, Replicas: *f.replicas, GracePeriod: *f.grace,
 		}
-		for _, a := range strings.Split(*join, ",") {
+		for _, a := range strings.Split(*f.join, ",") {
 			if a = strings.TrimSpace(a); a != "" {
 				cc.Join = append(cc.Join, a)
 			}
 		}
 	}
+	level := new(slog.LevelVar)
+	level.Set(f.level())
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -141,7 +194,22 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	logger.Info("gridnode serving", "version", version, "grpc", n.Addr(), "http", n.HTTPAddr(),
-		"data_dir", *dataDir, "shards", n.Host().Settings().Shards, "max_clock_offset", *maxOffset)
+		"data_dir", *dataDir, "shards", n.Host().Settings().Shards, "max_clock_offset", *maxOffset,
+		"config", settings.file)
+	r := &reloader{args: args, env: os.LookupEnv, current: settings, level: level, host: n.Host(), log: logger}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				r.reload()
+			}
+		}
+	}()
 
 	go func() {
 		readyCtx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -158,7 +226,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	<-ctx.Done()
 	stop() // a second signal now kills the process at once
 	logger.Info("shutting down")
-	stopCtx, cancel := context.WithTimeout(context.Background(), *drain)
+	stopCtx, cancel := context.WithTimeout(context.Background(), r.shutdownTimeout())
 	defer cancel()
 	if err := n.Stop(stopCtx); err != nil {
 		logger.Error("shutdown", "err", err)
