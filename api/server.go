@@ -70,6 +70,9 @@ func NewServer(host *shard.Host, opts Options) *Server {
 	}
 	if opts.Registry != nil {
 		opts.Registry.MustRegister(newClockCollector(host, opts.ClockOffsets))
+		if opts.Cluster != nil {
+			opts.Registry.MustRegister(newClusterCollector(opts.Cluster))
+		}
 	}
 	return s
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/internal/gridtest"
@@ -43,6 +44,9 @@ func TestHTTPEndpoints(t *testing.T) {
 		`l4xg_grid_raft_entry_commands_bucket`,
 		`l4xg_grid_tier_bytes{shard="0",tier="hot"}`,
 		`l4xg_grid_shard_leader{shard="7"} 1`,
+		`l4xg_grid_shard_voters{shard="7"} 1`, // a standalone node: one voter per shard
+		`l4xg_grid_data_dir_available_bytes `,
+		`l4xg_grid_data_dir_size_bytes `,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(body, want) {
@@ -57,5 +61,43 @@ func TestHTTPEndpoints(t *testing.T) {
 	}
 	if !held {
 		t.Error("/metrics: no shard reports the completed key")
+	}
+}
+
+// TestClusterMetrics: a cluster node exports what the alert rules of
+// deploy/prometheus read: exactly one control leader, every node a voter
+// of the control group, the map's replica count and nodes, and each
+// shard's voters on its leader.
+func TestClusterMetrics(t *testing.T) {
+	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Replicas: 3, Shards: 2, HTTP: true})
+	if err := c.AwaitStable(60 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	leaders, voters := 0, map[string]bool{}
+	for i := range 3 {
+		_, body := gridtest.HTTPGet(t, "http://"+c.Node(i).HTTPAddr()+"/metrics")
+		for _, want := range []string{
+			`l4xg_grid_control_voter 1`,
+			`l4xg_grid_cluster_replicas 3`,
+			`l4xg_grid_cluster_nodes{alive="true",state="active"} 3`,
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("node %d: /metrics lacks %q", i, want)
+			}
+		}
+		if strings.Contains(body, "\nl4xg_grid_control_leader 1") {
+			leaders++
+		}
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, "l4xg_grid_shard_voters{") {
+				if !strings.HasSuffix(line, " 3") {
+					t.Errorf("node %d: %s, want 3 voters", i, line)
+				}
+				voters[line] = true
+			}
+		}
+	}
+	if leaders != 1 || len(voters) != 2 {
+		t.Errorf("%d control leaders, voters of %d shards exported: want 1 and 2", leaders, len(voters))
 	}
 }

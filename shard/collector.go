@@ -3,6 +3,7 @@ package shard
 import (
 	"strconv"
 
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/l4xg/grid/keyspace"
@@ -29,6 +30,7 @@ type hostCollector struct {
 	restores   *prometheus.Desc
 	// The Raft log store's writes and fsyncs (raftlog.WriteStats).
 	logWrites, logEntries, logWriteTime, fsyncs, fsyncTime *prometheus.Desc
+	voters, diskFree, diskSize                             *prometheus.Desc
 }
 
 func newHostCollector(h *Host) *hostCollector {
@@ -56,6 +58,9 @@ func newHostCollector(h *Host) *hostCollector {
 		logWriteTime: prometheus.NewDesc("l4xg_grid_raft_log_write_seconds_total", "Time spent in Raft log writes, until synced.", nil, nil),
 		fsyncs:       prometheus.NewDesc("l4xg_grid_raft_log_fsyncs_total", "fdatasyncs of the Raft log journal; concurrent log writes of any shard share one.", nil, nil),
 		fsyncTime:    prometheus.NewDesc("l4xg_grid_raft_log_fsync_seconds_total", "Time spent in fdatasyncs of the Raft log journal.", nil, nil),
+		voters:       prometheus.NewDesc("l4xg_grid_shard_voters", "Voters in the shard's latest Raft configuration, exported by its leader only.", []string{"shard"}, nil),
+		diskFree:     prometheus.NewDesc("l4xg_grid_data_dir_available_bytes", "Bytes available to the node on the data directory's file system.", nil, nil),
+		diskSize:     prometheus.NewDesc("l4xg_grid_data_dir_size_bytes", "Size of the data directory's file system.", nil, nil),
 	}
 }
 
@@ -81,6 +86,9 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.logWriteTime
 	ch <- c.fsyncs
 	ch <- c.fsyncTime
+	ch <- c.voters
+	ch <- c.diskFree
+	ch <- c.diskSize
 }
 
 func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
@@ -98,6 +106,17 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 			leader = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.isLeader, prometheus.GaugeValue, leader, id)
+		if leader == 1 {
+			if servers, err := s.Configuration(); err == nil {
+				voters := 0
+				for _, srv := range servers {
+					if srv.Suffrage == raft.Voter {
+						voters++
+					}
+				}
+				ch <- prometheus.MustNewConstMetric(c.voters, prometheus.GaugeValue, float64(voters), id)
+			}
+		}
 		c.collectCold(ch, id, st)
 	}
 	if st, err := c.h.cold.Stats(); err == nil {
@@ -118,6 +137,10 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.logWriteTime, prometheus.CounterValue, w.WriteTime.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.fsyncs, prometheus.CounterValue, float64(w.Fsyncs))
 	ch <- prometheus.MustNewConstMetric(c.fsyncTime, prometheus.CounterValue, w.FsyncTime.Seconds())
+	if free, size, err := diskSpace(c.h.cfg.DataDir); err == nil {
+		ch <- prometheus.MustNewConstMetric(c.diskFree, prometheus.GaugeValue, float64(free))
+		ch <- prometheus.MustNewConstMetric(c.diskSize, prometheus.GaugeValue, float64(size))
+	}
 }
 
 func (c *hostCollector) collectCold(ch chan<- prometheus.Metric, id string, st Status) {

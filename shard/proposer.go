@@ -27,7 +27,7 @@ type proposer struct {
 	floor       func() int64 // the latest applied stamp
 	maxCommands int
 	policy      atomic.Pointer[keyspace.TierPolicy] // carried by every tick entry; replaced by setPolicy
-	layout      digest.TokenLayout  // carried by every entry
+	layout      digest.TokenLayout                  // carried by every entry
 	observe     func(commands int, took time.Duration, res []keyspace.Result, cmds []keyspace.Command)
 	// stages receives the times of each applied entry (nil: none).
 	stages func(b *batch, a *applied, answered time.Time)
