@@ -20,6 +20,7 @@ import (
 
 	"github.com/l4xg/grid/bench/internal/report"
 	"github.com/l4xg/grid/bench/internal/workload"
+	"github.com/l4xg/grid/internal/otlpsink"
 )
 
 // results.json.
@@ -62,6 +63,18 @@ func run(ctx context.Context, args []string) int {
 	defer os.RemoveAll(tmp)
 
 	b := &bencher{cfg: cfg, tmp: tmp, log: os.Stderr, runID: fmt.Sprintf("%06x", cfg.Seed&0xffffff)}
+	if cfg.GridTracing {
+		sink, err := otlpsink.Start(false)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer func() {
+			fmt.Fprintf(os.Stderr, "bench: the OTLP receiver got %d spans from the gridnodes\n", sink.Count())
+			sink.Close()
+		}()
+		b.gridEnv = sink.Env()
+	}
 	skipped := b.prepare(ctx)
 	defer b.close()
 	var targets []string
@@ -112,6 +125,9 @@ type bencher struct {
 	aof   *durableRedis
 	etcd  *etcdShared
 	grid  *gridShared
+	// gridEnv are more environment variables of the gridnodes started
+	// (--grid-tracing: the OTLP receiver's).
+	gridEnv []string
 	// profile is the path of the CPU profile once taken.
 	profile string
 }

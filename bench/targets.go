@@ -83,7 +83,7 @@ func (g *gridShared) run(ctx context.Context, w string, wcfg workload.Config) (w
 	}
 	defer logf.Close()
 	node, err := launch.StartGridnode(ctx, launch.GridnodeOptions{
-		Bin: g.b.bin, Shards: g.b.cfg.GridShards, Flags: g.b.cfg.GridFlags, Pprof: g.b.cfg.CPUProfile, Stderr: logf,
+		Bin: g.b.bin, Shards: g.b.cfg.GridShards, Flags: g.b.cfg.GridFlags, Pprof: g.b.cfg.CPUProfile, Stderr: logf, Env: g.b.gridEnv,
 	})
 	if err != nil {
 		return workload.Result{}, err
@@ -126,7 +126,7 @@ func (g *gridShared) runCluster(ctx context.Context, w string, wcfg workload.Con
 	}
 	c, err := launch.StartGridCluster(ctx, launch.GridClusterOptions{
 		Bin: g.b.bin, Nodes: n, Replicas: g.b.cfg.GridReplicas, Shards: g.b.cfg.GridShards, Flags: g.b.cfg.GridFlags,
-		Pprof: g.b.cfg.CPUProfile, Stderr: func(i int) io.Writer { return logs[i] },
+		Pprof: g.b.cfg.CPUProfile, Stderr: func(i int) io.Writer { return logs[i] }, Env: g.b.gridEnv,
 	})
 	if err != nil {
 		return workload.Result{}, err

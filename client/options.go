@@ -5,9 +5,11 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/digest"
-	"google.golang.org/grpc"
 )
 
 // Limits and defaults of the client.
@@ -141,6 +143,7 @@ type config struct {
 	sendTimeout time.Duration // 0: none
 	dialOpts    []grpc.DialOption
 	clock       func() time.Time
+	tracer      trace.Tracer // nil: no spans (WithTracerProvider)
 }
 
 func defaultConfig() config {

@@ -184,6 +184,13 @@ func Poison(err error) error {
 // operation on the grid is unknown; an acquired lease then expires by itself
 // and counts as a failed attempt.
 func (c *Client) Process(ctx context.Context, ns, key string, h Handler, opts ...ProcessOption) (Processed, error) {
+	ctx, end := c.traceProcess(ctx, ns)
+	done, err := c.process(ctx, ns, key, h, opts...)
+	end(done, err)
+	return done, err
+}
+
+func (c *Client) process(ctx context.Context, ns, key string, h Handler, opts ...ProcessOption) (Processed, error) {
 	p := processConfig{lease: DefaultLease, maxAttempts: DefaultMaxAttempts, retention: DefaultRetention}
 	for _, o := range opts {
 		o.applyProcess(&p)

@@ -12,6 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	"github.com/l4xg/grid/api"
@@ -24,6 +27,9 @@ import (
 // HTTP port. Zero values are defaults.
 type Config struct {
 	Host shard.HostConfig
+	// TracerProvider, when set, traces the gRPC server (a span per RPC);
+	// nil: no tracing.
+	TracerProvider trace.TracerProvider
 	// Listen is the client gRPC address; "127.0.0.1:0" picks a free port.
 	Listen string
 	// HTTPListen serves /metrics, /healthz, /readyz; empty disables it.
@@ -148,7 +154,13 @@ func Start(cfg Config) (*Node, error) {
 	n.server.SetServing(false)
 	// A connection that has not completed its HTTP/2 preface and settings
 	// by then is closed (gRPC's default waits 120 s).
-	n.grpc = n.server.NewGRPCServer(grpc.ConnectionTimeout(HandshakeTimeout))
+	serverOpts := []grpc.ServerOption{grpc.ConnectionTimeout(HandshakeTimeout)}
+	if cfg.TracerProvider != nil {
+		// A span per RPC, continuing the caller's W3C trace context.
+		serverOpts = append(serverOpts, grpc.StatsHandler(otelgrpc.NewServerHandler(
+			otelgrpc.WithTracerProvider(cfg.TracerProvider), otelgrpc.WithPropagators(propagation.TraceContext{}))))
+	}
+	n.grpc = n.server.NewGRPCServer(serverOpts...)
 	if cfg.HTTPListen != "" {
 		n.http = &http.Server{Handler: n.httpHandler(reg), ReadHeaderTimeout: HandshakeTimeout}
 		n.wg.Add(1)

@@ -177,14 +177,30 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		}
 		hc.Clock = fc.Now
 	}
+	tp, stopTracing, err := tracingFromEnv(ctx, os.LookupEnv, *nodeID)
+	if err != nil {
+		fmt.Fprintf(stderr, "serve: tracing: %v\n", err)
+		return 1
+	}
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(flushCtx); err != nil {
+			logger.Warn("tracing: flushing the last spans", "err", err)
+		}
+	}()
+	if tp != nil {
+		logger.Info("tracing on: OTLP export as the OTEL_* variables say")
+	}
 	n, err := node.Start(node.Config{
-		Host:       hc,
-		Listen:     *listen,
-		HTTPListen: *httpListen,
-		Pprof:      *pprof,
-		Version:    version,
-		Logger:     logger,
-		Cluster:    cc,
+		TracerProvider: tp,
+		Host:           hc,
+		Listen:         *listen,
+		HTTPListen:     *httpListen,
+		Pprof:          *pprof,
+		Version:        version,
+		Logger:         logger,
+		Cluster:        cc,
 	})
 	if err != nil {
 		logger.Error("cannot start", "err", err)

@@ -42,6 +42,8 @@ type GridClusterOptions struct {
 	Pprof bool
 	// Flags are more flags of every node's gridnode serve.
 	Flags []string
+	// Env are more environment variables of every node.
+	Env []string
 	// Stderr gives node i's (from 0) log writer; nil, or a nil writer,
 	// discards it.
 	Stderr func(i int) io.Writer
@@ -144,7 +146,7 @@ func spawnCluster(o GridClusterOptions) (*GridCluster, error) {
 		if o.Stderr != nil {
 			stderr = o.Stderr(i)
 		}
-		g, err := spawn(o.Bin, args, dir, stderr)
+		g, err := spawn(o.Bin, args, o.Env, dir, stderr)
 		if err != nil {
 			c.Stop()
 			return nil, err

@@ -36,6 +36,7 @@ type Gridnode struct {
 	dir      string
 	bin      string
 	args     []string
+	env      []string // more environment variables; nil: this process's environment
 	stderr   io.Writer
 	ID       string // --node-id; "" for a standalone node
 	Addr     string // gRPC
@@ -51,6 +52,8 @@ type GridnodeOptions struct {
 	Flags []string
 	// Stderr receives the node's log (warnings and errors); nil discards it.
 	Stderr io.Writer
+	// Env are more environment variables of the node (OTEL_* to trace it).
+	Env []string
 }
 
 // StartGridnode starts a standalone node on loopback ports with a fresh data
@@ -62,7 +65,7 @@ func StartGridnode(ctx context.Context, o GridnodeOptions) (*Gridnode, error) {
 	}
 	args := []string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-level", "warn"}
 	args = append(args, commonArgs(o.Shards, o.Pprof, o.Flags)...)
-	g, err := spawn(o.Bin, args, dir, o.Stderr)
+	g, err := spawn(o.Bin, args, o.Env, dir, o.Stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -86,8 +89,8 @@ func commonArgs(shards int, pprof bool, flags []string) []string {
 
 // spawn starts bin with args; dir is the node's data directory, removed at
 // Stop (and now, if the start fails).
-func spawn(bin string, args []string, dir string, stderr io.Writer) (*Gridnode, error) {
-	g := &Gridnode{dir: dir, bin: bin, args: args, stderr: stderr}
+func spawn(bin string, args, env []string, dir string, stderr io.Writer) (*Gridnode, error) {
+	g := &Gridnode{dir: dir, bin: bin, args: args, env: env, stderr: stderr}
 	if err := g.start(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -97,8 +100,12 @@ func spawn(bin string, args []string, dir string, stderr io.Writer) (*Gridnode, 
 
 // start starts the node's process.
 func (g *Gridnode) start() error {
+	var env []string
+	if g.env != nil {
+		env = append(os.Environ(), g.env...)
+	}
 	p, err := gridproc.Start(gridproc.Options{
-		Argv: append([]string{g.bin}, g.args...), Stderr: g.stderr,
+		Argv: append([]string{g.bin}, g.args...), Stderr: g.stderr, Env: env,
 		// If the benchmark dies without stopping its children (kill -9, a
 		// crash), the kernel sends them SIGTERM: no node outlives the run.
 		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM},

@@ -127,9 +127,11 @@ func TestLayout(t *testing.T) {
 
 	onlyDeps("digest", "github.com/dgryski/go-farm")
 	onlyDeps("keyspace", "github.com/dgryski/go-farm", "digest", "internal/snapio")
-	// The client: the generated API, digest, and gRPC with what it needs.
+	// The client: the generated API, digest, gRPC with what it needs, and
+	// OpenTelemetry's API and gRPC instrumentation (WithTracerProvider).
 	onlyDeps("client", "api/gridpb", "digest", "github.com/dgryski/go-farm",
-		"google.golang.org/grpc", "google.golang.org/protobuf")
+		"google.golang.org/grpc", "google.golang.org/protobuf", "go.opentelemetry.io/otel",
+		"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc")
 	noDeps("tiering", "github.com/hashicorp/raft", "shard", "cluster", "api", "node")
 	noDeps("shard", "cluster", "api", "node", "github.com/hashicorp/memberlist")
 	onlyDeps("cluster/topology", "digest", "github.com/dgryski/go-farm")
