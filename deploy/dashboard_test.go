@@ -66,7 +66,7 @@ func TestDashboard(t *testing.T) {
 		} `json:"templating"`
 		Panels []struct {
 			Type, Title, Description string
-			Datasource               *struct{ UID string } `json:"datasource"`
+			Datasource               *struct{ UID string }   `json:"datasource"`
 			Targets                  []struct{ Expr string } `json:"targets"`
 		} `json:"panels"`
 	}

@@ -128,7 +128,7 @@ func TestClusterFromConfigFileAndEnvironment(t *testing.T) {
 	}
 	var configs [3]string
 	configs[0] = base(0) + ownSettings(0, addrs[0].grpc)
-	configs[1] = base(1)                                   // the rest from the environment
+	configs[1] = base(1)                                 // the rest from the environment
 	configs[2] = base(2) + ownSettings(2, "127.0.0.1:1") // listen: overridden
 	env := [3][]string{
 		nil,
