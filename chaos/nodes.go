@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -284,7 +283,7 @@ func (n *node) status(ctx context.Context) (*gridpb.StatusResponse, error) {
 }
 
 // unstable says why the nodes are not one converged cluster, or "": every
-// node answers the same settled map (unsettled), and each shard's leader reports a
+// node answers the same settled map (launch.Unstable), and each shard's leader reports a
 // committed configuration whose voters are the map's replica set.
 func (p *procs) unstable(ctx context.Context, nodes []*node) string {
 	var maps []*gridpb.ClusterMapResponse
@@ -296,7 +295,7 @@ func (p *procs) unstable(ctx context.Context, nodes []*node) string {
 		}
 		maps, ids = append(maps, m), append(ids, n.id)
 	}
-	if why := unsettled(maps, ids); why != "" {
+	if why := launch.Unstable(maps, ids); why != "" {
 		return why
 	}
 	groups := map[uint32]*gridpb.ShardStatus{}
@@ -331,53 +330,6 @@ func (p *procs) unstable(ctx context.Context, nodes []*node) string {
 		}
 		if !sameSet(voters, sh.GetReplicas()) {
 			return fmt.Sprintf("shard %d: voters %v, map replicas %v", sh.GetId(), voters, sh.GetReplicas())
-		}
-	}
-	return ""
-}
-
-// unsettled says why maps, as the nodes ids answered them, are not one
-// settled map, or "": none standalone, one epoch, every node of ids in it,
-// active and seen alive, every other node removed, and every shard with
-// min(R, nodes) replicas, all on ids.
-func unsettled(maps []*gridpb.ClusterMapResponse, ids []string) string {
-	for i, m := range maps {
-		if m.GetStandalone() {
-			return ids[i] + " is standalone"
-		}
-		if m.GetEpoch() != maps[0].GetEpoch() {
-			return fmt.Sprintf("maps differ: %s at epoch %d, %s at %d", ids[0], maps[0].GetEpoch(), ids[i], m.GetEpoch())
-		}
-	}
-	m := maps[0]
-	seen := map[string]bool{}
-	for _, n := range m.GetNodes() {
-		in := slices.Contains(ids, n.GetId())
-		switch {
-		case !in && n.GetState() != "removed":
-			return fmt.Sprintf("node %s is %s in the map", n.GetId(), n.GetState())
-		case in && (n.GetState() != "active" || !n.GetAlive()):
-			return fmt.Sprintf("node %s is %s (alive %v)", n.GetId(), n.GetState(), n.GetAlive())
-		}
-		seen[n.GetId()] = in
-	}
-	for _, id := range ids {
-		if !seen[id] {
-			return id + " not in the map"
-		}
-	}
-	if m.GetShardCount() == 0 || len(m.GetShards()) != int(m.GetShardCount()) {
-		return fmt.Sprintf("%d shards in a map of %d", len(m.GetShards()), m.GetShardCount())
-	}
-	want := min(int(m.GetReplicas()), len(ids))
-	for _, s := range m.GetShards() {
-		if len(s.GetReplicas()) != want {
-			return fmt.Sprintf("shard %d has %d replicas, want %d", s.GetId(), len(s.GetReplicas()), want)
-		}
-		for _, r := range s.GetReplicas() {
-			if !slices.Contains(ids, r) {
-				return fmt.Sprintf("shard %d has a replica on %s, not a member", s.GetId(), r)
-			}
 		}
 	}
 	return ""

@@ -261,9 +261,10 @@ func (c *GridCluster) pause(ctx context.Context) error {
 
 // Unstable says why the maps the nodes ids answered (in that order) are
 // not one settled cluster map, or "" if they are: every node answers, none
-// is standalone, all hold the same epoch, every node is in the map, active
-// and seen alive, and every one of the map's shards has min(replicas,
-// nodes) replicas, all on the nodes.
+// is standalone, all hold the same epoch, every node of ids is in the map,
+// active and seen alive, every other node of the map is removed (drained
+// earlier), and every one of the map's shards has min(replicas, nodes)
+// replicas, all on the nodes.
 func Unstable(maps []*gridpb.ClusterMapResponse, ids []string) string {
 	if len(maps) != len(ids) || len(maps) == 0 {
 		return fmt.Sprintf("%d maps for %d nodes", len(maps), len(ids))
@@ -279,13 +280,14 @@ func Unstable(maps []*gridpb.ClusterMapResponse, ids []string) string {
 	m := maps[0]
 	seen := map[string]bool{}
 	for _, n := range m.GetNodes() {
-		if !slices.Contains(ids, n.GetId()) {
-			return "unknown node " + n.GetId() + " in the map"
-		}
-		if n.GetState() != "active" || !n.GetAlive() {
+		in := slices.Contains(ids, n.GetId())
+		switch {
+		case !in && n.GetState() != "removed":
+			return fmt.Sprintf("unknown node %s in the map (%s)", n.GetId(), n.GetState())
+		case in && (n.GetState() != "active" || !n.GetAlive()):
 			return fmt.Sprintf("node %s is %s (alive %v)", n.GetId(), n.GetState(), n.GetAlive())
 		}
-		seen[n.GetId()] = true
+		seen[n.GetId()] = in
 	}
 	for _, id := range ids {
 		if !seen[id] {

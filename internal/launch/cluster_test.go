@@ -212,7 +212,7 @@ func TestUnstable(t *testing.T) {
 		"node b is draining (alive true)":         func(m *gridpb.ClusterMapResponse) { m.Nodes[1].State = "draining" },
 		"node c is active (alive false)":          func(m *gridpb.ClusterMapResponse) { m.Nodes[2].Alive = false },
 		"c not in the map":                        func(m *gridpb.ClusterMapResponse) { m.Nodes = m.Nodes[:2] },
-		"unknown node x in the map":               func(m *gridpb.ClusterMapResponse) { m.Nodes[2].Id = "x" },
+		"unknown node x in the map (active)":      func(m *gridpb.ClusterMapResponse) { m.Nodes[2].Id = "x" },
 		"1 shards in a map of 2":                  func(m *gridpb.ClusterMapResponse) { m.Shards = m.Shards[:1] },
 		"shard 1 has 2 replicas, want 3":          func(m *gridpb.ClusterMapResponse) { m.Shards[1].Replicas = []string{"a", "b"} },
 		"shard 0 has a replica on unknown node z": func(m *gridpb.ClusterMapResponse) { m.Shards[0].Replicas[2] = "z" },
@@ -223,6 +223,12 @@ func TestUnstable(t *testing.T) {
 		if why := Unstable(ms, ids); why != want {
 			t.Errorf("%q, want %q", why, want)
 		}
+	}
+	// A node drained earlier stays in the map as removed: settled.
+	drained := good()
+	drained.Nodes = append(drained.Nodes, &gridpb.ClusterNode{Id: "d", State: "removed"})
+	if why := Unstable([]*gridpb.ClusterMapResponse{drained, drained, drained}, ids); why != "" {
+		t.Errorf("a map with a removed node: %s", why)
 	}
 	// Two nodes and three replicas per shard: two replicas are all there can be.
 	m := good()
