@@ -3,6 +3,7 @@ package api
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -23,6 +25,7 @@ import (
 // server forwards operations through it, and it is the cluster.Remote the
 // control leader executes placement moves with. Safe for concurrent use.
 type Peers struct {
+	creds  credentials.TransportCredentials
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
 	closed bool
@@ -45,8 +48,18 @@ const (
 	peerMaxRecvBytes = 96 << 20
 )
 
-// NewPeers returns an empty pool.
-func NewPeers() *Peers { return &Peers{conns: make(map[string]*grpc.ClientConn)} }
+// NewPeers returns an empty pool of plaintext connections.
+func NewPeers() *Peers { return NewPeersTLS(nil) }
+
+// NewPeersTLS returns an empty pool whose connections use conf (nil:
+// plaintext), for nodes whose client ports serve TLS.
+func NewPeersTLS(conf *tls.Config) *Peers {
+	creds := insecure.NewCredentials()
+	if conf != nil {
+		creds = credentials.NewTLS(conf)
+	}
+	return &Peers{creds: creds, conns: make(map[string]*grpc.ClientConn)}
+}
 
 // client returns the Grid client of the node at addr, connecting lazily.
 func (p *Peers) client(addr string) (gridpb.GridClient, error) {
@@ -59,7 +72,7 @@ func (p *Peers) client(addr string) (gridpb.GridClient, error) {
 		return gridpb.NewGridClient(c), nil
 	}
 	c, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(p.creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(peerMaxRecvBytes)),
 		// Reconnect within seconds after a peer restarts (gRPC's default
 		// backoff grows to 2 minutes, far past a failover).

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/cluster"
@@ -30,6 +32,8 @@ type Config struct {
 	// TracerProvider, when set, traces the gRPC server (a span per RPC);
 	// nil: no tracing.
 	TracerProvider trace.TracerProvider
+	// TLS of the client, HTTP and Raft ports; zero: plaintext.
+	TLS TLSConfig
 	// Listen is the client gRPC address; "127.0.0.1:0" picks a free port.
 	Listen string
 	// HTTPListen serves /metrics, /healthz, /readyz; empty disables it.
@@ -107,6 +111,7 @@ type Node struct {
 	mux      *raftlog.Mux     // cluster mode only
 	cluster  *cluster.Runtime // cluster mode only
 	peers    *api.Peers       // cluster mode only
+	tls      nodeTLS
 	wg       sync.WaitGroup
 	stopOnce sync.Once
 	cancel   context.CancelFunc // ends background work at Stop
@@ -126,6 +131,9 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg}
 	var err error
+	if n.tls, err = loadTLS(cfg.TLS, cfg.Logger); err != nil {
+		return nil, err
+	}
 	if n.lis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("node: listen %s: %w", cfg.Listen, err)
 	}
@@ -136,6 +144,11 @@ func Start(cfg Config) (*Node, error) {
 		if n.httpLis, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
 			n.lis.Close()
 			return nil, fmt.Errorf("node: http listen %s: %w", cfg.HTTPListen, err)
+		}
+		if n.tls.client != nil {
+			// HTTPS with the client port's certificate; no client
+			// certificate asked (probes and scrapers have none).
+			n.httpLis = tls.NewListener(n.httpLis, serverTLS(n.tls.client, false, nil))
 		}
 	}
 	opts := api.Options{Version: cfg.Version, Registry: reg}
@@ -155,6 +168,11 @@ func Start(cfg Config) (*Node, error) {
 	// A connection that has not completed its HTTP/2 preface and settings
 	// by then is closed (gRPC's default waits 120 s).
 	serverOpts := []grpc.ServerOption{grpc.ConnectionTimeout(HandshakeTimeout)}
+	if n.tls.client != nil {
+		// Clients, and other nodes presenting their peer certificates.
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(
+			serverTLS(n.tls.client, cfg.TLS.ClientCertAuth, nil, n.tls.client, n.tls.peer))))
+	}
 	if cfg.TracerProvider != nil {
 		// A span per RPC, continuing the caller's W3C trace context.
 		serverOpts = append(serverOpts, grpc.StatsHandler(otelgrpc.NewServerHandler(

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"crypto/tls"
 	"errors"
 	"path/filepath"
 	"sync"
@@ -59,7 +60,12 @@ func (n *Node) openCluster(opts api.Options) error {
 	if cc.GossipListen == "" {
 		cc.GossipListen = cluster.DefaultGossipAddr
 	}
-	mux, err := raftlog.ListenMux(cc.RaftListen, raftlog.MuxConfig{Advertise: cc.RaftAdvertise, Faults: cc.Faults, Logger: cfg.Logger})
+	mc := raftlog.MuxConfig{Advertise: cc.RaftAdvertise, Faults: cc.Faults, Logger: cfg.Logger}
+	if n.tls.peer != nil {
+		mc.TLSServer = serverTLS(n.tls.peer, true, cfg.TLS.PeerAllowedNames, n.tls.peer)
+		mc.TLSClient = peerClientTLS(n.tls.peer, cfg.TLS.PeerAllowedNames, n.tls.peer)
+	}
+	mux, err := raftlog.ListenMux(cc.RaftListen, mc)
 	if err != nil {
 		return err
 	}
@@ -87,7 +93,13 @@ func (n *Node) openCluster(opts api.Options) error {
 	if n.httpLis != nil {
 		httpAddr = n.httpLis.Addr().String()
 	}
-	peers := api.NewPeers()
+	var peerConf *tls.Config
+	if n.tls.client != nil {
+		// Other nodes' client ports: their certificates verified against
+		// the client and peer CAs, this node's peer certificate presented.
+		peerConf = peerClientTLS(n.tls.peer, nil, n.tls.client, n.tls.peer)
+	}
+	peers := api.NewPeersTLS(peerConf)
 	var remote cluster.Remote = peers
 	if cc.WrapRemote != nil {
 		remote = cc.WrapRemote(peers)

@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"sync"
@@ -88,6 +89,20 @@ func (l *layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 	}
 	if timeout <= 0 {
 		timeout = l.mux.headerTimeout
+	}
+	if l.mux.tlsClient != nil {
+		c := l.mux.tlsClient.Clone()
+		if c.ServerName == "" {
+			c.ServerName, _, _ = net.SplitHostPort(target)
+		}
+		tc := tls.Client(raw, c)
+		_ = tc.SetDeadline(time.Now().Add(timeout))
+		if err := tc.Handshake(); err != nil {
+			_ = raw.Close()
+			return nil, fmt.Errorf("%w: %s (group %d): TLS: %w", ErrDial, target, l.group, err)
+		}
+		_ = tc.SetDeadline(time.Time{})
+		raw = tc
 	}
 	hdr := appendHeader(make([]byte, 0, MaxHeaderLen), header{group: l.group, addr: l.mux.addr.String()})
 	_ = raw.SetWriteDeadline(time.Now().Add(timeout))

@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -46,6 +47,11 @@ type MuxConfig struct {
 	Faults *Faults
 	// Logger receives refused connections and accept errors. Nil discards.
 	Logger *slog.Logger
+	// TLSServer, when set, secures accepted connections (the handshake
+	// runs before the header is read, within HeaderTimeout), and TLSClient
+	// the connections this Mux dials; its ServerName defaults to the host
+	// dialled. Set both or neither.
+	TLSServer, TLSClient *tls.Config
 }
 
 // withDefaults is c with every unset field at its default.
@@ -71,6 +77,9 @@ func (c MuxConfig) Validate() error {
 			return fmt.Errorf("%w: Advertise: %w", ErrInvalidOptions, err)
 		}
 	}
+	if (c.TLSServer == nil) != (c.TLSClient == nil) {
+		return fmt.Errorf("%w: TLS needs both a server and a client configuration", ErrInvalidOptions)
+	}
 	return nil
 }
 
@@ -80,6 +89,8 @@ type Mux struct {
 	ln            net.Listener
 	addr          advertisedAddr
 	headerTimeout time.Duration
+	tlsServer     *tls.Config // nil: plaintext
+	tlsClient     *tls.Config
 	faults        *Faults
 	log           *slog.Logger
 	done          chan struct{}
@@ -132,6 +143,8 @@ func NewMux(ln net.Listener, cfg MuxConfig) (*Mux, error) {
 		ln:            ln,
 		addr:          advertisedAddr(addr),
 		headerTimeout: cfg.HeaderTimeout,
+		tlsServer:     cfg.TLSServer,
+		tlsClient:     cfg.TLSClient,
 		faults:        cfg.Faults,
 		log:           cfg.Logger,
 		done:          make(chan struct{}),
@@ -217,6 +230,12 @@ func (m *Mux) acceptLoop() {
 			continue
 		}
 		delay = 0
+		if m.tlsServer != nil {
+			// The handshake runs on the header's first read, under its
+			// deadline: a peer without a valid certificate is refused
+			// before it can name a group.
+			conn = tls.Server(conn, m.tlsServer)
+		}
 		if !m.addPending(conn) {
 			_ = conn.Close()
 			return

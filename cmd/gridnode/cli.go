@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -185,6 +186,7 @@ func runCLI(verb string, args []string, stdout, stderr io.Writer) int {
 	addr := fs.String("addr", defaultCLIAddr, "client address of a grid node")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	timeout := fs.Duration("timeout", v.defaultTimeout(), "give up after this long")
+	tlsFlags := addTLSFlags(fs)
 	var a cliArgs
 	if v.keyed {
 		fs.StringVar(&a.ns, "ns", "", "namespace (required)")
@@ -229,7 +231,16 @@ func runCLI(verb string, args []string, stdout, stderr io.Writer) int {
 	// The node at --addr takes every call: it forwards an operation on a
 	// shard it does not lead to the shard's leader. One connection, and the
 	// answers (status, audit, get --stale-ok) are that node's.
-	c, err := client.Dial(ctx, *addr, client.WithoutRouting(), client.WithBatching(false), client.WithRetryPolicy(cliRetry))
+	dialOpts := []client.Option{client.WithoutRouting(), client.WithBatching(false), client.WithRetryPolicy(cliRetry)}
+	tlsConf, err := tlsFlags.config(os.LookupEnv)
+	if err != nil {
+		fmt.Fprintf(stderr, "gridnode %s: %v\n", verb, err)
+		return exitInvalid
+	}
+	if tlsConf != nil {
+		dialOpts = append(dialOpts, client.WithTLS(tlsConf))
+	}
+	c, err := client.Dial(ctx, *addr, dialOpts...)
 	if err != nil {
 		return out.fail(fmt.Errorf("cannot reach the grid at %s: %w", *addr, err), exitUnreachable)
 	}

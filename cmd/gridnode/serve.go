@@ -39,6 +39,10 @@ type serveFlags struct {
 	join, raftListen, raftAdvertise, gossipListen, gossipAdvertise, advertise *string
 	bootstrapExpect, replicas                                                 *int
 	grace                                                                     *time.Duration
+
+	// TLS, etcd's flag names.
+	certFile, keyFile, trustedCA, peerCert, peerKey, peerCA, peerNames *string
+	clientCertAuth                                                     *bool
 }
 
 // newServeFlags defines the flags of serve on a new FlagSet writing its
@@ -74,7 +78,30 @@ func newServeFlags(out io.Writer) *serveFlags {
 		gossipAdvertise: fs.String("gossip-advertise", "", "cluster: gossip address the other nodes use (default: --gossip-listen)"),
 		advertise:       fs.String("advertise", "", "cluster: client gRPC address other nodes and clients use (default: --listen)"),
 		grace:           fs.Duration("grace-period", topology.DefaultGracePeriod, "cluster: how long a node may be missing before its replicas are replaced"),
+		certFile:        fs.String("cert-file", "", "TLS certificate of the client gRPC and HTTP ports (re-read when it changes)"),
+		keyFile:         fs.String("key-file", "", "key of --cert-file"),
+		trustedCA:       fs.String("trusted-ca-file", "", "CA bundle client certificates must chain to (with --client-cert-auth)"),
+		clientCertAuth:  fs.Bool("client-cert-auth", false, "require a client certificate that chains to --trusted-ca-file on the client port"),
+		peerCert:        fs.String("peer-cert-file", "", "TLS certificate of the Raft port and of this node's calls to the others (mutual TLS between nodes)"),
+		peerKey:         fs.String("peer-key-file", "", "key of --peer-cert-file"),
+		peerCA:          fs.String("peer-trusted-ca-file", "", "CA bundle other nodes' peer certificates must chain to"),
+		peerNames:       fs.String("peer-allowed-names", "", "comma-separated names (DNS or IP SANs, or common name) a peer certificate must carry one of (default: any the CA signed)"),
 	}
+}
+
+// tlsConfig is the node's TLS as the flags give it.
+func (f *serveFlags) tlsConfig() node.TLSConfig {
+	c := node.TLSConfig{
+		Client:         node.CertFiles{CertFile: *f.certFile, KeyFile: *f.keyFile, CAFile: *f.trustedCA},
+		ClientCertAuth: *f.clientCertAuth,
+		Peer:           node.CertFiles{CertFile: *f.peerCert, KeyFile: *f.peerKey, CAFile: *f.peerCA},
+	}
+	for _, n := range strings.Split(*f.peerNames, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			c.PeerAllowedNames = append(c.PeerAllowedNames, n)
+		}
+	}
+	return c
 }
 
 // validate checks the settings' values, naming the flag of the first that
@@ -96,6 +123,9 @@ func (f *serveFlags) validate() error {
 	}
 	if err := shard.ValidateMaxClockOffset(*f.maxOffset); err != nil {
 		return fmt.Errorf("--max-clock-offset: %v", err)
+	}
+	if err := f.tlsConfig().Validate(); err != nil {
+		return fmt.Errorf("TLS flags (--cert-file, --key-file, --trusted-ca-file, --client-cert-auth, --peer-*): %v", err)
 	}
 	if err := shard.ValidateMaxInflight(*f.inflight); err != nil {
 		return fmt.Errorf("--inflight-entries: %v", err)
@@ -194,6 +224,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	n, err := node.Start(node.Config{
 		TracerProvider: tp,
+		TLS:            f.tlsConfig(),
 		Host:           hc,
 		Listen:         *listen,
 		HTTPListen:     *httpListen,

@@ -57,6 +57,8 @@ type ClusterOptions struct {
 	// TuneHost, if set, adjusts every node's host config last (slots, tick
 	// interval, hot window).
 	TuneHost func(*shard.HostConfig)
+	// TLS, if set, gives node i its TLS (node.Config.TLS).
+	TLS func(i int) node.TLSConfig
 }
 
 // Cluster is a cluster of real nodes in one process: each has its own data
@@ -164,7 +166,12 @@ func (c *Cluster) start(i, expect int) error {
 	if c.opts.TuneHost != nil {
 		c.opts.TuneHost(&hc)
 	}
+	var tlsConf node.TLSConfig
+	if c.opts.TLS != nil {
+		tlsConf = c.opts.TLS(i)
+	}
 	nd, err := node.Start(node.Config{
+		TLS:          tlsConf,
 		Host:         hc,
 		Listen:       n.grpc,
 		HTTPListen:   httpListen,

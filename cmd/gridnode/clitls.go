@@ -1,0 +1,65 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+)
+
+// cliTLS are the CLI's TLS flags, etcdctl's names: each also read from its
+// GRID_* variable (GRID_CACERT, GRID_CERT, GRID_KEY) when the flag is not
+// given.
+type cliTLS struct {
+	fs                *flag.FlagSet
+	cacert, cert, key *string
+}
+
+func addTLSFlags(fs *flag.FlagSet) *cliTLS {
+	return &cliTLS{
+		fs:     fs,
+		cacert: fs.String("cacert", "", "CA bundle that verifies the node's certificate: dial over TLS (or GRID_CACERT)"),
+		cert:   fs.String("cert", "", "client certificate, for a grid with --client-cert-auth (or GRID_CERT)"),
+		key:    fs.String("key", "", "the client certificate's key (or GRID_KEY)"),
+	}
+}
+
+// config is the tls.Config the flags ask for, or nil for plaintext.
+func (t *cliTLS) config(lookup func(string) (string, bool)) (*tls.Config, error) {
+	set := map[string]bool{}
+	t.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for name, v := range map[string]*string{"cacert": t.cacert, "cert": t.cert, "key": t.key} {
+		if !set[name] {
+			if e, ok := lookup(envName(name)); ok {
+				*v = e
+			}
+		}
+	}
+	if *t.cacert == "" && *t.cert == "" && *t.key == "" {
+		return nil, nil
+	}
+	conf := &tls.Config{MinVersion: tls.VersionTLS12}
+	if *t.cacert != "" {
+		b, err := os.ReadFile(*t.cacert)
+		if err != nil {
+			return nil, fmt.Errorf("--cacert: %w", err)
+		}
+		conf.RootCAs = x509.NewCertPool()
+		if !conf.RootCAs.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("--cacert %s holds no PEM certificate", *t.cacert)
+		}
+	}
+	if (*t.cert == "") != (*t.key == "") {
+		return nil, errors.New("--cert and --key go together")
+	}
+	if *t.cert != "" {
+		c, err := tls.LoadX509KeyPair(*t.cert, *t.key)
+		if err != nil {
+			return nil, fmt.Errorf("--cert, --key: %w", err)
+		}
+		conf.Certificates = []tls.Certificate{c}
+	}
+	return conf, nil
+}
