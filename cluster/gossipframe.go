@@ -100,27 +100,46 @@ func refuse(format string, args ...any) error {
 // so memberlist would refuse it too. A stream that ends before its first
 // byte returns io.EOF; other read errors are returned as they are. r may
 // read ahead: what it consumed is the caller's to replay.
-func checkStream(r io.Reader) error {
+func checkStream(r io.Reader) error { return checkStreamWith(r, nil) }
+
+// checkStreamWith is checkStream with gossip encryption g (nil: off): an
+// encrypted message is decrypted and checked, and a plaintext one refused
+// when g verifies incoming gossip, as memberlist would.
+func checkStreamWith(r io.Reader, g *gossipCrypto) error {
 	br := bufio.NewReader(r)
 	t, err := br.ReadByte()
 	if err != nil {
 		return err
 	}
+	var label []byte
 	if t == mlHasLabel {
 		n, err := br.ReadByte()
 		if err != nil {
 			return err
 		}
-		if _, err := br.Discard(int(n)); err != nil {
+		label = make([]byte, n)
+		if _, err := io.ReadFull(br, label); err != nil {
 			return err
 		}
 		if t, err = br.ReadByte(); err != nil {
 			return err
 		}
 	}
-	switch t {
-	case mlEncrypt:
+	return checkStreamBody(t, br, label, g)
+}
+
+// checkStreamBody checks a stream message of type t whose label (if any)
+// has been read.
+func checkStreamBody(t byte, br *bufio.Reader, label []byte, g *gossipCrypto) error {
+	switch {
+	case t == mlEncrypt && g == nil:
 		return refuse("encrypted stream message, and gossip encryption is off")
+	case t == mlEncrypt:
+		return g.checkEncryptedStream(br, label)
+	case g != nil && g.verifyIncoming:
+		return refuse("plaintext stream message, and gossip encryption verifies incoming messages")
+	}
+	switch t {
 	case mlCompress:
 		var c mlCompressMsg
 		if err := codec.NewDecoder(br, &codec.MsgpackHandle{}).Decode(&c); err != nil {

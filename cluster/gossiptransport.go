@@ -23,6 +23,7 @@ import (
 type gossipTransport struct {
 	nt      *memberlist.NetTransport
 	faults  *GossipFaults
+	crypto  *gossipCrypto // nil: plaintext gossip; set before memberlist starts
 	logger  *slog.Logger
 	refused atomic.Uint64
 
@@ -142,7 +143,11 @@ func (t *gossipTransport) forwardPackets() {
 		if t.faults.dropsPacket(p.From.String()) {
 			continue
 		}
-		if err := checkPacket(p.Buf); err != nil {
+		check := checkPacket
+		if t.crypto != nil {
+			check = t.crypto.checkPacket
+		}
+		if err := check(p.Buf); err != nil {
 			t.refuse(err, p.From)
 			continue
 		}
@@ -190,7 +195,7 @@ func (c *checkedConn) Read(p []byte) (int, error) {
 	if !c.checked {
 		c.checked = true
 		rec := &capReader{r: c.Conn, left: maxGossipStream}
-		err := checkStream(rec)
+		err := checkStreamWith(rec, c.t.crypto)
 		c.pending = rec.buf
 		switch {
 		case rec.over:

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -51,6 +52,8 @@ type MembershipConfig struct {
 	// ClockOffsets, if set, measures this node's clock against its
 	// peers' through the pings' acks (memberlist's PingDelegate).
 	ClockOffsets *ClockOffsets
+	// Encryption, if set, encrypts the gossip with its keys.
+	Encryption *GossipEncryption
 }
 
 // GossipTiming tunes failure detection. Zero fields take the values of
@@ -239,6 +242,7 @@ type Membership struct {
 	life  sync.RWMutex
 	ml    *memberlist.Memberlist // set once by Start, under life
 	trans *gossipTransport       // set once by Start, under life
+	ring  *memberlist.Keyring    // nil: gossip in plaintext
 	// drains counts memberlist's calls for broadcasts: one a message it
 	// sends, and one a gossip round and target. A test that waits for it
 	// to advance knows the queued broadcasts have gone out.
@@ -281,6 +285,16 @@ func (m *Membership) Start() error {
 		return nil
 	}
 	mc := m.memberlistConfig()
+	var crypto *gossipCrypto
+	if e := m.cfg.Encryption; e != nil {
+		ring, err := memberlist.NewKeyring(e.Keys, e.Keys[0])
+		if err != nil {
+			return fmt.Errorf("cluster: gossip keyring: %w", err)
+		}
+		mc.Keyring, mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = ring, e.VerifyIncoming, e.VerifyOutgoing
+		m.ring = ring
+		crypto = &gossipCrypto{keyring: ring, verifyIncoming: e.VerifyIncoming}
+	}
 	trans, err := newGossipTransport(mc.BindAddr, mc.BindPort, m.cfg.Faults, m.cfg.Logger, mc.Logger)
 	if err != nil {
 		return fmt.Errorf("cluster: start membership on %s: %w", m.cfg.BindAddr, err)
@@ -291,6 +305,7 @@ func (m *Membership) Start() error {
 			mc.AdvertisePort = mc.BindPort
 		}
 	}
+	trans.crypto = crypto
 	mc.Transport = trans
 	ml, err := memberlist.Create(mc)
 	if err != nil {
@@ -319,6 +334,20 @@ func (m *Membership) isShutdown() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.shutdown
+}
+
+// SetGossipKeys rotates the gossip keys to keys, the first the primary:
+// new keys are installed, then the primary switched, then the keys left
+// out removed, so that a rotation staged across the cluster (install
+// everywhere, then use everywhere, then remove) never loses a member.
+// It fails when gossip is not encrypted.
+func (m *Membership) SetGossipKeys(keys [][]byte) error {
+	m.life.RLock()
+	defer m.life.RUnlock()
+	if m.ring == nil {
+		return errors.New("cluster: gossip encryption is off: no keyring to rotate")
+	}
+	return setGossipKeys(m.ring, keys)
 }
 
 func (m *Membership) memberlistConfig() *memberlist.Config {

@@ -55,6 +55,8 @@ type Config struct {
 	Join []string
 	// GossipFaults injects faults into the gossip traffic (tests only).
 	GossipFaults *GossipFaults
+	// GossipEncryption, if set, encrypts the gossip (MembershipConfig).
+	GossipEncryption *GossipEncryption
 	// BootstrapExpect: a new cluster forms once this many nodes have met
 	// through gossip. 0 means this node never bootstraps a cluster; it
 	// waits to be added to an existing one.
@@ -206,7 +208,7 @@ func Start(cfg Config) (*Runtime, error) {
 		Meta: topology.NodeMeta{ID: cfg.ID, GRPCAddr: cfg.GRPCAddr, RaftAddr: cfg.Mux.Addr().String(), HTTPAddr: cfg.HTTPAddr,
 			Incarnation: n.incarnation},
 		Logger: cfg.Logger, Timing: cfg.Gossip, Clock: cfg.Clock,
-		Seeds: cfg.Join, Faults: cfg.GossipFaults, ClockOffsets: cfg.ClockOffsets,
+		Seeds: cfg.Join, Faults: cfg.GossipFaults, ClockOffsets: cfg.ClockOffsets, Encryption: cfg.GossipEncryption,
 		OnEvent: func(Event) { n.poke() },
 	})
 	if err == nil {
@@ -315,6 +317,9 @@ func (n *Runtime) Alive() map[topology.NodeID]bool { return AliveSet(n.ms.Member
 
 // Members is the gossip view with every member's metadata.
 func (n *Runtime) Members() []Member { return n.ms.Members() }
+
+// SetGossipKeys rotates this node's gossip keys (Membership.SetGossipKeys).
+func (n *Runtime) SetGossipKeys(keys [][]byte) error { return n.ms.SetGossipKeys(keys) }
 
 // GossipAddr is the gossip address this node advertises.
 func (n *Runtime) GossipAddr() string { return n.ms.Addr() }

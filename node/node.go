@@ -80,6 +80,8 @@ type ClusterConfig struct {
 	// GossipFaults injects network faults into the gossip traffic (tests
 	// only).
 	GossipFaults *cluster.GossipFaults
+	// GossipEncryption, if set, encrypts the gossip with its keys.
+	GossipEncryption *cluster.GossipEncryption
 	// WrapRemote, if set, wraps the cluster.Remote the control leader
 	// reaches the other nodes with (tests only: to watch what it sends).
 	WrapRemote func(cluster.Remote) cluster.Remote

@@ -108,7 +108,8 @@ func (n *Node) openCluster(opts api.Options) error {
 		ID: topology.NodeID(hc.NodeID), GRPCAddr: grpcAddr, HTTPAddr: httpAddr,
 		Host: host, Mux: mux, Logs: host.Logs(), SnapshotDir: filepath.Join(hc.DataDir, "snapshots"),
 		GossipListen: cc.GossipListen, GossipAdvertise: cc.GossipAdvertise, Join: cc.Join, GossipFaults: cc.GossipFaults,
-		BootstrapExpect: cc.BootstrapExpect, Replicas: cc.Replicas, GracePeriod: cc.GracePeriod,
+		GossipEncryption: cc.GossipEncryption,
+		BootstrapExpect:  cc.BootstrapExpect, Replicas: cc.Replicas, GracePeriod: cc.GracePeriod,
 		Gossip: cc.Gossip, HeartbeatTimeout: cc.HeartbeatTimeout, Remote: remote, Logger: cfg.Logger,
 		ClockOffsets: offsets,
 	})

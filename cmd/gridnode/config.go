@@ -159,6 +159,9 @@ type reloader struct {
 		SetTierPolicy(time.Duration, int64) error
 	}
 	log *slog.Logger
+	// gossipKeys, when the node encrypts its gossip, installs the keys
+	// of --gossip-key-file, re-read at each reload.
+	gossipKeys func([][]byte) error
 
 	mu       sync.Mutex
 	current  settings
@@ -195,6 +198,17 @@ func (r *reloader) reload() {
 	if len(refused) > 0 {
 		r.log.Error("config reload refused: settings that need a restart changed; nothing applied", "settings", strings.Join(refused, ", "))
 		return
+	}
+	if r.gossipKeys != nil {
+		keys, err := readGossipKeys(*f.gossipKeyFile)
+		if err == nil {
+			err = r.gossipKeys(keys)
+		}
+		if err != nil {
+			r.log.Error("config reload refused: gossip keys", "err", err)
+			return
+		}
+		r.log.Warn("gossip keys reloaded", "keys", len(keys))
 	}
 	if len(changed) == 0 {
 		r.log.Info("config reloaded: nothing changed")

@@ -34,6 +34,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return demo(args[1:], stdout, stderr)
 	case "config":
 		return configCmd(args[1:], stdout, stderr)
+	case "gossip-keygen":
+		return gossipKeygen(stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "gridnode", version)
 		return 0
@@ -64,6 +66,9 @@ func usage(w io.Writer) {
              operator commands against --addr (default 127.0.0.1:7420)
   config     validate FILE: check a config file; print [serve flags]: the
              effective settings of serve and where each comes from
+  gossip-keygen
+             print a new gossip encryption key (base64, 32 bytes) for
+             --gossip-key-file
   version    print the version
 
 Run "gridnode <command> -h" for the flags of a command.

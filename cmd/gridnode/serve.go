@@ -43,6 +43,10 @@ type serveFlags struct {
 	// TLS, etcd's flag names.
 	certFile, keyFile, trustedCA, peerCert, peerKey, peerCA, peerNames *string
 	clientCertAuth                                                     *bool
+
+	// Gossip encryption.
+	gossipKeyFile                   *string
+	gossipVerifyIn, gossipVerifyOut *bool
 }
 
 // newServeFlags defines the flags of serve on a new FlagSet writing its
@@ -85,8 +89,36 @@ func newServeFlags(out io.Writer) *serveFlags {
 		peerCert:        fs.String("peer-cert-file", "", "TLS certificate of the Raft port and of this node's calls to the others (mutual TLS between nodes)"),
 		peerKey:         fs.String("peer-key-file", "", "key of --peer-cert-file"),
 		peerCA:          fs.String("peer-trusted-ca-file", "", "CA bundle other nodes' peer certificates must chain to"),
+		gossipKeyFile:   fs.String("gossip-key-file", "", "gossip encryption keys: a file of base64 keys (16, 24 or 32 bytes), one a line, the primary first; re-read on SIGHUP (make a key with gridnode gossip-keygen)"),
+		gossipVerifyIn:  fs.Bool("gossip-verify-incoming", true, "with --gossip-key-file: refuse plaintext gossip (off while a cluster moves to encryption)"),
+		gossipVerifyOut: fs.Bool("gossip-verify-outgoing", true, "with --gossip-key-file: send encrypted gossip (off while a cluster moves to encryption)"),
 		peerNames:       fs.String("peer-allowed-names", "", "comma-separated names (DNS or IP SANs, or common name) a peer certificate must carry one of (default: any the CA signed)"),
 	}
+}
+
+// gossipEncryption reads --gossip-key-file (nil without it).
+func (f *serveFlags) gossipEncryption() (*cluster.GossipEncryption, error) {
+	if *f.gossipKeyFile == "" {
+		return nil, nil
+	}
+	keys, err := readGossipKeys(*f.gossipKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	return &cluster.GossipEncryption{Keys: keys, VerifyIncoming: *f.gossipVerifyIn, VerifyOutgoing: *f.gossipVerifyOut}, nil
+}
+
+// readGossipKeys reads a gossip key file.
+func readGossipKeys(path string) ([][]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--gossip-key-file: %w", err)
+	}
+	keys, err := cluster.ParseGossipKeys(string(b))
+	if err != nil {
+		return nil, fmt.Errorf("--gossip-key-file %s: %w", path, err)
+	}
+	return keys, nil
 }
 
 // tlsConfig is the node's TLS as the flags give it.
@@ -179,8 +211,14 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	)
 	var cc *node.ClusterConfig
 	if f.clustered() {
+		enc, err := f.gossipEncryption()
+		if err != nil {
+			fmt.Fprintf(stderr, "serve: %v\n", err)
+			return 1
+		}
 		cc = &node.ClusterConfig{
-			RaftListen: *f.raftListen, RaftAdvertise: *f.raftAdvertise,
+			GossipEncryption: enc,
+			RaftListen:       *f.raftListen, RaftAdvertise: *f.raftAdvertise,
 			GossipListen: *f.gossipListen, GossipAdvertise: *f.gossipAdvertise, Advertise: *f.advertise,
 			BootstrapExpect: *f.bootstrapExpect, Replicas: *f.replicas, GracePeriod: *f.grace,
 		}
@@ -244,6 +282,9 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		"data_dir", *dataDir, "shards", n.Host().Settings().Shards, "max_clock_offset", *maxOffset,
 		"config", settings.file)
 	r := &reloader{args: args, env: os.LookupEnv, current: settings, level: level, host: n.Host(), log: logger}
+	if c := n.Cluster(); c != nil && *f.gossipKeyFile != "" {
+		r.gossipKeys = c.SetGossipKeys
+	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

@@ -59,6 +59,8 @@ type ClusterOptions struct {
 	TuneHost func(*shard.HostConfig)
 	// TLS, if set, gives node i its TLS (node.Config.TLS).
 	TLS func(i int) node.TLSConfig
+	// GossipEncryption, if set, gives node i its gossip keys (nil: none).
+	GossipEncryption func(i int) *cluster.GossipEncryption
 }
 
 // Cluster is a cluster of real nodes in one process: each has its own data
@@ -170,6 +172,10 @@ func (c *Cluster) start(i, expect int) error {
 	if c.opts.TLS != nil {
 		tlsConf = c.opts.TLS(i)
 	}
+	var gossipEnc *cluster.GossipEncryption
+	if c.opts.GossipEncryption != nil {
+		gossipEnc = c.opts.GossipEncryption(i)
+	}
 	nd, err := node.Start(node.Config{
 		TLS:          tlsConf,
 		Host:         hc,
@@ -182,6 +188,7 @@ func (c *Cluster) start(i, expect int) error {
 			BootstrapExpect: expect, Replicas: c.opts.Replicas, GracePeriod: c.opts.GracePeriod,
 			Gossip: cluster.FastGossipTiming(), HeartbeatTimeout: c.opts.HeartbeatTimeout,
 			Faults: n.faults, GossipFaults: n.gossipFaults, WrapRemote: wrap, WrapView: wrapView,
+			GossipEncryption: gossipEnc,
 		},
 	})
 	if err != nil {
