@@ -17,7 +17,7 @@ func (p *Peers) ControlEpoch(ctx context.Context, addr string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	resp, err := c.ClusterMap(ctx, &gridpb.ClusterMapRequest{})
+	resp, err := c.ClusterMap(p.asNode(ctx), &gridpb.ClusterMapRequest{})
 	if err != nil {
 		return 0, fmt.Errorf("api: current epoch from %s: %w", addr, err)
 	}

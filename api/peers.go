@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster/topology"
@@ -26,6 +27,7 @@ import (
 // control leader executes placement moves with. Safe for concurrent use.
 type Peers struct {
 	creds  credentials.TransportCredentials
+	token  string // this node's bearer token for its own calls ("" with auth off)
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
 	closed bool
@@ -59,6 +61,19 @@ func NewPeersTLS(conf *tls.Config) *Peers {
 		creds = credentials.NewTLS(conf)
 	}
 	return &Peers{creds: creds, conns: make(map[string]*grpc.ClientConn)}
+}
+
+// SetToken sets the bearer token this node presents on the calls it makes
+// itself (placement moves, shard status, the control epoch) to nodes that
+// check tokens; forwarded calls carry their caller's instead.
+func (p *Peers) SetToken(token string) { p.token = token }
+
+// asNode is ctx for a call this node makes on its own behalf.
+func (p *Peers) asNode(ctx context.Context) context.Context {
+	if p.token == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, MetadataAuthorization, "Bearer "+p.token)
 }
 
 // client returns the Grid client of the node at addr, connecting lazily.
@@ -112,7 +127,7 @@ func (p *Peers) ShardAdmin(ctx context.Context, addr string, req topology.AdminR
 	if err != nil {
 		return 0, err
 	}
-	resp, err := c.ShardAdmin(ctx, &gridpb.ShardAdminRequest{
+	resp, err := c.ShardAdmin(p.asNode(ctx), &gridpb.ShardAdminRequest{
 		Shard:       uint32(req.Shard),
 		Action:      adminActionPB(req.Action),
 		NodeId:      []byte(req.Node),
@@ -139,7 +154,7 @@ func (p *Peers) ShardStatus(ctx context.Context, addr string, shard int) (topolo
 	if err != nil {
 		return topology.ReplicaStatus{}, false, err
 	}
-	resp, err := c.Status(ctx, &gridpb.StatusRequest{})
+	resp, err := c.Status(p.asNode(ctx), &gridpb.StatusRequest{})
 	if err != nil {
 		return topology.ReplicaStatus{}, false, fmt.Errorf("api: status of %s: %w", addr, err)
 	}

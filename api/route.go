@@ -150,17 +150,17 @@ func headerSet(ctx context.Context, key string) bool {
 	return false
 }
 
-// forwardedContext marks an outgoing call as forwarded; it keeps ctx's
-// deadline and cancellation.
+// forwardedContext marks an outgoing call as forwarded, with its caller's
+// bearer token; it keeps ctx's deadline and cancellation.
 func forwardedContext(ctx context.Context) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, MetadataForwarded, "1")
+	return forwardAuth(ctx, metadata.AppendToOutgoingContext(ctx, MetadataForwarded, "1"))
 }
 
 // forwardContext is ctx for a call this router forwards: marked forwarded,
 // and by key when its settles go by their key.
 func (r *router) forwardContext(ctx context.Context) context.Context {
 	if r.byKey {
-		return metadata.AppendToOutgoingContext(ctx, MetadataForwarded, "1", MetadataByKey, "1")
+		return forwardAuth(ctx, metadata.AppendToOutgoingContext(ctx, MetadataForwarded, "1", MetadataByKey, "1"))
 	}
 	return forwardedContext(ctx)
 }

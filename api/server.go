@@ -37,6 +37,8 @@ type Options struct {
 	// ClockOffsets is the node's clock measured against its peers' (nil on
 	// a standalone node): Status reports it (clock.go).
 	ClockOffsets ClockReporter
+	// Auth, if set, checks every Grid call's bearer token (auth.go).
+	Auth *Authorizer
 }
 
 // Server implements the Grid gRPC service over the shards of a host. The
@@ -83,15 +85,27 @@ func NewServer(host *shard.Host, opts Options) *Server {
 func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 	opts := append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(digest.MaxRequestBytes),
-		grpc.UnaryInterceptor(s.metrics.intercept),
+		grpc.ChainUnaryInterceptor(s.unaryInterceptors()...),
 		// Peers keep idle connections alive with pings (see Peers).
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerKeepaliveTime / 2, PermitWithoutStream: true}),
 	}, extra...)
+	if s.opts.Auth != nil {
+		opts = append(opts, grpc.StreamInterceptor(s.opts.Auth.Stream))
+	}
 	g := grpc.NewServer(opts...)
 	gridpb.RegisterGridServer(g, s)
 	healthpb.RegisterHealthServer(g, s.health)
 	reflection.Register(g)
 	return g
+}
+
+// unaryInterceptors: the metrics see every call, refused ones included.
+func (s *Server) unaryInterceptors() []grpc.UnaryServerInterceptor {
+	out := []grpc.UnaryServerInterceptor{s.metrics.intercept}
+	if s.opts.Auth != nil {
+		out = append(out, s.opts.Auth.Unary)
+	}
+	return out
 }
 
 // SetServing reports the node's health on the gRPC health service.

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"math/rand/v2"
@@ -454,3 +455,21 @@ func WithTLS(conf *tls.Config) Option {
 		c.dialOpts = append(c.dialOpts, grpc.WithTransportCredentials(credentials.NewTLS(conf)))
 	}
 }
+
+// WithToken sends token as a bearer token (the authorization metadata)
+// with every call, for a grid with auth on. Send it over TLS (WithTLS):
+// whoever reads it can use it.
+func WithToken(token string) Option {
+	return func(c *config) { c.dialOpts = append(c.dialOpts, grpc.WithPerRPCCredentials(bearer(token))) }
+}
+
+// bearer is a token as gRPC per-call credentials.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+// RequireTransportSecurity is false so that a grid in plaintext (a test, a
+// private network) can still check tokens; WithToken's doc says to use TLS.
+func (bearer) RequireTransportSecurity() bool { return false }

@@ -34,6 +34,8 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// TLS of the client, HTTP and Raft ports; zero: plaintext.
 	TLS TLSConfig
+	// Auth, if set, turns on bearer-token auth of the client port.
+	Auth *AuthConfig
 	// Listen is the client gRPC address; "127.0.0.1:0" picks a free port.
 	Listen string
 	// HTTPListen serves /metrics, /healthz, /readyz; empty disables it.
@@ -154,6 +156,15 @@ func Start(cfg Config) (*Node, error) {
 		}
 	}
 	opts := api.Options{Version: cfg.Version, Registry: reg}
+	if cfg.Auth != nil {
+		if opts.Auth, err = api.NewAuthorizer(cfg.Auth.Tokens, cfg.Auth.auditLog()); err != nil {
+			n.lis.Close()
+			if n.httpLis != nil {
+				n.httpLis.Close()
+			}
+			return nil, err
+		}
+	}
 	if cfg.Cluster == nil {
 		err = n.openStandalone(opts)
 	} else {

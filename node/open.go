@@ -100,6 +100,9 @@ func (n *Node) openCluster(opts api.Options) error {
 		peerConf = peerClientTLS(n.tls.peer, nil, n.tls.client, n.tls.peer)
 	}
 	peers := api.NewPeersTLS(peerConf)
+	if cfg.Auth != nil {
+		peers.SetToken(cfg.Auth.NodeToken)
+	}
 	var remote cluster.Remote = peers
 	if cc.WrapRemote != nil {
 		remote = cc.WrapRemote(peers)

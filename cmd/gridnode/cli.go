@@ -232,14 +232,12 @@ func runCLI(verb string, args []string, stdout, stderr io.Writer) int {
 	// shard it does not lead to the shard's leader. One connection, and the
 	// answers (status, audit, get --stale-ok) are that node's.
 	dialOpts := []client.Option{client.WithoutRouting(), client.WithBatching(false), client.WithRetryPolicy(cliRetry)}
-	tlsConf, err := tlsFlags.config(os.LookupEnv)
+	more, err := tlsFlags.options(os.LookupEnv)
 	if err != nil {
 		fmt.Fprintf(stderr, "gridnode %s: %v\n", verb, err)
 		return exitInvalid
 	}
-	if tlsConf != nil {
-		dialOpts = append(dialOpts, client.WithTLS(tlsConf))
-	}
+	dialOpts = append(dialOpts, more...)
 	c, err := client.Dial(ctx, *addr, dialOpts...)
 	if err != nil {
 		return out.fail(fmt.Errorf("cannot reach the grid at %s: %w", *addr, err), exitUnreachable)

@@ -7,14 +7,16 @@ import (
 	"flag"
 	"fmt"
 	"os"
+
+	"github.com/l4xg/grid/client"
 )
 
-// cliTLS are the CLI's TLS flags, etcdctl's names: each also read from its
-// GRID_* variable (GRID_CACERT, GRID_CERT, GRID_KEY) when the flag is not
-// given.
+// cliTLS are the CLI's TLS and auth flags, etcdctl's names: each also read
+// from its GRID_* variable (GRID_CACERT, GRID_CERT, GRID_KEY, GRID_TOKEN)
+// when the flag is not given.
 type cliTLS struct {
-	fs                *flag.FlagSet
-	cacert, cert, key *string
+	fs                       *flag.FlagSet
+	cacert, cert, key, token *string
 }
 
 func addTLSFlags(fs *flag.FlagSet) *cliTLS {
@@ -23,14 +25,31 @@ func addTLSFlags(fs *flag.FlagSet) *cliTLS {
 		cacert: fs.String("cacert", "", "CA bundle that verifies the node's certificate: dial over TLS (or GRID_CACERT)"),
 		cert:   fs.String("cert", "", "client certificate, for a grid with --client-cert-auth (or GRID_CERT)"),
 		key:    fs.String("key", "", "the client certificate's key (or GRID_KEY)"),
+		token:  fs.String("token", "", "bearer token, for a grid with auth on (or GRID_TOKEN)"),
 	}
+}
+
+// options are the client options the flags ask for (TLS, a token).
+func (t *cliTLS) options(lookup func(string) (string, bool)) ([]client.Option, error) {
+	conf, err := t.config(lookup)
+	if err != nil {
+		return nil, err
+	}
+	var out []client.Option
+	if conf != nil {
+		out = append(out, client.WithTLS(conf))
+	}
+	if *t.token != "" {
+		out = append(out, client.WithToken(*t.token))
+	}
+	return out, nil
 }
 
 // config is the tls.Config the flags ask for, or nil for plaintext.
 func (t *cliTLS) config(lookup func(string) (string, bool)) (*tls.Config, error) {
 	set := map[string]bool{}
 	t.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	for name, v := range map[string]*string{"cacert": t.cacert, "cert": t.cert, "key": t.key} {
+	for name, v := range map[string]*string{"cacert": t.cacert, "cert": t.cert, "key": t.key, "token": t.token} {
 		if !set[name] {
 			if e, ok := lookup(envName(name)); ok {
 				*v = e

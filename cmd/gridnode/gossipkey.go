@@ -5,6 +5,9 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"strings"
+
+	"github.com/l4xg/grid/api"
 )
 
 // gossipKeygen prints a new gossip encryption key: 32 random bytes
@@ -22,5 +25,22 @@ func gossipKeygen(stdout, stderr io.Writer) int {
 		return 2
 	}
 	fmt.Fprintln(stdout, base64.StdEncoding.EncodeToString(k))
+	return 0
+}
+
+// tokenHash reads a bearer token (its first line) on in and prints the
+// SHA-256 a tokens file holds for it: tokens never sit in a file in clear.
+func tokenHash(in io.Reader, stdout, stderr io.Writer) int {
+	b, err := io.ReadAll(io.LimitReader(in, 4096))
+	if err != nil {
+		fmt.Fprintf(stderr, "token-hash: %v\n", err)
+		return 2
+	}
+	tok, _, _ := strings.Cut(string(b), "\n")
+	if tok = strings.TrimSpace(tok); tok == "" {
+		fmt.Fprintln(stderr, "token-hash: no token on stdin")
+		return 1
+	}
+	fmt.Fprintln(stdout, api.HashToken(tok))
 	return 0
 }

@@ -36,6 +36,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return configCmd(args[1:], stdout, stderr)
 	case "gossip-keygen":
 		return gossipKeygen(stdout, stderr)
+	case "token-hash":
+		return tokenHash(os.Stdin, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "gridnode", version)
 		return 0
@@ -69,6 +71,8 @@ func usage(w io.Writer) {
   gossip-keygen
              print a new gossip encryption key (base64, 32 bytes) for
              --gossip-key-file
+  token-hash read a bearer token on stdin, print the sha256 a tokens file
+             holds for it (--auth-tokens-file)
   version    print the version
 
 Run "gridnode <command> -h" for the flags of a command.

@@ -13,6 +13,9 @@ import (
 	"syscall"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
+	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
@@ -47,6 +50,9 @@ type serveFlags struct {
 	// Gossip encryption.
 	gossipKeyFile                   *string
 	gossipVerifyIn, gossipVerifyOut *bool
+
+	// Auth.
+	authTokens, nodeToken, auditLog *string
 }
 
 // newServeFlags defines the flags of serve on a new FlagSet writing its
@@ -92,6 +98,9 @@ func newServeFlags(out io.Writer) *serveFlags {
 		gossipKeyFile:   fs.String("gossip-key-file", "", "gossip encryption keys: a file of base64 keys (16, 24 or 32 bytes), one a line, the primary first; re-read on SIGHUP (make a key with gridnode gossip-keygen)"),
 		gossipVerifyIn:  fs.Bool("gossip-verify-incoming", true, "with --gossip-key-file: refuse plaintext gossip (off while a cluster moves to encryption)"),
 		gossipVerifyOut: fs.Bool("gossip-verify-outgoing", true, "with --gossip-key-file: send encrypted gossip (off while a cluster moves to encryption)"),
+		authTokens:      fs.String("auth-tokens-file", "", "turn on bearer-token auth, default deny: a YAML file of tokens (name, sha256 of the token, role consumer|operator|admin, namespaces); see gridnode token-hash"),
+		nodeToken:       fs.String("auth-node-token-file", "", "with --auth-tokens-file in a cluster: a file holding the token (an admin one of the tokens file) this node presents on its own calls to the others"),
+		auditLog:        fs.String("audit-log", "", "append the audit log (JSON lines: refused calls, forget, drain, audit, shard admin; digests, never keys) to this file (- for stderr)"),
 		peerNames:       fs.String("peer-allowed-names", "", "comma-separated names (DNS or IP SANs, or common name) a peer certificate must carry one of (default: any the CA signed)"),
 	}
 }
@@ -119,6 +128,49 @@ func readGossipKeys(path string) ([][]byte, error) {
 		return nil, fmt.Errorf("--gossip-key-file %s: %w", path, err)
 	}
 	return keys, nil
+}
+
+// authConfig reads the auth files (nil without --auth-tokens-file). The
+// audit log's file is opened for appending; close is the caller's.
+func (f *serveFlags) authConfig(stderr io.Writer) (*node.AuthConfig, func(), error) {
+	none := func() {}
+	if *f.authTokens == "" {
+		if *f.nodeToken != "" || *f.auditLog != "" {
+			return nil, none, errors.New("--auth-node-token-file and --audit-log need --auth-tokens-file")
+		}
+		return nil, none, nil
+	}
+	b, err := os.ReadFile(*f.authTokens)
+	if err != nil {
+		return nil, none, fmt.Errorf("--auth-tokens-file: %w", err)
+	}
+	var file struct {
+		Tokens []api.Token `yaml:"tokens"`
+	}
+	if err := yaml.Unmarshal(b, &file); err != nil {
+		return nil, none, fmt.Errorf("--auth-tokens-file %s: %w", *f.authTokens, err)
+	}
+	c := &node.AuthConfig{Tokens: file.Tokens}
+	if *f.nodeToken != "" {
+		t, err := os.ReadFile(*f.nodeToken)
+		if err != nil {
+			return nil, none, fmt.Errorf("--auth-node-token-file: %w", err)
+		}
+		c.NodeToken = strings.TrimSpace(string(t))
+	}
+	switch *f.auditLog {
+	case "":
+	case "-":
+		c.Audit = stderr
+	default:
+		fl, err := os.OpenFile(*f.auditLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, none, fmt.Errorf("--audit-log: %w", err)
+		}
+		c.Audit = fl
+		return c, func() { fl.Close() }, nil
+	}
+	return c, none, nil
 }
 
 // tlsConfig is the node's TLS as the flags give it.
@@ -245,6 +297,12 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		}
 		hc.Clock = fc.Now
 	}
+	auth, closeAudit, err := f.authConfig(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "serve: %v\n", err)
+		return 1
+	}
+	defer closeAudit()
 	tp, stopTracing, err := tracingFromEnv(ctx, os.LookupEnv, *nodeID)
 	if err != nil {
 		fmt.Fprintf(stderr, "serve: tracing: %v\n", err)
@@ -263,6 +321,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	n, err := node.Start(node.Config{
 		TracerProvider: tp,
 		TLS:            f.tlsConfig(),
+		Auth:           auth,
 		Host:           hc,
 		Listen:         *listen,
 		HTTPListen:     *httpListen,

@@ -61,6 +61,10 @@ type ClusterOptions struct {
 	TLS func(i int) node.TLSConfig
 	// GossipEncryption, if set, gives node i its gossip keys (nil: none).
 	GossipEncryption func(i int) *cluster.GossipEncryption
+	// Auth, if set, gives node i its token auth (nil: none), and
+	// AuthToken is the token the harness's own calls (Status) present.
+	Auth      func(i int) *node.AuthConfig
+	AuthToken string
 }
 
 // Cluster is a cluster of real nodes in one process: each has its own data
@@ -176,8 +180,13 @@ func (c *Cluster) start(i, expect int) error {
 	if c.opts.GossipEncryption != nil {
 		gossipEnc = c.opts.GossipEncryption(i)
 	}
+	var auth *node.AuthConfig
+	if c.opts.Auth != nil {
+		auth = c.opts.Auth(i)
+	}
 	nd, err := node.Start(node.Config{
 		TLS:          tlsConf,
+		Auth:         auth,
 		Host:         hc,
 		Listen:       n.grpc,
 		HTTPListen:   httpListen,

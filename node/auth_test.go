@@ -1,0 +1,182 @@
+package node_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/l4xg/grid/api"
+	"github.com/l4xg/grid/client"
+	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/node"
+)
+
+// lockedBuffer is an audit log the test reads while the nodes write.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestTokenAuth: a 3-node cluster with auth on denies by default.
+//   - no token, or an unknown one: Unauthenticated;
+//   - a token of namespace "orders" on "payments": PermissionDenied
+//     naming the namespace; a consumer's Forget and Drain:
+//     PermissionDenied naming the verb; a batch with one op outside the
+//     token's namespaces is refused whole;
+//   - a call sent to a node that forwards it to the shard's leader
+//     carries its caller's token: the leader's audit log records the
+//     operator's Forget under the operator's token, and the consumer's
+//     reserves go through every node;
+//   - the nodes' own calls (placement, status) use the node token: the
+//     cluster forms and settles.
+func TestTokenAuth(t *testing.T) {
+	const (
+		consumerTok = "consumer-secret"
+		operatorTok = "operator-secret"
+		nodeTok     = "node-secret"
+	)
+	tokens := []api.Token{
+		{Name: "orders-consumer", SHA256: api.HashToken(consumerTok), Role: "consumer", Namespaces: []string{"orders", "orders-*"}},
+		{Name: "orders-operator", SHA256: api.HashToken(operatorTok), Role: "operator", Namespaces: []string{"orders"}},
+		{Name: "nodes", SHA256: api.HashToken(nodeTok), Role: "admin"},
+	}
+	audits := make([]*lockedBuffer, 3)
+	for i := range audits {
+		audits[i] = &lockedBuffer{}
+	}
+	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Replicas: 3, Shards: 4, AuthToken: nodeTok,
+		Auth: func(i int) *node.AuthConfig {
+			return &node.AuthConfig{Tokens: tokens, NodeToken: nodeTok, Audit: audits[i]}
+		}})
+	if err := c.AwaitStable(60 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dial := func(addr string, opts ...client.Option) *client.Client {
+		t.Helper()
+		cl, err := client.Dial(ctx, addr, append(opts, client.WithRetryPolicy(client.RetryPolicy{Attempts: 1}))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cl.Close() })
+		return cl
+	}
+	code := func(err error) codes.Code {
+		for e := err; e != nil; {
+			if s, ok := status.FromError(e); ok && s.Code() != codes.Unknown {
+				return s.Code()
+			}
+			u, ok := e.(interface{ Unwrap() error })
+			if !ok {
+				break
+			}
+			e = u.Unwrap()
+		}
+		return codes.Unknown
+	}
+	addr0 := c.Addrs()[0]
+	anon := dial(addr0, client.WithoutRouting())
+	wrong := dial(addr0, client.WithoutRouting(), client.WithToken("guess"))
+	consumer := dial(addr0, client.WithoutRouting(), client.WithToken(consumerTok))
+	for name, cl := range map[string]*client.Client{"no token": anon, "an unknown token": wrong} {
+		if _, err := cl.Reserve(ctx, "orders", "k"); code(err) != codes.Unauthenticated {
+			t.Errorf("%s: %v, want Unauthenticated", name, err)
+		}
+	}
+	_, err := consumer.Reserve(ctx, "payments", "k")
+	if code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `"payments"`) {
+		t.Errorf("orders token on payments: %v, want PermissionDenied naming the namespace", err)
+	}
+	if _, err := consumer.Forget(ctx, "orders", "k"); code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "forget") {
+		t.Errorf("consumer Forget: %v, want PermissionDenied naming the verb", err)
+	}
+	if _, err := consumer.Drain(ctx, c.ID(2)); code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "drain") {
+		t.Errorf("consumer Drain: %v, want PermissionDenied naming the verb", err)
+	}
+	_, errs, err := consumer.Batch(ctx, []client.Op{client.ReserveOp("orders", "b1"), client.ReserveOp("payments", "b2")})
+	if code(err) != codes.PermissionDenied && (len(errs) < 2 || code(errs[1]) != codes.PermissionDenied) {
+		t.Errorf("a batch reaching outside the token's namespaces: %v %v, want PermissionDenied", err, errs)
+	}
+
+	// Through every node, each key forwarded to its shard's leader: the
+	// consumer's own token goes with each forwarded call.
+	for i, a := range c.Addrs() {
+		cl := dial(a, client.WithoutRouting(), client.WithToken(consumerTok))
+		for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+			key := k + string(rune('0'+i))
+			if _, err := cl.Reserve(ctx, "orders-eu", key); err != nil {
+				t.Fatalf("reserve %s through node %d: %v", key, i, err)
+			}
+		}
+	}
+	// An operator's Forget, sent to a node that does not lead the key's
+	// shard, is checked and recorded by the leader under the operator.
+	key := ""
+	leaderOf := -1
+	for _, k := range []string{"f1", "f2", "f3", "f4", "f5", "f6", "f7", "f8"} {
+		s := c.ShardOf("orders", k)
+		if ls := c.Leaders(s); len(ls) == 1 && ls[0] != 0 {
+			key, leaderOf = k, ls[0]
+			break
+		}
+	}
+	if key == "" {
+		t.Fatal("every key tried is led by node 0: nothing to forward")
+	}
+	op := dial(addr0, client.WithoutRouting(), client.WithToken(operatorTok))
+	if _, err := op.Forget(ctx, "orders", key); err != nil {
+		t.Fatalf("operator Forget through node 0: %v", err)
+	}
+	var recorded bool
+	for _, line := range strings.Split(strings.TrimSpace(audits[leaderOf].String()), "\n") {
+		var e struct{ Event, Token, Namespace, Digest string }
+		if json.Unmarshal([]byte(line), &e) == nil && e.Event == "forget" && e.Token == "orders-operator" && e.Namespace == "orders" && e.Digest != "" {
+			recorded = true
+		}
+	}
+	if !recorded {
+		t.Errorf("the leader (node %d) did not record the forwarded Forget under the operator's token:\n%s", leaderOf, audits[leaderOf].String())
+	}
+	if strings.Contains(audits[leaderOf].String()+audits[0].String(), key+`"`) {
+		t.Error("the audit log holds a key, not only its digest")
+	}
+	if !strings.Contains(audits[0].String(), `"event":"unauthenticated"`) || !strings.Contains(audits[0].String(), `"event":"denied"`) {
+		t.Errorf("node 0's audit log lacks the refusals:\n%s", audits[0].String())
+	}
+}
+
+// TestTokensFileRefusesRawTokens: a tokens file holds hashes; a raw token
+// in it, an unknown role or a consumer without namespaces is refused.
+func TestTokensFileRefusesRawTokens(t *testing.T) {
+	for _, tc := range []struct {
+		tok  api.Token
+		want string
+	}{
+		{api.Token{Name: "raw", SHA256: "consumer-secret", Role: "consumer", Namespaces: []string{"a"}}, "64 hex digits"},
+		{api.Token{Name: "role", SHA256: api.HashToken("x"), Role: "root", Namespaces: []string{"a"}}, `role "root"`},
+		{api.Token{Name: "nowhere", SHA256: api.HashToken("x"), Role: "consumer"}, "no namespace"},
+	} {
+		if _, err := api.NewAuthorizer([]api.Token{tc.tok}, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %s", tc.tok.Name, err, tc.want)
+		}
+	}
+}
