@@ -39,6 +39,8 @@ type Options struct {
 	ClockOffsets ClockReporter
 	// Auth, if set, checks every Grid call's bearer token (auth.go).
 	Auth *Authorizer
+	// Limits, if set, limits each namespace's operations (ratelimit.go).
+	Limits *RateLimiter
 }
 
 // Server implements the Grid gRPC service over the shards of a host. The
@@ -89,8 +91,15 @@ func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 		// Peers keep idle connections alive with pings (see Peers).
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerKeepaliveTime / 2, PermitWithoutStream: true}),
 	}, extra...)
+	var streams []grpc.StreamServerInterceptor
 	if s.opts.Auth != nil {
-		opts = append(opts, grpc.StreamInterceptor(s.opts.Auth.Stream))
+		streams = append(streams, s.opts.Auth.Stream)
+	}
+	if s.opts.Limits != nil {
+		streams = append(streams, s.opts.Limits.Stream)
+	}
+	if len(streams) > 0 {
+		opts = append(opts, grpc.ChainStreamInterceptor(streams...))
 	}
 	g := grpc.NewServer(opts...)
 	gridpb.RegisterGridServer(g, s)
@@ -104,6 +113,9 @@ func (s *Server) unaryInterceptors() []grpc.UnaryServerInterceptor {
 	out := []grpc.UnaryServerInterceptor{s.metrics.intercept}
 	if s.opts.Auth != nil {
 		out = append(out, s.opts.Auth.Unary)
+	}
+	if s.opts.Limits != nil {
+		out = append(out, s.opts.Limits.Unary)
 	}
 	return out
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/node"
+	"github.com/l4xg/grid/shard"
 )
 
 // lockedBuffer is an audit log the test reads while the nodes write.
@@ -178,5 +179,47 @@ func TestTokensFileRefusesRawTokens(t *testing.T) {
 		if _, err := api.NewAuthorizer([]api.Token{tc.tok}, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error naming %s", tc.tok.Name, err, tc.want)
 		}
+	}
+}
+
+// TestRateLimitPerNamespace: with a limit of 20 operations a second per
+// namespace, a storm of one tenant's reserves is refused with
+// ResourceExhausted naming its namespace, while another tenant's calls at
+// the same time go through.
+func TestRateLimitPerNamespace(t *testing.T) {
+	n, err := node.Start(node.Config{
+		Host:      shard.HostConfig{NodeID: "n1", DataDir: t.TempDir(), Shards: 2, NoSync: true},
+		Listen:    "127.0.0.1:0",
+		RateLimit: 20,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.Dial(ctx, n.Addr(), client.WithRetryPolicy(client.RetryPolicy{Attempts: 1}), client.WithBatching(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	refused := 0
+	for i := range 100 {
+		_, err := cl.Reserve(ctx, "storm", "k"+string(rune('a'+i%26))+string(rune('a'+i/26)))
+		if err != nil {
+			if !strings.Contains(err.Error(), `namespace "storm" is over its rate limit`) {
+				t.Fatalf("a refusal that does not name the namespace and the limit: %v", err)
+			}
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Fatal("100 reserves at once in a namespace limited to 20 a second: none refused")
+	}
+	if _, err := cl.Reserve(ctx, "quiet", "k"); err != nil {
+		t.Fatalf("another namespace during the storm: %v", err)
 	}
 }

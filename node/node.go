@@ -36,6 +36,9 @@ type Config struct {
 	TLS TLSConfig
 	// Auth, if set, turns on bearer-token auth of the client port.
 	Auth *AuthConfig
+	// RateLimit, if above 0, limits each namespace to this many operations
+	// a second (api.RateLimiter); 0: no limit.
+	RateLimit float64
 	// Listen is the client gRPC address; "127.0.0.1:0" picks a free port.
 	Listen string
 	// HTTPListen serves /metrics, /healthz, /readyz; empty disables it.
@@ -156,6 +159,9 @@ func Start(cfg Config) (*Node, error) {
 		}
 	}
 	opts := api.Options{Version: cfg.Version, Registry: reg}
+	if cfg.RateLimit > 0 {
+		opts.Limits = api.NewRateLimiter(cfg.RateLimit)
+	}
 	if cfg.Auth != nil {
 		if opts.Auth, err = api.NewAuthorizer(cfg.Auth.Tokens, cfg.Auth.auditLog()); err != nil {
 			n.lis.Close()

@@ -11,9 +11,11 @@ import (
 	"github.com/l4xg/grid/client"
 )
 
-// cliTLS are the CLI's TLS and auth flags, etcdctl's names: each also read
-// from its GRID_* variable (GRID_CACERT, GRID_CERT, GRID_KEY, GRID_TOKEN)
-// when the flag is not given.
+// cliTLS are the CLI's TLS and auth flags, etcdctl's names but where the
+// CLI's verbs use them already (--key is the idempotency key, --token the
+// fencing token): --cacert, --cert, --cert-key, --auth-token, each also
+// read from its GRID_* variable (GRID_CACERT, GRID_CERT, GRID_CERT_KEY,
+// GRID_AUTH_TOKEN) when the flag is not given.
 type cliTLS struct {
 	fs                       *flag.FlagSet
 	cacert, cert, key, token *string
@@ -24,8 +26,8 @@ func addTLSFlags(fs *flag.FlagSet) *cliTLS {
 		fs:     fs,
 		cacert: fs.String("cacert", "", "CA bundle that verifies the node's certificate: dial over TLS (or GRID_CACERT)"),
 		cert:   fs.String("cert", "", "client certificate, for a grid with --client-cert-auth (or GRID_CERT)"),
-		key:    fs.String("key", "", "the client certificate's key (or GRID_KEY)"),
-		token:  fs.String("token", "", "bearer token, for a grid with auth on (or GRID_TOKEN)"),
+		key:    fs.String("cert-key", "", "the client certificate's key file (or GRID_CERT_KEY)"),
+		token:  fs.String("auth-token", "", "bearer token, for a grid with auth on (or GRID_AUTH_TOKEN)"),
 	}
 }
 
@@ -49,7 +51,7 @@ func (t *cliTLS) options(lookup func(string) (string, bool)) ([]client.Option, e
 func (t *cliTLS) config(lookup func(string) (string, bool)) (*tls.Config, error) {
 	set := map[string]bool{}
 	t.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	for name, v := range map[string]*string{"cacert": t.cacert, "cert": t.cert, "key": t.key, "token": t.token} {
+	for name, v := range map[string]*string{"cacert": t.cacert, "cert": t.cert, "cert-key": t.key, "auth-token": t.token} {
 		if !set[name] {
 			if e, ok := lookup(envName(name)); ok {
 				*v = e
@@ -71,12 +73,12 @@ func (t *cliTLS) config(lookup func(string) (string, bool)) (*tls.Config, error)
 		}
 	}
 	if (*t.cert == "") != (*t.key == "") {
-		return nil, errors.New("--cert and --key go together")
+		return nil, errors.New("--cert and --cert-key go together")
 	}
 	if *t.cert != "" {
 		c, err := tls.LoadX509KeyPair(*t.cert, *t.key)
 		if err != nil {
-			return nil, fmt.Errorf("--cert, --key: %w", err)
+			return nil, fmt.Errorf("--cert, --cert-key: %w", err)
 		}
 		conf.Certificates = []tls.Certificate{c}
 	}

@@ -53,6 +53,7 @@ type serveFlags struct {
 
 	// Auth.
 	authTokens, nodeToken, auditLog *string
+	rateLimit                       *float64
 }
 
 // newServeFlags defines the flags of serve on a new FlagSet writing its
@@ -101,6 +102,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 		authTokens:      fs.String("auth-tokens-file", "", "turn on bearer-token auth, default deny: a YAML file of tokens (name, sha256 of the token, role consumer|operator|admin, namespaces); see gridnode token-hash"),
 		nodeToken:       fs.String("auth-node-token-file", "", "with --auth-tokens-file in a cluster: a file holding the token (an admin one of the tokens file) this node presents on its own calls to the others"),
 		auditLog:        fs.String("audit-log", "", "append the audit log (JSON lines: refused calls, forget, drain, audit, shard admin; digests, never keys) to this file (- for stderr)"),
+		rateLimit:       fs.Float64("rate-limit-per-namespace", 0, "operations a second each namespace may make, with a burst of one second's worth; past it calls fail with ResourceExhausted and a retry-after (0: no limit)"),
 		peerNames:       fs.String("peer-allowed-names", "", "comma-separated names (DNS or IP SANs, or common name) a peer certificate must carry one of (default: any the CA signed)"),
 	}
 }
@@ -207,6 +209,9 @@ func (f *serveFlags) validate() error {
 	}
 	if err := shard.ValidateMaxClockOffset(*f.maxOffset); err != nil {
 		return fmt.Errorf("--max-clock-offset: %v", err)
+	}
+	if *f.rateLimit < 0 {
+		return fmt.Errorf("--rate-limit-per-namespace %g must not be negative", *f.rateLimit)
 	}
 	if err := f.tlsConfig().Validate(); err != nil {
 		return fmt.Errorf("TLS flags (--cert-file, --key-file, --trusted-ca-file, --client-cert-auth, --peer-*): %v", err)
@@ -322,6 +327,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		TracerProvider: tp,
 		TLS:            f.tlsConfig(),
 		Auth:           auth,
+		RateLimit:      *f.rateLimit,
 		Host:           hc,
 		Listen:         *listen,
 		HTTPListen:     *httpListen,
