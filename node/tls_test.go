@@ -15,7 +15,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 
+	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/cluster/topology"
@@ -154,6 +159,22 @@ func TestClientPortTLS(t *testing.T) {
 	defer open.Close()
 	if _, err := open.Reserve(ctxC, "tls", "before"); err != nil {
 		t.Fatalf("a valid client certificate: %v", err)
+	}
+
+	// DESIGN section 7's limits hold behind TLS: a key over 1 KiB, sent
+	// raw (the client library would refuse it before sending), is refused
+	// by the node, naming the limit, and the node serves on.
+	raw, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(good)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	_, err = gridpb.NewGridClient(raw).Reserve(ctxC, &gridpb.ReserveRequest{Namespace: []byte("tls"), Key: bytes.Repeat([]byte("k"), 2000)})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "1024") {
+		t.Errorf("a 2000-byte key over TLS: %v, want InvalidArgument naming the 1 KiB limit", err)
+	}
+	if _, err := open.Reserve(ctxC, "tls", "after-limit"); err != nil {
+		t.Fatalf("after a refused key: %v", err)
 	}
 
 	// HTTP: TLS with the same certificate, no client certificate asked.
