@@ -25,6 +25,7 @@ type config struct {
 	GridShards   int           `json:"grid_shards,omitempty"`
 	GridFlags    []string      `json:"grid_flags,omitempty"`
 	GridTracing  bool          `json:"grid_tracing,omitempty"`
+	GridTLS      bool          `json:"grid_tls,omitempty"`
 	GridBin      string        `json:"gridnode_bin,omitempty"`
 	RedisAddr    string        `json:"redis_addr"`
 	EtcdEPs      []string      `json:"etcd_endpoints,omitempty"`
@@ -67,6 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.GridNodes, "grid-nodes", 1, "grid nodes to start; more than 1 form a cluster, measured through the routing client")
 	fs.IntVar(&c.GridReplicas, "grid-replicas", 0, "cluster of --grid-nodes: replicas per shard (0: min(3, nodes))")
 	fs.IntVar(&c.GridShards, "grid-shards", 0, "--shards of the started node (0: gridnode's default)")
+	fs.BoolVar(&c.GridTLS, "grid-tls", false, "serve every started gridnode's client port with TLS (and, in a cluster, mutual TLS between the nodes), with certificates the benchmark makes, to measure what TLS costs")
 	fs.BoolVar(&c.GridTracing, "grid-tracing", false, "trace every started gridnode: OTLP export (OTEL_EXPORTER_OTLP_ENDPOINT) to a receiver the benchmark runs, at the default sampling, to measure what tracing costs")
 	gridFlags := fs.String("grid-flags", "", "more flags of every started gridnode serve, space-separated (soft settings to measure, e.g. \"--inflight-entries 2\")")
 	fs.StringVar(&c.GridBin, "gridnode-bin", "", "gridnode binary to start (default: go build ./cmd/gridnode)")

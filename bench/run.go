@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -21,6 +23,7 @@ import (
 	"github.com/l4xg/grid/bench/internal/report"
 	"github.com/l4xg/grid/bench/internal/workload"
 	"github.com/l4xg/grid/internal/otlpsink"
+	"github.com/l4xg/grid/internal/testcerts"
 )
 
 // results.json.
@@ -63,6 +66,12 @@ func run(ctx context.Context, args []string) int {
 	defer os.RemoveAll(tmp)
 
 	b := &bencher{cfg: cfg, tmp: tmp, log: os.Stderr, runID: fmt.Sprintf("%06x", cfg.Seed&0xffffff)}
+	if cfg.GridTLS {
+		if err := b.makeTLS(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
 	if cfg.GridTracing {
 		sink, err := otlpsink.Start(false)
 		if err != nil {
@@ -114,6 +123,35 @@ func run(ctx context.Context, args []string) int {
 	return 0
 }
 
+// makeTLS makes a CA and a certificate for 127.0.0.1 in the run's
+// temporary directory, for --grid-tls.
+func (b *bencher) makeTLS() error {
+	ca, err := testcerts.NewCA("bench CA")
+	if err != nil {
+		return err
+	}
+	leaf, err := ca.Issue(testcerts.Options{CommonName: "gridnode"})
+	if err != nil {
+		return err
+	}
+	cert, key, err := leaf.Write(b.tmp, "gridnode")
+	if err != nil {
+		return err
+	}
+	caFile, err := ca.WriteCA(b.tmp, "ca")
+	if err != nil {
+		return err
+	}
+	b.gridTLSFlags = []string{"--cert-file", cert, "--key-file", key}
+	if b.cfg.GridNodes > 1 {
+		b.gridTLSFlags = append(b.gridTLSFlags, "--peer-cert-file", cert, "--peer-key-file", key, "--peer-trusted-ca-file", caFile)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	b.gridTLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return nil
+}
+
 // bencher holds the targets of one run.
 type bencher struct {
 	cfg   config
@@ -128,6 +166,10 @@ type bencher struct {
 	// gridEnv are more environment variables of the gridnodes started
 	// (--grid-tracing: the OTLP receiver's).
 	gridEnv []string
+	// gridTLS is how to reach the gridnodes started with --grid-tls, and
+	// gridTLSFlags their TLS flags; nil without it.
+	gridTLS      *tls.Config
+	gridTLSFlags []string
 	// profile is the path of the CPU profile once taken.
 	profile string
 }

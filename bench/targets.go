@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/l4xg/grid/bench/internal/target"
@@ -83,13 +84,13 @@ func (g *gridShared) run(ctx context.Context, w string, wcfg workload.Config) (w
 	}
 	defer logf.Close()
 	node, err := launch.StartGridnode(ctx, launch.GridnodeOptions{
-		Bin: g.b.bin, Shards: g.b.cfg.GridShards, Flags: g.b.cfg.GridFlags, Pprof: g.b.cfg.CPUProfile, Stderr: logf, Env: g.b.gridEnv,
+		Bin: g.b.bin, Shards: g.b.cfg.GridShards, Flags: append(slices.Clone(g.b.cfg.GridFlags), g.b.gridTLSFlags...), Pprof: g.b.cfg.CPUProfile, Stderr: logf, Env: g.b.gridEnv,
 	})
 	if err != nil {
 		return workload.Result{}, err
 	}
 	defer node.Stop()
-	t, err := target.NewGrid(ctx, node.Addr, target.Proc{PID: node.PID(), HTTPAddr: node.HTTPAddr})
+	t, err := target.NewGridTLS(ctx, node.Addr, g.b.gridTLS, target.Proc{PID: node.PID(), HTTPAddr: node.HTTPAddr})
 	if err != nil {
 		return workload.Result{}, err
 	}
@@ -125,7 +126,7 @@ func (g *gridShared) runCluster(ctx context.Context, w string, wcfg workload.Con
 		logs[i] = f
 	}
 	c, err := launch.StartGridCluster(ctx, launch.GridClusterOptions{
-		Bin: g.b.bin, Nodes: n, Replicas: g.b.cfg.GridReplicas, Shards: g.b.cfg.GridShards, Flags: g.b.cfg.GridFlags,
+		Bin: g.b.bin, Nodes: n, Replicas: g.b.cfg.GridReplicas, Shards: g.b.cfg.GridShards, Flags: append(slices.Clone(g.b.cfg.GridFlags), g.b.gridTLSFlags...), TLS: g.b.gridTLS,
 		Pprof: g.b.cfg.CPUProfile, Stderr: func(i int) io.Writer { return logs[i] }, Env: g.b.gridEnv,
 	})
 	if err != nil {
@@ -143,7 +144,7 @@ func (g *gridShared) runCluster(ctx context.Context, w string, wcfg workload.Con
 			nodes = append(nodes, profiled{name: node.ID, httpAddr: node.HTTPAddr})
 		}
 	}
-	t, err := target.NewGrid(ctx, c.Addrs(), procs...)
+	t, err := target.NewGridTLS(ctx, c.Addrs(), g.b.gridTLS, procs...)
 	if err != nil {
 		return workload.Result{}, err
 	}

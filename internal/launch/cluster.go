@@ -2,6 +2,7 @@ package launch
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/l4xg/grid/api/gridpb"
@@ -44,6 +46,9 @@ type GridClusterOptions struct {
 	Flags []string
 	// Env are more environment variables of every node.
 	Env []string
+	// TLS, if set, is how to reach the nodes' client ports (they serve
+	// TLS: Flags name their certificates).
+	TLS *tls.Config
 	// Stderr gives node i's (from 0) log writer; nil, or a nil writer,
 	// discards it.
 	Stderr func(i int) io.Writer
@@ -170,7 +175,11 @@ func (c *GridCluster) start(ctx context.Context, o GridClusterOptions) error {
 	}
 	conns := make([]gridpb.GridClient, len(c.Nodes))
 	for i, g := range c.Nodes {
-		cc, err := grpc.NewClient(g.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		creds := insecure.NewCredentials()
+		if o.TLS != nil {
+			creds = credentials.NewTLS(o.TLS)
+		}
+		cc, err := grpc.NewClient(g.Addr, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			return fmt.Errorf("launch: dial %s: %w", g.ID, err)
 		}

@@ -3,6 +3,7 @@ package target
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -25,9 +26,10 @@ var ErrLeaseLost = errors.New("target: lease lost")
 // through the Go client (automatic batching on, the client's default and
 // the normal path of a consumer).
 type Grid struct {
-	c     *client.Client
-	procs []Proc
-	http  *http.Client
+	c      *client.Client
+	procs  []Proc
+	http   *http.Client
+	scheme string // of the nodes' /metrics
 }
 
 // Proc is one node process of the grid under test, for its memory figure.
@@ -47,11 +49,26 @@ var _ workload.Target = (*Grid)(nil)
 // for Memory; none (or one without PID and HTTP address) leaves Memory
 // without a figure.
 func NewGrid(ctx context.Context, addr string, procs ...Proc) (*Grid, error) {
-	c, err := client.Dial(ctx, addr)
+	return NewGridTLS(ctx, addr, nil, procs...)
+}
+
+// NewGridTLS is NewGrid over TLS with conf (nil: plaintext): the gRPC
+// calls and the scrapes of /metrics, which a node serving TLS serves over
+// HTTPS.
+func NewGridTLS(ctx context.Context, addr string, conf *tls.Config, procs ...Proc) (*Grid, error) {
+	var opts []client.Option
+	g := &Grid{procs: procs, http: &http.Client{Timeout: 10 * time.Second}, scheme: "http://"}
+	if conf != nil {
+		opts = append(opts, client.WithTLS(conf))
+		g.http.Transport = &http.Transport{TLSClientConfig: conf}
+		g.scheme = "https://"
+	}
+	c, err := client.Dial(ctx, addr, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &Grid{c: c, procs: procs, http: &http.Client{Timeout: 10 * time.Second}}, nil
+	g.c = c
+	return g, nil
 }
 
 // Name implements workload.Target.
@@ -172,7 +189,7 @@ func (g *Grid) Memory(ctx context.Context) (workload.Memory, error) {
 // metrics reads the named unlabelled samples from the /metrics of the node
 // at httpAddr.
 func (g *Grid) metrics(ctx context.Context, httpAddr string, names ...string) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.scheme+httpAddr+"/metrics", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +266,7 @@ func (g *Grid) Counters(ctx context.Context) (map[string]float64, error) {
 		if p.HTTPAddr == "" {
 			return nil, errors.New("grid: counters: a node without an HTTP address")
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.HTTPAddr+"/metrics", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.scheme+p.HTTPAddr+"/metrics", nil)
 		if err != nil {
 			return nil, err
 		}
