@@ -15,7 +15,6 @@ import (
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/node"
-	"github.com/l4xg/grid/shard"
 )
 
 // lockedBuffer is an audit log the test reads while the nodes write.
@@ -187,20 +186,9 @@ func TestTokensFileRefusesRawTokens(t *testing.T) {
 // ResourceExhausted naming its namespace, while another tenant's calls at
 // the same time go through.
 func TestRateLimitPerNamespace(t *testing.T) {
-	n, err := node.Start(node.Config{
-		Host:      shard.HostConfig{NodeID: "n1", DataDir: t.TempDir(), Shards: 2, NoSync: true},
-		Listen:    "127.0.0.1:0",
-		RateLimit: 20,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	n := startNode(t, node.Config{RateLimit: 20})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := n.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
 	cl, err := client.Dial(ctx, n.Addr(), client.WithRetryPolicy(client.RetryPolicy{Attempts: 1}), client.WithBatching(false))
 	if err != nil {
 		t.Fatal(err)

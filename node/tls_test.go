@@ -32,6 +32,25 @@ import (
 	"github.com/l4xg/grid/shard"
 )
 
+// startNode starts a standalone node of two shards on a free port with
+// cfg's other settings, and waits until it serves.
+func startNode(t *testing.T, cfg node.Config) *node.Node {
+	t.Helper()
+	cfg.Host = shard.HostConfig{NodeID: "n1", DataDir: t.TempDir(), Shards: 2, NoSync: true}
+	cfg.Listen = "127.0.0.1:0"
+	n, err := node.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // pki is a test's certificates: a CA the grid trusts, another it does not,
 // and files of both in dir.
 type pki struct {
@@ -120,22 +139,11 @@ func TestClientPortTLS(t *testing.T) {
 	_, goodCert, goodKey := p.issue(p.ca, "client", testcerts.Options{CommonName: "app"})
 	_, rogueCert, rogueKey := p.issue(p.rogue, "rogue", testcerts.Options{CommonName: "app"})
 	_, oldCert, oldKey := p.issue(p.ca, "expired", testcerts.Options{CommonName: "app", Expired: true})
-	n, err := node.Start(node.Config{
-		Host:       shard.HostConfig{NodeID: "n1", DataDir: t.TempDir(), Shards: 2, NoSync: true},
-		Listen:     "127.0.0.1:0",
+	n := startNode(t, node.Config{
 		HTTPListen: "127.0.0.1:0",
 		TLS: node.TLSConfig{Client: node.CertFiles{CertFile: certFile, KeyFile: keyFile, CAFile: p.caFile},
 			ClientCertAuth: true},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Stop(context.Background()) })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := n.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
 	addr := n.Addr()
 	refused := map[string][]client.Option{
 		"plaintext":             nil,
