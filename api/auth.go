@@ -123,7 +123,27 @@ func (a *Authorizer) identify(ctx context.Context) (*tokenEntry, error) {
 	if len(vals) == 0 {
 		return nil, status.Error(codes.Unauthenticated, "no bearer token (authorization metadata)")
 	}
-	tok, ok := strings.CutPrefix(vals[0], "Bearer ")
+	return a.identifyBearer(vals[0])
+}
+
+// HTTPRole checks an HTTP request's "Authorization: Bearer" header: the
+// token must be known and have at least role need.
+func (a *Authorizer) HTTPRole(header string, need Role) error {
+	t, err := a.identifyBearer(header)
+	if err != nil {
+		a.audit.record(auditEvent{Event: "unauthenticated", Method: "http", Error: status.Convert(err).Message()})
+		return err
+	}
+	if t.role < need {
+		err := fmt.Errorf("token %q (%s) needs the %s role", t.name, t.role, need)
+		a.audit.record(auditEvent{Event: "denied", Token: t.name, Method: "http", Error: err.Error()})
+		return err
+	}
+	return nil
+}
+
+func (a *Authorizer) identifyBearer(header string) (*tokenEntry, error) {
+	tok, ok := strings.CutPrefix(header, "Bearer ")
 	if !ok {
 		return nil, status.Error(codes.Unauthenticated, `authorization metadata is not "Bearer <token>"`)
 	}

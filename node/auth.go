@@ -17,6 +17,9 @@ type AuthConfig struct {
 	NodeToken string
 	// Audit receives the audit log (JSON lines); nil: none.
 	Audit io.Writer
+	// MetricsOpen serves /metrics without a token; otherwise it needs one
+	// (any role), and pprof an admin's. /healthz and /readyz stay open.
+	MetricsOpen bool
 }
 
 func (c *AuthConfig) auditLog() *api.AuditLog {

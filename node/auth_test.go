@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -62,7 +63,7 @@ func TestTokenAuth(t *testing.T) {
 	for i := range audits {
 		audits[i] = &lockedBuffer{}
 	}
-	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Replicas: 3, Shards: 4, AuthToken: nodeTok,
+	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Replicas: 3, Shards: 4, AuthToken: nodeTok, HTTP: true,
 		Auth: func(i int) *node.AuthConfig {
 			return &node.AuthConfig{Tokens: tokens, NodeToken: nodeTok, Audit: audits[i]}
 		}})
@@ -158,6 +159,24 @@ func TestTokenAuth(t *testing.T) {
 	}
 	if strings.Contains(audits[leaderOf].String()+audits[0].String(), key+`"`) {
 		t.Error("the audit log holds a key, not only its digest")
+	}
+	// HTTP: probes open, /metrics only with a token.
+	base := "http://" + c.Node(0).HTTPAddr()
+	if code, _ := gridtest.HTTPGet(t, base+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz with auth on: %d, want open", code)
+	}
+	if code, _ := gridtest.HTTPGet(t, base+"/metrics"); code != http.StatusUnauthorized {
+		t.Errorf("/metrics without a token: %d, want 401", code)
+	}
+	req, _ := http.NewRequest(http.MethodGet, base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+consumerTok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/metrics with a token: %d", resp.StatusCode)
 	}
 	if !strings.Contains(audits[0].String(), `"event":"unauthenticated"`) || !strings.Contains(audits[0].String(), `"event":"denied"`) {
 		t.Errorf("node 0's audit log lacks the refusals:\n%s", audits[0].String())

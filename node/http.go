@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"github.com/l4xg/grid/api"
 	"net/http"
 	"net/http/pprof"
 
@@ -13,7 +14,7 @@ import (
 // Config.Pprof, /debug/pprof/.
 func (n *Node) httpHandler(reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("/metrics", n.needRole(api.RoleConsumer, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
@@ -35,11 +36,26 @@ func (n *Node) httpHandler(reg *prometheus.Registry) http.Handler {
 		fmt.Fprintln(w, "ready")
 	})
 	if n.cfg.Pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.Handle("/debug/pprof/", n.needRole(api.RoleAdmin, http.HandlerFunc(pprof.Index)))
+		mux.Handle("/debug/pprof/profile", n.needRole(api.RoleAdmin, http.HandlerFunc(pprof.Profile)))
+		mux.Handle("/debug/pprof/trace", n.needRole(api.RoleAdmin, http.HandlerFunc(pprof.Trace)))
+		mux.Handle("/debug/pprof/symbol", n.needRole(api.RoleAdmin, http.HandlerFunc(pprof.Symbol)))
+		mux.Handle("/debug/pprof/cmdline", n.needRole(api.RoleAdmin, http.HandlerFunc(pprof.Cmdline)))
 	}
 	return mux
+}
+
+// needRole guards h with a bearer token of at least role need when auth is
+// on (for /metrics, unless AuthConfig.MetricsOpen).
+func (n *Node) needRole(need api.Role, h http.Handler) http.Handler {
+	if n.auth == nil || (need == api.RoleConsumer && n.cfg.Auth.MetricsOpen) {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := n.auth.HTTPRole(r.Header.Get("Authorization"), need); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

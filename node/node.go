@@ -119,6 +119,7 @@ type Node struct {
 	cluster  *cluster.Runtime // cluster mode only
 	peers    *api.Peers       // cluster mode only
 	tls      nodeTLS
+	auth     *api.Authorizer // nil: auth off
 	wg       sync.WaitGroup
 	stopOnce sync.Once
 	cancel   context.CancelFunc // ends background work at Stop
@@ -159,17 +160,18 @@ func Start(cfg Config) (*Node, error) {
 		}
 	}
 	opts := api.Options{Version: cfg.Version, Registry: reg}
-	if cfg.RateLimit > 0 {
-		opts.Limits = api.NewRateLimiter(cfg.RateLimit)
-	}
 	if cfg.Auth != nil {
-		if opts.Auth, err = api.NewAuthorizer(cfg.Auth.Tokens, cfg.Auth.auditLog()); err != nil {
+		if n.auth, err = api.NewAuthorizer(cfg.Auth.Tokens, cfg.Auth.auditLog()); err != nil {
 			n.lis.Close()
 			if n.httpLis != nil {
 				n.httpLis.Close()
 			}
 			return nil, err
 		}
+	}
+	opts.Auth = n.auth
+	if cfg.RateLimit > 0 {
+		opts.Limits = api.NewRateLimiter(cfg.RateLimit)
 	}
 	if cfg.Cluster == nil {
 		err = n.openStandalone(opts)

@@ -54,6 +54,7 @@ type serveFlags struct {
 	// Auth.
 	authTokens, nodeToken, auditLog *string
 	rateLimit                       *float64
+	metricsOpen                     *bool
 }
 
 // newServeFlags defines the flags of serve on a new FlagSet writing its
@@ -101,6 +102,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 		gossipVerifyOut: fs.Bool("gossip-verify-outgoing", true, "with --gossip-key-file: send encrypted gossip (off while a cluster moves to encryption)"),
 		authTokens:      fs.String("auth-tokens-file", "", "turn on bearer-token auth, default deny: a YAML file of tokens (name, sha256 of the token, role consumer|operator|admin, namespaces); see gridnode token-hash"),
 		nodeToken:       fs.String("auth-node-token-file", "", "with --auth-tokens-file in a cluster: a file holding the token (an admin one of the tokens file) this node presents on its own calls to the others"),
+		metricsOpen:     fs.Bool("auth-metrics-open", false, "with --auth-tokens-file: serve /metrics without a token (otherwise any valid token; pprof needs an admin's)"),
 		auditLog:        fs.String("audit-log", "", "append the audit log (JSON lines: refused calls, forget, drain, audit, shard admin; digests, never keys) to this file (- for stderr)"),
 		rateLimit:       fs.Float64("rate-limit-per-namespace", 0, "operations a second each namespace may make, with a burst of one second's worth; past it calls fail with ResourceExhausted and a retry-after (0: no limit)"),
 		peerNames:       fs.String("peer-allowed-names", "", "comma-separated names (DNS or IP SANs, or common name) a peer certificate must carry one of (default: any the CA signed)"),
@@ -152,7 +154,7 @@ func (f *serveFlags) authConfig(stderr io.Writer) (*node.AuthConfig, func(), err
 	if err := yaml.Unmarshal(b, &file); err != nil {
 		return nil, none, fmt.Errorf("--auth-tokens-file %s: %w", *f.authTokens, err)
 	}
-	c := &node.AuthConfig{Tokens: file.Tokens}
+	c := &node.AuthConfig{Tokens: file.Tokens, MetricsOpen: *f.metricsOpen}
 	if *f.nodeToken != "" {
 		t, err := os.ReadFile(*f.nodeToken)
 		if err != nil {
