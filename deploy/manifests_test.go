@@ -33,9 +33,15 @@ type serviceMonitor struct {
 	Spec              struct {
 		Selector  metav1.LabelSelector `json:"selector"`
 		Endpoints []struct {
-			Port     string `json:"port"`
-			Path     string `json:"path"`
-			Interval string `json:"interval"`
+			Port      string `json:"port"`
+			Path      string `json:"path"`
+			Interval  string `json:"interval"`
+			Scheme    string `json:"scheme"`
+			TLSConfig *struct {
+				CA struct {
+					Secret corev1.SecretKeySelector `json:"secret"`
+				} `json:"ca"`
+			} `json:"tlsConfig"`
 		} `json:"endpoints"`
 	} `json:"spec"`
 }
@@ -210,6 +216,47 @@ func TestChartRendersTheManifests(t *testing.T) {
 		if !strings.Contains(cm, want) {
 			t.Errorf("grid.yaml lacks %q:\n%s", want, cm)
 		}
+	}
+
+	// TLS and tokens from Secrets: the files mounted, the flags set by
+	// their GRID_* variables, the probes and the scrape over HTTPS.
+	objs, err = decodeStrict(render("tls.enabled=true", "tls.secretName=grid-tls", "auth.enabled=true", "auth.secretName=grid-auth",
+		"serviceMonitor.enabled=true", "auth.rateLimitPerNamespace=500"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts = objs["StatefulSet"][0].(*appsv1.StatefulSet)
+	pod := sts.Spec.Template.Spec
+	env := map[string]string{}
+	for _, e := range pod.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	for k, v := range map[string]string{
+		"GRID_CERT_FILE": "/etc/gridnode/tls/tls.crt", "GRID_PEER_TRUSTED_CA_FILE": "/etc/gridnode/tls/ca.crt",
+		"GRID_AUTH_TOKENS_FILE": "/etc/gridnode/auth/tokens.yaml", "GRID_AUTH_NODE_TOKEN_FILE": "/etc/gridnode/auth/node.token",
+		"GRID_RATE_LIMIT_PER_NAMESPACE": "500",
+	} {
+		if env[k] != v {
+			t.Errorf("%s = %q, want %q", k, env[k], v)
+		}
+	}
+	secrets := map[string]bool{}
+	for _, v := range pod.Volumes {
+		if v.Secret != nil {
+			secrets[v.Secret.SecretName] = true
+		}
+	}
+	if !secrets["grid-tls"] || !secrets["grid-auth"] {
+		t.Errorf("secret volumes %v, want grid-tls and grid-auth", secrets)
+	}
+	if p := pod.Containers[0].ReadinessProbe.HTTPGet; p.Scheme != corev1.URISchemeHTTPS {
+		t.Errorf("readiness probe scheme %q with TLS, want HTTPS", p.Scheme)
+	}
+	if sm := objs["ServiceMonitor"][0].(*serviceMonitor); sm.Spec.Endpoints[0].Scheme != "https" {
+		t.Errorf("ServiceMonitor scheme %q with TLS, want https", sm.Spec.Endpoints[0].Scheme)
+	}
+	if _, err := exec.Command(helm, "template", release, chartDir, "--set", "tls.enabled=true").CombinedOutput(); err == nil {
+		t.Error("tls.enabled without tls.secretName rendered; want the chart to refuse it")
 	}
 }
 
