@@ -23,7 +23,7 @@ import (
 type gossipTransport struct {
 	nt      *memberlist.NetTransport
 	faults  *GossipFaults
-	crypto  *gossipCrypto // nil: plaintext gossip; set before memberlist starts
+	crypto  *gossipCrypto // nil: plaintext gossip
 	logger  *slog.Logger
 	refused atomic.Uint64
 
@@ -42,7 +42,7 @@ var errGossipCut = errors.New("cluster: gossip peer cut off (fault injection)")
 
 // newGossipTransport listens on ip:port (TCP and UDP; port 0 picks one
 // port free for both, with a few tries, as memberlist does).
-func newGossipTransport(ip string, port int, faults *GossipFaults, logger *slog.Logger, mlog *log.Logger) (*gossipTransport, error) {
+func newGossipTransport(ip string, port int, faults *GossipFaults, crypto *gossipCrypto, logger *slog.Logger, mlog *log.Logger) (*gossipTransport, error) {
 	tries := 1
 	if port == 0 {
 		tries = 10
@@ -59,7 +59,7 @@ func newGossipTransport(ip string, port int, faults *GossipFaults, logger *slog.
 		return nil, err
 	}
 	t := &gossipTransport{
-		nt: nt, faults: faults, logger: logger,
+		nt: nt, faults: faults, crypto: crypto, logger: logger,
 		packets: make(chan *memberlist.Packet), streams: make(chan net.Conn),
 		stop: make(chan struct{}), dead: make(chan struct{}),
 	}

@@ -295,7 +295,7 @@ func (m *Membership) Start() error {
 		m.ring = ring
 		crypto = &gossipCrypto{keyring: ring, verifyIncoming: e.VerifyIncoming}
 	}
-	trans, err := newGossipTransport(mc.BindAddr, mc.BindPort, m.cfg.Faults, m.cfg.Logger, mc.Logger)
+	trans, err := newGossipTransport(mc.BindAddr, mc.BindPort, m.cfg.Faults, crypto, m.cfg.Logger, mc.Logger)
 	if err != nil {
 		return fmt.Errorf("cluster: start membership on %s: %w", m.cfg.BindAddr, err)
 	}
@@ -305,7 +305,6 @@ func (m *Membership) Start() error {
 			mc.AdvertisePort = mc.BindPort
 		}
 	}
-	trans.crypto = crypto
 	mc.Transport = trans
 	ml, err := memberlist.Create(mc)
 	if err != nil {

@@ -52,6 +52,14 @@ func NewGrid(ctx context.Context, addr string, procs ...Proc) (*Grid, error) {
 	return NewGridTLS(ctx, addr, nil, procs...)
 }
 
+// metricsURL is the /metrics of the node whose HTTP port is at addr.
+func (g *Grid) metricsURL(addr string) string {
+	if g.scheme == "" {
+		return "http://" + addr + "/metrics"
+	}
+	return g.scheme + addr + "/metrics"
+}
+
 // NewGridTLS is NewGrid over TLS with conf (nil: plaintext): the gRPC
 // calls and the scrapes of /metrics, which a node serving TLS serves over
 // HTTPS.
@@ -189,7 +197,7 @@ func (g *Grid) Memory(ctx context.Context) (workload.Memory, error) {
 // metrics reads the named unlabelled samples from the /metrics of the node
 // at httpAddr.
 func (g *Grid) metrics(ctx context.Context, httpAddr string, names ...string) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.scheme+httpAddr+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.metricsURL(httpAddr), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +274,7 @@ func (g *Grid) Counters(ctx context.Context) (map[string]float64, error) {
 		if p.HTTPAddr == "" {
 			return nil, errors.New("grid: counters: a node without an HTTP address")
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.scheme+p.HTTPAddr+"/metrics", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.metricsURL(p.HTTPAddr), nil)
 		if err != nil {
 			return nil, err
 		}
