@@ -248,6 +248,8 @@ func needs(method string, req any) [][3]any {
 		return one("drain", RoleAdmin, "")
 	case *gridpb.ShardAdminRequest:
 		return one("administer shards", RoleAdmin, "")
+	case *gridpb.GossipKeysRequest:
+		return one("change the gossip keyring", RoleAdmin, "")
 	}
 	return one("call "+method, RoleAdmin, "")
 }
@@ -263,6 +265,8 @@ func audited(req any) (string, bool) {
 		return "shard_admin", true
 	case *gridpb.AuditRequest:
 		return "audit", true
+	case *gridpb.GossipKeysRequest:
+		return "gossip_keys", true
 	}
 	return "", false
 }

@@ -41,6 +41,9 @@ type Options struct {
 	Auth *Authorizer
 	// Limits, if set, limits each namespace's operations (ratelimit.go).
 	Limits *RateLimiter
+	// Keyring is the node's gossip keyring, nil when gossip is not
+	// encrypted (GossipKeys).
+	Keyring Keyring
 }
 
 // Server implements the Grid gRPC service over the shards of a host. The

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 
@@ -49,6 +50,33 @@ func ParseGossipKeys(text string) ([][]byte, error) {
 		return nil, errors.New("cluster: the gossip key file holds no key")
 	}
 	return keys, nil
+}
+
+// writeKeyring stores keys (the primary first) in path, one base64 key a
+// line, through a temporary file renamed into place and synced.
+func writeKeyring(path string, keys [][]byte) error {
+	var b strings.Builder
+	b.WriteString("# gossip keyring, the primary first: written by gridnode on every change\n")
+	for _, k := range keys {
+		b.WriteString(base64.StdEncoding.EncodeToString(k) + "\n")
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(b.String()); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // gossipCrypto is what the gossip guard needs to look inside encrypted

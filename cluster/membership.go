@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -54,6 +55,11 @@ type MembershipConfig struct {
 	ClockOffsets *ClockOffsets
 	// Encryption, if set, encrypts the gossip with its keys.
 	Encryption *GossipEncryption
+	// KeyringFile, with Encryption, keeps the keyring as it changes
+	// (GossipKeyring, SetGossipKeys), and is read at Start instead of
+	// Encryption.Keys when it exists: a rotation made at run time
+	// survives a restart.
+	KeyringFile string
 }
 
 // GossipTiming tunes failure detection. Zero fields take the values of
@@ -287,7 +293,17 @@ func (m *Membership) Start() error {
 	mc := m.memberlistConfig()
 	var crypto *gossipCrypto
 	if e := m.cfg.Encryption; e != nil {
-		ring, err := memberlist.NewKeyring(e.Keys, e.Keys[0])
+		keys := e.Keys
+		if m.cfg.KeyringFile != "" {
+			if b, err := os.ReadFile(m.cfg.KeyringFile); err == nil {
+				if keys, err = ParseGossipKeys(string(b)); err != nil {
+					return fmt.Errorf("cluster: %s: %w", m.cfg.KeyringFile, err)
+				}
+			} else if !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("cluster: gossip keyring: %w", err)
+			}
+		}
+		ring, err := memberlist.NewKeyring(keys, keys[0])
 		if err != nil {
 			return fmt.Errorf("cluster: gossip keyring: %w", err)
 		}
@@ -346,7 +362,52 @@ func (m *Membership) SetGossipKeys(keys [][]byte) error {
 	if m.ring == nil {
 		return errors.New("cluster: gossip encryption is off: no keyring to rotate")
 	}
-	return setGossipKeys(m.ring, keys)
+	if err := setGossipKeys(m.ring, keys); err != nil {
+		return err
+	}
+	return m.persistKeys()
+}
+
+// GossipKeyring lists the keyring (action topology.KeyringList) or changes it by
+// one key (topology.KeyringInstall, topology.KeyringUse, topology.KeyringRemove), and returns the
+// keys after it, the primary first. A change is kept in KeyringFile.
+func (m *Membership) GossipKeyring(action string, key []byte) ([][]byte, error) {
+	m.life.RLock()
+	defer m.life.RUnlock()
+	if m.ring == nil {
+		return nil, errors.New("cluster: gossip encryption is off: no keyring")
+	}
+	var err error
+	switch action {
+	case topology.KeyringList:
+		return m.ring.GetKeys(), nil
+	case topology.KeyringInstall:
+		err = m.ring.AddKey(key)
+	case topology.KeyringUse:
+		err = m.ring.UseKey(key)
+	case topology.KeyringRemove:
+		err = m.ring.RemoveKey(key)
+	default:
+		err = fmt.Errorf("cluster: unknown keyring action %q", action)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cluster: gossip keyring %s: %w", action, err)
+	}
+	if err := m.persistKeys(); err != nil {
+		return nil, err
+	}
+	return m.ring.GetKeys(), nil
+}
+
+// persistKeys writes the keyring to KeyringFile, if there is one.
+func (m *Membership) persistKeys() error {
+	if m.cfg.KeyringFile == "" {
+		return nil
+	}
+	if err := writeKeyring(m.cfg.KeyringFile, m.ring.GetKeys()); err != nil {
+		return fmt.Errorf("cluster: keeping the gossip keyring: %w", err)
+	}
+	return nil
 }
 
 func (m *Membership) memberlistConfig() *memberlist.Config {

@@ -55,8 +55,10 @@ type Config struct {
 	Join []string
 	// GossipFaults injects faults into the gossip traffic (tests only).
 	GossipFaults *GossipFaults
-	// GossipEncryption, if set, encrypts the gossip (MembershipConfig).
-	GossipEncryption *GossipEncryption
+	// GossipEncryption, if set, encrypts the gossip (MembershipConfig),
+	// and GossipKeyringFile keeps its keyring as it changes.
+	GossipEncryption  *GossipEncryption
+	GossipKeyringFile string
 	// BootstrapExpect: a new cluster forms once this many nodes have met
 	// through gossip. 0 means this node never bootstraps a cluster; it
 	// waits to be added to an existing one.
@@ -209,7 +211,8 @@ func Start(cfg Config) (*Runtime, error) {
 			Incarnation: n.incarnation},
 		Logger: cfg.Logger, Timing: cfg.Gossip, Clock: cfg.Clock,
 		Seeds: cfg.Join, Faults: cfg.GossipFaults, ClockOffsets: cfg.ClockOffsets, Encryption: cfg.GossipEncryption,
-		OnEvent: func(Event) { n.poke() },
+		KeyringFile: cfg.GossipKeyringFile,
+		OnEvent:     func(Event) { n.poke() },
 	})
 	if err == nil {
 		err = ms.Start()
@@ -317,6 +320,12 @@ func (n *Runtime) Alive() map[topology.NodeID]bool { return AliveSet(n.ms.Member
 
 // Members is the gossip view with every member's metadata.
 func (n *Runtime) Members() []Member { return n.ms.Members() }
+
+// GossipKeyring lists or changes this node's gossip keyring
+// (Membership.GossipKeyring).
+func (n *Runtime) GossipKeyring(action string, key []byte) ([][]byte, error) {
+	return n.ms.GossipKeyring(action, key)
+}
 
 // SetGossipKeys rotates this node's gossip keys (Membership.SetGossipKeys).
 func (n *Runtime) SetGossipKeys(keys [][]byte) error { return n.ms.SetGossipKeys(keys) }

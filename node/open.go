@@ -111,8 +111,8 @@ func (n *Node) openCluster(opts api.Options) error {
 		ID: topology.NodeID(hc.NodeID), GRPCAddr: grpcAddr, HTTPAddr: httpAddr,
 		Host: host, Mux: mux, Logs: host.Logs(), SnapshotDir: filepath.Join(hc.DataDir, "snapshots"),
 		GossipListen: cc.GossipListen, GossipAdvertise: cc.GossipAdvertise, Join: cc.Join, GossipFaults: cc.GossipFaults,
-		GossipEncryption: cc.GossipEncryption,
-		BootstrapExpect:  cc.BootstrapExpect, Replicas: cc.Replicas, GracePeriod: cc.GracePeriod,
+		GossipEncryption: cc.GossipEncryption, GossipKeyringFile: keyringFile(cc.GossipEncryption, hc.DataDir),
+		BootstrapExpect: cc.BootstrapExpect, Replicas: cc.Replicas, GracePeriod: cc.GracePeriod,
 		Gossip: cc.Gossip, HeartbeatTimeout: cc.HeartbeatTimeout, Remote: remote, Logger: cfg.Logger,
 		ClockOffsets: offsets,
 	})
@@ -128,6 +128,18 @@ func (n *Node) openCluster(opts api.Options) error {
 		view = cc.WrapView(cn)
 	}
 	opts.Cluster, opts.Peers, opts.ClockOffsets, opts.Clock = view, peers, offsets, host.Clock
+	if cc.GossipEncryption != nil {
+		opts.Keyring = cn
+	}
 	n.server = api.NewServer(host, opts)
 	return nil
+}
+
+// keyringFile is where a node keeps its gossip keyring: in its data
+// directory, when gossip is encrypted.
+func keyringFile(enc *cluster.GossipEncryption, dataDir string) string {
+	if enc == nil {
+		return ""
+	}
+	return filepath.Join(dataDir, "gossip.keyring")
 }

@@ -199,6 +199,65 @@ func (Tier) EnumDescriptor() ([]byte, []int) {
 	return file_grid_proto_rawDescGZIP(), []int{2}
 }
 
+type GossipKeyAction int32
+
+const (
+	GossipKeyAction_GOSSIP_KEY_UNSPECIFIED GossipKeyAction = 0
+	// List the keys (their fingerprints only).
+	GossipKeyAction_GOSSIP_KEY_LIST GossipKeyAction = 1
+	// Add a key that decrypts, not yet encrypting.
+	GossipKeyAction_GOSSIP_KEY_INSTALL GossipKeyAction = 2
+	// Make an installed key the primary: it encrypts.
+	GossipKeyAction_GOSSIP_KEY_USE GossipKeyAction = 3
+	// Remove a key that is not the primary.
+	GossipKeyAction_GOSSIP_KEY_REMOVE GossipKeyAction = 4
+)
+
+// Enum value maps for GossipKeyAction.
+var (
+	GossipKeyAction_name = map[int32]string{
+		0: "GOSSIP_KEY_UNSPECIFIED",
+		1: "GOSSIP_KEY_LIST",
+		2: "GOSSIP_KEY_INSTALL",
+		3: "GOSSIP_KEY_USE",
+		4: "GOSSIP_KEY_REMOVE",
+	}
+	GossipKeyAction_value = map[string]int32{
+		"GOSSIP_KEY_UNSPECIFIED": 0,
+		"GOSSIP_KEY_LIST":        1,
+		"GOSSIP_KEY_INSTALL":     2,
+		"GOSSIP_KEY_USE":         3,
+		"GOSSIP_KEY_REMOVE":      4,
+	}
+)
+
+func (x GossipKeyAction) Enum() *GossipKeyAction {
+	p := new(GossipKeyAction)
+	*p = x
+	return p
+}
+
+func (x GossipKeyAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (GossipKeyAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_grid_proto_enumTypes[3].Descriptor()
+}
+
+func (GossipKeyAction) Type() protoreflect.EnumType {
+	return &file_grid_proto_enumTypes[3]
+}
+
+func (x GossipKeyAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use GossipKeyAction.Descriptor instead.
+func (GossipKeyAction) EnumDescriptor() ([]byte, []int) {
+	return file_grid_proto_rawDescGZIP(), []int{3}
+}
+
 type ShardAdminAction int32
 
 const (
@@ -241,11 +300,11 @@ func (x ShardAdminAction) String() string {
 }
 
 func (ShardAdminAction) Descriptor() protoreflect.EnumDescriptor {
-	return file_grid_proto_enumTypes[3].Descriptor()
+	return file_grid_proto_enumTypes[4].Descriptor()
 }
 
 func (ShardAdminAction) Type() protoreflect.EnumType {
-	return &file_grid_proto_enumTypes[3]
+	return &file_grid_proto_enumTypes[4]
 }
 
 func (x ShardAdminAction) Number() protoreflect.EnumNumber {
@@ -254,7 +313,7 @@ func (x ShardAdminAction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ShardAdminAction.Descriptor instead.
 func (ShardAdminAction) EnumDescriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{3}
+	return file_grid_proto_rawDescGZIP(), []int{4}
 }
 
 // Redirect names the node that leads (or, if unknown, holds) a shard.
@@ -2611,6 +2670,113 @@ func (x *DrainResponse) GetEpoch() uint64 {
 	return 0
 }
 
+type GossipKeysRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Action GossipKeyAction        `protobuf:"varint,1,opt,name=action,proto3,enum=l4xg.grid.v1.GossipKeyAction" json:"action,omitempty"`
+	// The key (16, 24 or 32 bytes) of install, use and remove.
+	Key           []byte `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GossipKeysRequest) Reset() {
+	*x = GossipKeysRequest{}
+	mi := &file_grid_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GossipKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GossipKeysRequest) ProtoMessage() {}
+
+func (x *GossipKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_grid_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GossipKeysRequest.ProtoReflect.Descriptor instead.
+func (*GossipKeysRequest) Descriptor() ([]byte, []int) {
+	return file_grid_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *GossipKeysRequest) GetAction() GossipKeyAction {
+	if x != nil {
+		return x.Action
+	}
+	return GossipKeyAction_GOSSIP_KEY_UNSPECIFIED
+}
+
+func (x *GossipKeysRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+type GossipKeysResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The keys after the action, by fingerprint (the first 8 bytes of the
+	// key's SHA-256, hex): a key never leaves the node. The primary first.
+	Fingerprints  []string `protobuf:"bytes,2,rep,name=fingerprints,proto3" json:"fingerprints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GossipKeysResponse) Reset() {
+	*x = GossipKeysResponse{}
+	mi := &file_grid_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GossipKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GossipKeysResponse) ProtoMessage() {}
+
+func (x *GossipKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_grid_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GossipKeysResponse.ProtoReflect.Descriptor instead.
+func (*GossipKeysResponse) Descriptor() ([]byte, []int) {
+	return file_grid_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GossipKeysResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *GossipKeysResponse) GetFingerprints() []string {
+	if x != nil {
+		return x.Fingerprints
+	}
+	return nil
+}
+
 type ShardAdminRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Shard  uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
@@ -2632,7 +2798,7 @@ type ShardAdminRequest struct {
 
 func (x *ShardAdminRequest) Reset() {
 	*x = ShardAdminRequest{}
-	mi := &file_grid_proto_msgTypes[27]
+	mi := &file_grid_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2644,7 +2810,7 @@ func (x *ShardAdminRequest) String() string {
 func (*ShardAdminRequest) ProtoMessage() {}
 
 func (x *ShardAdminRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[27]
+	mi := &file_grid_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2657,7 +2823,7 @@ func (x *ShardAdminRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardAdminRequest.ProtoReflect.Descriptor instead.
 func (*ShardAdminRequest) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{27}
+	return file_grid_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ShardAdminRequest) GetShard() uint32 {
@@ -2712,7 +2878,7 @@ type ShardAdminResponse struct {
 
 func (x *ShardAdminResponse) Reset() {
 	*x = ShardAdminResponse{}
-	mi := &file_grid_proto_msgTypes[28]
+	mi := &file_grid_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2724,7 +2890,7 @@ func (x *ShardAdminResponse) String() string {
 func (*ShardAdminResponse) ProtoMessage() {}
 
 func (x *ShardAdminResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_grid_proto_msgTypes[28]
+	mi := &file_grid_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2737,7 +2903,7 @@ func (x *ShardAdminResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardAdminResponse.ProtoReflect.Descriptor instead.
 func (*ShardAdminResponse) Descriptor() ([]byte, []int) {
-	return file_grid_proto_rawDescGZIP(), []int{28}
+	return file_grid_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ShardAdminResponse) GetCommitIndex() uint64 {
@@ -2948,7 +3114,13 @@ const file_grid_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12#\n" +
 	"\rreplicas_left\x18\x03 \x01(\rR\freplicasLeft\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xd0\x01\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\\\n" +
+	"\x11GossipKeysRequest\x125\n" +
+	"\x06action\x18\x01 \x01(\x0e2\x1d.l4xg.grid.v1.GossipKeyActionR\x06action\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\"Q\n" +
+	"\x12GossipKeysResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\"\n" +
+	"\ffingerprints\x18\x02 \x03(\tR\ffingerprints\"\xd0\x01\n" +
 	"\x11ShardAdminRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x126\n" +
 	"\x06action\x18\x02 \x01(\x0e2\x1e.l4xg.grid.v1.ShardAdminActionR\x06action\x12\x17\n" +
@@ -2982,13 +3154,19 @@ const file_grid_proto_rawDesc = "" +
 	"\x04Tier\x12\x14\n" +
 	"\x10TIER_UNSPECIFIED\x10\x00\x12\a\n" +
 	"\x03HOT\x10\x01\x12\b\n" +
-	"\x04COLD\x10\x02*|\n" +
+	"\x04COLD\x10\x02*\x85\x01\n" +
+	"\x0fGossipKeyAction\x12\x1a\n" +
+	"\x16GOSSIP_KEY_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fGOSSIP_KEY_LIST\x10\x01\x12\x16\n" +
+	"\x12GOSSIP_KEY_INSTALL\x10\x02\x12\x12\n" +
+	"\x0eGOSSIP_KEY_USE\x10\x03\x12\x15\n" +
+	"\x11GOSSIP_KEY_REMOVE\x10\x04*|\n" +
 	"\x10ShardAdminAction\x12\x1b\n" +
 	"\x17SHARD_ADMIN_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fADD_NONVOTER\x10\x01\x12\r\n" +
 	"\tADD_VOTER\x10\x02\x12\x11\n" +
 	"\rREMOVE_SERVER\x10\x03\x12\x17\n" +
-	"\x13TRANSFER_LEADERSHIP\x10\x042\xb3\a\n" +
+	"\x13TRANSFER_LEADERSHIP\x10\x042\x84\b\n" +
 	"\x04Grid\x12?\n" +
 	"\aReserve\x12\x1c.l4xg.grid.v1.ReserveRequest\x1a\x16.l4xg.grid.v1.OpResult\x12A\n" +
 	"\bComplete\x12\x1d.l4xg.grid.v1.CompleteRequest\x1a\x16.l4xg.grid.v1.OpResult\x129\n" +
@@ -3005,7 +3183,9 @@ const file_grid_proto_rawDesc = "" +
 	"ClusterMap\x12\x1f.l4xg.grid.v1.ClusterMapRequest\x1a .l4xg.grid.v1.ClusterMapResponse\x12@\n" +
 	"\x05Drain\x12\x1a.l4xg.grid.v1.DrainRequest\x1a\x1b.l4xg.grid.v1.DrainResponse\x12O\n" +
 	"\n" +
-	"ShardAdmin\x12\x1f.l4xg.grid.v1.ShardAdminRequest\x1a .l4xg.grid.v1.ShardAdminResponseB(Z&github.com/l4xg/grid/api/gridpb;gridpbb\x06proto3"
+	"ShardAdmin\x12\x1f.l4xg.grid.v1.ShardAdminRequest\x1a .l4xg.grid.v1.ShardAdminResponse\x12O\n" +
+	"\n" +
+	"GossipKeys\x12\x1f.l4xg.grid.v1.GossipKeysRequest\x1a .l4xg.grid.v1.GossipKeysResponseB(Z&github.com/l4xg/grid/api/gridpb;gridpbb\x06proto3"
 
 var (
 	file_grid_proto_rawDescOnce sync.Once
@@ -3019,99 +3199,105 @@ func file_grid_proto_rawDescGZIP() []byte {
 	return file_grid_proto_rawDescData
 }
 
-var file_grid_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_grid_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_grid_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_grid_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_grid_proto_goTypes = []any{
 	(Outcome)(0),               // 0: l4xg.grid.v1.Outcome
 	(State)(0),                 // 1: l4xg.grid.v1.State
 	(Tier)(0),                  // 2: l4xg.grid.v1.Tier
-	(ShardAdminAction)(0),      // 3: l4xg.grid.v1.ShardAdminAction
-	(*Redirect)(nil),           // 4: l4xg.grid.v1.Redirect
-	(*ReserveRequest)(nil),     // 5: l4xg.grid.v1.ReserveRequest
-	(*CompleteRequest)(nil),    // 6: l4xg.grid.v1.CompleteRequest
-	(*FailRequest)(nil),        // 7: l4xg.grid.v1.FailRequest
-	(*ReleaseRequest)(nil),     // 8: l4xg.grid.v1.ReleaseRequest
-	(*ExtendRequest)(nil),      // 9: l4xg.grid.v1.ExtendRequest
-	(*GetRequest)(nil),         // 10: l4xg.grid.v1.GetRequest
-	(*ForgetRequest)(nil),      // 11: l4xg.grid.v1.ForgetRequest
-	(*OpError)(nil),            // 12: l4xg.grid.v1.OpError
-	(*OpResult)(nil),           // 13: l4xg.grid.v1.OpResult
-	(*AuditRequest)(nil),       // 14: l4xg.grid.v1.AuditRequest
-	(*AuditRecord)(nil),        // 15: l4xg.grid.v1.AuditRecord
-	(*Op)(nil),                 // 16: l4xg.grid.v1.Op
-	(*BatchRequest)(nil),       // 17: l4xg.grid.v1.BatchRequest
-	(*StreamRequest)(nil),      // 18: l4xg.grid.v1.StreamRequest
-	(*StreamResponse)(nil),     // 19: l4xg.grid.v1.StreamResponse
-	(*BatchResponse)(nil),      // 20: l4xg.grid.v1.BatchResponse
-	(*StatusRequest)(nil),      // 21: l4xg.grid.v1.StatusRequest
-	(*ShardStatus)(nil),        // 22: l4xg.grid.v1.ShardStatus
-	(*GroupMember)(nil),        // 23: l4xg.grid.v1.GroupMember
-	(*StatusResponse)(nil),     // 24: l4xg.grid.v1.StatusResponse
-	(*ClusterMapRequest)(nil),  // 25: l4xg.grid.v1.ClusterMapRequest
-	(*ClusterNode)(nil),        // 26: l4xg.grid.v1.ClusterNode
-	(*ClusterShard)(nil),       // 27: l4xg.grid.v1.ClusterShard
-	(*ClusterMapResponse)(nil), // 28: l4xg.grid.v1.ClusterMapResponse
-	(*DrainRequest)(nil),       // 29: l4xg.grid.v1.DrainRequest
-	(*DrainResponse)(nil),      // 30: l4xg.grid.v1.DrainResponse
-	(*ShardAdminRequest)(nil),  // 31: l4xg.grid.v1.ShardAdminRequest
-	(*ShardAdminResponse)(nil), // 32: l4xg.grid.v1.ShardAdminResponse
+	(GossipKeyAction)(0),       // 3: l4xg.grid.v1.GossipKeyAction
+	(ShardAdminAction)(0),      // 4: l4xg.grid.v1.ShardAdminAction
+	(*Redirect)(nil),           // 5: l4xg.grid.v1.Redirect
+	(*ReserveRequest)(nil),     // 6: l4xg.grid.v1.ReserveRequest
+	(*CompleteRequest)(nil),    // 7: l4xg.grid.v1.CompleteRequest
+	(*FailRequest)(nil),        // 8: l4xg.grid.v1.FailRequest
+	(*ReleaseRequest)(nil),     // 9: l4xg.grid.v1.ReleaseRequest
+	(*ExtendRequest)(nil),      // 10: l4xg.grid.v1.ExtendRequest
+	(*GetRequest)(nil),         // 11: l4xg.grid.v1.GetRequest
+	(*ForgetRequest)(nil),      // 12: l4xg.grid.v1.ForgetRequest
+	(*OpError)(nil),            // 13: l4xg.grid.v1.OpError
+	(*OpResult)(nil),           // 14: l4xg.grid.v1.OpResult
+	(*AuditRequest)(nil),       // 15: l4xg.grid.v1.AuditRequest
+	(*AuditRecord)(nil),        // 16: l4xg.grid.v1.AuditRecord
+	(*Op)(nil),                 // 17: l4xg.grid.v1.Op
+	(*BatchRequest)(nil),       // 18: l4xg.grid.v1.BatchRequest
+	(*StreamRequest)(nil),      // 19: l4xg.grid.v1.StreamRequest
+	(*StreamResponse)(nil),     // 20: l4xg.grid.v1.StreamResponse
+	(*BatchResponse)(nil),      // 21: l4xg.grid.v1.BatchResponse
+	(*StatusRequest)(nil),      // 22: l4xg.grid.v1.StatusRequest
+	(*ShardStatus)(nil),        // 23: l4xg.grid.v1.ShardStatus
+	(*GroupMember)(nil),        // 24: l4xg.grid.v1.GroupMember
+	(*StatusResponse)(nil),     // 25: l4xg.grid.v1.StatusResponse
+	(*ClusterMapRequest)(nil),  // 26: l4xg.grid.v1.ClusterMapRequest
+	(*ClusterNode)(nil),        // 27: l4xg.grid.v1.ClusterNode
+	(*ClusterShard)(nil),       // 28: l4xg.grid.v1.ClusterShard
+	(*ClusterMapResponse)(nil), // 29: l4xg.grid.v1.ClusterMapResponse
+	(*DrainRequest)(nil),       // 30: l4xg.grid.v1.DrainRequest
+	(*DrainResponse)(nil),      // 31: l4xg.grid.v1.DrainResponse
+	(*GossipKeysRequest)(nil),  // 32: l4xg.grid.v1.GossipKeysRequest
+	(*GossipKeysResponse)(nil), // 33: l4xg.grid.v1.GossipKeysResponse
+	(*ShardAdminRequest)(nil),  // 34: l4xg.grid.v1.ShardAdminRequest
+	(*ShardAdminResponse)(nil), // 35: l4xg.grid.v1.ShardAdminResponse
 }
 var file_grid_proto_depIdxs = []int32{
-	4,  // 0: l4xg.grid.v1.OpError.redirect:type_name -> l4xg.grid.v1.Redirect
+	5,  // 0: l4xg.grid.v1.OpError.redirect:type_name -> l4xg.grid.v1.Redirect
 	0,  // 1: l4xg.grid.v1.OpResult.outcome:type_name -> l4xg.grid.v1.Outcome
 	1,  // 2: l4xg.grid.v1.OpResult.state:type_name -> l4xg.grid.v1.State
-	12, // 3: l4xg.grid.v1.OpResult.error:type_name -> l4xg.grid.v1.OpError
+	13, // 3: l4xg.grid.v1.OpResult.error:type_name -> l4xg.grid.v1.OpError
 	2,  // 4: l4xg.grid.v1.OpResult.tier:type_name -> l4xg.grid.v1.Tier
 	1,  // 5: l4xg.grid.v1.AuditRecord.state:type_name -> l4xg.grid.v1.State
-	5,  // 6: l4xg.grid.v1.Op.reserve:type_name -> l4xg.grid.v1.ReserveRequest
-	6,  // 7: l4xg.grid.v1.Op.complete:type_name -> l4xg.grid.v1.CompleteRequest
-	7,  // 8: l4xg.grid.v1.Op.fail:type_name -> l4xg.grid.v1.FailRequest
-	8,  // 9: l4xg.grid.v1.Op.release:type_name -> l4xg.grid.v1.ReleaseRequest
-	9,  // 10: l4xg.grid.v1.Op.extend:type_name -> l4xg.grid.v1.ExtendRequest
-	10, // 11: l4xg.grid.v1.Op.get:type_name -> l4xg.grid.v1.GetRequest
-	11, // 12: l4xg.grid.v1.Op.forget:type_name -> l4xg.grid.v1.ForgetRequest
-	16, // 13: l4xg.grid.v1.BatchRequest.ops:type_name -> l4xg.grid.v1.Op
-	16, // 14: l4xg.grid.v1.StreamRequest.ops:type_name -> l4xg.grid.v1.Op
-	13, // 15: l4xg.grid.v1.StreamResponse.results:type_name -> l4xg.grid.v1.OpResult
-	13, // 16: l4xg.grid.v1.BatchResponse.results:type_name -> l4xg.grid.v1.OpResult
-	23, // 17: l4xg.grid.v1.ShardStatus.group:type_name -> l4xg.grid.v1.GroupMember
-	22, // 18: l4xg.grid.v1.StatusResponse.shards:type_name -> l4xg.grid.v1.ShardStatus
-	26, // 19: l4xg.grid.v1.ClusterMapResponse.nodes:type_name -> l4xg.grid.v1.ClusterNode
-	27, // 20: l4xg.grid.v1.ClusterMapResponse.shards:type_name -> l4xg.grid.v1.ClusterShard
-	3,  // 21: l4xg.grid.v1.ShardAdminRequest.action:type_name -> l4xg.grid.v1.ShardAdminAction
-	5,  // 22: l4xg.grid.v1.Grid.Reserve:input_type -> l4xg.grid.v1.ReserveRequest
-	6,  // 23: l4xg.grid.v1.Grid.Complete:input_type -> l4xg.grid.v1.CompleteRequest
-	7,  // 24: l4xg.grid.v1.Grid.Fail:input_type -> l4xg.grid.v1.FailRequest
-	8,  // 25: l4xg.grid.v1.Grid.Release:input_type -> l4xg.grid.v1.ReleaseRequest
-	9,  // 26: l4xg.grid.v1.Grid.Extend:input_type -> l4xg.grid.v1.ExtendRequest
-	10, // 27: l4xg.grid.v1.Grid.Get:input_type -> l4xg.grid.v1.GetRequest
-	11, // 28: l4xg.grid.v1.Grid.Forget:input_type -> l4xg.grid.v1.ForgetRequest
-	17, // 29: l4xg.grid.v1.Grid.Batch:input_type -> l4xg.grid.v1.BatchRequest
-	18, // 30: l4xg.grid.v1.Grid.Stream:input_type -> l4xg.grid.v1.StreamRequest
-	21, // 31: l4xg.grid.v1.Grid.Status:input_type -> l4xg.grid.v1.StatusRequest
-	14, // 32: l4xg.grid.v1.Grid.Audit:input_type -> l4xg.grid.v1.AuditRequest
-	25, // 33: l4xg.grid.v1.Grid.ClusterMap:input_type -> l4xg.grid.v1.ClusterMapRequest
-	29, // 34: l4xg.grid.v1.Grid.Drain:input_type -> l4xg.grid.v1.DrainRequest
-	31, // 35: l4xg.grid.v1.Grid.ShardAdmin:input_type -> l4xg.grid.v1.ShardAdminRequest
-	13, // 36: l4xg.grid.v1.Grid.Reserve:output_type -> l4xg.grid.v1.OpResult
-	13, // 37: l4xg.grid.v1.Grid.Complete:output_type -> l4xg.grid.v1.OpResult
-	13, // 38: l4xg.grid.v1.Grid.Fail:output_type -> l4xg.grid.v1.OpResult
-	13, // 39: l4xg.grid.v1.Grid.Release:output_type -> l4xg.grid.v1.OpResult
-	13, // 40: l4xg.grid.v1.Grid.Extend:output_type -> l4xg.grid.v1.OpResult
-	13, // 41: l4xg.grid.v1.Grid.Get:output_type -> l4xg.grid.v1.OpResult
-	13, // 42: l4xg.grid.v1.Grid.Forget:output_type -> l4xg.grid.v1.OpResult
-	20, // 43: l4xg.grid.v1.Grid.Batch:output_type -> l4xg.grid.v1.BatchResponse
-	19, // 44: l4xg.grid.v1.Grid.Stream:output_type -> l4xg.grid.v1.StreamResponse
-	24, // 45: l4xg.grid.v1.Grid.Status:output_type -> l4xg.grid.v1.StatusResponse
-	15, // 46: l4xg.grid.v1.Grid.Audit:output_type -> l4xg.grid.v1.AuditRecord
-	28, // 47: l4xg.grid.v1.Grid.ClusterMap:output_type -> l4xg.grid.v1.ClusterMapResponse
-	30, // 48: l4xg.grid.v1.Grid.Drain:output_type -> l4xg.grid.v1.DrainResponse
-	32, // 49: l4xg.grid.v1.Grid.ShardAdmin:output_type -> l4xg.grid.v1.ShardAdminResponse
-	36, // [36:50] is the sub-list for method output_type
-	22, // [22:36] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	6,  // 6: l4xg.grid.v1.Op.reserve:type_name -> l4xg.grid.v1.ReserveRequest
+	7,  // 7: l4xg.grid.v1.Op.complete:type_name -> l4xg.grid.v1.CompleteRequest
+	8,  // 8: l4xg.grid.v1.Op.fail:type_name -> l4xg.grid.v1.FailRequest
+	9,  // 9: l4xg.grid.v1.Op.release:type_name -> l4xg.grid.v1.ReleaseRequest
+	10, // 10: l4xg.grid.v1.Op.extend:type_name -> l4xg.grid.v1.ExtendRequest
+	11, // 11: l4xg.grid.v1.Op.get:type_name -> l4xg.grid.v1.GetRequest
+	12, // 12: l4xg.grid.v1.Op.forget:type_name -> l4xg.grid.v1.ForgetRequest
+	17, // 13: l4xg.grid.v1.BatchRequest.ops:type_name -> l4xg.grid.v1.Op
+	17, // 14: l4xg.grid.v1.StreamRequest.ops:type_name -> l4xg.grid.v1.Op
+	14, // 15: l4xg.grid.v1.StreamResponse.results:type_name -> l4xg.grid.v1.OpResult
+	14, // 16: l4xg.grid.v1.BatchResponse.results:type_name -> l4xg.grid.v1.OpResult
+	24, // 17: l4xg.grid.v1.ShardStatus.group:type_name -> l4xg.grid.v1.GroupMember
+	23, // 18: l4xg.grid.v1.StatusResponse.shards:type_name -> l4xg.grid.v1.ShardStatus
+	27, // 19: l4xg.grid.v1.ClusterMapResponse.nodes:type_name -> l4xg.grid.v1.ClusterNode
+	28, // 20: l4xg.grid.v1.ClusterMapResponse.shards:type_name -> l4xg.grid.v1.ClusterShard
+	3,  // 21: l4xg.grid.v1.GossipKeysRequest.action:type_name -> l4xg.grid.v1.GossipKeyAction
+	4,  // 22: l4xg.grid.v1.ShardAdminRequest.action:type_name -> l4xg.grid.v1.ShardAdminAction
+	6,  // 23: l4xg.grid.v1.Grid.Reserve:input_type -> l4xg.grid.v1.ReserveRequest
+	7,  // 24: l4xg.grid.v1.Grid.Complete:input_type -> l4xg.grid.v1.CompleteRequest
+	8,  // 25: l4xg.grid.v1.Grid.Fail:input_type -> l4xg.grid.v1.FailRequest
+	9,  // 26: l4xg.grid.v1.Grid.Release:input_type -> l4xg.grid.v1.ReleaseRequest
+	10, // 27: l4xg.grid.v1.Grid.Extend:input_type -> l4xg.grid.v1.ExtendRequest
+	11, // 28: l4xg.grid.v1.Grid.Get:input_type -> l4xg.grid.v1.GetRequest
+	12, // 29: l4xg.grid.v1.Grid.Forget:input_type -> l4xg.grid.v1.ForgetRequest
+	18, // 30: l4xg.grid.v1.Grid.Batch:input_type -> l4xg.grid.v1.BatchRequest
+	19, // 31: l4xg.grid.v1.Grid.Stream:input_type -> l4xg.grid.v1.StreamRequest
+	22, // 32: l4xg.grid.v1.Grid.Status:input_type -> l4xg.grid.v1.StatusRequest
+	15, // 33: l4xg.grid.v1.Grid.Audit:input_type -> l4xg.grid.v1.AuditRequest
+	26, // 34: l4xg.grid.v1.Grid.ClusterMap:input_type -> l4xg.grid.v1.ClusterMapRequest
+	30, // 35: l4xg.grid.v1.Grid.Drain:input_type -> l4xg.grid.v1.DrainRequest
+	34, // 36: l4xg.grid.v1.Grid.ShardAdmin:input_type -> l4xg.grid.v1.ShardAdminRequest
+	32, // 37: l4xg.grid.v1.Grid.GossipKeys:input_type -> l4xg.grid.v1.GossipKeysRequest
+	14, // 38: l4xg.grid.v1.Grid.Reserve:output_type -> l4xg.grid.v1.OpResult
+	14, // 39: l4xg.grid.v1.Grid.Complete:output_type -> l4xg.grid.v1.OpResult
+	14, // 40: l4xg.grid.v1.Grid.Fail:output_type -> l4xg.grid.v1.OpResult
+	14, // 41: l4xg.grid.v1.Grid.Release:output_type -> l4xg.grid.v1.OpResult
+	14, // 42: l4xg.grid.v1.Grid.Extend:output_type -> l4xg.grid.v1.OpResult
+	14, // 43: l4xg.grid.v1.Grid.Get:output_type -> l4xg.grid.v1.OpResult
+	14, // 44: l4xg.grid.v1.Grid.Forget:output_type -> l4xg.grid.v1.OpResult
+	21, // 45: l4xg.grid.v1.Grid.Batch:output_type -> l4xg.grid.v1.BatchResponse
+	20, // 46: l4xg.grid.v1.Grid.Stream:output_type -> l4xg.grid.v1.StreamResponse
+	25, // 47: l4xg.grid.v1.Grid.Status:output_type -> l4xg.grid.v1.StatusResponse
+	16, // 48: l4xg.grid.v1.Grid.Audit:output_type -> l4xg.grid.v1.AuditRecord
+	29, // 49: l4xg.grid.v1.Grid.ClusterMap:output_type -> l4xg.grid.v1.ClusterMapResponse
+	31, // 50: l4xg.grid.v1.Grid.Drain:output_type -> l4xg.grid.v1.DrainResponse
+	35, // 51: l4xg.grid.v1.Grid.ShardAdmin:output_type -> l4xg.grid.v1.ShardAdminResponse
+	33, // 52: l4xg.grid.v1.Grid.GossipKeys:output_type -> l4xg.grid.v1.GossipKeysResponse
+	38, // [38:53] is the sub-list for method output_type
+	23, // [23:38] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_grid_proto_init() }
@@ -3137,8 +3323,8 @@ func file_grid_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_grid_proto_rawDesc), len(file_grid_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   29,
+			NumEnums:      5,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

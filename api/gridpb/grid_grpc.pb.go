@@ -37,6 +37,7 @@ const (
 	Grid_ClusterMap_FullMethodName = "/l4xg.grid.v1.Grid/ClusterMap"
 	Grid_Drain_FullMethodName      = "/l4xg.grid.v1.Grid/Drain"
 	Grid_ShardAdmin_FullMethodName = "/l4xg.grid.v1.Grid/ShardAdmin"
+	Grid_GossipKeys_FullMethodName = "/l4xg.grid.v1.Grid/GossipKeys"
 )
 
 // GridClient is the client API for Grid service.
@@ -85,6 +86,10 @@ type GridClient interface {
 	// leading the shard runs it; the others answer UNAVAILABLE with a
 	// Redirect. It is how the control group's leader executes placement moves.
 	ShardAdmin(ctx context.Context, in *ShardAdminRequest, opts ...grpc.CallOption) (*ShardAdminResponse, error)
+	// GossipKeys lists or changes the gossip encryption keyring of the node
+	// it is sent to (admin). The CLI's gossip-key verb sends it to every
+	// node of the map in turn; a rotation is install, then use, then remove.
+	GossipKeys(ctx context.Context, in *GossipKeysRequest, opts ...grpc.CallOption) (*GossipKeysResponse, error)
 }
 
 type gridClient struct {
@@ -247,6 +252,16 @@ func (c *gridClient) ShardAdmin(ctx context.Context, in *ShardAdminRequest, opts
 	return out, nil
 }
 
+func (c *gridClient) GossipKeys(ctx context.Context, in *GossipKeysRequest, opts ...grpc.CallOption) (*GossipKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GossipKeysResponse)
+	err := c.cc.Invoke(ctx, Grid_GossipKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GridServer is the server API for Grid service.
 // All implementations must embed UnimplementedGridServer
 // for forward compatibility.
@@ -293,6 +308,10 @@ type GridServer interface {
 	// leading the shard runs it; the others answer UNAVAILABLE with a
 	// Redirect. It is how the control group's leader executes placement moves.
 	ShardAdmin(context.Context, *ShardAdminRequest) (*ShardAdminResponse, error)
+	// GossipKeys lists or changes the gossip encryption keyring of the node
+	// it is sent to (admin). The CLI's gossip-key verb sends it to every
+	// node of the map in turn; a rotation is install, then use, then remove.
+	GossipKeys(context.Context, *GossipKeysRequest) (*GossipKeysResponse, error)
 	mustEmbedUnimplementedGridServer()
 }
 
@@ -344,6 +363,9 @@ func (UnimplementedGridServer) Drain(context.Context, *DrainRequest) (*DrainResp
 }
 func (UnimplementedGridServer) ShardAdmin(context.Context, *ShardAdminRequest) (*ShardAdminResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ShardAdmin not implemented")
+}
+func (UnimplementedGridServer) GossipKeys(context.Context, *GossipKeysRequest) (*GossipKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GossipKeys not implemented")
 }
 func (UnimplementedGridServer) mustEmbedUnimplementedGridServer() {}
 func (UnimplementedGridServer) testEmbeddedByValue()              {}
@@ -600,6 +622,24 @@ func _Grid_ShardAdmin_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Grid_GossipKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GossipKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GridServer).GossipKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Grid_GossipKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GridServer).GossipKeys(ctx, req.(*GossipKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Grid_ServiceDesc is the grpc.ServiceDesc for Grid service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -654,6 +694,10 @@ var Grid_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ShardAdmin",
 			Handler:    _Grid_ShardAdmin_Handler,
+		},
+		{
+			MethodName: "GossipKeys",
+			Handler:    _Grid_GossipKeys_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

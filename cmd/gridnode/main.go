@@ -36,6 +36,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return configCmd(args[1:], stdout, stderr)
 	case "gossip-keygen":
 		return gossipKeygen(stdout, stderr)
+	case "gossip-key":
+		return gossipKeyCmd(args[1:], stdout, stderr)
 	case "token-hash":
 		return tokenHash(os.Stdin, stdout, stderr)
 	case "version", "--version", "-version":
@@ -71,6 +73,9 @@ func usage(w io.Writer) {
   gossip-keygen
              print a new gossip encryption key (base64, 32 bytes) for
              --gossip-key-file
+  gossip-key list|install|use|remove [--key BASE64]
+             the gossip keyring of every node of the cluster (a rotation:
+             install, use, remove)
   token-hash read a bearer token on stdin, print the sha256 a tokens file
              holds for it (--auth-tokens-file)
   version    print the version
