@@ -264,7 +264,9 @@ func TestPeerTLS(t *testing.T) {
 	target := c.Node(0).RaftAddr()
 	_, rogueCert, rogueKey := p.issue(p.rogue, "rogue-peer", testcerts.Options{CommonName: "grid-peer"})
 	_, wrongCert, wrongKey := p.issue(p.ca, "wrong-name", testcerts.Options{CommonName: "someone-else"})
+	_, oldCert, oldKey := p.issue(p.ca, "expired-peer", testcerts.Options{CommonName: "grid-peer", Expired: true})
 	for name, conf := range map[string]*tls.Config{
+		"an expired certificate": peerDialTLS(t, p.caFile, oldCert, oldKey),
 		"another CA":         peerDialTLS(t, p.caFile, rogueCert, rogueKey),
 		"a name not allowed": peerDialTLS(t, p.caFile, wrongCert, wrongKey),
 		"no certificate":     peerDialTLS(t, p.caFile, "", ""),
