@@ -267,10 +267,10 @@ func TestPeerTLS(t *testing.T) {
 	_, oldCert, oldKey := p.issue(p.ca, "expired-peer", testcerts.Options{CommonName: "grid-peer", Expired: true})
 	for name, conf := range map[string]*tls.Config{
 		"an expired certificate": peerDialTLS(t, p.caFile, oldCert, oldKey),
-		"another CA":         peerDialTLS(t, p.caFile, rogueCert, rogueKey),
-		"a name not allowed": peerDialTLS(t, p.caFile, wrongCert, wrongKey),
-		"no certificate":     peerDialTLS(t, p.caFile, "", ""),
-		"plaintext":          nil,
+		"another CA":             peerDialTLS(t, p.caFile, rogueCert, rogueKey),
+		"a name not allowed":     peerDialTLS(t, p.caFile, wrongCert, wrongKey),
+		"no certificate":         peerDialTLS(t, p.caFile, "", ""),
+		"plaintext":              nil,
 	} {
 		if !raftRefused(t, target, conf) {
 			t.Errorf("%s: the Raft port kept the connection, want it refused", name)
