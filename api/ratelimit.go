@@ -27,7 +27,9 @@ const maxLimited = 1 << 16
 // burst of one second's worth (a token bucket per namespace), so that one
 // tenant's retry storm cannot starve the others: an operation past it is
 // refused with ResourceExhausted, naming the namespace and the limit, and
-// the retry-after-ms trailer. Forwarded calls are not counted again.
+// the retry-after-ms trailer. The limit is each node's: an operation a node
+// forwards counts on it and on the node it reaches (a client cannot mark
+// its calls forwarded to pass uncounted).
 type RateLimiter struct {
 	rate float64 // operations per second
 	now  func() time.Time
@@ -104,9 +106,6 @@ func opsByNamespace(req any) map[string]int {
 
 // admit takes the operations of req, or refuses the request.
 func (l *RateLimiter) admit(ctx context.Context, req any) error {
-	if headerSet(ctx, MetadataForwarded) {
-		return nil // counted where the client sent it
-	}
 	for ns, n := range opsByNamespace(req) {
 		if wait, ok := l.take(ns, n); !ok {
 			ms := max(1, wait.Milliseconds())
