@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // TestHTTPEndpoints: health, readiness and the Prometheus metrics reflect
@@ -73,31 +75,37 @@ func TestClusterMetrics(t *testing.T) {
 	if err := c.AwaitStable(60 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	leaders, voters := 0, map[string]bool{}
-	for i := range 3 {
-		_, body := gridtest.HTTPGet(t, "http://"+c.Node(i).HTTPAddr()+"/metrics")
-		for _, want := range []string{
-			`l4xg_grid_control_voter 1`,
-			`l4xg_grid_cluster_replicas 3`,
-			`l4xg_grid_cluster_nodes{alive="true",state="active"} 3`,
-		} {
-			if !strings.Contains(body, want) {
-				t.Errorf("node %d: /metrics lacks %q", i, want)
-			}
-		}
-		if strings.Contains(body, "\nl4xg_grid_control_leader 1") {
-			leaders++
-		}
-		for _, line := range strings.Split(body, "\n") {
-			if strings.HasPrefix(line, "l4xg_grid_shard_voters{") {
-				if !strings.HasSuffix(line, " 3") {
-					t.Errorf("node %d: %s, want 3 voters", i, line)
+	// A scrape of the three nodes is a moment: leaderships move now and
+	// then (the control leader spreads them), so the scrape is taken
+	// again until it shows a settled cluster, or the wait ends.
+	testwait.Until(t, 20*time.Second, func() string {
+		leaders, voters := 0, map[string]bool{}
+		for i := range 3 {
+			_, body := gridtest.HTTPGet(t, "http://"+c.Node(i).HTTPAddr()+"/metrics")
+			for _, want := range []string{
+				`l4xg_grid_control_voter 1`,
+				`l4xg_grid_cluster_replicas 3`,
+				`l4xg_grid_cluster_nodes{alive="true",state="active"} 3`,
+			} {
+				if !strings.Contains(body, want) {
+					return fmt.Sprintf("node %d: /metrics lacks %q", i, want)
 				}
-				voters[line] = true
+			}
+			if strings.Contains(body, "\nl4xg_grid_control_leader 1") {
+				leaders++
+			}
+			for _, line := range strings.Split(body, "\n") {
+				if strings.HasPrefix(line, "l4xg_grid_shard_voters{") {
+					if !strings.HasSuffix(line, " 3") {
+						return fmt.Sprintf("node %d: %s, want 3 voters", i, line)
+					}
+					voters[line] = true
+				}
 			}
 		}
-	}
-	if leaders != 1 || len(voters) != 2 {
-		t.Errorf("%d control leaders, voters of %d shards exported: want 1 and 2", leaders, len(voters))
-	}
+		if leaders != 1 || len(voters) != 2 {
+			return fmt.Sprintf("%d control leaders, voters of %d shards exported: want 1 and 2", leaders, len(voters))
+		}
+		return ""
+	})
 }
