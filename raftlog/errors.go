@@ -20,6 +20,13 @@ var (
 	// ErrStorage wraps an error from the file system (or from the Pebble
 	// database an older build left).
 	ErrStorage = errors.New("raftlog: storage error")
+	// ErrNoSpace reports a write of log entries refused because the disk
+	// has no room for the journal's next segment. Nothing was written; the
+	// journal accepts entries again once there is room.
+	ErrNoSpace = errors.New("raftlog: no space")
+	// ErrLocked reports a journal directory that another process (or
+	// another Journal in this one) has open.
+	ErrLocked = errors.New("raftlog: journal in use")
 
 	// ErrKeyNotFound is returned, unwrapped, by JournalGroup.Get and
 	// JournalGroup.GetUint64 for a key that was never set. Its message is

@@ -4,8 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
+	"io"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -14,8 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/l4xg/grid/internal/dirsync"
 )
 
 // DefaultSegmentSize is the size of a journal segment when
@@ -50,11 +47,17 @@ type JournalOptions struct {
 	// Logger receives the journal's warnings (a torn tail cut at open).
 	// Nil drops them.
 	Logger Logger
+
+	// fs is the file system; nil means the real one. Tests set it.
+	fs journalFS
 }
 
 func (o JournalOptions) withDefaults() JournalOptions {
 	if o.SegmentSize == 0 {
 		o.SegmentSize = DefaultSegmentSize
+	}
+	if o.fs == nil {
+		o.fs = osFS{}
 	}
 	return o
 }
@@ -70,46 +73,49 @@ func (o JournalOptions) Validate() error {
 }
 
 // Journal is the Raft log and stable store of every group on a node, kept
-// in one sequence of preallocated segment files. It replaced a Pebble database (see the package documentation).
-// Writers from any group append records to one
-// pending buffer; whichever writer finds no write in progress writes the
-// whole buffer with one write and one fdatasync (group commit) and wakes
-// the others. The index (where each entry is, and the stable values) is in
-// memory and rebuilt by replaying the segments at open; entries are read
-// back with pread. See doc.go.
+// in one sequence of preallocated segment files. It replaced a Pebble
+// database (see the package documentation). Writers from any group append
+// records to one pending frame; whichever writer finds no write in
+// progress writes the whole frame with one write and one fdatasync (group
+// commit) and wakes the others, each with its frame's result. The index
+// (where each entry is, and the stable values) is in memory and rebuilt by
+// replaying the segments at open; entries are read back with pread. See
+// doc.go.
 type Journal struct {
 	dir  string
 	opts JournalOptions
+	fs   journalFS
+	lock io.Closer // the directory's lock, held until Close
 
-	// mu guards the pending buffer and the commit state.
+	// mu guards the pending frame and the commit state.
 	mu       sync.Mutex
 	cond     sync.Cond
-	pending  []byte // records not yet written
-	spare    []byte // the buffer being written, reused as the next pending
-	queued   uint64 // commits appended to pending so far
-	durable  uint64 // commits written and synced
-	flushing bool   // a writer is writing and syncing
+	pending  *flush // the frame writers append to; nil when none
+	free     []byte // the buffer of the last frame written, for the next
+	flushing bool   // a writer is writing and syncing a frame
 	closed   bool
-	err      error // the first write or sync failure: every later write fails
-	// A segment that could not be created (a full disk) fails the writes
-	// of the batch that needed it, up to failedUpto, with rollErr; nothing
-	// was written, so later writes try again.
-	rollErr    error
-	failedUpto uint64
+	// err is the first write or sync failure: what the page cache holds
+	// can no longer be trusted, so every later write fails with it.
+	err error
 
 	// Owned by the writer that is flushing (flushing == true), or by Open
 	// and Close.
-	seg     *os.File // the segment being written
+	seg     journalFile // the segment being written
 	segID   uint64
-	off     int64 // where the next record goes in seg
+	off     int64  // where the next frame goes in seg
+	nextSeq uint64 // the sequence number of the next frame
+	doomed  []uint64
 	scratch journalOp
 
 	// idx guards the index and the open segment files. The flushing writer
 	// takes it to apply what it synced; readers share it, also while they
-	// read a segment, so a segment is not closed under them.
+	// read a segment, so a segment is not closed under them. groups is nil
+	// once the journal is closed.
 	idx    sync.RWMutex
 	groups map[uint64]*journalGroup
-	files  map[uint64]*os.File // segment id -> file, every live segment
+	files  map[uint64]journalFile // segment id -> file, every live segment
+
+	space spareSegment
 
 	// readBufs and encodeBufs hold *[]byte buffers for GetLog and
 	// StoreLogs.
@@ -118,6 +124,14 @@ type Journal struct {
 	writes                writeCounters
 	fsyncs, fsyncNanos    atomic.Uint64
 	copiedForward, reaped atomic.Uint64
+}
+
+// flush is one frame: the records of the writers that joined it, written
+// with one write and one sync. Its writers all return its result.
+type flush struct {
+	frame []byte // frameHeaderLen bytes of room for the header, then records
+	done  bool
+	err   error
 }
 
 // journalGroup is one group's part of the index.
@@ -145,148 +159,130 @@ const segmentSuffix = ".seg"
 
 func segmentName(id uint64) string { return fmt.Sprintf("%016x%s", id, segmentSuffix) }
 
-// OpenJournal opens or creates the journal in directory dir. It replays
-// every segment; a torn record at the end of the last segment (a write
-// that a crash interrupted, so never acknowledged) is cut off and logged,
-// while a bad record anywhere else fails the open with ErrCorrupt.
+func (j *Journal) path(name string) string { return filepath.Join(j.dir, name) }
+
+// OpenJournal opens or creates the journal in directory dir, which it
+// locks against other processes until Close. It replays every segment:
+// what a crash left of the last write (a torn tail) is cut off and
+// logged, while damage to anything that was acknowledged fails the open
+// with ErrCorrupt (see doc.go, Crashes and corruption).
 func OpenJournal(dir string, opts JournalOptions) (*Journal, error) {
 	opts = opts.withDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	fs := opts.fs
+	if err := fs.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStorage, err)
 	}
-	j := &Journal{dir: dir, opts: opts, groups: map[uint64]*journalGroup{}, files: map[uint64]*os.File{}}
+	lock, err := fs.Lock(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: journal %s: %w", ErrLocked, dir, err)
+	}
+	j := &Journal{dir: dir, opts: opts, fs: fs, lock: lock, groups: map[uint64]*journalGroup{}, files: map[uint64]journalFile{}}
 	j.cond.L = &j.mu
 	j.readBufs.New = func() any { return new([]byte) }
 	j.encodeBufs.New = func() any { return new([]byte) }
-	ids, err := listSegments(dir)
-	if err != nil {
-		return nil, err
-	}
-	for i, id := range ids {
-		if err := j.replay(id, i == len(ids)-1); err != nil {
-			return nil, errors.Join(err, j.closeFiles())
-		}
-	}
-	if j.seg == nil {
-		if err := j.newSegment(1); err != nil {
-			return nil, errors.Join(err, j.closeFiles())
-		}
+	if err := j.open(); err != nil {
+		return nil, errors.Join(err, j.closeFiles(), lock.Close())
 	}
 	return j, nil
 }
 
-// listSegments returns the ids of dir's segments, in order.
-func listSegments(dir string) ([]uint64, error) {
-	des, err := os.ReadDir(dir)
+// open replays the segments and readies the journal for writing: the last
+// segment goes on from the end of its last frame, after that frame is
+// written and synced again (see recover); a journal without one starts
+// its first.
+func (j *Journal) open() error {
+	ids, err := j.listSegments()
+	if err != nil {
+		return err
+	}
+	var r replayer
+	for i, id := range ids {
+		if err := j.replay(&r, id, i == len(ids)-1); err != nil {
+			return err
+		}
+	}
+	j.nextSeq = max(r.nextSeq, 1)
+	switch {
+	case len(ids) == 0:
+		err = j.newSegment(1)
+	case r.version != journalVersion:
+		// Never append frames to a segment of the older format.
+		err = j.newSegment(ids[len(ids)-1] + 1)
+	case j.off == 0:
+		// Not even the opening frame was written: start the segment
+		// afresh, with its checkpoint.
+		err = j.openSegment()
+	default:
+		err = j.recover(r.lastFrame)
+	}
+	if err != nil {
+		return err
+	}
+	j.space.init(j)
+	return nil
+}
+
+// recover writes the last frame of the segment being written again, from
+// what replay read, and syncs it. After a failed fdatasync the journal
+// refused every write, but the page cache may still hold the frame that
+// failed to reach the disk; replay read it from there, and the frames
+// appended next must not follow a frame that a power loss would then take
+// away. Written again, the disk holds what the index says.
+func (j *Journal) recover(lastFrame int64) error {
+	if j.opts.NoSync || lastFrame >= j.off {
+		return nil
+	}
+	frame := make([]byte, j.off-lastFrame)
+	if _, err := j.seg.ReadAt(frame, lastFrame); err != nil {
+		return fmt.Errorf("%w: read %s: %w", ErrStorage, segmentName(j.segID), err)
+	}
+	if _, err := j.seg.WriteAt(frame, lastFrame); err != nil {
+		return fmt.Errorf("%w: write %s: %w", ErrStorage, segmentName(j.segID), err)
+	}
+	if err := j.seg.SyncData(); err != nil {
+		return fmt.Errorf("%w: sync %s: %w", ErrStorage, segmentName(j.segID), err)
+	}
+	return nil
+}
+
+// listSegments returns the ids of the journal's segments, in order. They
+// must follow each other: the journal removes old segments oldest first,
+// so a gap means a segment was lost.
+func (j *Journal) listSegments() ([]uint64, error) {
+	names, err := j.fs.List(j.dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStorage, err)
 	}
 	var ids []uint64
-	for _, de := range des {
-		name, ok := strings.CutSuffix(de.Name(), segmentSuffix)
+	for _, n := range names {
+		name, ok := strings.CutSuffix(n, segmentSuffix)
 		if !ok {
 			continue
 		}
 		id, err := strconv.ParseUint(name, 16, 64)
 		if err != nil || len(name) != 16 || id == 0 {
-			return nil, fmt.Errorf("%w: unexpected file %s in the journal", ErrCorrupt, de.Name())
+			return nil, fmt.Errorf("%w: unexpected file %s in the journal", ErrCorrupt, n)
 		}
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	for i := 1; i < len(ids); i++ {
+		if ids[i] != ids[i-1]+1 {
+			return nil, fmt.Errorf("%w: segment %s is missing between %s and %s",
+				ErrCorrupt, segmentName(ids[i-1]+1), segmentName(ids[i-1]), segmentName(ids[i]))
+		}
+	}
 	return ids, nil
 }
 
-// replay applies segment id's records to the index. The last segment
-// becomes the one written next, from the end of its last good record.
-func (j *Journal) replay(id uint64, last bool) error {
-	path := filepath.Join(j.dir, segmentName(id))
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrStorage, err)
-	}
-	j.files[id] = f
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrStorage, err)
-	}
-	off, bad := 0, error(nil)
-	for off < len(data) {
-		typ, p, n, err := readRecord(data[off:])
-		if errors.Is(err, errEndOfRecords) {
-			break
-		}
-		if err == nil && (off == 0) != (typ == recSegment) {
-			err = fmt.Errorf("%w: record type %d at offset %d", ErrCorrupt, typ, off)
-		}
-		if err == nil && typ == recSegment {
-			var named uint64
-			if named, err = parseSegmentRecord(p); err == nil && named != id {
-				err = fmt.Errorf("%w: segment %s names itself %d", ErrCorrupt, segmentName(id), named)
-			}
-			if errors.Is(err, ErrIncompatibleLayout) {
-				return fmt.Errorf("segment %s: %w", segmentName(id), err)
-			}
-		} else if err == nil {
-			if err = parseOp(typ, p, &j.scratch); err == nil {
-				j.apply(&j.scratch, id, int64(off+recHeaderLen))
-			}
-		}
-		if err != nil {
-			bad = err
-			break
-		}
-		off += n
-	}
-	if bad != nil && !last {
-		return fmt.Errorf("segment %s, offset %d: %w", segmentName(id), off, bad)
-	}
-	if !last {
-		return nil
-	}
-	if bad != nil {
-		// The tail of the last segment was being written when the node
-		// stopped, so nothing in it was acknowledged. Zero it, so that a
-		// later, shorter write is not followed by its leftovers.
-		j.logf("raftlog: journal segment %s: cutting a torn tail of %d bytes at offset %d: %v",
-			segmentName(id), len(data)-off, off, bad)
-		if err := zeroFrom(f, int64(off), int64(len(data))); err != nil {
-			return err
-		}
-	}
-	j.seg, j.segID, j.off = f, id, int64(off)
-	if off == 0 {
-		// Not even the opening record was written: start the segment
-		// afresh, with its checkpoint.
-		return j.openSegment()
-	}
-	return nil
-}
-
-// rollError is a segment that could not be created.
+// rollError is a segment that could not be created: nothing was written.
 type rollError struct{ err error }
 
 func (e *rollError) Error() string { return e.err.Error() }
 func (e *rollError) Unwrap() error { return e.err }
-
-// zeroFrom overwrites f from off to end with zeros and syncs it.
-func zeroFrom(f *os.File, off, end int64) error {
-	zeros := make([]byte, 1<<20)
-	for off < end {
-		n := min(int64(len(zeros)), end-off)
-		if _, err := f.WriteAt(zeros[:n], off); err != nil {
-			return fmt.Errorf("%w: %w", ErrStorage, err)
-		}
-		off += n
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("%w: %w", ErrStorage, err)
-	}
-	return nil
-}
 
 func (j *Journal) logf(format string, args ...any) {
 	if j.opts.Logger != nil {
@@ -343,21 +339,30 @@ func (j *Journal) apply(op *journalOp, seg uint64, off int64) {
 	}
 }
 
-// newSegment creates, preallocates and syncs segment id, makes it the one
-// being written and writes its opening records.
+// newSegment makes segment id the one being written, from the spare
+// segment when there is one (so that a full disk does not stop the
+// journal at once) and else from a new file, preallocated and synced, and
+// writes its opening frame. A segment that cannot be made fails with a
+// *rollError: nothing was written.
 func (j *Journal) newSegment(id uint64) error {
-	path := filepath.Join(j.dir, segmentName(id))
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	name := j.path(segmentName(id))
+	f, err := j.space.take(j, name)
 	if err != nil {
-		return &rollError{fmt.Errorf("%w: %w", ErrStorage, err)}
+		return &rollError{err}
 	}
-	if err := preallocate(f, j.opts.SegmentSize); err != nil {
-		return &rollError{errors.Join(fmt.Errorf("%w: preallocate %s: %w", ErrStorage, path, err), f.Close(), os.Remove(path))}
+	if f == nil {
+		if f, err = j.fs.Create(name); err != nil {
+			return &rollError{fmt.Errorf("%w: %w", ErrStorage, err)}
+		}
+		err = f.Preallocate(j.opts.SegmentSize)
+		if err == nil {
+			err = f.SyncData()
+		}
+		if err != nil {
+			return &rollError{errors.Join(fmt.Errorf("%w: preallocate %s: %w", ErrStorage, name, err), f.Close(), j.fs.Remove(name))}
+		}
 	}
-	if err := f.Sync(); err != nil {
-		return errors.Join(fmt.Errorf("%w: %w", ErrStorage, err), f.Close())
-	}
-	if err := dirsync.Sync(j.dir); err != nil {
+	if err := j.fs.SyncDir(j.dir); err != nil {
 		return errors.Join(fmt.Errorf("%w: %w", ErrStorage, err), f.Close())
 	}
 	j.idx.Lock()
@@ -367,13 +372,13 @@ func (j *Journal) newSegment(id uint64) error {
 	return j.openSegment()
 }
 
-// openSegment writes the opening records of the (empty) segment being
+// openSegment writes the opening frame of the (empty) segment being
 // written: its id, every group's stable values, and the entries of the
-// groups that laggards names, so that older segments can go. Nothing else is
-// needed to replay from here: an older segment is removed only once no
+// groups that laggards names, so that older segments can go. Nothing else
+// is needed to replay from here: an older segment is removed only once no
 // group has entries in it.
 func (j *Journal) openSegment() error {
-	buf := appendSegmentRecord(nil, j.segID)
+	buf := appendSegmentRecord(make([]byte, frameHeaderLen), j.segID)
 	j.idx.RLock()
 	ids := make([]uint64, 0, len(j.groups))
 	for id := range j.groups {
@@ -403,7 +408,7 @@ func (j *Journal) openSegment() error {
 	if err != nil {
 		return err
 	}
-	return j.write(buf)
+	return j.append(buf)
 }
 
 // laggards returns the groups whose entries openSegment copies into the
@@ -484,41 +489,47 @@ func (j *Journal) readAt(dst []byte, p entryPos) ([]byte, error) {
 	return dst, nil
 }
 
-// write writes buf at the end of the segment being written, syncs it and
+// write writes frame at the end of the segment being written, syncs it and
 // applies its records to the index. It rolls to a new segment first when
-// buf does not fit and the segment holds more than its opening records.
-// Only the flushing writer (or Open) calls it. A new segment that cannot
-// be created fails with a *rollError: nothing was written.
-func (j *Journal) write(buf []byte) error {
-	if j.off > 0 && j.off+int64(len(buf)) > j.opts.SegmentSize && !j.opening(buf) {
+// the frame does not fit. Only the flushing writer calls it. A new
+// segment that cannot be made fails with a *rollError: nothing was
+// written.
+func (j *Journal) write(frame []byte) error {
+	if j.off > 0 && j.off+int64(len(frame)) > j.opts.SegmentSize {
 		if err := j.newSegment(j.segID + 1); err != nil {
 			return err
 		}
 		j.reap()
+		j.space.make(j)
 	}
-	return j.append(buf)
+	return j.append(frame)
 }
 
-// append writes buf at the end of the segment being written, syncs it and
-// applies its records to the index.
-func (j *Journal) append(buf []byte) error {
+// append writes frame (header room, then records) at the end of the
+// segment being written as the next frame, syncs it and applies its
+// records to the index.
+func (j *Journal) append(frame []byte) error {
+	frame = finishFrame(frame, j.segID, j.nextSeq)
 	base := j.off
-	if _, err := j.seg.WriteAt(buf, base); err != nil {
+	if _, err := j.seg.WriteAt(frame, base); err != nil {
 		return fmt.Errorf("%w: write %s: %w", ErrStorage, segmentName(j.segID), err)
 	}
 	if !j.opts.NoSync {
 		start := time.Now()
-		if err := fdatasync(j.seg); err != nil {
+		if err := j.seg.SyncData(); err != nil {
 			return fmt.Errorf("%w: sync %s: %w", ErrStorage, segmentName(j.segID), err)
 		}
 		j.fsyncs.Add(1)
 		j.fsyncNanos.Add(uint64(time.Since(start)))
 	}
-	j.off += int64(len(buf))
+	j.off += int64(len(frame))
+	j.nextSeq++
+	body := frame[frameHeaderLen : len(frame)-frameTrailerLen]
+	base += frameHeaderLen
 	j.idx.Lock()
 	defer j.idx.Unlock()
-	for off := 0; off < len(buf); {
-		typ, p, n, err := readRecord(buf[off:])
+	for off := 0; off < len(body); {
+		typ, p, n, err := readRecord(body[off:])
 		if err != nil {
 			return fmt.Errorf("raftlog: journal wrote a record it cannot read: %w", err)
 		}
@@ -533,15 +544,12 @@ func (j *Journal) append(buf []byte) error {
 	return nil
 }
 
-// opening reports whether buf is a segment's opening records (written by
-// openSegment, which must not roll again however long they are).
-func (j *Journal) opening(buf []byte) bool {
-	typ, _, _, err := readRecord(buf)
-	return err == nil && typ == recSegment
-}
-
-// reap closes and removes the segments older than every group's oldest
-// entry. The segment being written stays.
+// reap closes the segments older than every group's oldest entry and
+// removes them from disk, oldest first. A removal that fails stops the
+// round, and the next one starts from it again: a newer segment never goes
+// before an older one, so the segments on disk always follow each other
+// and replay never brings back what a newer segment deleted. The segment
+// being written stays.
 func (j *Journal) reap() {
 	j.idx.Lock()
 	keep := j.segID
@@ -551,33 +559,47 @@ func (j *Journal) reap() {
 		}
 	}
 	var gone []uint64
-	for id, f := range j.files {
+	for id := range j.files {
 		if id < keep {
-			f.Close()
-			delete(j.files, id)
 			gone = append(gone, id)
 		}
 	}
-	j.idx.Unlock()
+	slices.Sort(gone)
 	for _, id := range gone {
-		// A segment that could not be removed is harmless: it replays
-		// before the newer ones, which supersede it.
-		if err := os.Remove(filepath.Join(j.dir, segmentName(id))); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			j.logf("raftlog: journal: remove %s: %v", segmentName(id), err)
+		j.files[id].Close()
+		delete(j.files, id)
+	}
+	j.idx.Unlock()
+	j.doomed = append(j.doomed, gone...)
+	removed := 0
+	for _, id := range j.doomed {
+		if err := j.fs.Remove(j.path(segmentName(id))); err != nil && !isNotExist(err) {
+			j.logf("raftlog: journal: remove %s (retried at the next segment): %v", segmentName(id), err)
+			break
 		}
+		removed++
 		j.reaped.Add(1)
 	}
-	if len(gone) > 0 {
-		if err := dirsync.Sync(j.dir); err != nil {
+	j.doomed = j.doomed[removed:]
+	if removed > 0 {
+		if err := j.fs.SyncDir(j.dir); err != nil {
 			j.logf("raftlog: journal: sync %s: %v", j.dir, err)
 		}
 	}
 }
 
-// commit appends rec (whole records) to the pending buffer and returns once
-// it is durable: written and synced by this caller, or by another that
-// flushed it along with its own.
-func (j *Journal) commit(rec []byte) error {
+// commit appends rec (whole records) to the pending frame and returns that
+// frame's result once it is written and synced, by this caller or by
+// another that flushed it along with its own. A frame that failed fails
+// exactly its writers: a later frame's success says nothing of it. grows
+// says whether rec holds log entries, which are refused while the journal
+// has no room for its next segment (spareSegment).
+func (j *Journal) commit(rec []byte, grows bool) error {
+	if grows {
+		if err := j.space.room(j); err != nil {
+			return err
+		}
+	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.closed {
@@ -586,51 +608,42 @@ func (j *Journal) commit(rec []byte) error {
 	if j.err != nil {
 		return j.err
 	}
-	j.pending = append(j.pending, rec...)
-	j.queued++
-	mine := j.queued
-	for j.durable < mine {
-		if j.err != nil {
-			return j.err
-		}
-		if j.closed {
-			return ErrClosed
-		}
-		if mine <= j.failedUpto {
-			return j.rollErr
-		}
-		if j.flushing {
-			j.cond.Wait()
-			continue
-		}
-		j.flushing = true
-		buf, upto := j.pending, j.queued
-		j.pending = j.spare[:0]
-		j.mu.Unlock()
-		err := j.write(buf)
-		j.mu.Lock()
-		j.spare = buf[:0]
-		j.flushing = false
-		var roll *rollError
+	if j.pending == nil {
+		j.pending = &flush{frame: append(j.free[:0], make([]byte, frameHeaderLen)...)}
+		j.free = nil
+	}
+	f := j.pending
+	f.frame = append(f.frame, rec...)
+	for !f.done {
 		switch {
-		case errors.As(err, &roll):
-			j.rollErr, j.failedUpto = roll.err, upto
-		case err != nil:
-			j.err = err
+		case j.err != nil:
+			return j.err
+		case j.closed:
+			return ErrClosed
+		case j.flushing:
+			j.cond.Wait()
 		default:
-			j.durable = upto
-		}
-		j.cond.Broadcast()
-		if j.durable < mine && mine <= j.failedUpto {
-			return j.rollErr
+			// f is the pending frame: nobody is writing, and f is not done.
+			j.flushing, j.pending = true, nil
+			j.mu.Unlock()
+			err := j.write(f.frame)
+			j.mu.Lock()
+			j.free, f.frame = f.frame[:0], nil
+			j.flushing = false
+			f.done, f.err = true, err
+			var roll *rollError
+			if err != nil && !errors.As(err, &roll) {
+				j.err = err
+			}
+			j.cond.Broadcast()
 		}
 	}
-	return nil
+	return f.err
 }
 
-// Close waits for a write in progress and closes the segment files.
-// Operations started afterwards return ErrClosed. Closing a closed Journal
-// returns nil.
+// Close waits for a write in progress, closes the segment files and
+// releases the directory. Operations started afterwards return ErrClosed.
+// Closing a closed Journal returns nil.
 func (j *Journal) Close() error {
 	j.mu.Lock()
 	for j.flushing {
@@ -643,7 +656,8 @@ func (j *Journal) Close() error {
 	j.closed = true
 	j.cond.Broadcast()
 	j.mu.Unlock()
-	return j.closeFiles()
+	j.space.close()
+	return errors.Join(j.closeFiles(), j.lock.Close())
 }
 
 func (j *Journal) closeFiles() error {
@@ -656,7 +670,7 @@ func (j *Journal) closeFiles() error {
 		}
 		delete(j.files, id)
 	}
-	j.groups = map[uint64]*journalGroup{}
+	j.groups = nil
 	return errors.Join(errs...)
 }
 
@@ -677,5 +691,5 @@ func (j *Journal) Group(id uint64) *JournalGroup { return &JournalGroup{j: j, id
 // DeleteGroup removes every log entry and stable key of group id, durably.
 // Raft must no longer be running on the group.
 func (j *Journal) DeleteGroup(id uint64) error {
-	return j.commit(appendDeleteGroupRecord(nil, id))
+	return j.commit(appendDeleteGroupRecord(nil, id), false)
 }

@@ -34,24 +34,27 @@ func (g *JournalGroup) IsMonotonic() bool { return true }
 
 // FirstIndex returns the lowest stored log index, or 0 if there is none.
 func (g *JournalGroup) FirstIndex() (uint64, error) {
-	first, _ := g.bounds()
-	return first, nil
+	first, _, err := g.bounds()
+	return first, err
 }
 
 // LastIndex returns the highest stored log index, or 0 if there is none.
 func (g *JournalGroup) LastIndex() (uint64, error) {
-	_, last := g.bounds()
-	return last, nil
+	_, last, err := g.bounds()
+	return last, err
 }
 
-func (g *JournalGroup) bounds() (first, last uint64) {
+func (g *JournalGroup) bounds() (first, last uint64, err error) {
 	g.j.idx.RLock()
 	defer g.j.idx.RUnlock()
+	if g.j.groups == nil {
+		return 0, 0, ErrClosed
+	}
 	jg := g.j.groups[g.id]
 	if jg == nil || len(jg.pos) == 0 {
-		return 0, 0
+		return 0, 0, nil
 	}
-	return jg.first, jg.last()
+	return jg.first, jg.last(), nil
 }
 
 // GetLog reads the entry at index into log. A missing entry yields
@@ -61,6 +64,10 @@ func (g *JournalGroup) GetLog(index uint64, log *raft.Log) error {
 	defer g.j.readBufs.Put(buf)
 	var err error
 	g.j.idx.RLock()
+	if g.j.groups == nil {
+		g.j.idx.RUnlock()
+		return ErrClosed
+	}
 	jg := g.j.groups[g.id]
 	if jg == nil || len(jg.pos) == 0 || index < jg.first || index > jg.last() {
 		g.j.idx.RUnlock()
@@ -90,9 +97,24 @@ func (g *JournalGroup) StoreLog(log *raft.Log) error {
 // StoreLogs stores consecutive entries as one record, so they become
 // durable together. The record is in the synced journal when StoreLogs
 // returns nil; concurrent writers of any group share the sync.
+//
+// The entries must follow the group's log as it stands when StoreLogs is
+// called (raft appends to a group from one goroutine): the first one's
+// index lies in [first, last+1], replacing the entries from there on, or
+// the log is empty. Anything else is refused with ErrInvalidArgument
+// rather than taken for a new log: an append past the end means a write
+// before it was lost. While the disk has no room for the journal's next
+// segment, StoreLogs fails with ErrNoSpace (see Journal).
 func (g *JournalGroup) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
+	}
+	first, last, err := g.bounds()
+	if err != nil {
+		return err
+	}
+	if next := logs[0]; next != nil && last != 0 && (next.Index < first || next.Index > last+1) {
+		return fmt.Errorf("%w: group %d: entry %d does not follow the log [%d, %d]", ErrInvalidArgument, g.id, next.Index, first, last)
 	}
 	start := time.Now()
 	buf := g.j.encodeBufs.Get().(*[]byte)
@@ -116,7 +138,7 @@ func (g *JournalGroup) StoreLogs(logs []*raft.Log) error {
 			ErrInvalidArgument, g.id, len(logs), len(b)-at, maxRecordLen)
 	}
 	*buf = finishRecord(b, at)
-	if err := g.j.commit(*buf); err != nil {
+	if err := g.j.commit(*buf, true); err != nil {
 		return fmt.Errorf("group %d: store %d logs: %w", g.id, len(logs), err)
 	}
 	g.j.writes.add(len(logs), time.Since(start))
@@ -131,10 +153,14 @@ func (g *JournalGroup) DeleteRange(min, max uint64) error {
 	if min > max {
 		return nil
 	}
-	if first, last := g.bounds(); last != 0 && min > first && max < last {
+	first, last, err := g.bounds()
+	if err != nil {
+		return err
+	}
+	if last != 0 && min > first && max < last {
 		return fmt.Errorf("%w: group %d: deleting [%d, %d] would leave a hole in [%d, %d]", ErrInvalidArgument, g.id, min, max, first, last)
 	}
-	if err := g.j.commit(appendDeleteRangeRecord(nil, g.id, min, max)); err != nil {
+	if err := g.j.commit(appendDeleteRangeRecord(nil, g.id, min, max), false); err != nil {
 		return fmt.Errorf("group %d: delete logs [%d, %d]: %w", g.id, min, max, err)
 	}
 	return nil
@@ -145,7 +171,7 @@ func (g *JournalGroup) Set(key, val []byte) error {
 	if len(key)+len(val) > maxRecordLen-32 {
 		return fmt.Errorf("%w: group %d: stable value of %d bytes is over the %d bytes one write can hold", ErrInvalidArgument, g.id, len(key)+len(val), maxRecordLen)
 	}
-	if err := g.j.commit(appendStableRecord(nil, g.id, key, val)); err != nil {
+	if err := g.j.commit(appendStableRecord(nil, g.id, key, val), false); err != nil {
 		return fmt.Errorf("group %d: set %q: %w", g.id, key, err)
 	}
 	return nil
@@ -157,6 +183,9 @@ func (g *JournalGroup) Set(key, val []byte) error {
 func (g *JournalGroup) Get(key []byte) ([]byte, error) {
 	g.j.idx.RLock()
 	defer g.j.idx.RUnlock()
+	if g.j.groups == nil {
+		return nil, ErrClosed
+	}
 	if jg := g.j.groups[g.id]; jg != nil {
 		if v, ok := jg.stable[string(key)]; ok {
 			return append(make([]byte, 0, len(v)), v...), nil

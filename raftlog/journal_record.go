@@ -7,23 +7,48 @@ import (
 	"hash/crc32"
 )
 
-// A journal segment is a sequence of records, each
+// A journal segment is a sequence of frames, one per write (one write and
+// one fdatasync), followed by zeros up to the end of the preallocated file:
+//
+//	4 bytes  frameMagic
+//	uint32   CRC-32C of the segment's id and the next 16 bytes
+//	uint32   body length
+//	uint64   sequence number: one more than the frame before, across segments
+//	uint32   CRC-32C of the body
+//	...      body: records
+//	4 bytes  frameEnd
+//
+// A record is
 //
 //	uint32  CRC-32C of everything after this field (length, type, payload)
 //	uint32  payload length
 //	byte    record type
 //	...     payload
 //
-// (integers little-endian), followed by zeros up to the end of the
-// preallocated file. An all-zero header ends a segment's records: no real
-// record has type 0.
+// (integers little-endian). An all-zero frame header ends a segment's
+// frames. A frame begins and ends with bytes that are never zero, so that
+// every 512-byte sector it touches holds some of its bytes that are not
+// zero unless its payload has a whole sector of zeros: a sector that reads
+// as zeros was not written (see tornShape). Format 1 had no frames: its
+// segments hold records directly, an all-zero record header ending them;
+// this build reads both and writes 2.
 const (
-	recHeaderLen = 4 + 4 + 1
+	frameHeaderLen  = 4 + 4 + 4 + 8 + 4
+	frameTrailerLen = 4
+	recHeaderLen    = 4 + 4 + 1
+
+	// sectorSize is the unit a disk writes whole or not at all.
+	sectorSize = 512
 
 	// maxRecordLen bounds a record's payload, so a corrupt length is caught
 	// before it sizes an allocation. Raft's entries are far smaller (the
 	// grid's largest is a batch of 1000 keys).
 	maxRecordLen = 256 << 20
+)
+
+var (
+	frameMagic = [4]byte{'L', '4', 'X', 'F'}
+	frameEnd   = [frameTrailerLen]byte{'F', 'X', '4', 'L'}
 )
 
 // Record types.
@@ -48,14 +73,74 @@ const (
 var journalMagic = [4]byte{'L', '4', 'X', 'J'}
 
 // journalVersion is the format written in every segment's first record.
-// Bump it when the format changes incompatibly.
-const journalVersion byte = 1
+// Bump it when the format changes incompatibly. Segments of
+// journalVersionRecords, the format before frames, are still read.
+const (
+	journalVersion        byte = 2
+	journalVersionRecords byte = 1
+)
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // errEndOfRecords reports an all-zero header: the end of a segment's
 // records.
 var errEndOfRecords = errors.New("raftlog: end of records")
+
+// frameHeader is a decoded frame header.
+type frameHeader struct {
+	seq     uint64
+	bodyLen int
+	bodySum uint32
+}
+
+// frameLen is the size of the frame with header h.
+func (h frameHeader) frameLen() int { return frameHeaderLen + h.bodyLen + frameTrailerLen }
+
+// finishFrame fills in the header of the frame whose header room and body
+// frame holds, as frame number seq of segment seg, and appends its
+// trailer.
+func finishFrame(frame []byte, seg, seq uint64) []byte {
+	h := frame[:frameHeaderLen]
+	copy(h, frameMagic[:])
+	binary.LittleEndian.PutUint32(h[8:], uint32(len(frame)-frameHeaderLen))
+	binary.LittleEndian.PutUint64(h[12:], seq)
+	binary.LittleEndian.PutUint32(h[20:], crc32.Checksum(frame[frameHeaderLen:], castagnoli))
+	binary.LittleEndian.PutUint32(h[4:], frameHeaderSum(h, seg))
+	return append(frame, frameEnd[:]...)
+}
+
+// frameHeaderSum is the checksum of header h in segment seg: a frame is
+// valid only in the segment it was written to.
+func frameHeaderSum(h []byte, seg uint64) uint32 {
+	var id [8]byte
+	binary.LittleEndian.PutUint64(id[:], seg)
+	return crc32.Update(crc32.Checksum(id[:], castagnoli), castagnoli, h[8:frameHeaderLen])
+}
+
+// readFrameHeader decodes the frame header at the start of b, in segment
+// seg. ok is false unless b starts with a whole header whose magic and
+// checksum hold; the frame may still run past the end of b.
+func readFrameHeader(b []byte, seg uint64) (h frameHeader, ok bool) {
+	if len(b) < frameHeaderLen || [4]byte(b[:4]) != frameMagic || binary.LittleEndian.Uint32(b[4:]) != frameHeaderSum(b, seg) {
+		return h, false
+	}
+	return frameHeader{
+		bodyLen: int(binary.LittleEndian.Uint32(b[8:])),
+		seq:     binary.LittleEndian.Uint64(b[12:]),
+		bodySum: binary.LittleEndian.Uint32(b[20:]),
+	}, true
+}
+
+// validFrame reports whether b starts with a whole, valid frame of segment
+// seg, and returns its header.
+func validFrame(b []byte, seg uint64) (frameHeader, bool) {
+	h, ok := readFrameHeader(b, seg)
+	if !ok || h.frameLen() > len(b) {
+		return h, false
+	}
+	end := frameHeaderLen + h.bodyLen
+	return h, crc32.Checksum(b[frameHeaderLen:end], castagnoli) == h.bodySum && [frameTrailerLen]byte(b[end:]) == frameEnd
+}
 
 // beginRecord appends a record header with a zero length and CRC to dst and
 // returns dst and the header's offset, for finishRecord once the payload
@@ -119,23 +204,27 @@ func allZero(b []byte) bool {
 
 // appendSegmentRecord appends a segment's opening record.
 func appendSegmentRecord(dst []byte, id uint64) []byte {
+	return appendSegmentRecordOf(dst, id, journalVersion)
+}
+
+func appendSegmentRecordOf(dst []byte, id uint64, version byte) []byte {
 	dst, at := beginRecord(dst, recSegment)
 	dst = append(dst, journalMagic[:]...)
-	dst = append(dst, journalVersion)
+	dst = append(dst, version)
 	dst = binary.LittleEndian.AppendUint64(dst, id)
 	return finishRecord(dst, at)
 }
 
 // parseSegmentRecord checks a segment's opening record's payload and
-// returns the id it names.
-func parseSegmentRecord(p []byte) (uint64, error) {
+// returns the id it names and its format.
+func parseSegmentRecord(p []byte) (id uint64, version byte, err error) {
 	if len(p) != len(journalMagic)+1+8 || [4]byte(p[:4]) != journalMagic {
-		return 0, fmt.Errorf("%w: not a journal segment", ErrCorrupt)
+		return 0, 0, fmt.Errorf("%w: not a journal segment", ErrCorrupt)
 	}
-	if p[4] != journalVersion {
-		return 0, fmt.Errorf("%w: journal format %d, this build reads %d", ErrIncompatibleLayout, p[4], journalVersion)
+	if v := p[4]; v != journalVersion && v != journalVersionRecords {
+		return 0, 0, fmt.Errorf("%w: journal format %d, this build reads %d and %d", ErrIncompatibleLayout, v, journalVersionRecords, journalVersion)
 	}
-	return binary.LittleEndian.Uint64(p[5:]), nil
+	return binary.LittleEndian.Uint64(p[5:]), p[4], nil
 }
 
 // appendStableRecord appends a record that sets group's key to val.

@@ -6,6 +6,9 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -14,7 +17,7 @@ import (
 
 // tornJournal writes entries 1..10 and a term to group 1, closes the
 // journal and returns its directory, its last segment's path and where
-// its records end.
+// its frames end.
 func tornJournal(t *testing.T) (dir, seg string, end int64) {
 	t.Helper()
 	dir = t.TempDir()
@@ -34,26 +37,50 @@ func tornJournal(t *testing.T) (dir, seg string, end int64) {
 	return dir, seg, end
 }
 
-// A write that a crash interrupted leaves a torn record at the end of the
-// last segment. Nothing in it was acknowledged, so opening cuts it off and
-// keeps everything before it, and later writes and reopens work.
-func TestJournalCutsATornTail(t *testing.T) {
-	rec := func() []byte {
-		b, at := beginRecord(nil, recEntries)
-		b = binary.AppendUvarint(b, 1)
-		for _, l := range makeLogs(1, 11, 40, 1) {
-			e := appendLog(nil, l)
-			b = binary.AppendUvarint(b, uint64(len(e)))
-			b = append(b, e...)
-		}
-		return finishRecord(b, at)
+// entriesFrame returns the frame that storing entries from..to of group 1
+// in segment seg as frame number seq writes.
+func entriesFrame(seg, seq, from, to uint64) []byte {
+	b, at := beginRecord(make([]byte, frameHeaderLen), recEntries)
+	b = binary.AppendUvarint(b, 1)
+	for _, l := range makeLogs(1, from, to, 1) {
+		e := appendLog(nil, l)
+		b = binary.AppendUvarint(b, uint64(len(e)))
+		b = append(b, e...)
 	}
-	tears := map[string]func([]byte) []byte{
-		"half a record":     func(r []byte) []byte { return r[:len(r)/2] },
-		"a header only":     func(r []byte) []byte { return r[:recHeaderLen] },
-		"a flipped byte":    func(r []byte) []byte { r[len(r)-3] ^= 0x40; return r },
-		"an absurd length":  func(r []byte) []byte { binary.LittleEndian.PutUint32(r[4:], 1<<31); return r },
-		"a sector of noise": func(r []byte) []byte { return []byte("\x13\x37not a record at all, but not zeros either") },
+	return finishFrame(finishRecord(b, at), seg, seq)
+}
+
+// segmentID reads the id from a segment's path.
+func segmentID(t *testing.T, seg string) uint64 {
+	t.Helper()
+	id, err := strconv.ParseUint(strings.TrimSuffix(filepath.Base(seg), segmentSuffix), 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// A write that a crash interrupted leaves a torn frame at the end of the
+// last segment: some of its sectors written, the others still zeros.
+// Nothing in it was acknowledged, so opening cuts it off and keeps
+// everything before it, and later writes and reopens work.
+func TestJournalCutsATornTail(t *testing.T) {
+	tears := map[string]func(f []byte, at int64) []byte{
+		"the first sectors only": func(f []byte, at int64) []byte { return f[:2*sectorSize-int(at%sectorSize)] },
+		"the header only":        func(f []byte, at int64) []byte { return f[:frameHeaderLen] },
+		"a sector missing in the middle": func(f []byte, at int64) []byte {
+			s := 2*sectorSize - int(at%sectorSize)
+			clear(f[s : s+sectorSize])
+			return f
+		},
+		"the first sector missing": func(f []byte, at int64) []byte {
+			clear(f[:sectorSize-int(at%sectorSize)])
+			return f
+		},
+		"the last sector missing": func(f []byte, at int64) []byte {
+			end := at + int64(len(f))
+			return f[:(end-1)/sectorSize*sectorSize-at]
+		},
 	}
 	for name, tear := range tears {
 		t.Run(name, func(t *testing.T) {
@@ -62,7 +89,11 @@ func TestJournalCutsATornTail(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := f.WriteAt(tear(rec()), end); err != nil {
+			frame := entriesFrame(segmentID(t, seg), 4, 11, 200)
+			if len(frame) < 4*sectorSize {
+				t.Fatalf("the torn frame has %d bytes; the test needs at least 4 sectors", len(frame))
+			}
+			if _, err := f.WriteAt(tear(frame, end), end); err != nil {
 				t.Fatal(err)
 			}
 			f.Close()
@@ -80,6 +111,55 @@ func TestJournalCutsATornTail(t *testing.T) {
 			checkRange(t, j.Group(1), 1, 12)
 		})
 	}
+}
+
+// Damage that no crash leaves (bytes in every sector of the last frame,
+// yet the frame does not check) is not a torn write: it may be an
+// acknowledged frame gone bad, and opening says so instead of cutting it.
+func TestJournalRefusesDamageToTheLastFrame(t *testing.T) {
+	damage := map[string]func(f []byte){
+		"a flipped bit in the body":   func(f []byte) { f[len(f)/2] ^= 0x10 },
+		"a flipped bit in the header": func(f []byte) { f[10] ^= 0x01 },
+		"an absurd length":            func(f []byte) { binary.LittleEndian.PutUint32(f[8:], 1<<31) },
+		"noise": func(f []byte) {
+			for i := range f {
+				f[i] = byte(i*7 + 1)
+			}
+		},
+	}
+	for name, hurt := range damage {
+		t.Run(name, func(t *testing.T) {
+			dir, seg, end := tornJournal(t)
+			data, err := os.ReadFile(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The damage lands in the frame holding the term: the last one.
+			last := lastFrameStart(t, data, segmentID(t, seg), end)
+			hurt(data[last:end])
+			if err := os.WriteFile(seg, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := OpenJournal(dir, JournalOptions{}); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("open with the last frame damaged: %v, want ErrCorrupt", err)
+			}
+		})
+	}
+}
+
+// lastFrameStart returns where the last frame before end begins in a
+// segment's data.
+func lastFrameStart(t *testing.T, data []byte, id uint64, end int64) int64 {
+	t.Helper()
+	var at int64
+	for off := int64(0); off < end; {
+		h, ok := validFrame(data[off:], id)
+		if !ok {
+			t.Fatalf("no valid frame at offset %d", off)
+		}
+		at, off = off, off+int64(h.frameLen())
+	}
+	return at
 }
 
 // A bad record before the last segment's tail is not a torn write:
@@ -132,9 +212,17 @@ func TestJournalRefusesForeignFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newer := append([]byte(nil), data...)
-	newer[recHeaderLen+len(journalMagic)] = journalVersion + 1
-	finishRecord(newer[:recHeaderLen+len(journalMagic)+1+8], 0)
+	// The segment's first frame, written again naming a newer format.
+	id := segmentID(t, seg)
+	h, ok := validFrame(data, id)
+	if !ok {
+		t.Fatal("no frame at the start of the segment")
+	}
+	newer := slices.Clone(data)
+	body := newer[frameHeaderLen : frameHeaderLen+h.bodyLen]
+	body[recHeaderLen+len(journalMagic)] = journalVersion + 1
+	finishRecord(body[:recHeaderLen+len(journalMagic)+1+8], 0)
+	finishFrame(newer[:frameHeaderLen+h.bodyLen], id, h.seq)
 	if err := os.WriteFile(seg, newer, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -156,10 +244,12 @@ func TestJournalRefusesForeignFiles(t *testing.T) {
 // opens the journal: opening never panics, and a journal that opens can be
 // read, written and reopened.
 func FuzzJournalOpen(f *testing.F) {
-	start := appendSegmentRecord(nil, 1)
-	f.Add(appendStableRecord(nil, 1, []byte("CurrentTerm"), []byte{0, 0, 0, 0, 0, 0, 0, 7}))
-	f.Add(appendDeleteRangeRecord(nil, 1, 1, 5))
-	f.Add(appendDeleteGroupRecord(nil, 3))
+	start := finishFrame(appendSegmentRecord(make([]byte, frameHeaderLen), 1), 1, 1)
+	frame := func(rec []byte) []byte { return finishFrame(append(make([]byte, frameHeaderLen), rec...), 1, 2) }
+	f.Add(frame(appendStableRecord(nil, 1, []byte("CurrentTerm"), []byte{0, 0, 0, 0, 0, 0, 0, 7})))
+	f.Add(frame(appendDeleteRangeRecord(nil, 1, 1, 5)))
+	f.Add(frame(appendDeleteGroupRecord(nil, 3)))
+	f.Add(entriesFrame(1, 2, 1, 3))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 2})
 	f.Fuzz(func(t *testing.T, tail []byte) {
 		dir := t.TempDir()

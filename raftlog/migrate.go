@@ -111,7 +111,7 @@ func copyLegacy(db *pebble.DB, j *Journal) error {
 	}
 	c.finishEntries()
 	if c.err == nil && len(c.buf) > 0 {
-		c.err = j.commit(c.buf)
+		c.err = j.commit(c.buf, true)
 	}
 	if err := it.Close(); err != nil && c.err == nil {
 		c.err = fmt.Errorf("%w: %w", ErrStorage, err)
@@ -162,7 +162,7 @@ func (c *legacyCopy) add(k, v []byte) {
 	}
 	if len(c.buf) >= flushAt {
 		c.finishEntries() // the run goes on in a record of its own
-		c.err = c.j.commit(c.buf)
+		c.err = c.j.commit(c.buf, true)
 		c.buf = c.buf[:0]
 	}
 }

@@ -20,3 +20,16 @@ func TestSync(t *testing.T) {
 		t.Fatalf("Existing skips what is missing: %v", err)
 	}
 }
+
+func TestMkdirAll(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b", "c")
+	if err := MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("MkdirAll of an existing directory: %v", err)
+	}
+	if err := Sync(dir); err != nil {
+		t.Fatal(err)
+	}
+}

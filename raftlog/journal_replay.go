@@ -1,0 +1,255 @@
+package raftlog
+
+import (
+	"errors"
+	"fmt"
+	"io"
+)
+
+// replayer carries what replay learns from one segment to the next.
+type replayer struct {
+	nextSeq   uint64 // the sequence number the next frame must have
+	haveSeq   bool   // nextSeq is known: a frame was read
+	version   byte   // the format of the last segment read
+	lastFrame int64  // where the last frame read begins, in its segment
+}
+
+// replay applies segment id's frames (or, in a format-1 segment, records)
+// to the index. The last segment becomes the one written next, from the
+// end of its last frame.
+func (j *Journal) replay(r *replayer, id uint64, last bool) error {
+	name := segmentName(id)
+	f, err := j.fs.Open(j.path(name))
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrStorage, err)
+	}
+	j.files[id] = f
+	size, err := f.Size()
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrStorage, name, err)
+	}
+	data := make([]byte, size)
+	if n, err := f.ReadAt(data, 0); n != len(data) && err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: read %s: %w", ErrStorage, name, err)
+	}
+	if recordsFormat(data) {
+		r.version, r.haveSeq = journalVersionRecords, false
+		return j.replayRecords(id, f, data, last)
+	}
+	r.version = journalVersion
+	return j.replayFrames(r, id, f, data, last)
+}
+
+// replayFrames replays a segment of frames. Every frame must be whole and
+// valid and carry the sequence number due, and only zeros may follow the
+// last one. Where that fails, the bytes from there on are damage to
+// acknowledged data (ErrCorrupt), unless they can be the write a crash
+// interrupted: in the last segment, with no valid frame after them and
+// the shape of a torn write (tornShape). Such a tail was never
+// acknowledged: it is cut off, zeroed and logged.
+func (j *Journal) replayFrames(r *replayer, id uint64, f journalFile, data []byte, last bool) error {
+	name := segmentName(id)
+	off := 0
+	var bad error
+	for off < len(data) {
+		if allZero(data[off:min(off+frameHeaderLen, len(data))]) {
+			break
+		}
+		h, ok := validFrame(data[off:], id)
+		if !ok {
+			bad = fmt.Errorf("%w: damaged frame", ErrCorrupt)
+			break
+		}
+		if r.haveSeq && h.seq != r.nextSeq {
+			bad = fmt.Errorf("%w: frame %d where frame %d was due", ErrCorrupt, h.seq, r.nextSeq)
+			break
+		}
+		body := data[off+frameHeaderLen : off+frameHeaderLen+h.bodyLen]
+		if err := j.replayBody(body, id, int64(off+frameHeaderLen), off == 0); err != nil {
+			// A whole frame whose checksums hold: not a torn write.
+			return fmt.Errorf("segment %s, frame at offset %d: %w", name, off, err)
+		}
+		r.nextSeq, r.haveSeq, r.lastFrame = h.seq+1, true, int64(off)
+		off += h.frameLen()
+	}
+	if off == 0 && !last {
+		return fmt.Errorf("%w: segment %s holds no frame, though newer segments follow", ErrCorrupt, name)
+	}
+	tail := off + nonZeroLen(data[off:])
+	if bad == nil && tail > off {
+		bad = fmt.Errorf("%w: %d bytes that are not zero follow the last frame", ErrCorrupt, tail-off)
+	}
+	if bad != nil {
+		if !last {
+			return fmt.Errorf("segment %s, offset %d: %w", name, off, bad)
+		}
+		if at := findFrame(data, off+1, id, r); at >= 0 {
+			return fmt.Errorf("segment %s, offset %d: %w; the valid frame at offset %d after it holds acknowledged writes", name, off, bad, at)
+		}
+		if !tornShape(data, off, id) {
+			return fmt.Errorf("segment %s, offset %d: %w, and not in the shape of a torn write: every sector of it was written", name, off, bad)
+		}
+		j.logf("raftlog: journal segment %s: cutting a torn tail of %d bytes at offset %d: %v", name, tail-off, off, bad)
+		if err := zeroRange(f, int64(off), int64(tail)); err != nil {
+			return err
+		}
+	}
+	if last {
+		j.seg, j.segID, j.off = f, id, int64(off)
+	}
+	return nil
+}
+
+// replayBody applies the records of a frame's body, which lies at offset
+// base of segment id. The first frame of a segment opens with the record
+// naming it, and no other record names a segment.
+func (j *Journal) replayBody(body []byte, id uint64, base int64, opening bool) error {
+	for off := 0; off < len(body); {
+		typ, p, n, err := readRecord(body[off:])
+		if errors.Is(err, errEndOfRecords) {
+			err = fmt.Errorf("%w: a zero record header inside a frame", ErrCorrupt)
+		}
+		if err == nil && (opening && off == 0) != (typ == recSegment) {
+			err = fmt.Errorf("%w: record type %d at offset %d of the frame", ErrCorrupt, typ, off)
+		}
+		if err != nil {
+			return err
+		}
+		if typ == recSegment {
+			named, version, err := parseSegmentRecord(p)
+			if err != nil {
+				return err
+			}
+			if named != id || version != journalVersion {
+				return fmt.Errorf("%w: segment %s names itself %d, format %d", ErrCorrupt, segmentName(id), named, version)
+			}
+		} else {
+			if err := parseOp(typ, p, &j.scratch); err != nil {
+				return err
+			}
+			j.apply(&j.scratch, id, base+int64(off+recHeaderLen))
+		}
+		off += n
+	}
+	return nil
+}
+
+// findFrame returns the offset of the first valid frame at or after from
+// in segment id's data that can follow what r has read (any frame, when r
+// has read none), or -1.
+func findFrame(data []byte, from int, id uint64, r *replayer) int {
+	for at := from; at+frameHeaderLen+frameTrailerLen <= len(data); at++ {
+		if [4]byte(data[at:at+4]) != frameMagic {
+			continue
+		}
+		if h, ok := validFrame(data[at:], id); ok && (!r.haveSeq || h.seq >= r.nextSeq) {
+			return at
+		}
+	}
+	return -1
+}
+
+// tornShape reports whether the bytes at off, where a frame was due, can
+// be a write that a crash cut short: a write whose sectors reached the
+// disk in part. The space after a segment's last frame is zeros
+// (preallocated, never reused, and zeroed at open after a cut), and each
+// sector a frame touches holds some of its bytes that are not zero (the
+// frame's first and last bytes never are), so a torn frame has a sector
+// whose part of the frame reads as zeros, or runs past the end of the
+// file. A frame whose every sector was written but does not check is
+// damage, not a torn write.
+func tornShape(data []byte, off int, id uint64) bool {
+	end := min(off+frameHeaderLen, len(data))
+	if h, ok := readFrameHeader(data[off:], id); ok {
+		if off+h.frameLen() > len(data) {
+			return true
+		}
+		end = off + h.frameLen()
+	}
+	for s := off &^ (sectorSize - 1); s < end; s += sectorSize {
+		if allZero(data[max(s, off):min(s+sectorSize, end)]) {
+			return true
+		}
+	}
+	return false
+}
+
+// replayRecords replays a segment of format 1, records without frames,
+// with that format's rules: the records end at the first all-zero header;
+// a bad record at the end of the last segment is a torn tail, cut and
+// zeroed; one anywhere else fails the open. The journal writes no more to
+// such a segment: it starts a new one after it.
+func (j *Journal) replayRecords(id uint64, f journalFile, data []byte, last bool) error {
+	off, bad := 0, error(nil)
+	for off < len(data) {
+		typ, p, n, err := readRecord(data[off:])
+		if errors.Is(err, errEndOfRecords) {
+			break
+		}
+		if err == nil && (off == 0) != (typ == recSegment) {
+			err = fmt.Errorf("%w: record type %d at offset %d", ErrCorrupt, typ, off)
+		}
+		if err == nil && typ == recSegment {
+			var named uint64
+			if named, _, err = parseSegmentRecord(p); err == nil && named != id {
+				err = fmt.Errorf("%w: segment %s names itself %d", ErrCorrupt, segmentName(id), named)
+			}
+		} else if err == nil {
+			if err = parseOp(typ, p, &j.scratch); err == nil {
+				j.apply(&j.scratch, id, int64(off+recHeaderLen))
+			}
+		}
+		if err != nil {
+			bad = err
+			break
+		}
+		off += n
+	}
+	if bad == nil {
+		return nil
+	}
+	if !last {
+		return fmt.Errorf("segment %s, offset %d: %w", segmentName(id), off, bad)
+	}
+	j.logf("raftlog: journal segment %s: cutting a torn tail of %d bytes at offset %d: %v",
+		segmentName(id), len(data)-off, off, bad)
+	return zeroRange(f, int64(off), int64(len(data)))
+}
+
+// recordsFormat reports whether data is a segment of format 1: one that
+// opens with a record (not a frame) naming a segment of that format.
+func recordsFormat(data []byte) bool {
+	typ, p, _, err := readRecord(data)
+	if err != nil || typ != recSegment {
+		return false
+	}
+	_, version, err := parseSegmentRecord(p)
+	return err == nil && version == journalVersionRecords
+}
+
+// zeroRange overwrites f from off to end with zeros and syncs it.
+func zeroRange(f journalFile, off, end int64) error {
+	zeros := make([]byte, min(1<<20, end-off))
+	for off < end {
+		n := min(int64(len(zeros)), end-off)
+		if _, err := f.WriteAt(zeros[:n], off); err != nil {
+			return fmt.Errorf("%w: %w", ErrStorage, err)
+		}
+		off += n
+	}
+	if err := f.SyncData(); err != nil {
+		return fmt.Errorf("%w: %w", ErrStorage, err)
+	}
+	return nil
+}
+
+// nonZeroLen returns the length of b up to and including its last byte
+// that is not zero.
+func nonZeroLen(b []byte) int {
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] != 0 {
+			return i + 1
+		}
+	}
+	return 0
+}
