@@ -50,6 +50,10 @@ type JournalOptions struct {
 
 	// fs is the file system; nil means the real one. Tests set it.
 	fs journalFS
+	// afterSync, if set, is told of every frame synced (its segment and
+	// where it ends) before its writers are: the crash model's child
+	// reports what is durable through it.
+	afterSync func(seg uint64, end int64)
 }
 
 func (o JournalOptions) withDefaults() JournalOptions {
@@ -524,6 +528,9 @@ func (j *Journal) append(frame []byte) error {
 	}
 	j.off += int64(len(frame))
 	j.nextSeq++
+	if j.opts.afterSync != nil && !j.opts.NoSync {
+		j.opts.afterSync(j.segID, j.off)
+	}
 	body := frame[frameHeaderLen : len(frame)-frameTrailerLen]
 	base += frameHeaderLen
 	j.idx.Lock()
