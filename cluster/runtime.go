@@ -251,6 +251,10 @@ func (n *Runtime) startControl() error {
 	rc.SnapshotThreshold = 1024
 	rc.Logger = n.raftLogger()
 	n.store = cfg.Logs.Group(ControlGroup)
+	if err := raftlog.TrimLogBehindSnapshot(n.store, snaps); err != nil {
+		_ = trans.Close()
+		return fmt.Errorf("cluster: control group: %w", err)
+	}
 	r, err := raft.NewRaft(rc, n.ctl, n.store, n.store, snaps, trans)
 	if err != nil {
 		_ = trans.Close()

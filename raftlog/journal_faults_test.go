@@ -83,8 +83,8 @@ func TestFailedRollFailsItsOwnWriters(t *testing.T) {
 		// Frame A: entries and a vote term, which do not fit together.
 		wg.Go(func() { errs[1] = g1.StoreLogs(big) })
 		wg.Go(func() { errs[2] = j.Group(3).SetUint64([]byte("CurrentTerm"), 5) })
-		want := len(appendStableRecord(nil, 3, []byte("CurrentTerm"), make([]byte, 8)))
-		testwait.For(t, 5*time.Second, "both writers of frame A waiting", func() bool { return j.pendingLen() > want })
+		want := len(entriesRecord(1, big)) + len(appendStableRecord(nil, 3, []byte("CurrentTerm"), make([]byte, 8)))
+		testwait.For(t, 5*time.Second, "both writers of frame A waiting", func() bool { return j.pendingLen() == want })
 		close(hold)
 		<-rollHeld
 		// Frame B: a small write, queued while frame A's roll fails.
@@ -115,6 +115,18 @@ func TestFailedRollFailsItsOwnWriters(t *testing.T) {
 		mustStore(t, g1, big)
 		checkRange(t, g1, 1, next+20)
 	}
+}
+
+// entriesRecord is the record StoreLogs writes for logs of group.
+func entriesRecord(group uint64, logs []*raft.Log) []byte {
+	b, at := beginRecord(nil, recEntries)
+	b = binary.AppendUvarint(b, group)
+	for _, l := range logs {
+		e := appendLog(nil, l)
+		b = binary.AppendUvarint(b, uint64(len(e)))
+		b = append(b, e...)
+	}
+	return finishRecord(b, at)
 }
 
 // An append must follow the group's log: an entry past its end means a

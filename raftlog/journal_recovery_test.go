@@ -40,14 +40,7 @@ func tornJournal(t *testing.T) (dir, seg string, end int64) {
 // entriesFrame returns the frame that storing entries from..to of group 1
 // in segment seg as frame number seq writes.
 func entriesFrame(seg, seq, from, to uint64) []byte {
-	b, at := beginRecord(make([]byte, frameHeaderLen), recEntries)
-	b = binary.AppendUvarint(b, 1)
-	for _, l := range makeLogs(1, from, to, 1) {
-		e := appendLog(nil, l)
-		b = binary.AppendUvarint(b, uint64(len(e)))
-		b = append(b, e...)
-	}
-	return finishFrame(finishRecord(b, at), seg, seq)
+	return finishFrame(append(make([]byte, frameHeaderLen), entriesRecord(1, makeLogs(1, from, to, 1))...), seg, seq)
 }
 
 // segmentID reads the id from a segment's path.
@@ -419,5 +412,38 @@ func TestJournalSurvivesAFailedRoll(t *testing.T) {
 	checkRange(t, j.Group(1), 1, next+9)
 	if n, err := j.Group(1).GetUint64([]byte("CurrentTerm")); err != nil || n != 2 {
 		t.Fatalf("CurrentTerm after reopen = %d, %v; want 2", n, err)
+	}
+}
+
+// A journal directory beside a legacy database that is not the finished
+// copy of it (here an empty journal) does not cost the database: the open
+// refuses, naming it, and keeps the database.
+func TestOpenJournalFromChecksTheJournalFirst(t *testing.T) {
+	base := t.TempDir()
+	legacy, dir := filepath.Join(base, "raft"), filepath.Join(base, "journal")
+	writeLegacy(t, legacy, legacyLayout, map[uint64][]*raft.Log{1: makeLogs(1, 1, 30, 1)}, map[uint64]uint64{1: 11})
+	j, err := OpenJournal(dir, JournalOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	if _, err := OpenJournalFrom(dir, legacy, JournalOptions{Logger: quietLogger{}}); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "kept") {
+		t.Fatalf("open beside a journal that is not the copy: %v, want ErrCorrupt saying the database is kept", err)
+	}
+	if _, err := os.Stat(legacy); err != nil {
+		t.Fatalf("the database after the refused open: %v, want it kept", err)
+	}
+	// Removed as the error says, the journal is moved again.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	j, err = OpenJournalFrom(dir, legacy, JournalOptions{Logger: quietLogger{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	checkRange(t, j.Group(1), 1, 30)
+	if _, err := os.Stat(legacy); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the database after the move: %v, want it gone", err)
 	}
 }

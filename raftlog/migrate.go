@@ -14,10 +14,13 @@ import (
 
 // OpenJournalFrom opens the journal in dir, first moving into it what a
 // node wrote before the journal existed: the Pebble database in legacy
-// that held the Raft logs, if there is one. The copy is built in a directory beside dir and renamed
-// into place, so a crash during it leaves the database as it was and the next
-// open starts the copy again; the database is removed once the journal is in
-// place.
+// that held the Raft logs, if there is one. The copy is built in a
+// directory beside dir and renamed into place, so a crash during it leaves
+// the database as it was and the next open starts the copy again. The
+// database is removed only once the journal in place opens and holds what
+// the database holds (the same groups, last entries and stable values), so
+// that a journal directory that is not the finished copy never costs the
+// database.
 func OpenJournalFrom(dir, legacy string, opts JournalOptions) (*Journal, error) {
 	if _, err := os.Stat(legacy); errors.Is(err, fs.ErrNotExist) {
 		return OpenJournal(dir, opts)
@@ -31,14 +34,63 @@ func OpenJournalFrom(dir, legacy string, opts JournalOptions) (*Journal, error) 
 	} else if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStorage, err)
 	}
+	j, err := OpenJournal(dir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("the journal moved from %s (which is kept): %w", legacy, err)
+	}
+	if err := verifyMoved(legacy, j, opts); err != nil {
+		return nil, errors.Join(fmt.Errorf("the journal in %s does not hold the Raft log of %s (which is kept; remove %s to move it again): %w", dir, legacy, dir, err), j.Close())
+	}
 	// The journal is complete: the database is a leftover.
 	if err := os.RemoveAll(legacy); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrStorage, err)
+		return nil, errors.Join(fmt.Errorf("%w: %w", ErrStorage, err), j.Close())
 	}
 	if err := dirsync.Sync(filepath.Dir(legacy)); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrStorage, err)
+		return nil, errors.Join(fmt.Errorf("%w: %w", ErrStorage, err), j.Close())
 	}
-	return OpenJournal(dir, opts)
+	return j, nil
+}
+
+// verifyMoved checks that j holds what the legacy database holds: each
+// group's last entry and each stable value.
+func verifyMoved(legacy string, j *Journal, opts JournalOptions) error {
+	po := &pebble.Options{ReadOnly: true}
+	if opts.Logger != nil {
+		po.Logger = opts.Logger
+	}
+	db, err := pebble.Open(legacy, po)
+	if err != nil {
+		return fmt.Errorf("%w: open %s: %w", ErrStorage, legacy, err)
+	}
+	defer db.Close()
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{legacyLog}, UpperBound: []byte{legacyStable + 1}})
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrStorage, err)
+	}
+	defer it.Close()
+	lastOf := map[uint64]uint64{}
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) < legacyPrefix {
+			return fmt.Errorf("%w: key %x", ErrCorrupt, k)
+		}
+		g := binary.BigEndian.Uint64(k[1:legacyPrefix])
+		switch {
+		case k[0] == legacyLog && len(k) == legacyPrefix+8:
+			lastOf[g] = max(lastOf[g], binary.BigEndian.Uint64(k[legacyPrefix:]))
+		case k[0] == legacyStable:
+			got, err := j.Group(g).Get(k[legacyPrefix:])
+			if err != nil || string(got) != string(it.Value()) {
+				return fmt.Errorf("%w: group %d: stable key %q is %x (%v), the database's %x", ErrCorrupt, g, k[legacyPrefix:], got, err, it.Value())
+			}
+		}
+	}
+	for g, last := range lastOf {
+		if got, _ := j.Group(g).LastIndex(); got != last {
+			return fmt.Errorf("%w: group %d ends at entry %d, the database's at %d", ErrCorrupt, g, got, last)
+		}
+	}
+	return nil
 }
 
 // migrate copies the legacy database into a new journal at dir.

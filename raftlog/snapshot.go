@@ -126,3 +126,33 @@ func (s *Snapshots) pruneFiles() error {
 	}
 	return errors.Join(errs...)
 }
+
+// TrimLogBehindSnapshot empties a group's log when its newest snapshot is
+// past the log's last entry; call it before raft.NewRaft. Raft removes a
+// MonotonicLogStore's log once it has installed a snapshot from its leader
+// (removeOldLogs), but a crash between the two, or a delete that fails
+// (raft logs the failure and goes on), leaves a log that ends before the
+// snapshot. Raft would then append the entries after the snapshot, which
+// do not follow the log, and a JournalGroup refuses them. Every entry of
+// such a log is in the snapshot, so nothing is lost.
+func TrimLogBehindSnapshot(logs raft.LogStore, snaps raft.SnapshotStore) error {
+	metas, err := snaps.List()
+	if err != nil {
+		return fmt.Errorf("%w: list snapshots: %w", ErrStorage, err)
+	}
+	if len(metas) == 0 {
+		return nil
+	}
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return err
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return err
+	}
+	if last == 0 || last >= metas[0].Index { // List returns the newest first
+		return nil
+	}
+	return logs.DeleteRange(first, last)
+}

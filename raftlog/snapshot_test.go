@@ -105,3 +105,37 @@ func TestSnapshotsOwnTheirFiles(t *testing.T) {
 		}
 	}
 }
+
+// A log that ends before the newest snapshot (raft installed the snapshot
+// and crashed before removing the log) is emptied before raft starts; a
+// log that reaches the snapshot is left alone.
+func TestTrimLogBehindSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	j := openJournal(t, filepath.Join(dir, "journal"), JournalOptions{NoSync: true})
+	snaps, err := OpenSnapshots(filepath.Join(dir, "snapshots"), 1, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := j.Group(1)
+	if err := TrimLogBehindSnapshot(g, snaps); err != nil {
+		t.Fatal(err)
+	}
+	mustStore(t, g, makeLogs(1, 1, 50, 1))
+	_, trans := raft.NewInmemTransport("")
+	sink, err := snaps.Create(raft.SnapshotVersionMax, 100, 2, raft.Configuration{}, 1, trans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := TrimLogBehindSnapshot(g, snaps); err != nil {
+		t.Fatal(err)
+	}
+	checkRange(t, g, 0, 0)
+	mustStore(t, g, makeLogs(1, 101, 150, 2)) // what the leader sends after the snapshot
+	if err := TrimLogBehindSnapshot(g, snaps); err != nil {
+		t.Fatal(err)
+	}
+	checkRange(t, g, 101, 150)
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -15,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/l4xg/grid/digest"
+	"github.com/l4xg/grid/internal/dirlock"
+	"github.com/l4xg/grid/internal/dirsync"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/tiering"
@@ -75,6 +76,7 @@ type HostConfig struct {
 type Host struct {
 	cfg      HostConfig
 	settings HardSettings
+	lock     *dirlock.Lock // the data directory's, held until Close
 	logs     *raftlog.Journal
 	cold     *tiering.Store
 	metrics  *Metrics
@@ -142,9 +144,28 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+	if err := dirsync.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("shard: data dir: %w", err)
 	}
+	// Nothing in the directory is read or written before it is ours: a
+	// second node started on it by mistake stops here, told whose it is.
+	lock, err := dirlock.Acquire(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("shard: data dir: %w", err)
+	}
+	h, err := openHostLocked(cfg)
+	if err != nil {
+		return nil, errors.Join(err, lock.Close())
+	}
+	h.lock = lock
+	if cfg.Registry != nil {
+		cfg.Registry.MustRegister(newHostCollector(h))
+	}
+	return h, nil
+}
+
+// openHostLocked opens the data directory's storage, once it is locked.
+func openHostLocked(cfg HostConfig) (*Host, error) {
 	settings, err := loadOrCreateSettings(cfg.DataDir, HardSettings{Slots: cfg.Slots, Shards: cfg.Shards})
 	if err != nil {
 		return nil, err
@@ -158,12 +179,8 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 		_ = logs.Close()
 		return nil, err
 	}
-	h := &Host{cfg: cfg, settings: settings, logs: logs, cold: cold, metrics: NewMetrics(cfg.Registry),
-		replicas: make([]*Replica, cfg.Shards), lifecycle: make([]sync.Mutex, cfg.Shards)}
-	if cfg.Registry != nil {
-		cfg.Registry.MustRegister(newHostCollector(h))
-	}
-	return h, nil
+	return &Host{cfg: cfg, settings: settings, logs: logs, cold: cold, metrics: NewMetrics(cfg.Registry),
+		replicas: make([]*Replica, cfg.Shards), lifecycle: make([]sync.Mutex, cfg.Shards)}, nil
 }
 
 // SetTierPolicy changes the hot window and the node's hot tier budget
@@ -330,7 +347,7 @@ func (h *Host) Close() error {
 			errs = append(errs, s.Close())
 		}
 	}
-	errs = append(errs, h.cold.Close(), h.logs.Close())
+	errs = append(errs, h.cold.Close(), h.logs.Close(), h.lock.Close())
 	return errors.Join(errs...)
 }
 

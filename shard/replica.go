@@ -209,7 +209,10 @@ func Open(cfg Config) (*Replica, error) {
 		cfg.tuneRaft(rc)
 	}
 
-	// The cache serves recent entries to followers without a Pebble read;
+	if err := raftlog.TrimLogBehindSnapshot(s.store, snaps); err != nil {
+		return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
+	}
+	// The cache serves recent entries to followers without a journal read;
 	// it holds whole entries (up to MaxEntryCommands commands each), so it
 	// is kept small.
 	logs, err := raft.NewLogCache(256, s.store)
