@@ -24,6 +24,23 @@ type group struct {
 	second []bool // per operation: a settle with a second step (router.place)
 }
 
+// withoutReserves answers g's Reserves with err (the disk guard's
+// refusal: shard.Host.DiskRoom) and returns the group of its other
+// operations, which go on.
+func (g *group) withoutReserves(err error, out []*gridpb.OpResult) *group {
+	kept := &group{shard: g.shard, sh: g.sh}
+	for k, c := range g.cmds {
+		if c.Op == keyspace.OpReserve {
+			out[g.idx[k]] = errResult(err)
+			continue
+		}
+		kept.cmds = append(kept.cmds, c)
+		kept.idx = append(kept.idx, g.idx[k])
+		kept.second = append(kept.second, g.second[k])
+	}
+	return kept
+}
+
 // away is operations of one shard this node could not serve (cause:
 // errNotHosted or shard.ErrNotLeader). Nothing of them was applied.
 type away struct {
@@ -51,6 +68,13 @@ func (s *Server) runBatch(ctx context.Context, r *router, ops []*gridpb.Op, out 
 	refused := make([]error, len(groups))
 	missed := make([]bool, len(ops))
 	propose := func(j int, g *group) {
+		if err := s.host.DiskRoom(g.cmds); err != nil && g.sh.IsLeader() {
+			g = g.withoutReserves(err, out)
+			groups[j] = g
+			if len(g.cmds) == 0 {
+				return
+			}
+		}
 		res, err := g.sh.Propose(ctx, g.cmds)
 		if err != nil && r.m != nil && errors.Is(err, shard.ErrNotLeader) {
 			refused[j] = err

@@ -23,7 +23,8 @@ func code(err error) codes.Code {
 	switch {
 	case err == nil:
 		return codes.OK
-	case errors.Is(err, digest.ErrBatchTooLarge), errors.Is(err, digest.ErrResultTooLarge):
+	case errors.Is(err, digest.ErrBatchTooLarge), errors.Is(err, digest.ErrResultTooLarge),
+		errors.Is(err, shard.ErrDiskFull):
 		return codes.ResourceExhausted
 	case errors.Is(err, digest.ErrInvalidNamespace), errors.Is(err, digest.ErrEmptyKey),
 		errors.Is(err, digest.ErrKeyTooLong), errors.Is(err, digest.ErrEntityTooLong),

@@ -336,6 +336,9 @@ func serveOne[R any](ctx context.Context, s *Server, req R, validate func(R) (ta
 func serveOn[R any](ctx context.Context, s *Server, r *router, id int, sh *shard.Replica, t target, req R, call unaryCall[R]) (res *gridpb.OpResult, missed bool, err error) {
 	cause := errNotHosted
 	if sh != nil {
+		if err := s.host.DiskRoom([]keyspace.Command{t.cmd}); err != nil && sh.IsLeader() {
+			return nil, false, toStatus(err)
+		}
 		res, err := runLocal(ctx, sh, t)
 		if err == nil {
 			return toProto(&res), settles(t.cmd.Op) && !res.Found, nil

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"github.com/l4xg/grid/internal/gridproc"
 	"github.com/l4xg/grid/internal/launch"
 	"github.com/l4xg/grid/internal/netlab"
+	"github.com/l4xg/grid/internal/tmpfs"
 )
 
 // node is one gridnode serve process of the cluster under test. Its data
@@ -104,7 +104,7 @@ func startProcs(ctx context.Context, cfg config, bin, dir string) (*procs, error
 			return nil, err
 		}
 		if cfg.has(faultDisk) {
-			if err := mountTmpfs(n.dir, cfg.DiskSize); err != nil {
+			if err := tmpfs.Mount(n.dir, cfg.DiskSize); err != nil {
 				p.close()
 				return nil, fmt.Errorf("disk faults need a tmpfs per node (root): %w", err)
 			}
@@ -410,8 +410,8 @@ func (p *procs) close() {
 		}
 	}
 	for _, m := range p.tmpfs {
-		if out, err := exec.Command("umount", m).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "chaos: umount %s: %v: %s\n", m, err, out)
+		if err := tmpfs.Unmount(m); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos:", err)
 		}
 	}
 	for _, f := range p.logs {
@@ -419,10 +419,3 @@ func (p *procs) close() {
 	}
 }
 
-// mountTmpfs mounts a tmpfs of size bytes on dir.
-func mountTmpfs(dir string, size int64) error {
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput(); err != nil {
-		return fmt.Errorf("mount tmpfs on %s: %v: %s", dir, err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}

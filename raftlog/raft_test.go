@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // listFSM records every applied command, in order.
@@ -275,4 +277,44 @@ func commandsInLog(t *testing.T, g *JournalGroup) []string {
 		cmds = append(cmds, string(l.Data))
 	}
 	return cmds
+}
+
+// Raft on a journal whose disk is full: its entries are refused, so the
+// leader steps down and is elected again, saving a new term each time,
+// which the journal keeps room for: raft does not panic ("failed to save
+// current term"). Once space is freed the group commits again, by itself.
+func TestRaftOnAFullDisk(t *testing.T) {
+	m := newMemFS()
+	j, err := OpenJournal(memDir, JournalOptions{SegmentSize: 64 << 10, fs: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	n := startRaft(t, j, t.TempDir(), 1, true)
+	defer n.shutdown(t)
+	if err := n.apply(commandsFor(1, 50)); err != nil {
+		t.Fatal(err)
+	}
+	m.setCapacity(m.used())
+	// Fill the segment and its spare: commands fail from then on.
+	var refused error
+	for i := 0; i < 100_000 && refused == nil; i++ {
+		refused = n.r.Apply(make([]byte, 200), 5*time.Second).Error()
+	}
+	if refused == nil {
+		t.Fatal("commands on a full disk keep being committed")
+	}
+	term := func() uint64 {
+		v, _ := j.Group(1).GetUint64([]byte("CurrentTerm"))
+		return v
+	}
+	start := term()
+	testwait.For(t, 20*time.Second, "raft to go through new terms on the full disk", func() bool {
+		_ = n.r.Apply([]byte("x"), 100*time.Millisecond).Error()
+		return term() >= start+3
+	})
+	m.setCapacity(0)
+	testwait.For(t, 20*time.Second, "a command committed once space is freed", func() bool {
+		return n.r.Apply([]byte("after"), time.Second).Error() == nil
+	})
 }

@@ -29,6 +29,12 @@ var (
 	ErrNoSuchShard = errors.New("shard: no such shard")
 	// ErrNotVoter: leadership can only go to a voter of the group.
 	ErrNotVoter = errors.New("shard: not a voter of the group")
+	// ErrDiskFull: the data directory's file system has less room than the
+	// disk reserve (HostConfig.DiskReserve): a Reserve, which makes a new
+	// record, was refused before anything was proposed. Settles, reads and
+	// Raft's own writes go on; new keys are taken again once space is
+	// freed.
+	ErrDiskFull = errors.New("shard: disk space below the reserve")
 	// ErrHardSettings: the data directory was created with other hard settings.
 	ErrHardSettings = errors.New("shard: hard settings differ from the data directory")
 )

@@ -45,6 +45,10 @@ type HostConfig struct {
 	// HotWindow is how long settled records stay in the hot tier before
 	// moving to the cold one; default 24 h.
 	HotWindow time.Duration
+	// DiskReserve is the room (bytes available on the data directory's
+	// file system) below which the node refuses new keys: see DiskRoom.
+	// Zero means DefaultDiskReserve; negative, no reserve.
+	DiskReserve int64
 	// HotMaxBytes is the node's hot tier budget, split evenly over its
 	// shards; 0 means none. Settled records beyond it move to the cold tier
 	// early; records in flight always stay hot.
@@ -77,6 +81,7 @@ type Host struct {
 	cfg      HostConfig
 	settings HardSettings
 	lock     *dirlock.Lock // the data directory's, held until Close
+	disk     *diskGuard
 	logs     *raftlog.Journal
 	cold     *tiering.Store
 	metrics  *Metrics
@@ -114,6 +119,9 @@ func (c HostConfig) withDefaults() HostConfig {
 	}
 	if c.MaxClockOffset == 0 {
 		c.MaxClockOffset = digest.DefaultMaxClockOffset
+	}
+	if c.DiskReserve == 0 {
+		c.DiskReserve = DefaultDiskReserve
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now
@@ -180,8 +188,19 @@ func openHostLocked(cfg HostConfig) (*Host, error) {
 		return nil, err
 	}
 	return &Host{cfg: cfg, settings: settings, logs: logs, cold: cold, metrics: NewMetrics(cfg.Registry),
+		disk:     &diskGuard{dir: cfg.DataDir, reserve: cfg.DiskReserve},
 		replicas: make([]*Replica, cfg.Shards), lifecycle: make([]sync.Mutex, cfg.Shards)}, nil
 }
+
+// DiskRoom returns nil when cmds may be proposed on this node, and an
+// error wrapping ErrDiskFull when they hold a Reserve while the data
+// directory's file system has less room than the disk reserve. Refusing
+// new keys at admission keeps the disk from filling under the node:
+// settles, releases, reads and Raft's own writes (terms, votes,
+// compactions) go on in the room the reserve keeps, and new keys are taken
+// again as soon as space is freed. The room is measured at most every
+// 250 ms.
+func (h *Host) DiskRoom(cmds []keyspace.Command) error { return h.disk.room(cmds) }
 
 // SetTierPolicy changes the hot window and the node's hot tier budget
 // (HostConfig.HotWindow, HotMaxBytes) while the host runs: the shards this

@@ -35,7 +35,7 @@ type serveFlags struct {
 	shards, inflight                              *int
 	pprof                                         *bool
 	drain, hotWindow, maxOffset                   *time.Duration
-	hotMax                                        *int64
+	hotMax, diskReserve                           *int64
 	faultClockFile                                *string
 	faultInjection                                *bool
 
@@ -75,6 +75,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 		drain:          fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight requests may take at shutdown (reloaded on SIGHUP)"),
 		hotWindow:      fs.Duration("hot-window", 24*time.Hour, "how long settled records stay in memory before moving to the cold tier (reloaded on SIGHUP)"),
 		hotMax:         fs.Int64("hot-max-bytes", 0, "hot tier budget in bytes; settled records beyond it move to the cold tier early (0: none; reloaded on SIGHUP)"),
+		diskReserve:    fs.Int64("disk-reserve-bytes", shard.DefaultDiskReserve, "room to keep on the data directory's file system: below it new keys (Reserve) are refused with ResourceExhausted while settles, reads and Raft's own writes go on, until space is freed (-1: none)"),
 		inflight:       fs.Int("inflight-entries", 0, fmt.Sprintf("Raft entries each shard leader has on their way at once, each carrying the requests queued meanwhile (1..%d; 0: the default, 1)", shard.MaxInflightLimit)),
 		faultClockFile: fs.String("fault-clock-file", "", "fault injection (needs --enable-fault-injection): a file holding a duration (\"1.5s\", \"-300ms\") by which this node's clock is moved, re-read while the node runs"),
 		faultInjection: fs.Bool("enable-fault-injection", false, "allow the fault-injection flags (--fault-clock-file); never on a production node"),
@@ -200,6 +201,8 @@ func (f *serveFlags) validate() error {
 		return fmt.Errorf("--log-level: %v", err)
 	}
 	switch {
+	case *f.diskReserve < -1:
+		return errors.New("--disk-reserve-bytes must be -1 (none), 0 (the default) or a number of bytes")
 	case *f.hotWindow <= 0 || *f.hotMax < 0:
 		return errors.New("--hot-window must be positive and --hot-max-bytes not negative")
 	case *f.shards < 0 || *f.shards > shard.DefaultSlots:
@@ -294,7 +297,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 
 	hc := shard.HostConfig{NodeID: *nodeID, DataDir: *dataDir, Shards: *shards,
-		HotWindow: *hotWindow, HotMaxBytes: *hotMax, MaxClockOffset: *maxOffset, MaxInflight: *inflight}
+		HotWindow: *hotWindow, HotMaxBytes: *hotMax, MaxClockOffset: *maxOffset, MaxInflight: *inflight, DiskReserve: *f.diskReserve}
 	if *faultClockFile != "" {
 		logger.Warn("fault injection enabled: this node's clock follows " + *faultClockFile)
 		fc, err := newFaultClock(ctx, *faultClockFile, logger)
