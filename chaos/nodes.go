@@ -418,4 +418,3 @@ func (p *procs) close() {
 		f.Close()
 	}
 }
-
