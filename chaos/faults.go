@@ -208,9 +208,11 @@ func (in *injector) partition(ctx context.Context, m *made) error {
 }
 
 // fillDisk fills n's data directory (its own tmpfs) until writes fail,
-// holds, frees the space and restarts the node with kill -9: a node whose
-// log writes failed fails every later one (raftlog.Journal) until it
-// restarts, as an operator would restart it once the disk has room.
+// holds, and frees the space. The node must ride it out: its journal keeps
+// room for Raft's terms and votes, refuses new entries until there is
+// room again, and takes them once the space is freed, without a restart
+// (raftlog.Journal). A node that exits meanwhile is a failure (the
+// nodes-stay-up check); it is started again so that the run goes on.
 func (in *injector) fillDisk(ctx context.Context, n *node, d time.Duration) error {
 	path := filepath.Join(n.dir, "chaos-filler")
 	f, err := os.Create(path)
@@ -228,8 +230,16 @@ func (in *injector) fillDisk(ctx context.Context, n *node, d time.Duration) erro
 	if err := os.Remove(path); err != nil {
 		return err
 	}
-	n.kill()
-	return in.restart(ctx, n, false)
+	if n.running() == nil {
+		return nil
+	}
+	select {
+	case <-n.running().Exited():
+		n.kill()
+		return errors.Join(fmt.Errorf("%s exited during the full disk", n.id), in.restart(ctx, n, false))
+	default:
+		return nil
+	}
 }
 
 // churn changes the membership.

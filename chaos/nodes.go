@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,6 +51,9 @@ type procs struct {
 	lab   *netlab.Lab // nil: loopback, no partitions
 	nodes []*node
 	tmpfs []string // mounts to remove
+
+	exitsMu sync.Mutex
+	exits   []string // nodes that exited on their own (watch)
 	logs  []*os.File
 }
 
@@ -179,7 +183,30 @@ func (p *procs) start(n *node, fresh bool) error {
 	n.mu.Lock()
 	n.proc, n.paused = proc, false
 	n.mu.Unlock()
+	go p.watch(n, proc)
 	return nil
+}
+
+// watch records proc's end if it was not the tool's doing (kill and stop
+// let go of the process first): a node that exits on its own, a panic or
+// a refusal to start, is a failure whatever the other checks find.
+func (p *procs) watch(n *node, proc *gridproc.Proc) {
+	<-proc.Exited()
+	n.mu.Lock()
+	own := n.proc == proc
+	n.mu.Unlock()
+	if own {
+		p.exitsMu.Lock()
+		p.exits = append(p.exits, fmt.Sprintf("%s exited on its own: %v", n.id, proc.Err()))
+		p.exitsMu.Unlock()
+	}
+}
+
+// exited returns the nodes' exits the tool did not cause.
+func (p *procs) exited() []string {
+	p.exitsMu.Lock()
+	defer p.exitsMu.Unlock()
+	return slices.Clone(p.exits)
 }
 
 // running is n's process, or nil.

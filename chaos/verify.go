@@ -53,6 +53,12 @@ func verify(ctx context.Context, o *outcome, p *procs, inj *injector, l *load, l
 		}
 		add(r)
 	}
+	up := result{Name: "nodes-stay-up", Safety: true, Pass: true, Detail: "no node exited but by the tool's kill or stop"}
+	if exits := p.exited(); len(exits) > 0 {
+		up.Pass, up.Detail = false, strings.Join(exits, "; ")
+	}
+	up.Figures = map[string]any{"exits": len(p.exited())}
+	add(up)
 	conv := result{Name: "convergence", Safety: true, Pass: true, Detail: "every node has the map, every shard its R voters in a committed configuration equal to the map"}
 	t0 := time.Now()
 	if err := p.awaitStable(ctx, inj.members(), settleBound); err != nil {

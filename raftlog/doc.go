@@ -23,52 +23,89 @@
 // update. [OpenJournalFrom] moves the database an older build left in a
 // data dir into a journal, once (migrate.go reads it, read-only).
 //
-// # Segments and records
+// # Segments, frames and records
 //
 // A segment is a file named by its id (16 hex digits, ".seg"),
-// preallocated to JournalOptions.SegmentSize (64 MiB), holding records:
+// preallocated to JournalOptions.SegmentSize (64 MiB), holding frames and
+// zeros after the last one. A frame is what one write wrote (one write and
+// one fdatasync, shared by every writer that joined it): a header (a magic,
+// its checksum, the body's length, a sequence number one more than the
+// frame before, across segments, and the body's checksum), the body, and a
+// trailer. The body is records:
 //
 //	uint32 CRC-32C of the rest | uint32 payload length | byte type | payload
 //
-// and zeros after the last one. A segment opens with a record naming it
-// (magic "L4XJ", format version, id), then a checkpoint: every group's
+// (journal_record.go). A segment's first frame opens with a record naming
+// it (magic "L4XJ", format version, id), then a checkpoint: every group's
 // stable values, and the entries of groups whose oldest entry is four
 // segments back (copied forward, in one record each, and only when at most
-// a quarter of the older segments is still live). The records after are entries (a group
-// and a run of consecutive entries, in the log encoding of encoding.go),
-// stable values, deleted ranges and deleted groups. Because of the
-// checkpoint, replaying from any segment on gives the current stable values,
-// so a segment is removed once no group has an entry in it or an older one.
+// a quarter of the older segments is still live). The records after are
+// entries (a group and a run of consecutive entries, in the log encoding
+// of encoding.go), stable values, deleted ranges and deleted groups.
+// Because of the checkpoint, replaying from any segment on gives the
+// current stable values, so a segment is removed once no group has an
+// entry in it or an older one; segments go oldest first, and a removal
+// that fails stops the round until the next roll, so the segments on disk
+// always follow each other (an open refuses a gap).
 //
 // The index, where each entry lies and the stable values, is in memory:
 // [OpenJournal] rebuilds it by replaying the segments, and the writer that
-// synced a buffer applies it, parsing the very bytes it wrote, so that a
+// synced a frame applies it, parsing the very bytes it wrote, so that a
 // replay and a running journal cannot disagree. Entries are read back with
-// pread (raft keeps recent ones in its own cache).
+// pread (raft keeps recent ones in its own cache). Segments of format 1
+// (records without frames, before this one) are still read, with that
+// format's rules; the journal then goes on in a new segment.
 //
-// # Torn writes and corruption
+// # What survives a crash
 //
-// A crash can leave the last write of the last segment torn: cut short, or
-// with some sectors written and others not. Nothing in it was acknowledged,
-// since a write is acknowledged only after its sync, so [OpenJournal] cuts
-// the last segment at its first bad record, zeroes the rest and logs it.
-// Pebble's WAL treats the end of its last log the same way. A bad record
-// anywhere else (a CRC mismatch, an impossible length, a record out of
-// place) fails the open with [ErrCorrupt]: it is damage to acknowledged
-// data, which a replica must not silently forget. The decoders check every
-// length against their input and never panic (FuzzJournalOpen).
+// The promises, each tested (journal_faults_test.go, and the crash and
+// corruption model of journal_model_test.go and journal_model_kill_test.go:
+// power cuts at random points in memory and kill -9 of a writing child on
+// real files, torn writes, lost directory changes, flipped bits and zeroed
+// sectors, checked against raft's InmemStore):
 //
-// # Sync policy
+//   - Acknowledged means synced. Every write (StoreLogs, DeleteRange, Set,
+//     SetUint64, DeleteGroup) returns once its frame is written and
+//     fdatasynced; a segment is preallocated, synced and its directory
+//     synced before anything is written to it. Each writer gets its own
+//     frame's result: a frame that failed fails every writer in it, whatever
+//     later frames do.
+//   - A torn write is cut. A crash can leave the last frame of the last
+//     segment cut short: some of its 512-byte sectors written, the others
+//     still zeros. Nothing in it was acknowledged, so the open cuts it off,
+//     zeroes it and logs it, and the journal goes on from there.
+//   - Damage is refused, never dropped. Bad bytes followed by a valid frame,
+//     bad bytes in a segment before the last, non-zero bytes after an older
+//     segment's last frame, a sequence number out of order (a lost frame),
+//     or a last frame that does not check although every sector of it was
+//     written (bit rot, not a tear): the open fails with [ErrCorrupt]
+//     rather than forget acknowledged writes. The one case no journal can
+//     tell apart is a last frame damaged exactly as a tear would leave it
+//     (a sector of it zeroed, or a payload with a whole sector of zeros
+//     that a flip elsewhere damaged): it is cut as torn.
+//   - After a failed write or sync the journal refuses every later write:
+//     what the page cache holds can no longer be trusted. The next open
+//     writes the last frame again from what it read and syncs it before it
+//     appends, so a frame that only the page cache held becomes durable
+//     instead of leaving acknowledged frames after a hole.
+//   - A full disk does not stop raft. The journal keeps its next segment
+//     made ahead (a spare, renamed into place at a roll), so a roll needs
+//     no new space. When the spare cannot be made, it refuses new log
+//     entries ([ErrNoSpace]) while its segment keeps room for what raft
+//     must write whatever happens (terms and votes: raft panics when it
+//     cannot save a term; deleted ranges), tries again at most once a
+//     second, and takes entries again once space is freed.
+//   - One process at a time: [OpenJournal] locks the directory before it
+//     reads or writes anything, and a second open fails with [ErrLocked]
+//     naming the process that holds it.
 //
-// Every write raft makes through a JournalGroup (StoreLog, StoreLogs,
-// DeleteRange, Set, SetUint64) and [Journal.DeleteGroup] returns once its
-// record is written and fdatasynced, so an acknowledged entry, term or vote
-// survives kill -9 and power loss. The entries of one StoreLogs call are one
-// record, so they become durable together. A new segment is preallocated,
-// synced and its directory synced before anything is written to it. After a
-// failed write or sync the journal refuses every later write: what the page
-// cache holds can no longer be trusted. JournalOptions.NoSync turns the
-// syncs off, for tests and benchmarks only.
+// An append must follow its group's log (the first entry within
+// [first, last+1], or any entry on an empty log): StoreLogs refuses one
+// past the end, since it means a write before it was lost, instead of
+// taking it for a new log. [TrimLogBehindSnapshot] empties a log that a
+// crash left ending before its snapshot, which raft would otherwise append
+// after. JournalOptions.NoSync turns the syncs off, for tests and
+// benchmarks only.
 //
 // # Errors
 //

@@ -499,7 +499,7 @@ func (j *Journal) readAt(dst []byte, p entryPos) ([]byte, error) {
 // segment that cannot be made fails with a *rollError: nothing was
 // written.
 func (j *Journal) write(frame []byte) error {
-	if j.off > 0 && j.off+int64(len(frame)) > j.opts.SegmentSize {
+	if j.off > 0 && j.off+int64(len(frame)+frameTrailerLen) > j.opts.SegmentSize {
 		if err := j.newSegment(j.segID + 1); err != nil {
 			return err
 		}

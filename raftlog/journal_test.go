@@ -3,6 +3,7 @@ package raftlog
 import (
 	"errors"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -258,4 +259,23 @@ func TestJournalRefusesAnOversizedWrite(t *testing.T) {
 	}
 	mustStore(t, g, makeLogs(1, 1, 3, 1))
 	checkRange(t, g, 1, 3)
+}
+
+// Frames stay within the preallocated segment: a write that would not
+// fit goes to the next one, so no sync has a file size to update.
+func TestJournalFramesStayInTheirSegment(t *testing.T) {
+	const size = 4 << 10
+	dir := t.TempDir()
+	j := openJournal(t, dir, JournalOptions{SegmentSize: size, NoSync: true})
+	for i := uint64(1); i <= 400; i++ {
+		mustStore(t, j.Group(1), makeLogs(1, i, i, 1))
+		if j.off > size {
+			t.Fatalf("after entry %d segment %d holds %d bytes, more than its %d", i, j.segID, j.off, size)
+		}
+	}
+	for _, p := range segments(t, dir) {
+		if st, err := os.Stat(p); err != nil || st.Size() != size {
+			t.Fatalf("%s: %v, %v; want %d bytes", p, st.Size(), err, size)
+		}
+	}
 }
