@@ -54,7 +54,7 @@ type procs struct {
 
 	exitsMu sync.Mutex
 	exits   []string // nodes that exited on their own (watch)
-	logs  []*os.File
+	logs    []*os.File
 }
 
 // Ports of a node in a Lab, where each node has an address of its own.
