@@ -169,9 +169,12 @@
 // its layer is closed. [Mux.Close] closes the listener, every layer and
 // every connection, and waits for the Mux's goroutines to exit.
 //
-// There is no TLS and no authentication yet: the advertised address in a
-// header is taken on trust, and anyone who can reach the port can speak
-// Raft to any group. Keep the Raft listener on a trusted network.
+// With MuxConfig.TLSServer and TLSClient, every connection is mutual TLS:
+// the handshake runs before the header is read (within HeaderTimeout), so
+// only a peer with a certificate the node trusts reaches a group. Without
+// them the advertised address in a header is taken on trust, and anyone
+// who can reach the port can speak Raft to any group: keep the Raft
+// listener on a trusted network.
 //
 // # Fault injection
 //

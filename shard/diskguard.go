@@ -28,9 +28,10 @@ type diskGuard struct {
 	dir     string
 	reserve int64 // <= 0: off
 
-	mu     sync.Mutex   // one measurement at a time
-	free   atomic.Int64 // bytes available, last measured
-	polled atomic.Int64 // when, in Unix nanoseconds; 0: never
+	mu       sync.Mutex   // one measurement at a time
+	free     atomic.Int64 // bytes available, last measured
+	measured atomic.Bool  // free holds a measurement
+	polled   atomic.Int64 // when the last try was, in Unix nanoseconds
 }
 
 // room returns nil when cmds may be proposed, and an error wrapping
@@ -42,14 +43,16 @@ func (g *diskGuard) room(cmds []keyspace.Command) error {
 	}
 	now := time.Now().UnixNano()
 	if now-g.polled.Load() >= int64(diskPoll) && g.mu.TryLock() {
-		// A failed measurement keeps the last one.
+		// A failed measurement keeps the last one; with none, nothing is
+		// refused.
 		if free, _, err := diskSpace(g.dir); err == nil {
 			g.free.Store(int64(min(free, 1<<62)))
+			g.measured.Store(true)
 		}
 		g.polled.Store(now)
 		g.mu.Unlock()
 	}
-	if free := g.free.Load(); g.polled.Load() != 0 && free < g.reserve {
+	if free := g.free.Load(); g.measured.Load() && free < g.reserve {
 		return fmt.Errorf("%w: %s has %d MiB available, below the disk reserve of %d MiB (--disk-reserve-bytes): new keys are refused until space is freed; settles and reads go on",
 			ErrDiskFull, g.dir, free>>20, g.reserve>>20)
 	}
