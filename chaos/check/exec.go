@@ -78,12 +78,15 @@ func (e ClientExecutor) Do(ctx context.Context, in Input) (Output, error) {
 // Classify turns what a client call returned into an Output. An answer
 // (including LEASE_LOST, which the client also returns as ErrLeaseLost) is
 // known; a refusal of the input is an error; anything else (outcome unknown,
-// unavailable, closed: the operation may have been sent) is Unknown.
+// unavailable, closed: the operation may have been sent) is Unknown. So is
+// a refusal for capacity (ResourceExhausted: a node below its disk reserve
+// during a full-disk fault refuses Reserves): the grid applied nothing, and
+// an open end is the weaker, always safe, account of that.
 func Classify(r client.Result, err error) (Output, error) {
 	switch {
 	case err == nil, errors.Is(err, client.ErrLeaseLost) && r.Outcome == client.OutcomeLeaseLost:
 		return OutputOf(r), nil
-	case errors.Is(err, client.ErrInvalidArgument), errors.Is(err, client.ErrLimitExceeded):
+	case errors.Is(err, client.ErrInvalidArgument):
 		return Output{}, err
 	default:
 		return Output{Unknown: true, Cause: err.Error()}, nil
