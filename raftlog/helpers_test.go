@@ -77,3 +77,8 @@ func checkRange(t testing.TB, g *JournalGroup, first, last uint64) {
 		}
 	}
 }
+
+// testSegmentSize is the segment size of tests that do not need the
+// default: a test that reads and rewrites a segment then moves 1 MiB, not
+// 64, and leaves the disk to the tests running beside it.
+const testSegmentSize = 1 << 20

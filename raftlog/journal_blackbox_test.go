@@ -151,7 +151,7 @@ func TestBlackboxFailedRollAcknowledgesNothingDropped(t *testing.T) {
 // after it.
 func TestBlackboxDamageInTheLastSegment(t *testing.T) {
 	dir := t.TempDir()
-	opts := raftlog.JournalOptions{}
+	opts := raftlog.JournalOptions{SegmentSize: 1 << 20}
 	bbWrite(t, dir, opts, 40)
 	segs := bbSegments(t, dir)
 	data, err := os.ReadFile(segs[len(segs)-1])
@@ -208,12 +208,12 @@ func TestBlackboxLostSegment(t *testing.T) {
 // Issue 27, item 5: nothing locks the journal directory.
 func TestBlackboxSecondOpenRefused(t *testing.T) {
 	dir := t.TempDir()
-	j, err := raftlog.OpenJournal(dir, raftlog.JournalOptions{})
+	j, err := raftlog.OpenJournal(dir, raftlog.JournalOptions{SegmentSize: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	if j2, err := raftlog.OpenJournal(dir, raftlog.JournalOptions{}); err == nil {
+	if j2, err := raftlog.OpenJournal(dir, raftlog.JournalOptions{SegmentSize: 1 << 20}); err == nil {
 		j2.Close()
 		t.Fatal("a second open of a journal in use succeeded")
 	}
@@ -221,7 +221,7 @@ func TestBlackboxSecondOpenRefused(t *testing.T) {
 
 // Issue 27, item 8: after Close a group reads as empty.
 func TestBlackboxReadsAfterClose(t *testing.T) {
-	j, err := raftlog.OpenJournal(t.TempDir(), raftlog.JournalOptions{})
+	j, err := raftlog.OpenJournal(t.TempDir(), raftlog.JournalOptions{SegmentSize: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

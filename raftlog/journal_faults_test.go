@@ -224,12 +224,12 @@ func TestJournalRefusesDamageBeforeValidFrames(t *testing.T) {
 	}
 	for name, hurt := range hurts {
 		t.Run(name, func(t *testing.T) {
-			dir, segs := writeFrames(t, JournalOptions{}, 40)
+			dir, segs := writeFrames(t, JournalOptions{SegmentSize: testSegmentSize}, 40)
 			last := segs[len(segs)-1]
 			starts := frameStarts(t, last)
 			at := starts[len(starts)/2]
 			damage(t, last, func(data []byte) { hurt(data, at) })
-			if _, err := OpenJournal(dir, JournalOptions{}); !errors.Is(err, ErrCorrupt) {
+			if _, err := OpenJournal(dir, JournalOptions{SegmentSize: testSegmentSize}); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("open with frame at offset %d of %d damaged: %v, want ErrCorrupt", at, len(starts), err)
 			}
 		})
@@ -376,18 +376,18 @@ const lockChildEnv = "RAFTLOG_TEST_LOCK_CHILD_DIR"
 // reads or writes anything.
 func TestJournalLocksItsDirectory(t *testing.T) {
 	if dir := os.Getenv(lockChildEnv); dir != "" {
-		_, err := OpenJournal(dir, JournalOptions{})
+		_, err := OpenJournal(dir, JournalOptions{SegmentSize: testSegmentSize})
 		fmt.Println(err)
 		return
 	}
 	dir := t.TempDir()
-	j := openJournal(t, dir, JournalOptions{})
+	j := openJournal(t, dir, JournalOptions{SegmentSize: testSegmentSize})
 	mustStore(t, j.Group(1), makeLogs(1, 1, 3, 1))
 	before, err := os.ReadFile(filepath.Join(dir, segmentName(1)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := OpenJournal(dir, JournalOptions{}); !errors.Is(err, ErrLocked) {
+	if _, err := OpenJournal(dir, JournalOptions{SegmentSize: testSegmentSize}); !errors.Is(err, ErrLocked) {
 		t.Fatalf("a second open in the process: %v, want ErrLocked", err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestJournalLocksItsDirectory$")
@@ -405,7 +405,7 @@ func TestJournalLocksItsDirectory(t *testing.T) {
 	}
 	checkRange(t, j.Group(1), 1, 3)
 	j.Close()
-	checkRange(t, openJournal(t, dir, JournalOptions{}).Group(1), 1, 3)
+	checkRange(t, openJournal(t, dir, JournalOptions{SegmentSize: testSegmentSize}).Group(1), 1, 3)
 }
 
 // After a failed fdatasync the journal refuses every write. The page cache
@@ -555,7 +555,7 @@ func TestJournalReadsFormat1(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, segmentName(1)), seg, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	j := openJournal(t, dir, JournalOptions{})
+	j := openJournal(t, dir, JournalOptions{SegmentSize: testSegmentSize})
 	g := j.Group(1)
 	checkRange(t, g, 1, 20)
 	if j.segID != 2 {
@@ -563,7 +563,7 @@ func TestJournalReadsFormat1(t *testing.T) {
 	}
 	mustStore(t, g, makeLogs(1, 21, 30, 3))
 	j.Close()
-	j = openJournal(t, dir, JournalOptions{})
+	j = openJournal(t, dir, JournalOptions{SegmentSize: testSegmentSize})
 	checkRange(t, j.Group(1), 1, 30)
 	if v, err := j.Group(1).GetUint64([]byte("CurrentTerm")); err != nil || v != 3 {
 		t.Fatalf("CurrentTerm = %d, %v; want 3", v, err)

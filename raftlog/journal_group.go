@@ -116,6 +116,18 @@ func (g *JournalGroup) StoreLogs(logs []*raft.Log) error {
 	if next := logs[0]; next != nil && last != 0 && (next.Index < first || next.Index > last+1) {
 		return fmt.Errorf("%w: group %d: entry %d does not follow the log [%d, %d]", ErrInvalidArgument, g.id, next.Index, first, last)
 	}
+	// Refused before anything is copied when the payloads alone fill a
+	// record: the headers around them make it too big.
+	size := 0
+	for _, l := range logs {
+		if l != nil {
+			size += len(l.Data) + len(l.Extensions)
+		}
+	}
+	if size >= maxRecordLen {
+		return fmt.Errorf("%w: group %d: %d entries of %d bytes in all are over the %d bytes one write can hold",
+			ErrInvalidArgument, g.id, len(logs), size, maxRecordLen)
+	}
 	start := time.Now()
 	buf := g.j.encodeBufs.Get().(*[]byte)
 	defer g.j.encodeBufs.Put(buf)

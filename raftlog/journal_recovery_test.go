@@ -21,7 +21,7 @@ import (
 func tornJournal(t *testing.T) (dir, seg string, end int64) {
 	t.Helper()
 	dir = t.TempDir()
-	j, err := OpenJournal(dir, JournalOptions{})
+	j, err := OpenJournal(dir, JournalOptions{SegmentSize: testSegmentSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestJournalCutsATornTail(t *testing.T) {
 				t.Fatal(err)
 			}
 			f.Close()
-			j := openJournal(t, dir, JournalOptions{})
+			j := openJournal(t, dir, JournalOptions{SegmentSize: testSegmentSize})
 			g := j.Group(1)
 			checkRange(t, g, 1, 10)
 			if n, err := g.GetUint64([]byte("CurrentTerm")); err != nil || n != 7 {
@@ -100,7 +100,7 @@ func TestJournalCutsATornTail(t *testing.T) {
 			if err := j.Close(); err != nil {
 				t.Fatal(err)
 			}
-			j = openJournal(t, dir, JournalOptions{})
+			j = openJournal(t, dir, JournalOptions{SegmentSize: testSegmentSize})
 			checkRange(t, j.Group(1), 1, 12)
 		})
 	}
@@ -133,7 +133,7 @@ func TestJournalRefusesDamageToTheLastFrame(t *testing.T) {
 			if err := os.WriteFile(seg, data, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := OpenJournal(dir, JournalOptions{}); !errors.Is(err, ErrCorrupt) {
+			if _, err := OpenJournal(dir, JournalOptions{SegmentSize: testSegmentSize}); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("open with the last frame damaged: %v, want ErrCorrupt", err)
 			}
 		})
@@ -219,7 +219,7 @@ func TestJournalRefusesForeignFiles(t *testing.T) {
 	if err := os.WriteFile(seg, newer, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := OpenJournal(dir, JournalOptions{}); !errors.Is(err, ErrIncompatibleLayout) {
+	if _, err := OpenJournal(dir, JournalOptions{SegmentSize: testSegmentSize}); !errors.Is(err, ErrIncompatibleLayout) {
 		t.Fatalf("open of a newer format: %v, want ErrIncompatibleLayout", err)
 	}
 	if err := os.WriteFile(seg, data, 0o644); err != nil {
@@ -228,7 +228,7 @@ func TestJournalRefusesForeignFiles(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "notes"+segmentSuffix), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := OpenJournal(dir, JournalOptions{}); !errors.Is(err, ErrCorrupt) {
+	if _, err := OpenJournal(dir, JournalOptions{SegmentSize: testSegmentSize}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("open with a stray segment name: %v, want ErrCorrupt", err)
 	}
 }
@@ -422,7 +422,7 @@ func TestOpenJournalFromChecksTheJournalFirst(t *testing.T) {
 	base := t.TempDir()
 	legacy, dir := filepath.Join(base, "raft"), filepath.Join(base, "journal")
 	writeLegacy(t, legacy, legacyLayout, map[uint64][]*raft.Log{1: makeLogs(1, 1, 30, 1)}, map[uint64]uint64{1: 11})
-	j, err := OpenJournal(dir, JournalOptions{})
+	j, err := OpenJournal(dir, JournalOptions{SegmentSize: testSegmentSize})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -246,10 +246,12 @@ func zeroRange(f journalFile, off, end int64) error {
 // nonZeroLen returns the length of b up to and including its last byte
 // that is not zero.
 func nonZeroLen(b []byte) int {
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] != 0 {
-			return i + 1
-		}
+	end := len(b)
+	for end > 0 && allZero(b[max(end-zeroBlock, 0):end]) {
+		end = max(end-zeroBlock, 0)
 	}
-	return 0
+	for end > 0 && b[end-1] == 0 {
+		end--
+	}
+	return end
 }

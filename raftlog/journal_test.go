@@ -198,7 +198,7 @@ func TestJournalWritesAreSynced(t *testing.T) {
 // Concurrent writers of different groups share fdatasyncs (group commit),
 // and each finds its own entries afterwards.
 func TestJournalGroupsShareSyncs(t *testing.T) {
-	j := openJournal(t, t.TempDir(), JournalOptions{})
+	j := openJournal(t, t.TempDir(), JournalOptions{SegmentSize: testSegmentSize})
 	const groups, batches = 8, 50
 	var wg sync.WaitGroup
 	for id := uint64(1); id <= groups; id++ {
@@ -250,11 +250,20 @@ func TestJournalDoesNotCopyLiveLogs(t *testing.T) {
 func TestJournalRefusesAnOversizedWrite(t *testing.T) {
 	j := openJournal(t, t.TempDir(), JournalOptions{NoSync: true})
 	g := j.Group(1)
-	big := &raft.Log{Index: 1, Term: 1, Type: raft.LogCommand, Data: make([]byte, maxRecordLen)}
+	data := make([]byte, maxRecordLen)
+	big := &raft.Log{Index: 1, Term: 1, Type: raft.LogCommand, Data: data}
 	if err := g.StoreLogs([]*raft.Log{big}); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("StoreLogs of %d bytes = %v, want ErrInvalidArgument", len(big.Data), err)
 	}
-	if err := g.Set([]byte("k"), make([]byte, maxRecordLen)); !errors.Is(err, ErrInvalidArgument) {
+	// Entries each within the bound, over it together.
+	halves := []*raft.Log{
+		{Index: 1, Term: 1, Type: raft.LogCommand, Data: data[:maxRecordLen/2]},
+		{Index: 2, Term: 1, Type: raft.LogCommand, Data: data[maxRecordLen/2-8:]},
+	}
+	if err := g.StoreLogs(halves); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("StoreLogs of two entries over %d bytes together = %v, want ErrInvalidArgument", maxRecordLen, err)
+	}
+	if err := g.Set([]byte("k"), data); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("Set of %d bytes = %v, want ErrInvalidArgument", maxRecordLen, err)
 	}
 	mustStore(t, g, makeLogs(1, 1, 3, 1))
