@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/internal/gridproc"
+	"github.com/l4xg/grid/internal/machinelock"
 	"github.com/l4xg/grid/internal/netlab"
 )
 
@@ -150,6 +151,7 @@ func TestRunPassesUnderFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster of real processes")
 	}
+	machinelock.Shared(t)
 	faults := []string{faultKill, faultPause}
 	if canPartition(t) {
 		faults = append(faults, faultPartition)
@@ -192,6 +194,7 @@ func TestRunCatchesBrokenGrids(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster of real processes")
 	}
+	machinelock.Shared(t)
 	cases := []struct {
 		broken string
 		faults []string

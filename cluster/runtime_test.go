@@ -58,6 +58,15 @@ type load struct {
 	// (issue 11); the message is then processed after its lease, which
 	// loses nothing.
 	selfBusy int
+	// slowest is the longest a Reserve and Complete of one key took.
+	slowest   time.Duration
+	slowestAt string
+}
+
+// doneKey is one key's Reserve and Complete, completed, and how long they took.
+type doneKey struct {
+	key  string
+	took time.Duration
 }
 
 func startLoad(t *testing.T, cl *client.Client, workers int) *load {
@@ -73,6 +82,7 @@ func startLoad(t *testing.T, cl *client.Client, workers int) *load {
 				default:
 				}
 				key := fmt.Sprintf("w%d-%d", w, i)
+				start := time.Now()
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				r, err := cl.Reserve(ctx, "load", key)
 				switch {
@@ -90,7 +100,7 @@ func startLoad(t *testing.T, cl *client.Client, workers int) *load {
 					results <- fmt.Errorf("%s: %w", key, err)
 					continue
 				}
-				results <- key
+				results <- doneKey{key, time.Since(start)}
 			}
 		}()
 	}
@@ -100,8 +110,11 @@ func startLoad(t *testing.T, cl *client.Client, workers int) *load {
 			switch v := (<-results).(type) {
 			case nil:
 				left--
-			case string:
-				l.completed = append(l.completed, v)
+			case doneKey:
+				l.completed = append(l.completed, v.key)
+				if v.took > l.slowest {
+					l.slowest, l.slowestAt = v.took, v.key
+				}
 			case busy:
 				l.selfBusy++
 			case error:
@@ -121,6 +134,7 @@ func (l *load) finish(t *testing.T) {
 	t.Helper()
 	close(l.stop)
 	<-l.done
+	t.Logf("the slowest key took %v (%s)", l.slowest.Round(time.Millisecond), l.slowestAt)
 	for i, err := range l.errs {
 		if i < 5 {
 			t.Errorf("a caller saw an error: %v", err)

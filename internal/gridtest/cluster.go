@@ -19,6 +19,7 @@ import (
 	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
+	"github.com/l4xg/grid/internal/machinelock"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/node"
 	"github.com/l4xg/grid/raftlog"
@@ -101,6 +102,9 @@ type clusterNode struct {
 // the test ends.
 func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	t.Helper()
+	// Its Raft groups keep leaders on 500 ms heartbeats: never beside a
+	// test that loads the whole machine.
+	machinelock.Shared(t)
 	if opts.Nodes == 0 {
 		opts.Nodes = 3
 	}
