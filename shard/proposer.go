@@ -292,8 +292,13 @@ func (p *proposer) gather(first *request) (b batch, tick bool, next *request) {
 				return b, tick, r
 			}
 			size += r.bytes
+			if len(b.reqs) == 1 {
+				// The first request's commands are its caller's: the
+				// entry's grow in a slice of their own, once.
+				b.cmds = append(make([]keyspace.Command, 0, 4*len(b.cmds)+len(r.cmds)), b.cmds...)
+			}
 			b.reqs = append(b.reqs, r)
-			b.cmds = append(b.cmds[:len(b.cmds):len(b.cmds)], r.cmds...)
+			b.cmds = append(b.cmds, r.cmds...)
 			tick = tick || r.tick
 		default:
 			return b, tick, nil
