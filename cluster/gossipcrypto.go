@@ -10,11 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/l4xg/grid/internal/dirsync"
 )
 
 // GossipEncryption encrypts the gossip traffic with memberlist's keyring
@@ -53,30 +54,15 @@ func ParseGossipKeys(text string) ([][]byte, error) {
 }
 
 // writeKeyring stores keys (the primary first) in path, one base64 key a
-// line, through a temporary file renamed into place and synced.
+// line, replaced atomically and durably: a crash after a rotation never
+// brings the node back with the key the others have dropped.
 func writeKeyring(path string, keys [][]byte) error {
 	var b strings.Builder
 	b.WriteString("# gossip keyring, the primary first: written by gridnode on every change\n")
 	for _, k := range keys {
 		b.WriteString(base64.StdEncoding.EncodeToString(k) + "\n")
 	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.WriteString(b.String()); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return dirsync.WriteFile(path, []byte(b.String()), 0o600)
 }
 
 // gossipCrypto is what the gossip guard needs to look inside encrypted

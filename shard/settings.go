@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/l4xg/grid/internal/dirsync"
 )
 
 // HardSettings corrupt data if changed after a data directory was created:
@@ -40,12 +42,8 @@ func loadOrCreateSettings(dir string, want HardSettings) (HardSettings, error) {
 		if err != nil {
 			return want, err
 		}
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		if err := dirsync.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 			return want, fmt.Errorf("shard: write hard settings: %w", err)
-		}
-		if err := syncRename(tmp, path); err != nil {
-			return want, err
 		}
 		return want, nil
 	}
@@ -61,27 +59,6 @@ func loadOrCreateSettings(dir string, want HardSettings) (HardSettings, error) {
 			ErrHardSettings, path, got, want)
 	}
 	return got, nil
-}
-
-func syncRename(tmp, path string) error {
-	f, err := os.Open(tmp)
-	if err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	f.Close()
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("shard: write hard settings: %w", err)
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // readSettings returns the hard settings stored in dir.
