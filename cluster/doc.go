@@ -39,9 +39,13 @@
 // checked against bounds (gossipframe.go) before memberlist decodes it,
 // through the label, compression and checksum wrappers as memberlist walks
 // them; a refused one is dropped or its stream closed, logged at warn and
-// counted (RefusedFrames). Encrypted streams are refused, as gossip
-// encryption is off. The same transport injects the partitions of tests
-// (GossipFaults).
+// counted (RefusedFrames). With gossip encryption on (a keyring from
+// --gossip-key-file), an encrypted packet or stream is decrypted with the
+// keyring and its plaintext checked the same way, so a member holding the
+// key cannot send what memberlist panics on either; a plaintext one is
+// refused while incoming messages are verified. With encryption off an
+// encrypted one is refused. The same transport injects the partitions of
+// tests (GossipFaults).
 //
 // memberlist never contacts a member it has declared dead, so after a
 // partition both sides would stay split for good. Membership rejoins by

@@ -2,6 +2,7 @@
 // goroutines use it: users hold it shared for each operation, and Close
 // waits for them, closes it once, and makes later Acquires fail with the
 // owner's closed error instead of reaching a closed database (which Pebble
-// answers with a panic). raftlog and tiering both keep their Pebble this
-// way.
+// answers with a panic). The cold tier (tiering) keeps its Pebble this way; raftlog
+// opens Pebble only to read a legacy log once, read-only, and needs no
+// guard.
 package pebbleguard
