@@ -60,7 +60,24 @@ type away struct {
 // refused here. Last, the settles that found no record of their key on
 // their token's shard here take their second step (router.place).
 func (s *Server) runBatch(ctx context.Context, r *router, ops []*gridpb.Op, out []*gridpb.OpResult) {
-	groups, reads, targets := r.plan(ops, out)
+	s.runPlan(ctx, r, ops, s.plan(r, ops, out), out)
+	boundResults(out)
+}
+
+// plan is a batch's operations validated, digested once and grouped by
+// shard (router.plan): groups to propose, stale reads to answer locally,
+// and each operation's target.
+type plan struct {
+	groups  []*group
+	reads   []int
+	targets []target
+}
+
+// runPlan runs p's groups and reads as runBatch does, and writes their
+// answers into out, at their positions in ops only: the parts of one
+// stream frame run side by side on the frame's plan.
+func (s *Server) runPlan(ctx context.Context, r *router, ops []*gridpb.Op, p plan, out []*gridpb.OpResult) {
+	groups, reads, targets := p.groups, p.reads, p.targets
 	// refused[j] is set when group j's replica is not the leader; each
 	// goroutine writes only its own element, and only the elements of
 	// missed at its group's positions: the settles that found no record of
@@ -130,7 +147,6 @@ func (s *Server) runBatch(ctx context.Context, r *router, ops []*gridpb.Op, out 
 	}
 	s.sendAway(ctx, r, ops, left, out)
 	s.secondStep(ctx, r, ops, missed, out)
-	boundResults(out)
 }
 
 // secondStep runs, as one more batch routed by key, the settles whose
@@ -157,12 +173,20 @@ func (s *Server) secondStep(ctx context.Context, r *router, ops []*gridpb.Op, mi
 	}
 }
 
+// plan plans ops on r (router.plan) and counts them.
+func (s *Server) plan(r *router, ops []*gridpb.Op, out []*gridpb.OpResult) plan {
+	s.metrics.planned.Add(float64(len(ops)))
+	return r.plan(ops, out)
+}
+
 // plan validates every operation and groups the others by shard, in batch
 // order. An invalid operation gets its error in out. Stale reads are
 // listed apart: they are answered locally, after the proposals.
-func (r *router) plan(ops []*gridpb.Op, out []*gridpb.OpResult) (groups []*group, reads []int, targets []target) {
+func (r *router) plan(ops []*gridpb.Op, out []*gridpb.OpResult) plan {
+	var groups []*group
+	var reads []int
 	byShard := make(map[int]*group)
-	targets = make([]target, len(ops))
+	targets := make([]target, len(ops))
 	for i, op := range ops {
 		t, err := opTarget(op)
 		if err != nil {
@@ -190,7 +214,7 @@ func (r *router) plan(ops []*gridpb.Op, out []*gridpb.OpResult) (groups []*group
 		g.idx = append(g.idx, i)
 		g.second = append(g.second, second >= 0)
 	}
-	return groups, reads, targets
+	return plan{groups: groups, reads: reads, targets: targets}
 }
 
 // sendAway forwards the operations of left to their shards' leaders, one

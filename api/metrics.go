@@ -17,6 +17,9 @@ type rpcMetrics struct {
 	// the answers per response frame: how many answers ready together
 	// shared a write.
 	streamOps, streamAnswers prometheus.Histogram
+	// planned counts operations validated, digested and grouped by
+	// shard: once each on every node an operation reaches.
+	planned prometheus.Counter
 	// stages times the node's part of a Stream's operations, by stage:
 	// stageStreamServe, stageStreamWrite.
 	stages *prometheus.HistogramVec
@@ -79,6 +82,10 @@ func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
 			Help:    "Answers per Stream response frame: the answers ready together that shared one write.",
 			Buckets: opBuckets(),
 		}),
+		planned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "l4xg_grid_operations_planned_total",
+			Help: "Operations validated, digested and grouped by shard: once each on every node they reach (a forwarded operation counts on both).",
+		}),
 		stages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "l4xg_grid_api_stage_seconds",
 			Help:    "Time of Stream operations in the node's API, by stage: stream_serve (a frame's arrival until one of its shard parts is applied), stream_write (that part's answers handed to the writer until sent).",
@@ -90,7 +97,7 @@ func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
 		}, []string{"route"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.latency, m.batchOps, m.streamOps, m.streamAnswers, m.stages, m.routes)
+		reg.MustRegister(m.requests, m.latency, m.batchOps, m.streamOps, m.streamAnswers, m.planned, m.stages, m.routes)
 	}
 	return m
 }

@@ -163,7 +163,7 @@ func (s *Server) serveFrame(ctx context.Context, req *gridpb.StreamRequest, out 
 		offer(ctx, out, ids, first)
 		return
 	}
-	groups, reads, _ := rt.plan(ops, first)
+	p := s.plan(rt, ops, first)
 	var invalid []int
 	for i, r := range first {
 		if r != nil {
@@ -173,29 +173,37 @@ func (s *Server) serveFrame(ctx context.Context, req *gridpb.StreamRequest, out 
 	if len(invalid) > 0 {
 		offer(ctx, out, pick(ids, invalid), pick(first, invalid))
 	}
-	parts := make([][]int, 0, len(groups)+1)
-	for _, g := range groups {
-		parts = append(parts, g.idx)
+	// Each shard's operations are a part, and the stale reads one more;
+	// the parts run on the frame's plan (nothing is validated or digested
+	// again) and write their answers at their own positions of first.
+	type part struct {
+		idx []int
+		p   plan
 	}
-	if len(reads) > 0 {
-		parts = append(parts, reads)
+	parts := make([]part, 0, len(p.groups)+1)
+	for _, g := range p.groups {
+		parts = append(parts, part{g.idx, plan{groups: []*group{g}, targets: p.targets}})
 	}
-	run := func(idx []int) {
-		res := make([]*gridpb.OpResult, len(idx))
-		s.runBatch(opCtx, rt, pick(ops, idx), res)
+	if len(p.reads) > 0 {
+		parts = append(parts, part{p.reads, plan{reads: p.reads, targets: p.targets}})
+	}
+	run := func(pt part) {
+		s.runPlan(opCtx, rt, ops, pt.p, first)
+		res := pick(first, pt.idx)
+		boundResults(res)
 		s.metrics.stage(stageStreamServe, time.Since(start))
-		offer(ctx, out, pick(ids, idx), res)
+		offer(ctx, out, pick(ids, pt.idx), res)
 	}
 	var wg sync.WaitGroup
-	for k, idx := range parts {
+	for k, pt := range parts {
 		if k == len(parts)-1 {
-			run(idx) // the last part on this goroutine: one hand-off less
+			run(pt) // the last part on this goroutine: one hand-off less
 			break
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			run(idx)
+			run(pt)
 		}()
 	}
 	wg.Wait()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -163,4 +164,49 @@ func TestStreamEndsAtShutdown(t *testing.T) {
 		t.Fatalf("the stream at shutdown ended with %v, want Unavailable: node shutting down", err)
 	}
 	<-stopped
+}
+
+// A frame's operations are validated and digested once each: the node's
+// planned counter grows by the frame's size, whatever shards it spans.
+func TestStreamPlansEachOperationOnce(t *testing.T) {
+	n := gridtest.Start(t, gridtest.Options{HTTP: true})
+	c := gridtest.Dial(t, n.Addr())
+	ctx := gridtest.Context(t)
+	planned := func() float64 {
+		t.Helper()
+		_, body := gridtest.HTTPGet(t, "http://"+n.HTTPAddr()+"/metrics")
+		for _, line := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(line, "l4xg_grid_operations_planned_total "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return f
+			}
+		}
+		t.Fatal("/metrics lacks l4xg_grid_operations_planned_total")
+		return 0
+	}
+	st, err := c.Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := planned()
+	const size = 24 // over several shards
+	var ids []uint64
+	var ops []*gridpb.Op
+	for i := range size {
+		ids, ops = append(ids, uint64(i+1)), append(ops, reserveOf("orders", fmt.Sprint("p-", i)))
+	}
+	if err := st.Send(&gridpb.StreamRequest{Ids: ids, Ops: ops}); err != nil {
+		t.Fatal(err)
+	}
+	for id, r := range recvAnswers(t, st, ids) {
+		if r.Outcome != gridpb.Outcome_ACQUIRED {
+			t.Fatalf("id %d: %v", id, r)
+		}
+	}
+	if got := planned() - before; got != size {
+		t.Fatalf("a frame of %d operations planned %v operations, want %d", size, got, size)
+	}
 }
