@@ -2,6 +2,7 @@ package layout
 
 import (
 	"errors"
+	"fmt"
 	"go/build"
 	"io/fs"
 	"maps"
@@ -138,4 +139,52 @@ func TestLayout(t *testing.T) {
 	noDeps("cluster", "api", "node")
 	// api talks to the cluster runtime through interfaces of its own.
 	noImports("api", "raftlog", "cluster", "node")
+	// The client and every adapter under it build without the server.
+	// adaptertest is the adapters' tests' grid: a package that imported it
+	// outside its tests would have the server among its own deps.
+	for name := range pkgs {
+		if (name == "client" || strings.HasPrefix(name, "client/")) && name != "client/internal/adaptertest" {
+			for _, err := range serverDeps(pkgs, name) {
+				t.Error(err)
+			}
+		}
+	}
+}
+
+// serverDeps lists the server packages (and the server's own modules:
+// raft, memberlist, Pebble) that package name depends on, as errors: a
+// consumer importing the client or one of its adapters must not build
+// them. api/gridpb, the generated API, is the client's too.
+func serverDeps(pkgs map[string]pkg, name string) []error {
+	server := []string{"api", "shard", "cluster", "node", "raftlog", "tiering", "keyspace", "cmd", "chaos", "bench",
+		"internal/gridtest", "internal/launch", "internal/gridproc",
+		"github.com/hashicorp/raft", "github.com/hashicorp/memberlist", "github.com/cockroachdb/pebble"}
+	var errs []error
+	for _, d := range pkgs[name].deps {
+		if d == "api/gridpb" {
+			continue
+		}
+		for _, s := range server {
+			if d == s || strings.HasPrefix(d, s+"/") {
+				errs = append(errs, fmt.Errorf("%s depends on %s, a package of the server", name, d))
+				break
+			}
+		}
+	}
+	return errs
+}
+
+// The adapters' rule catches an adapter that reaches the server, directly
+// or through another package, and passes one that does not.
+func TestServerDepsCatchesAnAdapter(t *testing.T) {
+	pkgs := map[string]pkg{
+		"client/kafka": {imports: []string{"client", "shard"}, deps: []string{"api/gridpb", "client", "digest", "keyspace", "shard"}},
+		"client/sqs":   {imports: []string{"client"}, deps: []string{"api/gridpb", "client", "digest", "github.com/aws/aws-sdk-go-v2"}},
+	}
+	if errs := serverDeps(pkgs, "client/kafka"); len(errs) != 2 {
+		t.Errorf("an adapter depending on shard and keyspace: %v, want two errors", errs)
+	}
+	if errs := serverDeps(pkgs, "client/sqs"); len(errs) != 0 {
+		t.Errorf("an adapter on the client alone: %v, want none", errs)
+	}
 }
