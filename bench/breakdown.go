@@ -76,6 +76,8 @@ func breakdown(before, after map[string]float64, res workload.Result, clientCPU 
 		label := fmt.Sprintf("{stage=%q}", st.stage)
 		set(st.figure, 1e3*d(st.metric+"_sum"+label), d(st.metric+"_count"+label))
 	}
+	set("ops_per_stream_frame", d("l4xg_grid_stream_request_operations_sum"), d("l4xg_grid_stream_request_operations_count"))
+	set("answers_per_stream_frame", d("l4xg_grid_stream_response_operations_sum"), d("l4xg_grid_stream_response_operations_count"))
 	set("commands_per_entry", d("l4xg_grid_raft_entry_commands_sum"), d("l4xg_grid_raft_entry_commands_count"))
 	writes, fsyncs := d("l4xg_grid_raft_log_writes_total"), d("l4xg_grid_raft_log_fsyncs_total")
 	set("log_writes_per_s", writes, secs)

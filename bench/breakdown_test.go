@@ -26,6 +26,10 @@ func TestBreakdownFromCounters(t *testing.T) {
 		"l4xg_grid_raft_entry_commands_sum":                       400,
 		"l4xg_grid_raft_entry_commands_count":                     100,
 		`l4xg_grid_api_stage_seconds_count{stage="stream_serve"}`: 7,
+		"l4xg_grid_stream_request_operations_sum":                 100,
+		"l4xg_grid_stream_request_operations_count":               50,
+		"l4xg_grid_stream_response_operations_sum":                100,
+		"l4xg_grid_stream_response_operations_count":              90,
 		"l4xg_grid_raft_log_writes_total@node-2":                  20,
 		"l4xg_grid_raft_log_fsyncs_total@node-2":                  10,
 	}
@@ -39,6 +43,10 @@ func TestBreakdownFromCounters(t *testing.T) {
 		"l4xg_grid_raft_entry_commands_sum":                       4400,
 		"l4xg_grid_raft_entry_commands_count":                     1100,
 		`l4xg_grid_api_stage_seconds_count{stage="stream_serve"}`: 7,
+		"l4xg_grid_stream_request_operations_sum":                 4100,
+		"l4xg_grid_stream_request_operations_count":               1050,
+		"l4xg_grid_stream_response_operations_sum":                4100,
+		"l4xg_grid_stream_response_operations_count":              590,
 		"l4xg_grid_raft_log_writes_total@node-2":                  620,
 		"l4xg_grid_raft_log_fsyncs_total@node-2":                  210,
 	}
@@ -50,6 +58,8 @@ func TestBreakdownFromCounters(t *testing.T) {
 		"call_mean_ms":                2.5,
 		"raft_commit_ms":              2, // 2 s over 1000 entries
 		"commands_per_entry":          4,
+		"ops_per_stream_frame":        4, // 4000 operations in 1000 frames
+		"answers_per_stream_frame":    8, // 4000 answers in 500 frames
 		"log_writes_per_s":            1000,
 		"fsyncs_per_s":                500,
 		"fsync_ms":                    1,

@@ -85,7 +85,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.Lease, "lease", 30*time.Second, "lease of reserves")
 	fs.DurationVar(&c.Retention, "retention", time.Hour, "retention of completed keys")
 	fs.StringVar(&c.Out, "out", "", "results directory (default bench/results/<date>-<host>)")
-	fs.BoolVar(&c.CPUProfile, "cpuprofile-grid", false, "fetch a CPU profile of the grid node during its first reserve-unique run")
+	fs.BoolVar(&c.CPUProfile, "cpuprofile-grid", false, "fetch a CPU profile of the grid node (every node of a cluster) during its first reserve-unique run, and take one of this process (the client)")
 	fs.StringVar(&c.Readme, "readme", "", "README to update: the Markdown table goes between <!-- bench:begin --> and <!-- bench:end -->")
 	fs.Float64Var(&c.Rate, "rate", 0, "open loop: calls per second in all, latency from each call's scheduled start (0: closed loop); not for fill")
 	fs.BoolVar(&c.HalfPeak, "half-peak", true, "after the closed-loop rounds, run reserve-unique open loop at half of each target's closed-loop peak, for p99 at half of peak")

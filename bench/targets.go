@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -186,8 +187,17 @@ func (b *bencher) withProfile(ctx context.Context, nodes []profiled, f func() (w
 			done <- err
 		}()
 	}
+	// The benchmark process too: the client's side of the same run.
+	clientPath := filepath.Join(b.cfg.Out, "client-reserve-unique.cpu.pprof")
+	stopClient, cerr := startProcessProfile(clientPath)
 	res, err := f()
 	var perrs []error
+	if cerr == nil {
+		cerr = stopClient()
+	}
+	if cerr != nil {
+		perrs = append(perrs, fmt.Errorf("client: %w", cerr))
+	}
 	for range nodes {
 		perrs = append(perrs, <-done)
 	}
@@ -202,7 +212,25 @@ func (b *bencher) withProfile(ctx context.Context, nodes []profiled, f func() (w
 	if len(nodes) > 1 {
 		b.pprofTop(filepath.Join(b.cfg.Out, profileName("", "pprof-top.txt")), paths...)
 	}
+	b.pprofTopOf(filepath.Join(b.cfg.Out, "client-reserve-unique.pprof-top.txt"), "", clientPath)
 	return res, err
+}
+
+// startProcessProfile starts a CPU profile of this process into path; stop
+// ends it and closes the file.
+func startProcessProfile(path string) (stop func() error, err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
 
 // profileName is the name of a profile file of node ("" for a single node).
@@ -216,9 +244,15 @@ func profileName(node, suffix string) string {
 // pprofTop writes go tool pprof -top of the profiles (merged when several)
 // to path.
 func (b *bencher) pprofTop(path string, profiles ...string) {
+	b.pprofTopOf(path, b.bin, profiles...)
+}
+
+// pprofTopOf writes go tool pprof -top of the profiles of binary bin ("":
+// the profiles' own symbols) to path.
+func (b *bencher) pprofTopOf(path, bin string, profiles ...string) {
 	args := []string{"tool", "pprof", "-top", "-nodecount=40"}
-	if b.bin != "" {
-		args = append(args, b.bin)
+	if bin != "" {
+		args = append(args, bin)
 	}
 	out, err := exec.Command("go", append(args, profiles...)...).CombinedOutput()
 	if err != nil {

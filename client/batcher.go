@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,15 @@ import (
 // therefore leaves at once, while under load the queue fills during the
 // round trips (or the stream writes) in flight and the batches grow by
 // themselves.
+//
+// Woken, the dispatcher first yields its processor once (runtime.Gosched).
+// The first caller's submit wakes it, and Go runs a goroutine woken that
+// way next on the caller's processor, ahead of the other callers that the
+// same answer frame woke: without the yield, a stream frame carried one
+// call under load (1.07 operations a frame with 50 callers on one node),
+// with it 4.5 to 6.5, and the node and the client spend about a fifth less
+// CPU per call (bench/README.md). Alone, a call waits for nothing: a yield
+// with no other goroutine ready returns at once.
 //
 // A caller waits for its own answer or for its context. A call whose context
 // ended while queued is dropped before sending; once sent it cannot be
@@ -155,6 +165,7 @@ func (b *batcher) dispatch() {
 		case <-b.root.Done():
 			return
 		}
+		runtime.Gosched() // let the callers woken with this one queue theirs
 		for {
 			if !b.c.turn(b.root) {
 				return

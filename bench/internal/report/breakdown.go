@@ -19,6 +19,8 @@ var Breakdown = []struct{ Name, Meaning string }{
 	{"client_answer_ms", "client: from the batch taking it until answered (network and node)"},
 	{"client_cpu_us_per_op", "CPU of the benchmark process (callers and client) per op"},
 	{"node_cpu_us_per_op", "CPU of the grid's nodes per op"},
+	{"ops_per_stream_frame", "operations per Stream request frame (the client's batching)"},
+	{"answers_per_stream_frame", "answers per Stream response frame (answers ready together share a write)"},
 	{"api_stream_serve_ms", "node: a stream frame's arrival until one of its shard parts is applied"},
 	{"api_stream_write_ms", "node: that part's answers handed to the stream's writer until sent"},
 	{"propose_queue_ms", "leader: a request waiting for its entry to be handed to Raft (per request)"},
