@@ -93,7 +93,7 @@ func reserveWith(key, entity []byte, version uint64) *gridpb.ReserveRequest {
 // LEASE_LOST, not the OK of a key nobody holds; the token decides over an
 // entity the settle names.
 func TestSettleFindsItsKeyWithoutTheEntity(t *testing.T) {
-	n := gridtest.Start(t)
+	n := gridtest.Start(t, gridtest.Options{Shards: 8}) // keys on several shards
 	c := gridtest.Dial(t, n.Addr())
 	m, err := c.ClusterMap(gridtest.Context(t), &gridpb.ClusterMapRequest{})
 	if err != nil || m.ShardCount < 2 {
@@ -166,7 +166,7 @@ func TestSettleFindsItsKeyWithoutTheEntity(t *testing.T) {
 // Release included (not the OK of a key nobody holds), and OK for a
 // Release of a key nobody holds.
 func TestSettleWithAForeignToken(t *testing.T) {
-	n := gridtest.Start(t)
+	n := gridtest.Start(t, gridtest.Options{Shards: 8}) // keys on several shards
 	c := gridtest.Dial(t, n.Addr())
 	m, err := c.ClusterMap(gridtest.Context(t), &gridpb.ClusterMapRequest{})
 	if err != nil {

@@ -75,7 +75,7 @@ func TestSettlesWithoutTheEntityOnARealCluster(t *testing.T) {
 // Locate still says which of them serves a key (the one the node routes
 // it to), through a routing client and one built WithoutRouting.
 func TestLocateOnAStandaloneNode(t *testing.T) {
-	n := gridtest.Start(t)
+	n := gridtest.Start(t, gridtest.Options{Shards: 8})
 	for _, opts := range [][]Option{nil, {WithoutRouting()}} {
 		cl, err := Dial(testCtx(t), n.Addr(), opts...)
 		if err != nil {

@@ -45,8 +45,8 @@ func TestHTTPEndpoints(t *testing.T) {
 		`l4xg_grid_raft_apply_latency_seconds_count`,
 		`l4xg_grid_raft_entry_commands_bucket`,
 		`l4xg_grid_tier_bytes{shard="0",tier="hot"}`,
-		`l4xg_grid_shard_leader{shard="7"} 1`,
-		`l4xg_grid_shard_voters{shard="7"} 1`, // a standalone node: one voter per shard
+		`l4xg_grid_shard_leader{shard="0"} 1`,
+		`l4xg_grid_shard_voters{shard="0"} 1`, // a standalone node: one voter per shard
 		`l4xg_grid_data_dir_available_bytes `,
 		`l4xg_grid_data_dir_size_bytes `,
 		`go_goroutines`,

@@ -27,8 +27,9 @@ type HostConfig struct {
 	DataDir string // required
 	// Hard settings, fixed at creation; zero means the defaults.
 	Slots uint32
-	// Shards: zero means what the data directory holds, or DefaultShards
-	// for a new one.
+	// Shards: zero means what the data directory holds, or for a new one
+	// DefaultShards (standalone, Mux nil) or DefaultClusterShards (a
+	// cluster member, Mux set).
 	Shards int
 	// Soft settings.
 	Clock        func() time.Time
@@ -98,7 +99,8 @@ type Host struct {
 
 // withDefaults is c with every unset field at its default: the one place
 // the defaults of a host's config are. Shards defaults to the data
-// directory's stored count, else DefaultShards.
+// directory's stored count, else DefaultShards or, for a cluster member,
+// DefaultClusterShards.
 func (c HostConfig) withDefaults() HostConfig {
 	if c.NodeID == "" {
 		c.NodeID = "node-1"
@@ -108,6 +110,9 @@ func (c HostConfig) withDefaults() HostConfig {
 	}
 	if c.Shards == 0 {
 		c.Shards = DefaultShards
+		if c.Mux != nil {
+			c.Shards = DefaultClusterShards
+		}
 		if c.DataDir != "" {
 			if stored, err := readSettings(c.DataDir); err == nil {
 				c.Shards = stored.Shards

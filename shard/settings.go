@@ -27,8 +27,18 @@ const (
 	digestName    = "farm-fingerprint128(namespace|0x00|key), hi bits 32-47 = farm32(namespace)"
 	// DefaultSlots is the fixed number of slots the digest space is cut into.
 	DefaultSlots = 4096
-	// DefaultShards is the number of shards a node hosts when alone.
-	DefaultShards = 8
+	// DefaultShards is the shard count of a new standalone grid: one Raft
+	// group, so that group commit fills its entries. A standalone node
+	// never joins a cluster, and one group's apply loop is far from a
+	// core's worth of work (DefaultShards measured against 2, 4 and 8 in
+	// bench/README.md); --shards sets more where it pays.
+	DefaultShards = 1
+	// DefaultClusterShards is the shard count of a new cluster member: the
+	// shards a cluster spreads over its nodes, so a cluster created small
+	// can still grow to this many shard leaders. Every member must have the
+	// cluster's count (it is a hard setting of each data directory), so it
+	// does not follow the size at creation.
+	DefaultClusterShards = 8
 )
 
 // loadOrCreateSettings returns the settings stored in dir, creating them from

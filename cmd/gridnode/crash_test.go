@@ -22,9 +22,9 @@ type proc struct {
 }
 
 // startServe runs "gridnode serve" on dir and waits for its ready line.
-func startServe(t testing.TB, dir string) *proc {
+func startServe(t testing.TB, dir string, more ...string) *proc {
 	t.Helper()
-	p := launchProc(t, os.Stderr, "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "", "--log-level", "warn")
+	p := launchProc(t, os.Stderr, append([]string{"--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "", "--log-level", "warn"}, more...)...)
 	p.waitReady(t, 60*time.Second)
 	return p
 }

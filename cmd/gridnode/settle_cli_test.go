@@ -24,7 +24,8 @@ func TestCLISettleWithoutTheEntity(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts gridnode processes")
 	}
-	p := startServe(t, t.TempDir())
+	// Several shards, so that an entity can move a key to another one.
+	p := startServe(t, t.TempDir(), "--shards", "8")
 	c, err := client.Dial(context.Background(), p.addr, client.WithoutRouting())
 	if err != nil {
 		t.Fatal(err)
