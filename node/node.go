@@ -50,9 +50,29 @@ type Config struct {
 	// Cluster, if set, makes the node a member of a cluster; nil runs a
 	// standalone node holding every shard.
 	Cluster *ClusterConfig
-	// WrapListener, if set, wraps the client gRPC listener (tests only: to
-	// cut the client port while the node's replicas go on).
+	// Knobs are the hooks tests reach into a node with; production
+	// leaves them zero.
+	Knobs TestingKnobs
+}
+
+// TestingKnobs are the hooks tests reach into a node with (CockroachDB's
+// name for the same idea): each is nil unless a test sets it, and
+// gridnode never does.
+type TestingKnobs struct {
+	// WrapListener wraps the client gRPC listener: to cut the client port
+	// while the node's replicas go on.
 	WrapListener func(net.Listener) net.Listener
+	// RaftFaults injects network faults into a cluster member's Raft
+	// traffic.
+	RaftFaults *raftlog.Faults
+	// GossipFaults injects network faults into its gossip traffic.
+	GossipFaults *cluster.GossipFaults
+	// WrapRemote wraps the cluster.Remote its control leader reaches the
+	// other nodes with: to watch what it sends.
+	WrapRemote func(cluster.Remote) cluster.Remote
+	// WrapView wraps the cluster runtime as its API server sees it: to
+	// show the server another map or gossip view.
+	WrapView func(api.ClusterView) api.ClusterView
 }
 
 // ClusterConfig is what a node needs to join or form a cluster. Zero
@@ -80,19 +100,8 @@ type ClusterConfig struct {
 	Gossip      cluster.GossipTiming
 	// HeartbeatTimeout of every Raft group (default 500 ms).
 	HeartbeatTimeout time.Duration
-	// Faults injects network faults into the Raft traffic (tests only).
-	Faults *raftlog.Faults
-	// GossipFaults injects network faults into the gossip traffic (tests
-	// only).
-	GossipFaults *cluster.GossipFaults
 	// GossipEncryption, if set, encrypts the gossip with its keys.
 	GossipEncryption *cluster.GossipEncryption
-	// WrapRemote, if set, wraps the cluster.Remote the control leader
-	// reaches the other nodes with (tests only: to watch what it sends).
-	WrapRemote func(cluster.Remote) cluster.Remote
-	// WrapView, if set, wraps the cluster runtime as the API server sees
-	// it (tests only: to show the server another map or gossip view).
-	WrapView func(api.ClusterView) api.ClusterView
 }
 
 // HandshakeTimeout bounds how long a new connection to any of a node's
@@ -145,8 +154,8 @@ func Start(cfg Config) (*Node, error) {
 	if n.lis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("node: listen %s: %w", cfg.Listen, err)
 	}
-	if cfg.WrapListener != nil {
-		n.lis = cfg.WrapListener(n.lis)
+	if cfg.Knobs.WrapListener != nil {
+		n.lis = cfg.Knobs.WrapListener(n.lis)
 	}
 	if cfg.HTTPListen != "" {
 		if n.httpLis, err = net.Listen("tcp", cfg.HTTPListen); err != nil {

@@ -60,7 +60,7 @@ func (n *Node) openCluster(opts api.Options) error {
 	if cc.GossipListen == "" {
 		cc.GossipListen = cluster.DefaultGossipAddr
 	}
-	mc := raftlog.MuxConfig{Advertise: cc.RaftAdvertise, Faults: cc.Faults, Logger: cfg.Logger}
+	mc := raftlog.MuxConfig{Advertise: cc.RaftAdvertise, Faults: cfg.Knobs.RaftFaults, Logger: cfg.Logger}
 	if n.tls.peer != nil {
 		mc.TLSServer = serverTLS(n.tls.peer, true, cfg.TLS.PeerAllowedNames, n.tls.peer)
 		mc.TLSClient = peerClientTLS(n.tls.peer, cfg.TLS.PeerAllowedNames, n.tls.peer)
@@ -104,13 +104,13 @@ func (n *Node) openCluster(opts api.Options) error {
 		peers.SetToken(cfg.Auth.NodeToken)
 	}
 	var remote cluster.Remote = peers
-	if cc.WrapRemote != nil {
-		remote = cc.WrapRemote(peers)
+	if cfg.Knobs.WrapRemote != nil {
+		remote = cfg.Knobs.WrapRemote(peers)
 	}
 	cn, err := cluster.Start(cluster.Config{
 		ID: topology.NodeID(hc.NodeID), GRPCAddr: grpcAddr, HTTPAddr: httpAddr,
 		Host: host, Mux: mux, Logs: host.Logs(), SnapshotDir: filepath.Join(hc.DataDir, "snapshots"),
-		GossipListen: cc.GossipListen, GossipAdvertise: cc.GossipAdvertise, Join: cc.Join, GossipFaults: cc.GossipFaults,
+		GossipListen: cc.GossipListen, GossipAdvertise: cc.GossipAdvertise, Join: cc.Join, GossipFaults: cfg.Knobs.GossipFaults,
 		GossipEncryption: cc.GossipEncryption, GossipKeyringFile: keyringFile(cc.GossipEncryption, hc.DataDir),
 		BootstrapExpect: cc.BootstrapExpect, Replicas: cc.Replicas, GracePeriod: cc.GracePeriod,
 		Gossip: cc.Gossip, HeartbeatTimeout: cc.HeartbeatTimeout, Remote: remote, Logger: cfg.Logger,
@@ -124,8 +124,8 @@ func (n *Node) openCluster(opts api.Options) error {
 	}
 	n.host, n.mux, n.cluster, n.peers = host, mux, cn, peers
 	var view api.ClusterView = cn
-	if cc.WrapView != nil {
-		view = cc.WrapView(cn)
+	if cfg.Knobs.WrapView != nil {
+		view = cfg.Knobs.WrapView(cn)
 	}
 	opts.Cluster, opts.Peers, opts.ClockOffsets, opts.Clock = view, peers, offsets, host.Clock
 	if cc.GossipEncryption != nil {

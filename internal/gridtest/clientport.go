@@ -15,7 +15,7 @@ type clientPort struct {
 	conns map[*portConn]struct{}
 }
 
-// wrap is node.Config.WrapListener.
+// wrap is node.TestingKnobs.WrapListener.
 func (p *clientPort) wrap(l net.Listener) net.Listener { return &portListener{Listener: l, port: p} }
 
 func (p *clientPort) cut() {

@@ -189,20 +189,20 @@ func (c *Cluster) start(i, expect int) error {
 		auth = c.opts.Auth(i)
 	}
 	nd, err := node.Start(node.Config{
-		TLS:          tlsConf,
-		Auth:         auth,
-		Host:         hc,
-		Listen:       n.grpc,
-		HTTPListen:   httpListen,
-		Logger:       logger,
-		WrapListener: n.clientPort.wrap,
+		TLS:        tlsConf,
+		Auth:       auth,
+		Host:       hc,
+		Listen:     n.grpc,
+		HTTPListen: httpListen,
+		Logger:     logger,
 		Cluster: &node.ClusterConfig{
 			RaftListen: n.raft, GossipListen: n.gossip, Join: join,
 			BootstrapExpect: expect, Replicas: c.opts.Replicas, GracePeriod: c.opts.GracePeriod,
 			Gossip: cluster.FastGossipTiming(), HeartbeatTimeout: c.opts.HeartbeatTimeout,
-			Faults: n.faults, GossipFaults: n.gossipFaults, WrapRemote: wrap, WrapView: wrapView,
 			GossipEncryption: gossipEnc,
 		},
+		Knobs: node.TestingKnobs{WrapListener: n.clientPort.wrap, RaftFaults: n.faults, GossipFaults: n.gossipFaults,
+			WrapRemote: wrap, WrapView: wrapView},
 	})
 	if err != nil {
 		return fmt.Errorf("start %s: %w", n.id, err)
