@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,13 +13,8 @@ import (
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testclock"
 )
-
-// setClock is a clock the test sets.
-type setClock struct{ ms atomic.Int64 }
-
-func (c *setClock) Now() time.Time      { return time.UnixMilli(c.ms.Load()) }
-func (c *setClock) Add(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 
 // TestClockFarBehindGrantsNoLease: a node whose clock is set back an hour,
 // behind the stamps its shards hold, refuses Reserve and Extend with
@@ -30,8 +24,7 @@ func (c *setClock) Add(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 // of its clock in Status; clock_ok, which is about the node's peers (it
 // has none), and /readyz stay up (api/clock.go says why).
 func TestClockFarBehindGrantsNoLease(t *testing.T) {
-	clock := &setClock{}
-	clock.ms.Store(time.Now().UnixMilli())
+	clock := testclock.At(time.Now())
 	n := gridtest.Start(t, gridtest.Options{Clock: clock.Now, HTTP: true})
 	c := gridtest.Dial(t, n.Addr())
 	st, err := c.Status(gridtest.Context(t), &gridpb.StatusRequest{})

@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,24 +10,18 @@ import (
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testclock"
 )
 
 // The lease rules at the edges of DESIGN sections 2 and 3, through a real
 // node: a resent Reserve gets its own grant back, a Get shows no token to a
 // reader, and an Extend never shortens a lease.
 
-// fixedClock is a node clock that moves only when told, so that stamps and
-// deadlines are exact.
-type fixedClock struct{ ms atomic.Int64 }
-
-func newFixedClock() *fixedClock {
-	c := &fixedClock{}
-	c.ms.Store(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC).UnixMilli())
-	return c
+// newFixedClock is a node clock that moves only when told, so that stamps
+// and deadlines are exact.
+func newFixedClock() *testclock.Clock {
+	return testclock.At(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 }
-
-func (c *fixedClock) now() time.Time      { return time.UnixMilli(c.ms.Load()) }
-func (c *fixedClock) add(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 
 func reserveReq(key, requestID string, leaseMs int64) *gridpb.ReserveRequest {
 	r := &gridpb.ReserveRequest{Namespace: []byte("lease"), Key: []byte(key), LeaseMs: leaseMs}
@@ -46,14 +39,14 @@ func reserveReq(key, requestID string, leaseMs int64) *gridpb.ReserveRequest {
 // the resend answered BUSY and the caller never saw its token.
 func TestReserveResentGetsItsGrant(t *testing.T) {
 	clock := newFixedClock()
-	n := gridtest.Start(t, gridtest.Options{Clock: clock.now})
+	n := gridtest.Start(t, gridtest.Options{Clock: clock.Now})
 	c := gridtest.Dial(t, n.Addr())
 
 	first, err := c.Reserve(gridtest.Context(t), reserveReq("k", "call-1", 30_000))
 	if err != nil || first.Outcome != gridpb.Outcome_ACQUIRED || first.Replayed {
 		t.Fatalf("first send: %v %v", first, err)
 	}
-	clock.add(2 * time.Second)
+	clock.Add(2 * time.Second)
 	again, err := c.Reserve(gridtest.Context(t), reserveReq("k", "call-1", 30_000))
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +90,7 @@ func TestReserveResentGetsItsGrant(t *testing.T) {
 
 	// Past its deadline the lease is not replayed: the resend takes it
 	// over like any reserve, with a new token and the lost attempt counted.
-	clock.add(31 * time.Second)
+	clock.Add(31 * time.Second)
 	late, err := c.Reserve(gridtest.Context(t), reserveReq("b", "call-b", 30_000))
 	if err != nil || late.Outcome != gridpb.Outcome_ACQUIRED || late.Replayed || late.Token <= r[0].Token || late.Attempt != 2 {
 		t.Fatalf("resend after the lease expired: %v %v, want a takeover (attempt 2, new token)", late, err)
@@ -179,7 +172,7 @@ func TestGetShowsNoToken(t *testing.T) {
 // consumer take the key while the holder still worked.
 func TestExtendNeverShortens(t *testing.T) {
 	clock := newFixedClock()
-	n := gridtest.Start(t, gridtest.Options{Clock: clock.now})
+	n := gridtest.Start(t, gridtest.Options{Clock: clock.Now})
 	c := gridtest.Dial(t, n.Addr())
 	held, err := c.Reserve(gridtest.Context(t), reserveReq("k", "", 10_000))
 	if err != nil || held.Outcome != gridpb.Outcome_ACQUIRED {
@@ -193,11 +186,11 @@ func TestExtendNeverShortens(t *testing.T) {
 		}
 		return r
 	}
-	clock.add(time.Second)
+	clock.Add(time.Second)
 	if r := extend(1000); r.DeadlineUnixMs != held.DeadlineUnixMs {
 		t.Fatalf("extend by 1 s with 9 s left: deadline %d, want the lease's %d kept", r.DeadlineUnixMs, held.DeadlineUnixMs)
 	}
-	clock.add(4 * time.Second)
+	clock.Add(4 * time.Second)
 	other, err := c.Reserve(gridtest.Context(t), reserveReq("k", "", 10_000))
 	if err != nil || other.Outcome != gridpb.Outcome_BUSY || other.DeadlineUnixMs != held.DeadlineUnixMs {
 		t.Fatalf("another consumer 5 s into a 10 s lease: %v %v, want BUSY until %d", other, err, held.DeadlineUnixMs)

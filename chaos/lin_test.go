@@ -18,6 +18,7 @@ import (
 	"github.com/l4xg/grid/chaos/check"
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testclock"
 )
 
 var (
@@ -41,7 +42,7 @@ type workload struct {
 	// clock, when set, is the grid's clock: workers push it forward and
 	// leases, retry delays and retentions are short, so that they expire
 	// during the run. Without it they are hours long and never expire.
-	clock *fakeClock
+	clock *testclock.Clock
 	// wrap, when set, wraps the executor (deliberately broken grids).
 	wrap func(check.Executor) check.Executor
 	// injector makes the faults; nil: nodeFaults (kill and restart,
@@ -102,18 +103,6 @@ func (s *singleNode) Kill(int) {
 // Restart starts the node again on its data directory and address (after
 // stopping it cleanly when it runs: a stopped node's Stop is a no-op).
 func (s *singleNode) Restart(int) { s.n.Restart() }
-
-// fakeClock is a grid clock that workers move forward.
-type fakeClock struct{ ms atomic.Int64 }
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.ms.Store(time.Now().UnixMilli())
-	return c
-}
-
-func (c *fakeClock) Now() time.Time          { return time.UnixMilli(c.ms.Load()) }
-func (c *fakeClock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 
 // run runs w against cl and returns the history.
 func run(t *testing.T, cl check.Cluster, w workload) []porcupine.Operation {
@@ -299,7 +288,7 @@ func newWorker(id int, w workload) *worker {
 // step runs one operation and records it; false stops the worker.
 func (wk *worker) step(ctx context.Context, t *testing.T, exec check.Executor, rec *check.Recorder, g *check.Gate) bool {
 	if c := wk.w.clock; c != nil {
-		c.Advance(time.Duration(wk.Rand().IntN(150)) * time.Millisecond)
+		c.Add(time.Duration(wk.Rand().IntN(150)) * time.Millisecond)
 	}
 	in := wk.Next()
 	call := rec.Begin(wk.ID, in)
@@ -398,7 +387,7 @@ func TestLinearizableWithExpiry(t *testing.T) {
 	for i := range seeds {
 		w.seed = s + uint64(i)
 		t.Run(fmt.Sprintf("seed=%d", w.seed), func(t *testing.T) {
-			w.clock = newFakeClock()
+			w.clock = testclock.At(time.Now())
 			cl := &singleNode{n: gridtest.Start(t, gridtest.Options{Shards: 2, Clock: w.clock.Now})}
 			ops := run(t, cl, w)
 			st := check.Count(ops)

@@ -25,13 +25,14 @@ import (
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testclock"
 	"github.com/l4xg/grid/internal/testwait"
 )
 
 // skewedClock is one node's clock: the test's fake clock plus an offset
 // the test moves.
 type skewedClock struct {
-	base *fakeClock
+	base *testclock.Clock
 	off  atomic.Int64 // ms
 }
 
@@ -43,8 +44,8 @@ func (c *skewedClock) Set(offset time.Duration) { c.off.Store(offset.Millisecond
 // startSkewCluster starts three nodes on one fake clock, with the default
 // maximum clock offset (250 ms); node 0's clock runs at an offset from it.
 // The nodes serve /metrics.
-func startSkewCluster(t *testing.T) (*gridtest.Cluster, *fakeClock, *skewedClock) {
-	clock := newFakeClock()
+func startSkewCluster(t *testing.T) (*gridtest.Cluster, *testclock.Clock, *skewedClock) {
+	clock := testclock.At(time.Now())
 	skew := &skewedClock{base: clock}
 	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Replicas: 3, Shards: 4, HTTP: true,
 		Clock: func(i int) func() time.Time {
@@ -124,7 +125,7 @@ type skewRig struct {
 	t     *testing.T
 	ctx   context.Context
 	c     *gridtest.Cluster
-	clock *fakeClock
+	clock *testclock.Clock
 	skew  *skewedClock
 	cl    *client.Client
 	lease time.Duration
@@ -162,7 +163,7 @@ func (r *skewRig) reserve(key string) (grant, client.Result) {
 // that grant.
 func (r *skewRig) takeOver(first grant) grant {
 	r.t.Helper()
-	r.clock.Advance(first.safeEnd.Add(-150 * time.Millisecond).Sub(r.clock.Now()))
+	r.clock.Add(first.safeEnd.Add(-150 * time.Millisecond).Sub(r.clock.Now()))
 	until := first.start.Add(r.lease + time.Second)
 	for r.clock.Now().Before(until) {
 		g, res := r.reserve(first.key)
@@ -172,7 +173,7 @@ func (r *skewRig) takeOver(first grant) grant {
 		if res.Outcome != client.OutcomeBusy {
 			r.t.Fatalf("reserve %s while the first lease runs: %v", first.key, res.Outcome)
 		}
-		r.clock.Advance(10 * time.Millisecond)
+		r.clock.Add(10 * time.Millisecond)
 	}
 	r.t.Fatalf("%s not taken over within a second past the first lease", first.key)
 	return grant{}
@@ -294,14 +295,14 @@ func TestClusterLeasesUnderClockSkew(t *testing.T) {
 				// Start from agreeing clocks, past every stamp an earlier
 				// case made.
 				r.setSkew(0, true)
-				r.clock.Advance(2 * time.Second)
+				r.clock.Add(2 * time.Second)
 				r.setSkew(offset, inside)
 				// Until it measured itself, node 0 may have stamped a shard
 				// it led at its new clock: the correct clocks step past those
 				// stamps, as real time does while the leaders after it wait
 				// for them (or, past the bound, refuse until they may grant).
 				if offset > 0 {
-					r.clock.Advance(offset)
+					r.clock.Add(offset)
 				}
 				key := keyOn(r.c, "skew-"+strings.ReplaceAll(name, "/", "-"), 0)
 				s := r.c.ShardOf("chaos", key)
@@ -335,7 +336,7 @@ func TestClusterLeasesUnderClockSkew(t *testing.T) {
 					// still never does. Real time would pass during that
 					// wait; step the clocks past the stamps instead.
 					if inside && offset < 0 {
-						r.clock.Advance(-offset)
+						r.clock.Add(-offset)
 					}
 					if !inside {
 						t.Logf("node 0 refused: %s", r.refusalOf0(key))
@@ -425,7 +426,7 @@ func TestClusterSlowLeaderGrantsNoFrozenLease(t *testing.T) {
 	if err := moveLeader(ctx, c, s, 0); err != nil {
 		t.Fatal(err)
 	}
-	clock.Advance(20 * time.Minute)
+	clock.Add(20 * time.Minute)
 	start := clock.Now()
 	first, err := cl.Reserve(ctx, "chaos", key, client.WithLease(lease))
 	if err != nil || first.Outcome != client.OutcomeAcquired {
@@ -437,7 +438,7 @@ func TestClusterSlowLeaderGrantsNoFrozenLease(t *testing.T) {
 	if err := moveLeader(ctx, c, s, 1); err != nil {
 		t.Fatal(err)
 	}
-	clock.Advance(time.Second)
+	clock.Add(time.Second)
 	second, err := cl.Reserve(ctx, "chaos", key, client.WithLease(lease))
 	if err != nil {
 		t.Fatal(err)

@@ -10,29 +10,18 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/cluster/topology"
+	"github.com/l4xg/grid/internal/testclock"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/shard"
 )
-
-// testClock is a clock the test sets, in milliseconds.
-type testClock struct{ ms atomic.Int64 }
-
-func newTestClock() *testClock {
-	c := &testClock{}
-	c.ms.Store(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
-	return c
-}
-
-func (c *testClock) Now() time.Time      { return time.UnixMilli(c.ms.Load()) }
-func (c *testClock) Add(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 
 // newPinged returns a ClockOffsets on fake clocks (max offset 250 ms,
 // window 10 s), the runtime clock, and ping, which records an estimate of
 // peer as if its clock ran at local+d and its ack arrived after rtt (the
 // peer read its clock half a round trip before this node reads its own).
-func newPinged(t *testing.T) (o *ClockOffsets, runtime *testClock, ping func(peer topology.NodeID, d, rtt time.Duration)) {
+func newPinged(t *testing.T) (o *ClockOffsets, runtime *testclock.Clock, ping func(peer topology.NodeID, d, rtt time.Duration)) {
 	t.Helper()
-	local, runtime := newTestClock(), newTestClock()
+	local, runtime := testclock.New(), testclock.New()
 	o, err := NewClockOffsets(ClockOffsetsConfig{Clock: local.Now, Now: runtime.Now, MaxOffset: 250 * time.Millisecond, Window: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +159,7 @@ func TestMedian(t *testing.T) {
 // the bound; the other two, each with one of two peers beyond it, do not.
 // When its clock is set right, it is back inside.
 func TestClockOffsetsOverGossip(t *testing.T) {
-	base := newTestClock()
+	base := testclock.New()
 	var skew atomic.Int64 // ms, c's clock
 	clocks := map[topology.NodeID]func() time.Time{
 		"a": base.Now, "b": base.Now,

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/l4xg/grid/digest"
+	"github.com/l4xg/grid/internal/testclock"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 )
@@ -70,7 +71,7 @@ func openTunedHost(t *testing.T, clock func() time.Time, tune func(*HostConfig))
 // the maximum offset has its Reserve refused, saying so.
 func TestLeaseWaitsForTheClockToReachTheStamps(t *testing.T) {
 	t.Run("catches up", func(t *testing.T) {
-		clock := newFakeClock()
+		clock := testclock.New()
 		// The bound is the longest the Reserve may wait: far longer
 		// than the test takes to move the clock.
 		h := openTunedHost(t, clock.Now, func(c *HostConfig) { c.MaxClockOffset = time.Minute })
@@ -102,12 +103,12 @@ func TestLeaseWaitsForTheClockToReachTheStamps(t *testing.T) {
 		}
 		clock.Add(150 * time.Millisecond)
 		r := <-got
-		if r.Outcome != keyspace.OutcomeAcquired || r.Now != clock.Stamp() || r.Now <= first.Now {
-			t.Fatalf("Reserve after the wait: %+v; want ACQUIRED at the leader's clock %d (previous stamp %d)", r, clock.Stamp(), first.Now)
+		if r.Outcome != keyspace.OutcomeAcquired || r.Now != clock.UnixMilli() || r.Now <= first.Now {
+			t.Fatalf("Reserve after the wait: %+v; want ACQUIRED at the leader's clock %d (previous stamp %d)", r, clock.UnixMilli(), first.Now)
 		}
 	})
 	t.Run("does not", func(t *testing.T) {
-		clock := newFakeClock()
+		clock := testclock.New()
 		h := openTunedHost(t, clock.Now, func(c *HostConfig) { c.MaxClockOffset = 50 * time.Millisecond })
 		a := reserve("a", 10*time.Second)
 		s := h.For(a.Digest)
@@ -126,7 +127,7 @@ func TestLeaseWaitsForTheClockToReachTheStamps(t *testing.T) {
 // reads, stamped without its clock, so that a clock an hour ahead does not
 // carry the shard's time off. Back inside, it grants at its clock again.
 func TestLeaseRefusedOutsideThePeersBound(t *testing.T) {
-	clock := newFakeClock()
+	clock := testclock.New()
 	peers := &stubPeers{}
 	h := openTunedHost(t, clock.Now, func(c *HostConfig) { c.PeerClocks = peers })
 	a := reserve("a", 10*time.Second)
@@ -159,8 +160,8 @@ func TestLeaseRefusedOutsideThePeersBound(t *testing.T) {
 	}
 	peers.set(nil, nil)
 	again := propose(t, s, reserve("b", time.Second))[0]
-	if again.Outcome != keyspace.OutcomeAcquired || again.Now != clock.Stamp() {
-		t.Fatalf("reserve back inside the bound: %+v; want ACQUIRED at the clock %d", again, clock.Stamp())
+	if again.Outcome != keyspace.OutcomeAcquired || again.Now != clock.UnixMilli() {
+		t.Fatalf("reserve back inside the bound: %+v; want ACQUIRED at the clock %d", again, clock.UnixMilli())
 	}
 }
 
@@ -238,9 +239,9 @@ func TestClockRefusalHandsLeadershipOver(t *testing.T) {
 	_, l = nh.leader(id)
 	nh.clocks[fast].Add(lease + 100*time.Millisecond) // its clock reaches the deadline
 	second, err := reserveKey(l)
-	if err != nil || second.Outcome != keyspace.OutcomeAcquired || second.Token <= first.Token || second.Now != nh.clocks[fast].Stamp() {
+	if err != nil || second.Outcome != keyspace.OutcomeAcquired || second.Token <= first.Token || second.Now != nh.clocks[fast].UnixMilli() {
 		t.Fatalf("reserve after the lease: %+v, %v; want ACQUIRED at the leader's clock %d, token above %d",
-			second, err, nh.clocks[fast].Stamp(), first.Token)
+			second, err, nh.clocks[fast].UnixMilli(), first.Token)
 	}
 	late := propose(t, l, keyspace.Command{Op: keyspace.OpComplete, Digest: d, Token: first.Token, Retention: time.Hour.Milliseconds()})[0]
 	if late.Outcome != keyspace.OutcomeLeaseLost {

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/l4xg/grid/digest"
+	"github.com/l4xg/grid/internal/testclock"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
@@ -24,12 +25,12 @@ import (
 type coldNode struct {
 	t     *testing.T
 	dir   string
-	clock *fakeClock
+	clock *testclock.Clock
 	h     *Host
 }
 
 func newColdNode(t *testing.T) *coldNode {
-	n := &coldNode{t: t, dir: t.TempDir(), clock: newFakeClock()}
+	n := &coldNode{t: t, dir: t.TempDir(), clock: testclock.New()}
 	n.open()
 	t.Cleanup(func() {
 		if n.h != nil {
@@ -228,13 +229,13 @@ type replica struct {
 // with InstallSnapshot.
 type lagSet struct {
 	t        *testing.T
-	clock    *fakeClock
+	clock    *testclock.Clock
 	peers    []raft.Server
 	replicas []*replica
 }
 
 func openLagSet(t *testing.T) *lagSet {
-	ls := &lagSet{t: t, clock: newFakeClock()}
+	ls := &lagSet{t: t, clock: testclock.New()}
 	for i := range 3 {
 		r := &replica{dir: t.TempDir(), id: raft.ServerID(fmt.Sprintf("r%d", i))}
 		r.addr, r.trans = raft.NewInmemTransport(raft.ServerAddress(r.id))

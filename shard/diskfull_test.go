@@ -17,6 +17,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/l4xg/grid/digest"
+	"github.com/l4xg/grid/internal/testclock"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
@@ -60,7 +61,7 @@ func TestColdDiskFullStallsAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer logs.Close()
-	clock := newFakeClock()
+	clock := testclock.New()
 	s, err := Open(Config{ID: 0, NodeID: "n1", SnapshotDir: filepath.Join(dir, "snapshots"), Logs: logs, Bootstrap: true,
 		Cold: cold.Shard(0), Clock: clock.Now, TickInterval: time.Hour, Logger: discard})
 	if err != nil {

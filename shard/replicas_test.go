@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/l4xg/grid/internal/testclock"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
@@ -22,7 +23,7 @@ import (
 
 // openMuxHost opens a host with two shards on its own loopback mux; it
 // hosts no replica until the test starts one.
-func openMuxHost(t *testing.T, dir string, clock *fakeClock, reg prometheus.Registerer) *Host {
+func openMuxHost(t *testing.T, dir string, clock *testclock.Clock, reg prometheus.Registerer) *Host {
 	t.Helper()
 	m, err := raftlog.ListenMux("127.0.0.1:0", raftlog.MuxConfig{})
 	if err != nil {
@@ -68,7 +69,7 @@ func TestHostHostsWhatItIsTold(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	h := openMuxHost(t, t.TempDir(), newFakeClock(), nil)
+	h := openMuxHost(t, t.TempDir(), testclock.New(), nil)
 	d := reserve("a", 0).Digest
 	if len(h.Replicas()) != 0 || h.Replica(0) != nil || h.For(d) != nil || !h.Ready() || !h.HasLeader() {
 		t.Fatalf("a new host on a Mux: %d replicas, For %v, ready %v, has leader %v; want none, nil, true, true",
@@ -116,7 +117,7 @@ func TestHostHostsWhatItIsTold(t *testing.T) {
 // records are gone, and the next start is a new group: the record is absent
 // and Raft's term and index start over.
 func TestStopReplicaKeepsOrPurges(t *testing.T) {
-	dir, clock := t.TempDir(), newFakeClock()
+	dir, clock := t.TempDir(), testclock.New()
 	h := openMuxHost(t, dir, clock, nil)
 	s := startLeader(t, h, 0, true)
 	settled := reserve("settled", time.Minute)
@@ -185,7 +186,7 @@ func TestStopReplicaKeepsOrPurges(t *testing.T) {
 // next start delete the rest of the replica's state before opening it.
 func TestInterruptedPurgeIsFinished(t *testing.T) {
 	dir := t.TempDir()
-	h := openMuxHost(t, dir, newFakeClock(), nil)
+	h := openMuxHost(t, dir, testclock.New(), nil)
 	s := startLeader(t, h, 1, true)
 	propose(t, s, reserve("x", time.Hour))
 	if err := h.StopReplica(1, false); err != nil {
@@ -213,7 +214,7 @@ func TestInterruptedPurgeIsFinished(t *testing.T) {
 // scrapes of the host (go test -race checks the rest).
 func TestReplicaLifecycleRaces(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	h := openMuxHost(t, t.TempDir(), newFakeClock(), reg)
+	h := openMuxHost(t, t.TempDir(), testclock.New(), reg)
 	var wg sync.WaitGroup
 	started := make([]*Replica, 4)
 	for i := range started {

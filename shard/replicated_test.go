@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/l4xg/grid/digest"
+	"github.com/l4xg/grid/internal/testclock"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
@@ -32,7 +33,7 @@ type netHosts struct {
 	hosts  []*Host
 	muxes  []*raftlog.Mux
 	faults []*raftlog.Faults
-	clocks []*fakeClock          // each host's own clock
+	clocks []*testclock.Clock    // each host's own clock
 	tune   func(cfg *HostConfig) // adjusts each host's config; nil: none
 }
 
@@ -48,7 +49,7 @@ func tunedNetHosts(t testing.TB, n int, empty bool, tune func(*HostConfig)) *net
 	nh := &netHosts{t: t, empty: empty, hosts: make([]*Host, n), muxes: make([]*raftlog.Mux, n), tune: tune}
 	for i := range n {
 		nh.faults = append(nh.faults, &raftlog.Faults{})
-		nh.clocks = append(nh.clocks, newFakeClock())
+		nh.clocks = append(nh.clocks, testclock.New())
 		m, err := raftlog.ListenMux("127.0.0.1:0", raftlog.MuxConfig{Faults: nh.faults[i]})
 		if err != nil {
 			t.Fatal(err)

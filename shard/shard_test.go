@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,22 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/l4xg/grid/digest"
+	"github.com/l4xg/grid/internal/testclock"
 	"github.com/l4xg/grid/keyspace"
 )
-
-// fakeClock is a settable clock for tests; time only moves when told.
-type fakeClock struct{ ms atomic.Int64 }
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.ms.Store(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
-	return c
-}
-
-func (c *fakeClock) Now() time.Time      { return time.UnixMilli(c.ms.Load()) }
-func (c *fakeClock) Add(d time.Duration) { c.ms.Add(d.Milliseconds()) }
-func (c *fakeClock) Set(t time.Time)     { c.ms.Store(t.UnixMilli()) }
-func (c *fakeClock) Stamp() int64        { return c.ms.Load() }
 
 func openHost(t *testing.T, dir string, clock func() time.Time, reg prometheus.Registerer) *Host {
 	t.Helper()
@@ -117,7 +103,7 @@ func TestGroupCommit(t *testing.T) {
 // settled record is still there.
 func TestTokensSurviveRestart(t *testing.T) {
 	dir := t.TempDir()
-	clock := newFakeClock()
+	clock := testclock.New()
 	h := openHost(t, dir, clock.Now, nil)
 	s := h.For(reserve("a", time.Second).Digest)
 	first := propose(t, s, reserve("a", time.Second))[0]
@@ -146,7 +132,7 @@ func TestTokensSurviveRestart(t *testing.T) {
 // they keep increasing.
 func TestTokensNameTheirShard(t *testing.T) {
 	dir := t.TempDir()
-	clock := newFakeClock()
+	clock := testclock.New()
 	h := openHost(t, dir, clock.Now, nil)
 	last := map[int]uint64{}
 	grant := func(h *Host, round int) {
@@ -181,7 +167,7 @@ func TestTokensNameTheirShard(t *testing.T) {
 // refused with ErrClockOffset, naming the lag. Once the clock is back
 // within the bound, a lease is granted again, at the leader's own clock.
 func TestStampNeverGoesBack(t *testing.T) {
-	clock := newFakeClock()
+	clock := testclock.New()
 	reg := prometheus.NewRegistry()
 	h := openHost(t, t.TempDir(), clock.Now, reg)
 	defer h.Close()
@@ -206,15 +192,15 @@ func TestStampNeverGoesBack(t *testing.T) {
 	}
 	clock.Add(time.Hour + 11*time.Second)
 	taken := propose(t, s, reserve("x", 10*time.Second))[0]
-	if taken.Outcome != keyspace.OutcomeAcquired || taken.Attempt != 2 || taken.Token <= held.Token || taken.Now != clock.Stamp() {
-		t.Fatalf("after lease end: %+v; want ACQUIRED attempt 2 at the leader's clock %d", taken, clock.Stamp())
+	if taken.Outcome != keyspace.OutcomeAcquired || taken.Attempt != 2 || taken.Token <= held.Token || taken.Now != clock.UnixMilli() {
+		t.Fatalf("after lease end: %+v; want ACQUIRED attempt 2 at the leader's clock %d", taken, clock.UnixMilli())
 	}
 }
 
 // TestSnapshotRestore: a Raft snapshot plus restart restores every record.
 func TestSnapshotRestore(t *testing.T) {
 	dir := t.TempDir()
-	clock := newFakeClock()
+	clock := testclock.New()
 	h := openHost(t, dir, clock.Now, nil)
 	s := h.Replicas()[1]
 	var cmds []keyspace.Command
@@ -245,7 +231,7 @@ func TestSnapshotRestore(t *testing.T) {
 // TestTickReclaims: the leader's tick carries stamped time forward on an
 // idle shard and the sweep reclaims expired records.
 func TestTickReclaims(t *testing.T) {
-	clock := newFakeClock()
+	clock := testclock.New()
 	h := openHost(t, t.TempDir(), clock.Now, nil)
 	defer h.Close()
 	s := h.Replicas()[0]
@@ -261,8 +247,8 @@ func TestTickReclaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := s.Status()
-	if st.Keys != 0 || st.Stats.Reclaimed != 1 || st.Stamp != clock.Stamp() {
-		t.Errorf("after tick: keys=%d reclaimed=%d stamp=%d (clock %d)", st.Keys, st.Stats.Reclaimed, st.Stamp, clock.Stamp())
+	if st.Keys != 0 || st.Stats.Reclaimed != 1 || st.Stamp != clock.UnixMilli() {
+		t.Errorf("after tick: keys=%d reclaimed=%d stamp=%d (clock %d)", st.Keys, st.Stats.Reclaimed, st.Stamp, clock.UnixMilli())
 	}
 }
 
@@ -314,7 +300,7 @@ func TestProposeAfterClose(t *testing.T) {
 // the record without its token; the operator view (ShowToken) includes it.
 // The linearizable read carries the flag through the log.
 func TestReadShowsTokenOnlyWhenAsked(t *testing.T) {
-	h := openHost(t, t.TempDir(), newFakeClock().Now, nil)
+	h := openHost(t, t.TempDir(), testclock.New().Now, nil)
 	defer h.Close()
 	c := reserve("held", time.Minute)
 	s := h.For(c.Digest)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/digest"
+	"github.com/l4xg/grid/internal/testclock"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -47,7 +48,7 @@ func BenchmarkTieredNode(b *testing.B) {
 		keys = n
 	}
 	dir := b.TempDir()
-	clock := newFakeClock()
+	clock := testclock.New()
 	open := func(budget int64) (*Host, time.Duration) {
 		start := time.Now()
 		h, err := openStandalone(HostConfig{DataDir: dir, Clock: clock.Now, TickInterval: 200 * time.Millisecond,

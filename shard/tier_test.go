@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/l4xg/grid/digest"
+	"github.com/l4xg/grid/internal/testclock"
 	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 	"github.com/l4xg/grid/raftlog"
@@ -23,13 +24,13 @@ import (
 // transports, all stamping with one fake clock.
 type replicaSet struct {
 	t        *testing.T
-	clock    *fakeClock
+	clock    *testclock.Clock
 	replicas []*Replica
 }
 
 func openReplicaSet(t *testing.T, n int) *replicaSet {
 	t.Helper()
-	rs := &replicaSet{t: t, clock: newFakeClock()}
+	rs := &replicaSet{t: t, clock: testclock.New()}
 	trans := make([]*raft.InmemTransport, n)
 	peers := make([]raft.Server, n)
 	for i := range n {
@@ -189,7 +190,7 @@ func TestTieringAcrossReplicas(t *testing.T) {
 // before.
 func TestTieringSurvivesSnapshotRestart(t *testing.T) {
 	dir := t.TempDir()
-	clock := newFakeClock()
+	clock := testclock.New()
 	open := func() *Host {
 		h, err := openStandalone(HostConfig{DataDir: dir, Shards: 1, Clock: clock.Now, TickInterval: time.Hour, NoSync: true,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
