@@ -8,13 +8,18 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/l4xg/grid/bench/internal/workload"
 )
 
-// config is what the command line asks for.
+// config is what the command line asks for. Conc is the headline
+// concurrency (headline: 50 when Concs has it, else its first) and Concs
+// the sweep as given, one value without a sweep; results written before
+// the sweep have Conc only. PostgresDSN may hold a password: results name
+// the server only.
 type config struct {
 	Targets      []string      `json:"targets"`
 	Workloads    []string      `json:"workloads"`
@@ -30,7 +35,9 @@ type config struct {
 	RedisAddr    string        `json:"redis_addr"`
 	EtcdEPs      []string      `json:"etcd_endpoints,omitempty"`
 	EtcdMembrs   int           `json:"etcd_members"`
+	PostgresDSN  string        `json:"-"`
 	Conc         int           `json:"concurrency"`
+	Concs        []int         `json:"concurrencies,omitempty"`
 	Duration     time.Duration `json:"duration_ns"`
 	Rounds       int           `json:"rounds"`
 	DupRatio     float64       `json:"dup_ratio"`
@@ -49,7 +56,14 @@ type config struct {
 	From         string        `json:"-"`
 }
 
-var allTargets = []string{"grid", "redis", "redis-durable", "etcd"}
+var allTargets = []string{"grid", "redis", "redis-durable", "etcd", "postgres"}
+
+// defaultPostgresDSN is the PostgreSQL of --postgres-dsn.
+const defaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// headlineConcurrency is the concurrency the README's table shows: 50
+// callers when the sweep has them, else its first.
+const headlineConcurrency = 50
 
 // maxGridNodes bounds --grid-nodes: every node is a process on this machine.
 const maxGridNodes = 9
@@ -62,7 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		fmt.Fprintf(stderr, "usage: go run ./bench [flags] [WORKLOAD...]\nworkloads: %s (default: all)\n", strings.Join(workload.Names, " "))
 		fs.PrintDefaults()
 	}
-	targets := fs.String("targets", strings.Join(allTargets, ","), "targets, comma-separated: grid, redis, redis-durable, etcd")
+	targets := fs.String("targets", strings.Join(allTargets, ","), "targets, comma-separated: "+strings.Join(allTargets, ", "))
 	fs.StringVar(&c.Addr, "addr", "", "gRPC address of a running grid node, or a cluster's nodes comma-separated (default: build and start the grid)")
 	fs.StringVar(&c.GridHTTP, "grid-http", "", "HTTP address of the running node of --addr (/metrics for fill, pprof for --cpuprofile-grid)")
 	fs.IntVar(&c.GridNodes, "grid-nodes", 1, "grid nodes to start; more than 1 form a cluster, measured through the routing client")
@@ -75,7 +89,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.RedisAddr, "redis-addr", "127.0.0.1:6379", "Redis address")
 	eps := fs.String("etcd-endpoints", "", "etcd endpoints, comma-separated (default: start a throwaway etcd if etcd is on PATH)")
 	fs.IntVar(&c.EtcdMembrs, "etcd-members", 1, "members of the throwaway etcd: 1 or 3")
-	fs.IntVar(&c.Conc, "concurrency", 50, "concurrent callers")
+	fs.StringVar(&c.PostgresDSN, "postgres-dsn", defaultPostgresDSN, "PostgreSQL of the postgres target (a table per cell)")
+	conc := fs.String("concurrency", "50", "concurrent callers; several, comma-separated (10,50,200,800), run every closed-loop workload at each")
 	fs.DurationVar(&c.Duration, "duration", 10*time.Second, "duration of each run (fill runs until it has loaded --keys)")
 	fs.IntVar(&c.Rounds, "rounds", 2, "rounds; each runs every workload against every target in turn")
 	fs.Float64Var(&c.DupRatio, "dup-ratio", 0.5, "reserve-dup: share of reserves that repeat an already reserved key")
@@ -92,12 +107,17 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Uint64Var(&c.Seed, "seed", 0, "seed of key generation (0: random)")
 	fs.BoolVar(&c.NoProgress, "no-progress", false, "no progress bar")
 	fs.StringVar(&c.From, "from", "", "run nothing: rewrite the tables, plots (and --readme) from this results.json, into --out or its directory")
-	if err := fs.Parse(args); err != nil {
+	err := fs.Parse(args)
+	if err != nil {
 		return c, err
 	}
 	c.GridFlags = strings.Fields(*gridFlags)
 	c.Targets = splitList(*targets)
 	c.EtcdEPs = splitList(*eps)
+	if c.Concs, err = parseConcurrencies(*conc); err != nil {
+		return c, err
+	}
+	c.Conc = headline(c.Concs)
 	c.Workloads = fs.Args()
 	if len(c.Workloads) == 0 {
 		c.Workloads = slices.Clone(workload.Names)
@@ -110,6 +130,50 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		c.Out = filepath.Join("bench", "results", time.Now().UTC().Format("2006-01-02")+"-"+host)
 	}
 	return c, c.validate()
+}
+
+// parseConcurrencies reads --concurrency: positive numbers, comma-separated,
+// none twice.
+func parseConcurrencies(s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bench: --concurrency %q: want positive numbers, comma-separated", s)
+		}
+		if slices.Contains(out, n) {
+			return nil, fmt.Errorf("bench: --concurrency %q: %d twice", s, n)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("bench: --concurrency: none given")
+	}
+	return out, nil
+}
+
+// headline is the concurrency of the headline table among concs.
+func headline(concs []int) int {
+	if slices.Contains(concs, headlineConcurrency) || len(concs) == 0 {
+		return headlineConcurrency
+	}
+	return concs[0]
+}
+
+// maxConc is the largest concurrency of the run: what a connection pool
+// shared by its cells needs.
+func (c *config) maxConc() int {
+	return max(c.Conc, slices.Max(append([]int{0}, c.Concs...)))
+}
+
+// concsOf is the concurrencies workload w runs at: every one for the
+// timed workloads; fill, whose figure is the memory per key, runs at the
+// headline concurrency only.
+func (c *config) concsOf(w string) []int {
+	if w == workload.Fill {
+		return []int{c.Conc}
+	}
+	return c.Concs
 }
 
 func splitList(s string) []string {
@@ -147,6 +211,8 @@ func (c *config) validate() error {
 		return errors.New("bench: --etcd-members must be 1 or 3")
 	case c.Conc < 1 || c.Rounds < 1 || c.Batch < 1 || c.Keys < 1:
 		return errors.New("bench: --concurrency, --rounds, --batch and --keys must be at least 1")
+	case len(c.Concs) > 1 && c.Rate > 0:
+		return errors.New("bench: several --concurrency values sweep closed loops; --rate runs open loop: not both")
 	case c.Duration <= 0:
 		return errors.New("bench: --duration must be positive")
 	case c.Rate < 0:

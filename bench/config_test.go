@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/bench/internal/report"
+	"github.com/l4xg/grid/bench/internal/target"
 	"github.com/l4xg/grid/bench/internal/workload"
 )
 
@@ -16,7 +17,7 @@ func TestFlagDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Conc != 50 || c.Duration != 10*time.Second || c.Rounds != 2 || c.RedisAddr != "127.0.0.1:6379" ||
+	if c.Conc != 50 || !slices.Equal(c.Concs, []int{50}) || c.PostgresDSN != defaultPostgresDSN || c.Duration != 10*time.Second || c.Rounds != 2 || c.RedisAddr != "127.0.0.1:6379" ||
 		!slices.Equal(c.Targets, allTargets) || !slices.Equal(c.Workloads, workload.Names) || !strings.HasPrefix(c.Out, "bench/results/") {
 		t.Fatalf("defaults %+v", c)
 	}
@@ -53,18 +54,70 @@ func TestFlagErrors(t *testing.T) {
 }
 
 // Every cell's keys have a prefix of their own, so that a round's keys are
-// new and cleanup removes only them.
+// new and cleanup removes only them: no prefix starts another (Redis's
+// cleanup is SCAN MATCH prefix*), and no two name the same postgres table.
 func TestCellPrefixesDiffer(t *testing.T) {
 	b := &bencher{runID: "abc123"}
-	seen := map[string]bool{}
+	var all []string
+	tables := map[string]bool{}
 	for round := 1; round <= 3; round++ {
-		for wi := range workload.Names {
-			p := b.prefix(round, wi)
-			if seen[p] || !strings.HasPrefix(p, "babc123-") {
-				t.Fatalf("prefix %q repeated or without the run id", p)
+		for wi := range len(workload.Names) + 1 {
+			for ci := range 12 {
+				p := b.prefix(round, wi, ci)
+				if !strings.HasPrefix(p, "babc123-") {
+					t.Fatalf("prefix %q without the run id", p)
+				}
+				if tables[target.TableName(p)] {
+					t.Fatalf("prefix %q: table %s repeated", p, target.TableName(p))
+				}
+				tables[target.TableName(p)] = true
+				all = append(all, p)
 			}
-			seen[p] = true
 		}
+	}
+	for i, p := range all {
+		for j, q := range all {
+			if i != j && strings.HasPrefix(q, p) {
+				t.Fatalf("prefix %q starts %q", p, q)
+			}
+		}
+	}
+	if p := b.prefix(2, 1, 0); p != "babc123-2-1:" {
+		t.Fatalf("without a sweep the prefix is %q, want the one of before the sweep", p)
+	}
+}
+
+func TestConcurrencySweepFlags(t *testing.T) {
+	for _, c := range []struct {
+		arg      string
+		concs    []int
+		headline int
+	}{
+		{"50", []int{50}, 50}, {"7", []int{7}, 7}, {"10,50,200,800", []int{10, 50, 200, 800}, 50},
+		{"800, 10", []int{800, 10}, 800}, {"10,200", []int{10, 200}, 10},
+	} {
+		cfg, err := parseFlags([]string{"--concurrency", c.arg}, io.Discard)
+		if err != nil || !slices.Equal(cfg.Concs, c.concs) || cfg.Conc != c.headline {
+			t.Errorf("--concurrency %s: %v headline %d (%v), want %v headline %d", c.arg, cfg.Concs, cfg.Conc, err, c.concs, c.headline)
+		}
+	}
+	for _, args := range [][]string{
+		{"--concurrency", "10,x"}, {"--concurrency", "10,10"}, {"--concurrency", ","}, {"--concurrency", "10,-1"},
+		{"--concurrency", "10,50", "--rate", "100"},
+	} {
+		if _, err := parseFlags(args, io.Discard); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+	cfg, err := parseFlags([]string{"--concurrency", "10,200,50", "--rate", "0"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.maxConc() != 200 || !slices.Equal(cfg.concsOf(workload.Batch), []int{10, 200, 50}) || !slices.Equal(cfg.concsOf(workload.Fill), []int{50}) {
+		t.Fatalf("max %d, batch at %v, fill at %v", cfg.maxConc(), cfg.concsOf(workload.Batch), cfg.concsOf(workload.Fill))
+	}
+	if cfg, err := parseFlags([]string{"--concurrency", "20", "--rate", "100"}, io.Discard); err != nil || cfg.Rate != 100 {
+		t.Fatalf("one concurrency with --rate: %v", err)
 	}
 }
 
@@ -92,5 +145,20 @@ func TestReadmeBlockStatesDateMachineAndCommand(t *testing.T) {
 	rf.Config.GridReplicas = 2
 	if md = readmeBlock(rf, nil); !strings.Contains(md, "2 replicas per shard") {
 		t.Errorf("--grid-replicas 2:\n%s", md)
+	}
+}
+
+// The postgres target says where it ran, and that it was not durable when
+// the server's settings say so, and why its pool is smaller than asked.
+func TestDescribePostgres(t *testing.T) {
+	i := target.PostgresInfo{Server: "h:5432/test as postgres", Version: "15.20", Fsync: "on", SynchronousCommit: "on", PoolSize: 58, Asked: 58}
+	d := describePostgres(i)
+	if !strings.Contains(d, "PostgreSQL 15.20 at h:5432/test as postgres") || !strings.Contains(d, "fsync on, synchronous_commit on,") ||
+		strings.Contains(d, "NOT durable") || !strings.Contains(d, "a pool of 58 connections") || strings.Contains(d, "capped") {
+		t.Errorf("durable: %s", d)
+	}
+	i.SynchronousCommit, i.PoolSize, i.Asked, i.MaxConnections, i.Capped = "off", 80, 808, 97, true
+	if d := describePostgres(i); !strings.Contains(d, "synchronous_commit off: NOT durable") || !strings.Contains(d, "a pool of 80 connections (capped from 808 by the server's max_connections)") {
+		t.Errorf("not durable, capped: %s", d)
 	}
 }

@@ -35,6 +35,9 @@ type resultsFile struct {
 	Command   string            `json:"command"`
 	Config    config            `json:"config"`
 	Skipped   map[string]string `json:"skipped,omitempty"`
+	// Notes say what a target was found to be when the run began (the
+	// postgres server, its durability, its pool), by target.
+	Notes     map[string]string `json:"notes,omitempty"`
 	Cells     []report.Cell     `json:"cells"`
 	Summaries []report.Summary  `json:"summaries"`
 }
@@ -111,7 +114,7 @@ func run(ctx context.Context, args []string) int {
 	rf := resultsFile{
 		Date: time.Now().UTC().Format(time.RFC3339), Host: host, CPUs: runtime.NumCPU(),
 		GoVersion: runtime.Version(), Command: "go run ./bench " + strings.Join(args, " "),
-		Config: cfg, Skipped: skipped, Cells: cells, Summaries: sums,
+		Config: cfg, Skipped: skipped, Notes: b.notes, Cells: cells, Summaries: sums,
 	}
 	if err := b.write(rf, sums, targets); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -163,6 +166,10 @@ type bencher struct {
 	aof   *durableRedis
 	etcd  *etcdShared
 	grid  *gridShared
+	pg    *postgresShared
+	// notes say what prepare found of a target (the postgres server, its
+	// durability, its pool), for the results.
+	notes map[string]string
 	// gridEnv are more environment variables of the gridnodes started
 	// (--grid-tracing: the OTLP receiver's).
 	gridEnv []string
@@ -189,6 +196,8 @@ func (b *bencher) prepare(ctx context.Context) map[string]string {
 			b.aof, err = newDurableRedis(b)
 		case "etcd":
 			b.etcd, err = newEtcdShared(ctx, b)
+		case "postgres":
+			b.pg, err = newPostgresShared(ctx, b)
 		}
 		if err != nil {
 			fmt.Fprintf(b.log, "bench: %s: skipped: %v\n", t, err)
@@ -208,12 +217,19 @@ func (b *bencher) close() {
 	if b.grid != nil {
 		b.grid.close()
 	}
+	if b.pg != nil {
+		b.pg.close()
+	}
 }
 
-// rounds runs, per round, every workload against every target in turn
-// (A B C A B C), so that drift of a shared machine hits all alike.
+// rounds runs, per round, every workload at each of its concurrencies
+// against every target in turn (A B C A B C), so that drift of a shared
+// machine hits all alike.
 func (b *bencher) rounds(ctx context.Context, targets []string) []report.Cell {
-	total := b.cfg.Rounds * len(b.cfg.Workloads) * len(targets)
+	total := 0
+	for _, w := range b.cfg.Workloads {
+		total += b.cfg.Rounds * len(b.cfg.concsOf(w)) * len(targets)
+	}
 	bar := progressbar.NewOptions(total,
 		progressbar.OptionSetWriter(b.progressWriter()),
 		progressbar.OptionSetWidth(30),
@@ -226,13 +242,15 @@ func (b *bencher) rounds(ctx context.Context, targets []string) []report.Cell {
 	var cells []report.Cell
 	for round := 1; round <= b.cfg.Rounds; round++ {
 		for wi, w := range b.cfg.Workloads {
-			for _, t := range targets {
-				if ctx.Err() != nil {
-					return cells
+			for ci, conc := range b.cfg.concsOf(w) {
+				for _, t := range targets {
+					if ctx.Err() != nil {
+						return cells
+					}
+					bar.Describe(fmt.Sprintf("round %d/%d %-14s %4d %-5s", round, b.cfg.Rounds, w, conc, t))
+					cells = append(cells, b.measure(ctx, round, w, w, t, b.workloadConfig(round, wi, ci, conc)))
+					_ = bar.Add(1)
 				}
-				bar.Describe(fmt.Sprintf("round %d/%d %-14s %-5s", round, b.cfg.Rounds, w, t))
-				cells = append(cells, b.measure(ctx, round, w, w, t, b.workloadConfig(round, wi)))
-				_ = bar.Add(1)
 			}
 		}
 	}
@@ -242,11 +260,11 @@ func (b *bencher) rounds(ctx context.Context, targets []string) []report.Cell {
 // measure runs workload w against target t and returns it as the cell of
 // the given round, under the name label.
 func (b *bencher) measure(ctx context.Context, round int, label, w, t string, wcfg workload.Config) report.Cell {
-	c := report.Cell{Round: round, Workload: label, Target: t}
+	c := report.Cell{Round: round, Workload: label, Target: t, Concurrency: wcfg.Concurrency, Rate: wcfg.Rate}
 	res, err := b.cell(ctx, w, t, wcfg)
 	if err != nil {
 		c.Error = err.Error()
-		fmt.Fprintf(b.log, "\nbench: round %d %s %s: %v\n", round, label, t, err)
+		fmt.Fprintf(b.log, "\nbench: round %d %s %s (%d callers): %v\n", round, label, t, wcfg.Concurrency, err)
 	} else {
 		c.Result = &res
 	}
@@ -259,31 +277,41 @@ const halfPeak = "reserve-unique@half-peak"
 
 // halfPeakRounds runs, after the closed-loop rounds, reserve-unique open
 // loop against every target at half of the median ops/s that target
-// reached closed loop in them: as many rounds, each target in turn. It
-// runs nothing without reserve-unique, with --half-peak=false, or with
-// --rate (the run is open loop already); nor for a target whose every
-// closed-loop round failed.
+// reached closed loop in them at the headline concurrency, with that many
+// callers: as many rounds, each target in turn. It runs nothing without
+// reserve-unique, with --half-peak=false, or with --rate (the run is open
+// loop already); nor for a target whose every closed-loop round failed.
 func (b *bencher) halfPeakRounds(ctx context.Context, targets []string, cells []report.Cell) []report.Cell {
 	if !b.cfg.HalfPeak || b.cfg.Rate > 0 || !slices.Contains(b.cfg.Workloads, workload.ReserveUnique) {
 		return nil
 	}
-	peaks := map[string]float64{}
-	for _, s := range report.Summarize(cells, []string{workload.ReserveUnique}, targets) {
-		peaks[s.Target] = s.OpsPerSec
-	}
+	rates := halfPeakRates(cells, targets, b.cfg.Conc)
 	var out []report.Cell
 	for round := 1; round <= b.cfg.Rounds; round++ {
 		for _, t := range targets {
-			if ctx.Err() != nil || peaks[t] <= 0 {
+			if ctx.Err() != nil || rates[t] <= 0 {
 				continue
 			}
-			wcfg := b.workloadConfig(round, len(b.cfg.Workloads))
-			wcfg.Rate = peaks[t] / 2
+			wcfg := b.workloadConfig(round, len(b.cfg.Workloads), 0, b.cfg.Conc)
+			wcfg.Rate = rates[t]
 			fmt.Fprintf(b.log, "bench: round %d/%d %s %s: %.0f calls/s\n", round, b.cfg.Rounds, halfPeak, t, wcfg.Rate)
 			out = append(out, b.measure(ctx, round, halfPeak, workload.ReserveUnique, t, wcfg))
 		}
 	}
 	return out
+}
+
+// halfPeakRates is, per target, half of the median ops/s of its
+// closed-loop reserve-unique rounds at concurrency conc: the rate of its
+// half-peak runs.
+func halfPeakRates(cells []report.Cell, targets []string, conc int) map[string]float64 {
+	rates := map[string]float64{}
+	for _, s := range report.Summarize(cells, []string{workload.ReserveUnique}, targets) {
+		if s.Concurrency == conc {
+			rates[s.Target] = s.OpsPerSec / 2
+		}
+	}
+	return rates
 }
 
 // reported is the workloads of the tables and plots: those asked for, and
@@ -304,20 +332,28 @@ func (b *bencher) progressWriter() io.Writer {
 	return os.Stderr
 }
 
-// workloadConfig is the workload configuration of one cell. Its keys carry
-// a prefix of their own: the run, the round and the workload.
-func (b *bencher) workloadConfig(round, wi int) workload.Config {
+// workloadConfig is the workload configuration of one cell, the ci-th
+// concurrency of its workload, conc callers. Its keys carry a prefix of
+// their own: the run, the round, the workload and the concurrency.
+func (b *bencher) workloadConfig(round, wi, ci, conc int) workload.Config {
 	return workload.Config{
-		Concurrency: b.cfg.Conc, Duration: b.cfg.Duration,
+		Concurrency: conc, Duration: b.cfg.Duration,
 		Lease: b.cfg.Lease, Retention: b.cfg.Retention,
 		DupRatio: b.cfg.DupRatio, BatchSize: b.cfg.Batch, Keys: b.cfg.Keys,
 		KeyShape: b.cfg.KeyShape, Seed: b.cfg.Seed + uint64(round),
-		Prefix: b.prefix(round, wi), Rate: b.cfg.Rate,
+		Prefix: b.prefix(round, wi, ci), Rate: b.cfg.Rate,
 	}
 }
 
-func (b *bencher) prefix(round, wi int) string {
-	return fmt.Sprintf("b%s-%d-%d:", b.runID, round, wi)
+// prefix is the key prefix of a cell: b<run>-<round>-<workload>: for the
+// first concurrency of its workload (all of them without a sweep),
+// b<run>-<round>-<workload>-<ci>: for the others. No prefix starts
+// another (Redis's cleanup removes prefix*).
+func (b *bencher) prefix(round, wi, ci int) string {
+	if ci == 0 {
+		return fmt.Sprintf("b%s-%d-%d:", b.runID, round, wi)
+	}
+	return fmt.Sprintf("b%s-%d-%d-%d:", b.runID, round, wi, ci)
 }
 
 // cell runs one workload against one target, on a fresh server where the
@@ -332,6 +368,8 @@ func (b *bencher) cell(ctx context.Context, w, t string, wcfg workload.Config) (
 		return b.aof.run(ctx, w, wcfg)
 	case "etcd":
 		return b.etcd.run(ctx, w, wcfg)
+	case "postgres":
+		return b.pg.run(ctx, w, wcfg)
 	}
 	return workload.Result{}, fmt.Errorf("bench: unknown target %q", t)
 }
@@ -355,7 +393,7 @@ func (b *bencher) write(rf resultsFile, sums []report.Summary, targets []string)
 	if err := os.WriteFile(filepath.Join(b.cfg.Out, "table.txt"), []byte(txt.String()), 0o644); err != nil {
 		return err
 	}
-	files, err := report.Plot(b.cfg.Out, sums, workloads, targets)
+	files, err := report.Plot(b.cfg.Out, sums, workloads, targets, b.cfg.Conc)
 	if err != nil {
 		return err
 	}
@@ -386,9 +424,19 @@ func readmeBlock(rf resultsFile, sums []report.Summary) string {
 	if t := describeTargets(rf); t != "" {
 		fmt.Fprintf(&s, "Targets: %s.\n\n", t)
 	}
-	s.WriteString(report.Markdown(sums))
+	headline := rf.Config.Conc
+	s.WriteString(report.Markdown(sums, headline))
 	s.WriteString("\nops/s and latencies: median of the rounds; \"vs grid\": the target's figure over the grid's in the same round (median of rounds); ")
 	s.WriteString("batch and fill count keys, lifecycle counts reserve+complete+refused duplicate; latency is per call (per batch for batch and fill). ")
+	swept := report.Swept(sums)
+	if swept {
+		fmt.Fprintf(&s, "Rows at %d callers (of %s); \"peak\": the target's highest ops/s over them, with the callers it was reached with. ",
+			headline, joinInts(rf.Config.Concs))
+	}
+	if hasRate(sums) {
+		fmt.Fprintf(&s, "Open-loop rows say the calls/s they were asked for; a target that made fewer than %.0f%% of them could not keep up, and its row says so. ",
+			100*report.Reached)
+	}
 	var mem []string
 	for _, sm := range sums {
 		if !sm.HasBytes {
@@ -412,11 +460,37 @@ func readmeBlock(rf resultsFile, sums []report.Summary) string {
 		fmt.Fprintf(&s, "Skipped: %s. ", strings.Join(ks, ", "))
 	}
 	s.WriteString("\n")
-	if bd := report.MarkdownBreakdown(sums); bd != "" {
-		s.WriteString("\nWhere the grid's time goes (median of rounds; the grid's own counters read before and after each run, summed over its nodes):\n\n")
+	if swept {
+		s.WriteString("\nThe sweep, every concurrency (callers) of the workloads run at several (median of rounds; plots sweep-<workload>.png):\n\n")
+		s.WriteString(report.MarkdownSweep(sums))
+	}
+	if bd := report.MarkdownBreakdown(report.AtConcurrency(sums, headline)); bd != "" {
+		at := ""
+		if swept {
+			at = fmt.Sprintf(", at %d callers", headline)
+		}
+		fmt.Fprintf(&s, "\nWhere the grid's time goes (median of rounds%s; the grid's own counters read before and after each run, summed over its nodes):\n\n", at)
 		s.WriteString(bd)
 	}
 	return s.String()
+}
+
+// hasRate reports whether any summary is of an open-loop run.
+func hasRate(sums []report.Summary) bool {
+	for _, s := range sums {
+		if s.AskedRate > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, ", ")
 }
 
 // describeTargets says what each target that ran was: how many grid nodes
@@ -453,9 +527,42 @@ func describeTargets(rf resultsFile) string {
 			} else {
 				out = append(out, fmt.Sprintf("etcd: a throwaway %d-member cluster, fsync on", c.EtcdMembrs))
 			}
+		case "postgres":
+			out = append(out, "postgres: "+rf.Notes["postgres"])
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// upgrade fills in what results written before the concurrency sweep
+// lack: their single concurrency (config and cells), and the rate each
+// open-loop cell was asked for (--rate, or half of the target's
+// closed-loop reserve-unique ops/s for the half-peak runs, as
+// halfPeakRounds computed it).
+func upgrade(rf *resultsFile, targets []string) {
+	c := &rf.Config
+	if len(c.Concs) == 0 {
+		c.Concs = []int{c.Conc}
+	}
+	if c.Conc == 0 {
+		c.Conc = headline(c.Concs)
+	}
+	for i := range rf.Cells {
+		if rf.Cells[i].Concurrency == 0 {
+			rf.Cells[i].Concurrency = c.Conc
+		}
+	}
+	half := halfPeakRates(rf.Cells, targets, c.Conc)
+	for i := range rf.Cells {
+		cell := &rf.Cells[i]
+		switch {
+		case cell.Rate > 0:
+		case cell.Workload == halfPeak:
+			cell.Rate = half[cell.Target]
+		case c.Rate > 0:
+			cell.Rate = c.Rate
+		}
+	}
 }
 
 // rewrite writes the outputs again from a results.json, running nothing.
@@ -476,6 +583,7 @@ func rewrite(cfg config) int {
 			targets = append(targets, t)
 		}
 	}
+	upgrade(&rf, targets)
 	workloads := reported(rf.Config.Workloads, rf.Cells)
 	rf.Summaries = report.Summarize(rf.Cells, workloads, targets)
 	if err := report.WriteText(os.Stdout, rf.Summaries, workloads); err != nil {

@@ -294,7 +294,7 @@ type redisShared struct {
 }
 
 func newRedisShared(ctx context.Context, b *bencher) (*redisShared, error) {
-	t, err := target.NewRedis(ctx, b.cfg.RedisAddr, b.cfg.Conc+8)
+	t, err := target.NewRedis(ctx, b.cfg.RedisAddr, b.cfg.maxConc()+8)
 	if err != nil {
 		return nil, err
 	}
@@ -330,7 +330,7 @@ func (d *durableRedis) run(ctx context.Context, w string, wcfg workload.Config) 
 		return workload.Result{}, err
 	}
 	defer srv.Stop()
-	t, err := target.NewRedis(ctx, srv.Addr, d.b.cfg.Conc+8)
+	t, err := target.NewRedis(ctx, srv.Addr, wcfg.Concurrency+8)
 	if err != nil {
 		return workload.Result{}, err
 	}
@@ -388,4 +388,63 @@ func (e *etcdShared) run(ctx context.Context, w string, wcfg workload.Config) (w
 	}
 	defer t.Close()
 	return workload.Run(ctx, w, t, wcfg)
+}
+
+// postgresShared is the postgres target: one pool for the run (the
+// largest concurrency + 8 connections, fewer if the server has fewer
+// free), and a table of its own per cell, dropped after it.
+type postgresShared struct {
+	b *bencher
+	p *target.Postgres
+}
+
+func newPostgresShared(ctx context.Context, b *bencher) (*postgresShared, error) {
+	p, err := target.NewPostgres(ctx, b.cfg.PostgresDSN, b.cfg.maxConc()+8)
+	if err != nil {
+		return nil, err
+	}
+	note := describePostgres(p.Info())
+	if !p.Info().Durable() {
+		fmt.Fprintf(b.log, "bench: postgres: not durable (fsync %s, synchronous_commit %s): its figures are not those of a durable store\n",
+			p.Info().Fsync, p.Info().SynchronousCommit)
+	}
+	if i := p.Info(); i.Capped {
+		fmt.Fprintf(b.log, "bench: postgres: a pool of %d connections, not %d: the server's max_connections leaves no more free; more callers wait for a connection\n",
+			i.PoolSize, i.Asked)
+	}
+	if b.notes == nil {
+		b.notes = map[string]string{}
+	}
+	b.notes["postgres"] = note
+	return &postgresShared{b: b, p: p}, nil
+}
+
+// describePostgres says what the postgres target is, for the results:
+// where, which version, whether durable, and its pool.
+func describePostgres(i target.PostgresInfo) string {
+	durable := fmt.Sprintf("fsync %s, synchronous_commit %s", i.Fsync, i.SynchronousCommit)
+	if !i.Durable() {
+		durable += ": NOT durable"
+	}
+	pool := fmt.Sprintf("a pool of %d connections", i.PoolSize)
+	if i.Capped {
+		pool += fmt.Sprintf(" (capped from %d by the server's max_connections)", i.Asked)
+	}
+	return fmt.Sprintf("PostgreSQL %s at %s, a table per cell, %s, %s", i.Version, i.Server, durable, pool)
+}
+
+func (p *postgresShared) close() { p.p.Close() }
+
+func (p *postgresShared) run(ctx context.Context, w string, wcfg workload.Config) (workload.Result, error) {
+	t, err := p.p.CreateTable(ctx, target.TableName(wcfg.Prefix))
+	if err != nil {
+		return workload.Result{}, err
+	}
+	res, err := workload.Run(ctx, w, t, wcfg)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if derr := t.Drop(cctx); derr != nil {
+		fmt.Fprintf(p.b.log, "\nbench: postgres: %v\n", derr)
+	}
+	return res, err
 }

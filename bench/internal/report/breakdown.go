@@ -77,14 +77,19 @@ func hasBreakdown(sums []Summary) bool {
 }
 
 // breakdownRows is the breakdown table: a header of the workloads with a
-// breakdown, then a row per figure.
+// breakdown (in a sweep, with their callers), then a row per figure.
 func breakdownRows(sums []Summary) (header []string, rows [][]string, meanings []string) {
 	var with []Summary
 	header = []string{"figure"}
+	swept := Swept(sums)
 	for _, s := range sums {
 		if len(s.Breakdown) > 0 {
 			with = append(with, s)
-			header = append(header, s.Workload)
+			if swept {
+				header = append(header, fmt.Sprintf("%s (%d callers)", s.Workload, s.Concurrency))
+			} else {
+				header = append(header, s.Workload)
+			}
 		}
 	}
 	for _, f := range figures(sums) {

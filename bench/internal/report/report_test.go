@@ -60,7 +60,7 @@ func TestTables(t *testing.T) {
 			t.Errorf("text table lacks %q:\n%s", want, out)
 		}
 	}
-	md := Markdown(sums)
+	md := Markdown(sums, 0)
 	if lines := strings.Count(md, "\n"); lines != 4 {
 		t.Errorf("markdown has %d lines, want header, rule and 2 rows:\n%s", lines, md)
 	}
@@ -86,7 +86,7 @@ func TestReplaceBetween(t *testing.T) {
 func TestPlotWritesPNGAndSVG(t *testing.T) {
 	dir := t.TempDir()
 	sums := Summarize(testCells(), []string{"fill"}, []string{"grid", "redis"})
-	files, err := Plot(dir, sums, []string{"fill"}, []string{"grid", "redis"})
+	files, err := Plot(dir, sums, []string{"fill"}, []string{"grid", "redis"}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
