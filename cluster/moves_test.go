@@ -55,19 +55,34 @@ func (r *loggedRemote) ShardAdmin(ctx context.Context, addr string, req topology
 }
 
 // count returns how many requests node from sent, and how many of those
-// while it did not lead the control group.
-func (l *adminLog) count(from int) (all, deposed int) {
+// were strays: sent while it did not lead the control group, and not the
+// one request that was on its way when the leadership went.
+//
+// A node's round checks that it leads right before each request
+// (shardAdmin), and the log reads the node's state again when the request
+// reaches it; a deposition between the two (a few instructions, but a
+// preemption on a loaded machine can stretch them) logs the request as
+// sent by a follower although it was checked under the leadership. The
+// round sends its requests one at a time, so there is at most one such
+// request per loss of the leadership, and it comes straight after a
+// request sent while leading: that is the one request a deposed leader
+// cannot help (its fence term lets a node that knows a later term refuse
+// it). Any other request sent while not leading is a round that went on.
+func (l *adminLog) count(from int) (all, strays int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	prevLeading := false
 	for _, c := range l.calls {
-		if c.from == from {
-			all++
-			if !c.leading {
-				deposed++
-			}
+		if c.from != from {
+			continue
 		}
+		all++
+		if !c.leading && !prevLeading {
+			strays++
+		}
+		prevLeading = c.leading
 	}
-	return all, deposed
+	return all, strays
 }
 
 // controlLeaderIndex waits for a running node other than not that leads
@@ -88,8 +103,8 @@ func controlLeaderIndex(t *testing.T, c *gridtest.Cluster, not int) int {
 }
 
 // Defect 3: a control leader cut off in the middle of a round stops it
-// when it loses the leadership. It sends no shard admin request once
-// deposed, and after the heal every shard's group has exactly the map's
+// when it loses the leadership. Once deposed it sends no shard admin
+// request but the one already past its check (adminLog.count), and after the heal every shard's group has exactly the map's
 // replicas as voters, R of them: no shard lost two replicas to two
 // leaders.
 func TestDeposedControlLeaderStopsItsRound(t *testing.T) {
@@ -147,15 +162,15 @@ func TestDeposedControlLeaderStopsItsRound(t *testing.T) {
 		}
 		return ""
 	})
-	all, deposed := log.count(old)
+	all, strays := log.count(old)
 	t.Logf("the old control leader sent %d shard admin requests for the join", all-before[old])
-	if deposed > 0 {
-		t.Errorf("the old control leader sent %d shard admin requests after it was deposed", deposed)
+	if strays > 0 {
+		t.Errorf("the old control leader sent %d shard admin requests after it was deposed", strays)
 	}
 	c.Heal()
 	c.WaitStable(90 * time.Second)
-	if _, after := log.count(old); after > deposed {
-		t.Errorf("the old control leader sent %d more shard admin requests while not leading, after the heal", after-deposed)
+	if _, after := log.count(old); after > strays {
+		t.Errorf("the old control leader sent %d more shard admin requests while not leading, after the heal", after-strays)
 	}
 }
 
