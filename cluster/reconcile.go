@@ -169,15 +169,30 @@ func infoOf(meta topology.NodeMeta) topology.NodeInfo {
 	return topology.NodeInfo{ID: meta.ID, GRPCAddr: meta.GRPCAddr, RaftAddr: meta.RaftAddr, HTTPAddr: meta.HTTPAddr, State: topology.NodeActive, Incarnation: meta.Incarnation}
 }
 
+// initialShards is the shard count of a new cluster of nodes nodes whose
+// founding node was not given one (--shards): one shard per node, so that
+// each node leads one group and every group's entries carry as many
+// commands as they can (a group's cost is per entry). A cluster meant to
+// grow past its founding size to more shard leaders is created with
+// --shards.
+func initialShards(nodes int, slots uint32) int {
+	return max(1, min(nodes, int(slots), topology.MaxShards))
+}
+
 // bootstrapMap commits the first map: every node gossip shows alive, with
-// its incarnation, the host's hard settings, and every shard's replica set
+// its incarnation, the host's hard settings (a shard count per
+// initialShards when the host has none yet), and every shard's replica set
 // as the planner places it on an empty cluster (initialSets). That map
 // records the shards' creation: each replica it lists bootstraps its
 // group with exactly that set, and no shard group is created afterwards.
 func (n *Runtime) bootstrapMap(ctx context.Context, alive map[topology.NodeID]topology.NodeMeta) error {
 	set := n.cfg.Host.Settings()
-	m := &topology.Map{Slots: set.Slots, Shards: set.Shards, Replicas: n.cfg.Replicas,
-		Nodes: map[topology.NodeID]topology.NodeInfo{}, ShardReplicas: make([][]topology.NodeID, set.Shards)}
+	shards := set.Shards
+	if shards == 0 {
+		shards = initialShards(len(alive), set.Slots)
+	}
+	m := &topology.Map{Slots: set.Slots, Shards: shards, Replicas: n.cfg.Replicas,
+		Nodes: map[topology.NodeID]topology.NodeInfo{}, ShardReplicas: make([][]topology.NodeID, shards)}
 	for id, meta := range alive {
 		m.Nodes[id] = infoOf(meta)
 	}

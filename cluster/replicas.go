@@ -207,17 +207,26 @@ func (n *Runtime) syncReplicas(ctx context.Context, m *topology.Map) error {
 }
 
 // checkHostable reports why this node may host no replica of m: the
-// cluster's hard settings differ from its data directory's, or the map
+// cluster's hard settings differ from its data directory's (a new member's
+// directory takes the cluster's shard count here), or the map
 // knows another incarnation of this node id (its directory was wiped
 // while it was in the cluster). Each reason is logged once, when it
 // appears.
 func (n *Runtime) checkHostable(m *topology.Map) error {
 	set := n.cfg.Host.Settings()
 	var err error
-	if m.Slots != set.Slots || m.Shards != set.Shards {
+	if set.Shards == 0 && m.Slots == set.Slots {
+		// A new member takes the cluster's shard count (HostConfig.Shards).
+		err = n.cfg.Host.AdoptShards(m.Shards)
+		set = n.cfg.Host.Settings()
+	}
+	info := m.Nodes[n.cfg.ID]
+	switch {
+	case err != nil:
+	case m.Slots != set.Slots || m.Shards != set.Shards:
 		err = fmt.Errorf("the cluster has %d slots and %d shards, this node's data directory %d and %d: hard settings must match (start this node with --slots %d --shards %d and an empty data directory)",
 			m.Slots, m.Shards, set.Slots, set.Shards, m.Slots, m.Shards)
-	} else if info := m.Nodes[n.cfg.ID]; info.Incarnation != 0 && info.Incarnation != n.incarnation && info.State != topology.NodeRemoved {
+	case info.Incarnation != 0 && info.Incarnation != n.incarnation && info.State != topology.NodeRemoved:
 		err = fmt.Errorf("the map knows node %s as incarnation %x, this data directory is incarnation %x: it was wiped while the node was in the cluster, so it hosts nothing; drain the node (gridnode drain --node %s --force) and it is admitted again, empty",
 			n.cfg.ID, info.Incarnation, n.incarnation, n.cfg.ID)
 	}

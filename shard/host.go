@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -28,8 +29,10 @@ type HostConfig struct {
 	// Hard settings, fixed at creation; zero means the defaults.
 	Slots uint32
 	// Shards: zero means what the data directory holds, or for a new one
-	// DefaultShards (standalone, Mux nil) or DefaultClusterShards (a
-	// cluster member, Mux set).
+	// DefaultShards (standalone, Mux nil) or, for a cluster member (Mux
+	// set), the cluster's count: the host opens with no shard count
+	// (Settings().Shards is 0, no replica can start) until AdoptShards
+	// fixes the one of the cluster map.
 	Shards int
 	// Soft settings.
 	Clock        func() time.Time
@@ -79,8 +82,10 @@ type HostConfig struct {
 // node, the subset the cluster map gives the node in a cluster. Its
 // methods are safe for concurrent use.
 type Host struct {
-	cfg      HostConfig
-	settings HardSettings
+	cfg HostConfig
+	// settings are the hard settings in force; Shards is 0 while the count
+	// is the cluster's and not yet known (AdoptShards).
+	settings atomic.Pointer[HardSettings]
 	lock     *dirlock.Lock // the data directory's, held until Close
 	disk     *diskGuard
 	logs     *raftlog.Journal
@@ -92,15 +97,24 @@ type Host struct {
 	mu       sync.RWMutex
 	replicas []*Replica // by shard id; nil: not hosted here
 	closed   bool
-	// lifecycle serializes StartReplica and StopReplica of each shard id;
-	// Close takes all of them, in id order.
-	lifecycle []sync.Mutex
+	// lifecycle serializes StartReplica and StopReplica of each shard id:
+	// shard id takes lifecycle[id%len(lifecycle)]. A fixed set of stripes,
+	// so that AdoptShards changes the shard count without moving a mutex;
+	// Close and AdoptShards take all of them, in order.
+	lifecycle [lifecycleStripes]sync.Mutex
 }
+
+// lifecycleStripes is the number of lifecycle mutexes: shards sharing one
+// only start and stop one at a time.
+const lifecycleStripes = 64
+
+// life is the lifecycle mutex of shard id.
+func (h *Host) life(id int) *sync.Mutex { return &h.lifecycle[id%lifecycleStripes] }
 
 // withDefaults is c with every unset field at its default: the one place
 // the defaults of a host's config are. Shards defaults to the data
-// directory's stored count, else DefaultShards or, for a cluster member,
-// DefaultClusterShards.
+// directory's stored count, else DefaultShards standalone; a new cluster
+// member's stays 0 (the cluster's, AdoptShards).
 func (c HostConfig) withDefaults() HostConfig {
 	if c.NodeID == "" {
 		c.NodeID = "node-1"
@@ -108,16 +122,13 @@ func (c HostConfig) withDefaults() HostConfig {
 	if c.Slots == 0 {
 		c.Slots = DefaultSlots
 	}
-	if c.Shards == 0 {
+	if c.Shards == 0 && c.DataDir != "" {
+		if stored, err := readSettings(c.DataDir); err == nil {
+			c.Shards = stored.Shards
+		}
+	}
+	if c.Shards == 0 && c.Mux == nil {
 		c.Shards = DefaultShards
-		if c.Mux != nil {
-			c.Shards = DefaultClusterShards
-		}
-		if c.DataDir != "" {
-			if stored, err := readSettings(c.DataDir); err == nil {
-				c.Shards = stored.Shards
-			}
-		}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -140,8 +151,10 @@ func (c HostConfig) Validate() error {
 	if c.DataDir == "" {
 		return errors.New("shard: host config: DataDir is required")
 	}
-	if c.Shards < 1 || uint32(c.Shards) > c.Slots || c.Shards > 1<<digest.MaxTokenBits {
-		return fmt.Errorf("shard: host config: shards %d out of range 1..min(%d (slots), %d (tokens name the shard))", c.Shards, c.Slots, 1<<digest.MaxTokenBits)
+	if c.Shards == 0 && c.Mux != nil {
+		// A new cluster member: the count is the cluster's (AdoptShards).
+	} else if err := validShards(c.Shards, c.Slots); err != nil {
+		return fmt.Errorf("shard: host config: %w", err)
 	}
 	if err := ValidateMaxClockOffset(c.MaxClockOffset); err != nil {
 		return fmt.Errorf("shard: host config: %w", err)
@@ -178,10 +191,16 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 }
 
 // openHostLocked opens the data directory's storage, once it is locked.
+// A new cluster member's directory gets its hard settings when it adopts
+// the cluster's shard count (AdoptShards), not here: a directory with shard
+// state always holds the settings it was made with.
 func openHostLocked(cfg HostConfig) (*Host, error) {
-	settings, err := loadOrCreateSettings(cfg.DataDir, HardSettings{Slots: cfg.Slots, Shards: cfg.Shards})
-	if err != nil {
-		return nil, err
+	settings := HardSettings{Format: formatVersion, Digest: digestName, Slots: cfg.Slots}
+	if cfg.Shards != 0 {
+		var err error
+		if settings, err = loadOrCreateSettings(cfg.DataDir, HardSettings{Slots: cfg.Slots, Shards: cfg.Shards}); err != nil {
+			return nil, err
+		}
 	}
 	logs, err := raftlog.OpenJournalFrom(filepath.Join(cfg.DataDir, "journal"), filepath.Join(cfg.DataDir, "raft"), raftlog.JournalOptions{NoSync: cfg.NoSync, Logger: pebbleLogger{cfg.Logger}})
 	if err != nil {
@@ -192,9 +211,59 @@ func openHostLocked(cfg HostConfig) (*Host, error) {
 		_ = logs.Close()
 		return nil, err
 	}
-	return &Host{cfg: cfg, settings: settings, logs: logs, cold: cold, metrics: NewMetrics(cfg.Registry),
+	h := &Host{cfg: cfg, logs: logs, cold: cold, metrics: NewMetrics(cfg.Registry),
 		disk:     &diskGuard{dir: cfg.DataDir, reserve: cfg.DiskReserve},
-		replicas: make([]*Replica, cfg.Shards), lifecycle: make([]sync.Mutex, cfg.Shards)}, nil
+		replicas: make([]*Replica, settings.Shards)}
+	h.settings.Store(&settings)
+	return h, nil
+}
+
+// AdoptShards fixes the shard count of a new cluster member's data
+// directory, opened without one (HostConfig.Shards), at the cluster's:
+// it writes the directory's hard settings, after which replicas can
+// start. With the count fixed already it does nothing when shards is that
+// count, and fails wrapping ErrHardSettings when it is not.
+func (h *Host) AdoptShards(shards int) error {
+	for i := range h.lifecycle {
+		h.lifecycle[i].Lock()
+	}
+	defer func() {
+		for i := range h.lifecycle {
+			h.lifecycle[i].Unlock()
+		}
+	}()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	cur := *h.settings.Load()
+	if err := validShards(shards, cur.Slots); err != nil {
+		return fmt.Errorf("shard: adopt shard count: %w", err)
+	}
+	switch {
+	case h.closed:
+		return fmt.Errorf("shard: adopt shard count: %w", ErrClosed)
+	case cur.Shards == shards:
+		return nil
+	case cur.Shards != 0:
+		return fmt.Errorf("%w: this data directory has %d shards, the cluster %d", ErrHardSettings, cur.Shards, shards)
+	}
+	set, err := loadOrCreateSettings(h.cfg.DataDir, HardSettings{Slots: cur.Slots, Shards: shards})
+	if err != nil {
+		return err
+	}
+	h.replicas = make([]*Replica, set.Shards)
+	h.settings.Store(&set)
+	h.cfg.Logger.Info("shard count adopted from the cluster", "shards", set.Shards)
+	return nil
+}
+
+// validShards reports whether shards is a usable shard count with slots
+// slots: each shard owns at least one slot, and a fencing token has room
+// for its id.
+func validShards(shards int, slots uint32) error {
+	if shards < 1 || uint32(shards) > slots || shards > 1<<digest.MaxTokenBits {
+		return fmt.Errorf("shards %d out of range 1..min(%d (slots), %d (tokens name the shard))", shards, slots, 1<<digest.MaxTokenBits)
+	}
+	return nil
 }
 
 // DiskRoom returns nil when cmds may be proposed on this node, and an
@@ -225,13 +294,14 @@ func (h *Host) SetTierPolicy(hotWindow time.Duration, hotMaxBytes int64) error {
 	}
 	h.mu.Unlock()
 	for _, r := range replicas {
-		r.prop.setPolicy(keyspace.TierPolicy{HotWindow: hotWindow.Milliseconds(), HotMaxBytes: hotMaxBytes / int64(h.settings.Shards)})
+		r.prop.setPolicy(keyspace.TierPolicy{HotWindow: hotWindow.Milliseconds(), HotMaxBytes: hotMaxBytes / int64(max(h.Settings().Shards, 1))})
 	}
 	return nil
 }
 
-// Settings returns the hard settings in force.
-func (h *Host) Settings() HardSettings { return h.settings }
+// Settings returns the hard settings in force. Shards is 0 on a new
+// cluster member until it adopts the cluster's count (AdoptShards).
+func (h *Host) Settings() HardSettings { return *h.settings.Load() }
 
 // Logs is the node's Raft log store. The cluster runtime keeps its control
 // group there too, under a group id no shard uses; the host closes it.
@@ -268,7 +338,8 @@ func (h *Host) Replica(id int) *Replica {
 
 // ShardOf is the id of the shard that owns digest d (digest.Digest.Shard).
 func (h *Host) ShardOf(d digest.Digest) int {
-	return d.Shard(h.settings.Slots, h.settings.Shards)
+	set := h.settings.Load()
+	return d.Shard(set.Slots, set.Shards)
 }
 
 // For returns the replica of the shard that owns digest d, or nil when this

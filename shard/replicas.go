@@ -51,8 +51,8 @@ func (h *Host) HasState(id int) (bool, error) {
 	if err := h.checkID(id); err != nil {
 		return false, err
 	}
-	h.lifecycle[id].Lock()
-	defer h.lifecycle[id].Unlock()
+	h.life(id).Lock()
+	defer h.life(id).Unlock()
 	if _, err := os.Stat(h.purgeMarker(id)); err == nil {
 		return false, nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
@@ -74,8 +74,8 @@ func (h *Host) startReplica(id int, bootstrap bool, voters []raft.Server) (*Repl
 	if err := h.checkID(id); err != nil {
 		return nil, err
 	}
-	h.lifecycle[id].Lock()
-	defer h.lifecycle[id].Unlock()
+	h.life(id).Lock()
+	defer h.life(id).Unlock()
 	h.mu.RLock()
 	s, closed := h.replicas[id], h.closed
 	h.mu.RUnlock()
@@ -108,8 +108,8 @@ func (h *Host) StopReplica(id int, purge bool) error {
 	if err := h.checkID(id); err != nil {
 		return err
 	}
-	h.lifecycle[id].Lock()
-	defer h.lifecycle[id].Unlock()
+	h.life(id).Lock()
+	defer h.life(id).Unlock()
 	h.mu.Lock()
 	s, closed := h.replicas[id], h.closed
 	h.replicas[id] = nil
@@ -129,8 +129,12 @@ func (h *Host) StopReplica(id int, purge bool) error {
 }
 
 func (h *Host) checkID(id int) error {
-	if id < 0 || id >= h.settings.Shards {
-		return fmt.Errorf("%w: shard %d: ids are 0..%d", ErrNoSuchShard, id, h.settings.Shards-1)
+	n := h.Settings().Shards
+	if n == 0 {
+		return fmt.Errorf("%w: shard %d: this new cluster member has not adopted the cluster's shard count yet", ErrNoSuchShard, id)
+	}
+	if id < 0 || id >= n {
+		return fmt.Errorf("%w: shard %d: ids are 0..%d", ErrNoSuchShard, id, n-1)
 	}
 	return nil
 }
@@ -149,7 +153,8 @@ func (h *Host) openReplica(i int, bootstrap bool, voters []raft.Server) (*Replic
 	h.mu.RLock()
 	cfg := h.cfg
 	h.mu.RUnlock()
-	tokens, err := digest.NewTokenLayout(i, h.settings.Shards)
+	shards := h.Settings().Shards
+	tokens, err := digest.NewTokenLayout(i, shards)
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: %w", i, err)
 	}
@@ -170,7 +175,7 @@ func (h *Host) openReplica(i int, bootstrap bool, voters []raft.Server) (*Replic
 		Peers:            voters,
 		Cold:             h.cold.Shard(uint32(i)),
 		HotWindow:        cfg.HotWindow,
-		HotMaxBytes:      cfg.HotMaxBytes / int64(h.settings.Shards),
+		HotMaxBytes:      cfg.HotMaxBytes / int64(shards),
 		Tokens:           tokens,
 		Clock:            cfg.Clock,
 		MaxClockOffset:   cfg.MaxClockOffset,

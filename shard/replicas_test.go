@@ -270,3 +270,81 @@ func TestReplicaLifecycleRaces(t *testing.T) {
 		t.Fatalf("hosted after the churn: %v, want shard 0's replica only", got)
 	}
 }
+
+// TestNewClusterMemberAdoptsTheClusterShardCount: a new data directory
+// opened on a Mux without a shard count has none (no replica starts, no
+// hard settings are written) until AdoptShards fixes the cluster's; the
+// count then is the directory's, kept at the next open, and another count
+// is refused wrapping ErrHardSettings. A host opened with a count refuses
+// another one too.
+func TestNewClusterMemberAdoptsTheClusterShardCount(t *testing.T) {
+	dir := t.TempDir()
+	open := func(shards int) (*Host, error) {
+		m, err := raftlog.ListenMux("127.0.0.1:0", raftlog.MuxConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := OpenHost(HostConfig{NodeID: "n0", DataDir: dir, Shards: shards, Mux: m, NoSync: true,
+			TickInterval: time.Hour, HeartbeatTimeout: 100 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			_ = m.Close()
+			return nil, err
+		}
+		t.Cleanup(func() {
+			_ = h.Close()
+			_ = m.Close()
+		})
+		return h, nil
+	}
+	h, err := open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := h.Settings().Shards; n != 0 {
+		t.Fatalf("a new cluster member's host has %d shards before adopting, want 0", n)
+	}
+	if _, err := h.StartReplica(0, true); !errors.Is(err, ErrNoSuchShard) {
+		t.Fatalf("StartReplica before the count is known: %v, want ErrNoSuchShard", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, settingsFile)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("hard settings written before the count is known: %v", err)
+	}
+	if err := h.AdoptShards(0); err == nil {
+		t.Fatal("AdoptShards(0) succeeded")
+	}
+	if err := h.AdoptShards(3); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.AdoptShards(3); err != nil {
+		t.Fatalf("adopting the same count again: %v", err)
+	}
+	if err := h.AdoptShards(5); !errors.Is(err, ErrHardSettings) {
+		t.Fatalf("AdoptShards(5) after 3: %v, want ErrHardSettings", err)
+	}
+	startLeader(t, h, 2, true)
+	if _, err := h.StartReplica(3, true); !errors.Is(err, ErrNoSuchShard) {
+		t.Fatalf("StartReplica(3) of 3 shards: %v, want ErrNoSuchShard", err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The count is the directory's now: a default open takes it, another
+	// is refused.
+	if h, err = open(0); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.Settings().Shards; n != 3 {
+		t.Fatalf("reopened: %d shards, want the adopted 3", n)
+	}
+	if err := h.AdoptShards(4); !errors.Is(err, ErrHardSettings) {
+		t.Fatalf("AdoptShards(4) on a directory of 3: %v, want ErrHardSettings", err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open(8); !errors.Is(err, ErrHardSettings) {
+		t.Fatalf("open with --shards 8 on a directory of 3: %v, want ErrHardSettings", err)
+	}
+}

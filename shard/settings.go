@@ -33,12 +33,6 @@ const (
 	// core's worth of work (DefaultShards measured against 2, 4 and 8 in
 	// bench/README.md); --shards sets more where it pays.
 	DefaultShards = 1
-	// DefaultClusterShards is the shard count of a new cluster member: the
-	// shards a cluster spreads over its nodes, so a cluster created small
-	// can still grow to this many shard leaders. Every member must have the
-	// cluster's count (it is a hard setting of each data directory), so it
-	// does not follow the size at creation.
-	DefaultClusterShards = 8
 )
 
 // loadOrCreateSettings returns the settings stored in dir, creating them from

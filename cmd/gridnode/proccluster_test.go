@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -28,6 +29,7 @@ type procNode struct {
 	id                 string
 	grpc, raft, gossip string
 	wrap               []string // the command prefix that runs it (its namespace); nil: none
+	joiner             bool     // started later, with --join only (join)
 	log                *os.File
 	p                  *proc // nil while down
 }
@@ -97,11 +99,30 @@ func (pc *procCluster) launch(i int) {
 		pc.tb.Cleanup(func() { f.Close() })
 		n.log = f
 	}
-	n.p = launchProcIn(pc.tb, n.log, n.wrap,
-		"--node-id", n.id, "--data-dir", filepath.Join(pc.dir, n.id),
+	args := []string{"--node-id", n.id, "--data-dir", filepath.Join(pc.dir, n.id),
 		"--listen", n.grpc, "--raft-listen", n.raft, "--gossip-listen", n.gossip, "--http-listen", "",
-		"--bootstrap-expect", fmt.Sprint(len(pc.nodes)), "--join", strings.Join(join, ","),
-		"--log-level", "warn")
+		"--join", strings.Join(join, ","), "--log-level", "warn"}
+	if !n.joiner {
+		args = append(args, "--bootstrap-expect", fmt.Sprint(len(pc.nodes)))
+	}
+	n.p = launchProcIn(pc.tb, n.log, n.wrap, args...)
+}
+
+// join starts one more node on loopback, as an operator adds a node to a
+// running cluster (--join, no --bootstrap-expect), waits for its ready
+// line and returns its index.
+func (pc *procCluster) join() int {
+	pc.tb.Helper()
+	if pc.lab != nil {
+		pc.tb.Fatal("join is for clusters on loopback")
+	}
+	n := &procNode{id: fmt.Sprintf("node-%d", len(pc.nodes)+1), joiner: true,
+		grpc: freeAddr(pc.tb), raft: freeAddr(pc.tb), gossip: freeAddr(pc.tb)}
+	pc.nodes = append(pc.nodes, n)
+	i := len(pc.nodes) - 1
+	pc.launch(i)
+	pc.waitReady(i)
+	return i
 }
 
 func (pc *procCluster) waitReady(i int) {
@@ -287,4 +308,57 @@ func dialCluster(tb testing.TB, pc *procCluster) *client.Client {
 	}
 	tb.Cleanup(func() { c.Close() })
 	return c
+}
+
+// A cluster started without --shards has one shard per founding node, and
+// a node that joins it later, also without --shards, takes the cluster's
+// count into its new data directory and hosts replicas; the count is a
+// hard setting of every data directory from then on.
+func TestClusterShardCountFollowsItsFoundingNodes(t *testing.T) {
+	pc := startProcCluster(t, 3)
+	x := pc.join()
+	c := dialCluster(t, pc)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var m client.ClusterMap
+	testwait.Until(t, 90*time.Second, func() string {
+		var err error
+		if m, err = c.ClusterMap(ctx); err != nil {
+			return err.Error()
+		}
+		held := 0
+		for _, s := range m.Shards {
+			for _, id := range s.Replicas {
+				if id == pc.nodes[x].id {
+					held++
+				}
+			}
+		}
+		if held == 0 {
+			return fmt.Sprintf("the joined node %s holds no replica yet (map epoch %d)", pc.nodes[x].id, m.Epoch)
+		}
+		return ""
+	})
+	if m.ShardCount != 3 || len(m.Shards) != 3 {
+		t.Fatalf("the cluster of 3 founding nodes has %d shards (%d listed), want 3", m.ShardCount, len(m.Shards))
+	}
+	for _, n := range pc.nodes {
+		b, err := os.ReadFile(filepath.Join(pc.dir, n.id, "hard-settings.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var set struct{ Shards int }
+		if err := json.Unmarshal(b, &set); err != nil {
+			t.Fatal(err)
+		}
+		if set.Shards != 3 {
+			t.Errorf("%s's data directory has %d shards, want the cluster's 3", n.id, set.Shards)
+		}
+	}
+	// Keys are served on every shard, the joined node's replicas included.
+	for i := range 30 {
+		if _, err := c.Reserve(ctx, "t", fmt.Sprintf("k%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

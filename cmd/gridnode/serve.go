@@ -68,7 +68,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 		dataDir:        fs.String("data-dir", "./gridnode-data", "data directory (Raft logs, snapshots, hard settings)"),
 		listen:         fs.String("listen", "127.0.0.1:7420", "client gRPC address"),
 		httpListen:     fs.String("http-listen", "127.0.0.1:7423", "HTTP address for /metrics, /healthz, /readyz (empty: off)"),
-		shards:         fs.Int("shards", 0, fmt.Sprintf("shards of the grid (hard setting, fixed when the data directory is created; default %d standalone, %d in a cluster, or what the data directory holds)", shard.DefaultShards, shard.DefaultClusterShards)),
+		shards:         fs.Int("shards", 0, fmt.Sprintf("shards of the grid (hard setting, fixed when the data directory is created; default %d standalone; a new cluster member takes the cluster's, and a new cluster has one shard per founding node; or what the data directory holds)", shard.DefaultShards)),
 		nodeID:         fs.String("node-id", "node-1", "node id"),
 		pprof:          fs.Bool("pprof", false, "serve /debug/pprof/ on the HTTP address"),
 		logLevel:       fs.String("log-level", "info", "debug, info, warn or error (reloaded on SIGHUP)"),
@@ -349,7 +349,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	logger.Info("gridnode serving", "version", version, "grpc", n.Addr(), "http", n.HTTPAddr(),
-		"data_dir", *dataDir, "shards", n.Host().Settings().Shards, "max_clock_offset", *maxOffset,
+		"data_dir", *dataDir, "shards", shardsLogged(n.Host().Settings().Shards), "max_clock_offset", *maxOffset,
 		"config", settings.file)
 	r := &reloader{args: args, env: os.LookupEnv, current: settings, level: level, host: n.Host(), log: logger}
 	if c := n.Cluster(); c != nil && *f.gossipKeyFile != "" {
@@ -392,4 +392,13 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	logger.Info("stopped")
 	return 0
+}
+
+// shardsLogged is the shard count the start line shows: a new cluster
+// member has none until it learns the cluster's.
+func shardsLogged(n int) any {
+	if n == 0 {
+		return "the cluster's"
+	}
+	return n
 }
