@@ -173,50 +173,59 @@ func (t *tokenEntry) allows(ns string) bool {
 	return false
 }
 
-// check is one access: verb on namespace ns (ns "" for calls without one),
-// needing role.
-func (a *Authorizer) check(t *tokenEntry, verb string, need Role, ns string) error {
-	if t.role < need {
-		return status.Errorf(codes.PermissionDenied, "token %q (%s) may not %s: it needs the %s role", t.name, t.role, verb, need)
+// access is one thing a request asks to do: verb on namespace ns (""
+// for calls without one), needing role.
+type access struct {
+	verb string
+	role Role
+	ns   string
+}
+
+// check reports whether t may make access a.
+func (t *tokenEntry) check(a access) error {
+	if t.role < a.role {
+		return status.Errorf(codes.PermissionDenied, "token %q (%s) may not %s: it needs the %s role", t.name, t.role, a.verb, a.role)
 	}
-	if ns != "" && !t.allows(ns) {
-		return status.Errorf(codes.PermissionDenied, "token %q may not %s in namespace %q", t.name, verb, ns)
+	if a.ns != "" && !t.allows(a.ns) {
+		return status.Errorf(codes.PermissionDenied, "token %q may not %s in namespace %q", t.name, a.verb, a.ns)
 	}
 	return nil
 }
 
-// opNeeds is the verb, role and namespace of one operation.
-func opNeeds(op *gridpb.Op) (string, Role, string) {
+// opAccess is the access of one operation.
+func opAccess(op *gridpb.Op) access {
 	switch o := op.GetOp().(type) {
 	case *gridpb.Op_Reserve:
-		return "reserve", RoleConsumer, string(o.Reserve.GetNamespace())
+		return access{"reserve", RoleConsumer, string(o.Reserve.GetNamespace())}
 	case *gridpb.Op_Complete:
-		return "complete", RoleConsumer, string(o.Complete.GetNamespace())
+		return access{"complete", RoleConsumer, string(o.Complete.GetNamespace())}
 	case *gridpb.Op_Fail:
-		return "fail", RoleConsumer, string(o.Fail.GetNamespace())
+		return access{"fail", RoleConsumer, string(o.Fail.GetNamespace())}
 	case *gridpb.Op_Release:
-		return "release", RoleConsumer, string(o.Release.GetNamespace())
+		return access{"release", RoleConsumer, string(o.Release.GetNamespace())}
 	case *gridpb.Op_Extend:
-		return "extend", RoleConsumer, string(o.Extend.GetNamespace())
+		return access{"extend", RoleConsumer, string(o.Extend.GetNamespace())}
 	case *gridpb.Op_Get:
-		return getNeeds(o.Get)
+		return getAccess(o.Get)
 	case *gridpb.Op_Forget:
-		return "forget", RoleOperator, string(o.Forget.GetNamespace())
+		return access{"forget", RoleOperator, string(o.Forget.GetNamespace())}
 	}
-	return "call", RoleAdmin, ""
+	return access{"call", RoleAdmin, ""}
 }
 
-// getNeeds: a Get by key is a consumer's; by digest, an operator's.
-func getNeeds(g *gridpb.GetRequest) (string, Role, string) {
+// getAccess: a Get by key is a consumer's; by digest, an operator's.
+func getAccess(g *gridpb.GetRequest) access {
 	if len(g.GetDigest()) > 0 {
-		return "get by digest", RoleOperator, ""
+		return access{"get by digest", RoleOperator, ""}
 	}
-	return "get", RoleConsumer, string(g.GetNamespace())
+	return access{"get", RoleConsumer, string(g.GetNamespace())}
 }
 
-// needs lists the accesses a unary request asks for.
-func needs(method string, req any) [][3]any {
-	one := func(verb string, role Role, ns string) [][3]any { return [][3]any{{verb, role, ns}} }
+// accesses lists the accesses a request of method asks for: one per
+// operation of a Batch or a stream frame, one for any other request.
+func accesses(method string, req any) []access {
+	one := func(verb string, role Role, ns string) []access { return []access{{verb, role, ns}} }
+	var ops []*gridpb.Op
 	switch r := req.(type) {
 	case *gridpb.ReserveRequest:
 		return one("reserve", RoleConsumer, string(r.GetNamespace()))
@@ -229,17 +238,13 @@ func needs(method string, req any) [][3]any {
 	case *gridpb.ExtendRequest:
 		return one("extend", RoleConsumer, string(r.GetNamespace()))
 	case *gridpb.GetRequest:
-		v, role, ns := getNeeds(r)
-		return one(v, role, ns)
+		return []access{getAccess(r)}
 	case *gridpb.ForgetRequest:
 		return one("forget", RoleOperator, string(r.GetNamespace()))
 	case *gridpb.BatchRequest:
-		var out [][3]any
-		for _, op := range r.GetOps() {
-			v, role, ns := opNeeds(op)
-			out = append(out, [3]any{v, role, ns})
-		}
-		return out
+		ops = r.GetOps()
+	case *gridpb.StreamRequest:
+		ops = r.GetOps()
 	case *gridpb.AuditRequest:
 		return one("audit", RoleOperator, string(r.GetNamespace()))
 	case *gridpb.StatusRequest, *gridpb.ClusterMapRequest:
@@ -250,8 +255,14 @@ func needs(method string, req any) [][3]any {
 		return one("administer shards", RoleAdmin, "")
 	case *gridpb.GossipKeysRequest:
 		return one("change the gossip keyring", RoleAdmin, "")
+	default:
+		return one("call "+method, RoleAdmin, "")
 	}
-	return one("call "+method, RoleAdmin, "")
+	out := make([]access, len(ops))
+	for i, op := range ops {
+		out[i] = opAccess(op)
+	}
+	return out
 }
 
 // audited: the calls the audit log records when allowed.
@@ -283,9 +294,16 @@ func (a *Authorizer) authorize(ctx context.Context, method string, req any) erro
 		a.audit.record(auditEvent{Event: "unauthenticated", Method: method, Error: status.Convert(err).Message()})
 		return err
 	}
-	for _, n := range needs(method, req) {
-		if err := a.check(t, n[0].(string), n[1].(Role), n[2].(string)); err != nil {
-			a.audit.record(auditEvent{Event: "denied", Token: t.name, Method: method, Namespace: n[2].(string), Error: status.Convert(err).Message()})
+	return a.admit(t, method, req)
+}
+
+// admit checks every access of req for t, the identified caller: the first
+// one refused is audited and returned; if none is, the audited calls of req
+// are recorded. Unary calls and every frame of a stream come here.
+func (a *Authorizer) admit(t *tokenEntry, method string, req any) error {
+	for _, acc := range accesses(method, req) {
+		if err := t.check(acc); err != nil {
+			a.audit.record(auditEvent{Event: "denied", Token: t.name, Method: method, Namespace: acc.ns, Error: status.Convert(err).Message()})
 			return err
 		}
 	}
@@ -370,24 +388,7 @@ func (s *authStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	var checks [][3]any
-	switch r := m.(type) {
-	case *gridpb.StreamRequest:
-		for _, op := range r.GetOps() {
-			v, role, ns := opNeeds(op)
-			checks = append(checks, [3]any{v, role, ns})
-		}
-	default:
-		checks = needs(s.method, m)
-	}
-	for _, n := range checks {
-		if err := s.a.check(s.t, n[0].(string), n[1].(Role), n[2].(string)); err != nil {
-			s.a.audit.record(auditEvent{Event: "denied", Token: s.t.name, Method: s.method, Namespace: n[2].(string), Error: status.Convert(err).Message()})
-			return err
-		}
-	}
-	s.a.recordAllowed(s.t, s.method, m)
-	return nil
+	return s.a.admit(s.t, s.method, m)
 }
 
 // forwardAuth copies the caller's bearer token onto a call this node

@@ -94,15 +94,8 @@ func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 		// Peers keep idle connections alive with pings (see Peers).
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerKeepaliveTime / 2, PermitWithoutStream: true}),
 	}, extra...)
-	var streams []grpc.StreamServerInterceptor
 	if s.opts.Auth != nil {
-		streams = append(streams, s.opts.Auth.Stream)
-	}
-	if s.opts.Limits != nil {
-		streams = append(streams, s.opts.Limits.Stream)
-	}
-	if len(streams) > 0 {
-		opts = append(opts, grpc.ChainStreamInterceptor(streams...))
+		opts = append(opts, grpc.StreamInterceptor(s.opts.Auth.Stream))
 	}
 	g := grpc.NewServer(opts...)
 	gridpb.RegisterGridServer(g, s)

@@ -152,6 +152,12 @@ func (s *Server) serveFrame(ctx context.Context, req *gridpb.StreamRequest, out 
 	s.metrics.streamOps.Observe(float64(len(ops)))
 	first := make([]*gridpb.OpResult, len(ops))
 	err := digest.ValidateBatchLen(len(ops))
+	var retryAfter int64
+	if l := s.opts.Limits; err == nil && l != nil {
+		if rl := l.admit(gridpb.Grid_Stream_FullMethodName, req); rl != nil {
+			err, retryAfter = rl, rl.ms
+		}
+	}
 	var rt *router
 	if err == nil {
 		rt, err = s.opRouter(opCtx)
@@ -159,6 +165,7 @@ func (s *Server) serveFrame(ctx context.Context, req *gridpb.StreamRequest, out 
 	if err != nil {
 		for i := range first {
 			first[i] = errResult(err)
+			first[i].RetryAfterMs = retryAfter
 		}
 		offer(ctx, out, ids, first)
 		return

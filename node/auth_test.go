@@ -3,6 +3,8 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/node"
 )
 
@@ -247,5 +250,57 @@ func TestRateLimitPerNamespace(t *testing.T) {
 	}
 	if _, err := cl.Reserve(ctx, "quiet", "k"); err != nil {
 		t.Fatalf("another namespace during the storm: %v", err)
+	}
+}
+
+// TestRateLimitedStreamGoesOn: with the client's defaults (its calls ride
+// one stream), operations refused by the rate limit fail with
+// ErrLimitExceeded, never as an unknown outcome, and the stream serves the
+// namespace again once its bucket refills; a Batch of more operations than
+// a second's worth is taken against a full bucket instead of being refused
+// for good.
+func TestRateLimitedStreamGoesOn(t *testing.T) {
+	n := startNode(t, node.Config{RateLimit: 20})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := client.Dial(ctx, n.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	errs := make([]error, 100)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() {
+			_, errs[i] = cl.Reserve(ctx, "storm", fmt.Sprintf("k%d", i))
+		})
+	}
+	wg.Wait()
+	refused := 0
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		refused++
+		if !errors.Is(err, client.ErrLimitExceeded) || strings.Contains(err.Error(), "outcome unknown") ||
+			!strings.Contains(err.Error(), `namespace "storm" is over its rate limit`) {
+			t.Fatalf("a rate-limit refusal: %v; want ErrLimitExceeded naming the namespace, not an unknown outcome", err)
+		}
+	}
+	if refused == 0 {
+		t.Fatal("100 reserves at once in a namespace limited to 20 a second: none refused")
+	}
+	testwait.Until(t, 10*time.Second, func() string {
+		if _, err := cl.Reserve(ctx, "storm", "after"); err != nil {
+			return fmt.Sprintf("the storm's namespace once refilled: %v", err)
+		}
+		return ""
+	})
+	ops := make([]client.Op, 50)
+	for i := range ops {
+		ops[i] = client.ReserveOp("big", fmt.Sprintf("b%d", i))
+	}
+	if _, _, err := cl.Batch(ctx, ops); err != nil {
+		t.Fatalf("a batch of 50 operations against a limit of 20 a second, bucket full: %v", err)
 	}
 }
