@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 
+	"google.golang.org/grpc"
+	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/l4xg/grid/api/gridpb"
@@ -260,8 +262,9 @@ type parcelItem struct {
 
 // forwardBatch sends the operations of items (in batch order) to node to
 // as one Batch RPC, with ctx marked as forwarded, and puts its answers in
-// out. Operations that could not be sent get their refusal; a call that
-// failed on its way leaves their outcome unknown.
+// out. Operations that could not be sent (no connection to the node, a
+// dial refused) get their refusal, a Redirect: nothing was applied; a call
+// that failed on its way leaves their outcome unknown.
 func (s *Server) forwardBatch(ctx context.Context, to peer, ops []*gridpb.Op, items []parcelItem, out []*gridpb.OpResult) {
 	c, err := s.peers.client(to.addr)
 	if err != nil {
@@ -275,14 +278,20 @@ func (s *Server) forwardBatch(ctx context.Context, to peer, ops []*gridpb.Op, it
 		sub.Ops[k] = ops[it.i]
 	}
 	s.metrics.routed(routeForwarded, len(items))
-	resp, err := c.Batch(ctx, sub)
+	var got grpcpeer.Peer
+	resp, err := c.Batch(ctx, sub, grpc.Peer(&got))
 	if err == nil && len(resp.GetResults()) != len(items) {
 		err = fmt.Errorf("%w: %s at %s answered %d results for %d operations", errForwardUnknown, to.id, to.addr, len(resp.GetResults()), len(items))
 	}
 	for k, it := range items {
-		if err != nil {
+		switch {
+		case err != nil && got.Addr == nil:
+			// The call never had a connection (the leader's node refused
+			// it, or is down): nothing reached it, so nothing was applied.
+			out[it.i] = errResult(it.refusal)
+		case err != nil:
 			out[it.i] = errResult(forwardError(err, to))
-		} else {
+		default:
 			out[it.i] = resp.Results[k]
 		}
 	}

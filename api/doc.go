@@ -26,7 +26,10 @@
 // travels in a header, and a client tears down the whole connection over a
 // header past its limit.
 //
-// A Batch validates each operation on its own (a bad key fails only its own
+// Every operation takes one way in: a unary call is a batch of one, a
+// stream frame is a batch (planned once: validated, digested, grouped by
+// shard) whose shards' parts answer as each is done, and a Batch is
+// itself. A Batch validates each operation on its own (a bad key fails only its own
 // operation) and proposes the operations of each shard, linearizable reads
 // included, as one group-committed proposal, in batch order, the shards in
 // parallel; stale reads are answered locally afterwards. Its response stays

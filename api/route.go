@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -38,9 +37,10 @@ import (
 // forwarded; neither is one whose leader is unknown, is this node, or has
 // no address. Those get UNAVAILABLE with a Redirect{shard, leader_id,
 // leader_addr, epoch}: in OpResult.error inside a Batch, as a status
-// detail for a unary RPC. Otherwise the node forwards: a unary RPC as the
-// same RPC, a Batch as one Batch RPC per leader node carrying that node's
-// operations in batch order, each marked "grid-forwarded: 1" so that a
+// detail for a unary RPC. Otherwise the node forwards one Batch RPC per
+// leader node carrying that node's operations in batch order (a unary RPC
+// is a batch of one, a stream frame's shard parts are batches too), each
+// marked "grid-forwarded: 1" so that a
 // stale map on either side cannot make a request bounce between nodes; the
 // leader's answers are returned as they are.
 //
@@ -70,9 +70,12 @@ import (
 //   - shard.ErrOutcomeUnknown means the proposal reached the log and its
 //     fate is unknown: it stays UNAVAILABLE without a Redirect, so the
 //     client treats it as an unknown outcome.
-//   - A forwarded call that fails on its way (connection refused or reset,
-//     the peer crashing mid-call) may have been applied by the peer, so it
-//     too is UNAVAILABLE without a Redirect (errForwardUnknown). A peer's
+//   - A forwarded call that never had a connection (the peer refused the
+//     dial, or is down) reached nothing: it is refused with the Redirect it
+//     would have had without forwarding. One that fails on its way (a
+//     connection reset, the peer crashing mid-call) may have been applied
+//     by the peer, so it is UNAVAILABLE without a Redirect
+//     (errForwardUnknown). A peer's
 //     own answers pass through untouched, its Redirects included: the peer
 //     said the operation was not applied.
 const (
@@ -302,77 +305,27 @@ func forwardError(err error, to peer) error {
 	return fmt.Errorf("%w: forwarded to %s at %s: %s", errForwardUnknown, to.id, to.addr, status.Convert(err).Message())
 }
 
-// unaryCall is a unary operation RPC of the generated client, by method
-// expression (gridpb.GridClient.Reserve, ...).
-type unaryCall[R any] func(gridpb.GridClient, context.Context, R, ...grpc.CallOption) (*gridpb.OpResult, error)
-
-// serveOne validates req and runs it here, or forwards it as the same RPC,
-// or refuses it with a Redirect (see the routing rules above); a settle
-// that found no record of its key on its token's shard here then takes its
-// second step (router.place).
-func serveOne[R any](ctx context.Context, s *Server, req R, validate func(R) (target, error), call unaryCall[R]) (*gridpb.OpResult, error) {
-	t, err := validate(req)
-	if err != nil {
-		return nil, toStatus(err)
-	}
+// serveOne runs the operation of a unary call as a batch of one (runBatch:
+// planned, proposed here, forwarded to its shard's leader as a Batch or
+// refused with a Redirect, a settle's second step included) and answers it
+// as the unary RPC does: the result, or its error as a status, a Redirect
+// as the status's detail.
+func (s *Server) serveOne(ctx context.Context, op *gridpb.Op) (*gridpb.OpResult, error) {
 	r, err := s.opRouter(ctx)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	id, sh, second := r.place(t)
-	res, missed, err := serveOn(ctx, s, r, id, sh, t, req, call)
-	if err != nil || !missed || second < 0 {
-		return res, err
+	out := make([]*gridpb.OpResult, 1)
+	s.runBatch(ctx, r, []*gridpb.Op{op}, out)
+	e := out[0].GetError()
+	if e == nil {
+		return out[0], nil
 	}
-	k := r.keyStep()
-	id, sh = k.shardOf(t.cmd.Digest)
-	res, _, err = serveOn(ctx, s, k, id, sh, t, req, call)
-	return res, err
-}
-
-// serveOn runs t on shard id: on sh, this node's replica, or forwarded to
-// the shard's leader as the same RPC, or refused with a Redirect. missed
-// reports a settle run here that found no record of its key.
-func serveOn[R any](ctx context.Context, s *Server, r *router, id int, sh *shard.Replica, t target, req R, call unaryCall[R]) (res *gridpb.OpResult, missed bool, err error) {
-	cause := errNotHosted
-	if sh != nil {
-		if err := s.host.DiskRoom([]keyspace.Command{t.cmd}); err != nil && sh.IsLeader() {
-			return nil, false, toStatus(err)
+	st := status.New(codes.Code(e.GetCode()), e.GetMessage())
+	if rd := e.GetRedirect(); rd != nil {
+		if d, err := st.WithDetails(rd); err == nil {
+			st = d
 		}
-		res, err := runLocal(ctx, sh, t)
-		if err == nil {
-			return toProto(&res), settles(t.cmd.Op) && !res.Found, nil
-		}
-		if r.m == nil || !errors.Is(err, shard.ErrNotLeader) {
-			return nil, false, toStatus(err)
-		}
-		cause = err
 	}
-	to, refusal := r.elsewhere(id, sh, cause)
-	if to.addr == "" {
-		s.metrics.routed(routeRedirected, 1)
-		return nil, false, toStatus(refusal)
-	}
-	c, err := s.peers.client(to.addr)
-	if err != nil {
-		return nil, false, toStatus(refusal) // nothing sent: the client may go there itself
-	}
-	s.metrics.routed(routeForwarded, 1)
-	out, err := call(c, r.forwardContext(ctx), req)
-	if err != nil {
-		return nil, false, toStatus(forwardError(err, to))
-	}
-	return out, false, nil
-}
-
-// runLocal runs one validated operation on the local replica sh.
-func runLocal(ctx context.Context, sh *shard.Replica, t target) (keyspace.Result, error) {
-	if t.read {
-		return sh.Read(ctx, t.cmd.Digest, t.readOptions())
-	}
-	res, err := sh.Propose(ctx, []keyspace.Command{t.cmd})
-	if err != nil {
-		return keyspace.Result{}, err
-	}
-	return res[0], nil
+	return nil, st.Err()
 }

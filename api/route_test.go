@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -128,18 +129,58 @@ func TestClusterRouting(t *testing.T) {
 	})
 
 	// Last: it takes the leader's gRPC port away.
-	t.Run("a forward that fails on its way is an unknown outcome, not a redirect", func(t *testing.T) {
+	t.Run("a forward that never reaches the leader is refused with its Redirect", func(t *testing.T) {
 		tc.CutClientPort(l0.i) // the leader's replica still leads; its API is gone
 		_, err := fc.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: keyOf(t, 0, "lost", 0)})
-		if status.Code(err) != codes.Unavailable || redirectDetail(err) != nil || !strings.Contains(err.Error(), "outcome unknown") {
-			t.Errorf("reserve forwarded to a gone API: %v (detail %v), want UNAVAILABLE, outcome unknown, no Redirect", err, redirectDetail(err))
+		if status.Code(err) != codes.Unavailable || !tc.redirectsTo(redirectDetail(err), 0, l0) {
+			t.Errorf("reserve forwarded to a gone API: %v (detail %v), want UNAVAILABLE with a Redirect to %s: nothing reached it", err, redirectDetail(err), l0.id)
 		}
 		resp, err := fc.Batch(gridtest.Context(t), &gridpb.BatchRequest{Ops: []*gridpb.Op{reserveOp(keyOf(t, 0, "lost", 1))}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e := resp.Results[0].Error; e == nil || codes.Code(e.Code) != codes.Unavailable || e.Redirect != nil || !strings.Contains(e.Message, "outcome unknown") {
-			t.Errorf("batch forwarded to a gone API: %v, want UNAVAILABLE, outcome unknown, no Redirect", resp.Results[0])
+		if e := resp.Results[0].Error; e == nil || codes.Code(e.Code) != codes.Unavailable || !tc.redirectsTo(e.Redirect, 0, l0) {
+			t.Errorf("batch forwarded to a gone API: %v, want UNAVAILABLE with a Redirect to %s", resp.Results[0], l0.id)
 		}
 	})
+}
+
+// A forward that fails after it reached the leader (the connection closed
+// while the leader's proposal waits) may have been applied there: it is an
+// unknown outcome, UNAVAILABLE without a Redirect, never a refusal that
+// would let the client send the operation again as new.
+func TestForwardLostMidCallIsUnknown(t *testing.T) {
+	// A long heartbeat timeout keeps the paused leader leading while the
+	// test cuts its connection.
+	tc := startCluster(t, gridtest.ClusterOptions{HTTP: true, HeartbeatTimeout: 3 * time.Second})
+	l0 := tc.leader(0)
+	fc := gridtest.Dial(t, tc.follower(0).addr)
+	planned := func() float64 {
+		t.Helper()
+		_, body := gridtest.HTTPGet(t, "http://"+tc.Node(l0.i).HTTPAddr()+"/metrics")
+		for _, line := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(line, "l4xg_grid_operations_planned_total "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return f
+			}
+		}
+		return 0
+	}
+	before := planned()
+	tc.Pause(l0.i) // its proposals wait for followers that do not hear it
+	defer tc.Heal()
+	done := make(chan error, 1)
+	go func() {
+		_, err := fc.Reserve(gridtest.Context(t), &gridpb.ReserveRequest{Namespace: []byte("ns"), Key: keyOf(t, 0, "midcall", 0)})
+		done <- err
+	}()
+	testwait.For(t, 10*time.Second, "the forwarded reserve to reach the leader", func() bool { return planned() > before })
+	tc.CutClientPort(l0.i)
+	err := <-done
+	if status.Code(err) != codes.Unavailable || redirectDetail(err) != nil || !strings.Contains(err.Error(), "outcome unknown") {
+		t.Errorf("reserve whose forward broke mid-call: %v (detail %v), want UNAVAILABLE, outcome unknown, no Redirect", err, redirectDetail(err))
+	}
 }

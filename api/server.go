@@ -137,36 +137,34 @@ func (s *Server) Shutdown() {
 	}
 }
 
-// The operation RPCs: each validates its request, then runs it on the local
-// replica of its shard, forwards it to the shard's leader or refuses it
-// with a Redirect (route.go).
+// The operation RPCs: each is a batch of one operation (serveOne).
 
 func (s *Server) Reserve(ctx context.Context, r *gridpb.ReserveRequest) (*gridpb.OpResult, error) {
-	return serveOne(ctx, s, r, reserveCommand, gridpb.GridClient.Reserve)
+	return s.serveOne(ctx, &gridpb.Op{Op: &gridpb.Op_Reserve{Reserve: r}})
 }
 
 func (s *Server) Complete(ctx context.Context, r *gridpb.CompleteRequest) (*gridpb.OpResult, error) {
-	return serveOne(ctx, s, r, completeCommand, gridpb.GridClient.Complete)
+	return s.serveOne(ctx, &gridpb.Op{Op: &gridpb.Op_Complete{Complete: r}})
 }
 
 func (s *Server) Fail(ctx context.Context, r *gridpb.FailRequest) (*gridpb.OpResult, error) {
-	return serveOne(ctx, s, r, failCommand, gridpb.GridClient.Fail)
+	return s.serveOne(ctx, &gridpb.Op{Op: &gridpb.Op_Fail{Fail: r}})
 }
 
 func (s *Server) Release(ctx context.Context, r *gridpb.ReleaseRequest) (*gridpb.OpResult, error) {
-	return serveOne(ctx, s, r, releaseCommand, gridpb.GridClient.Release)
+	return s.serveOne(ctx, &gridpb.Op{Op: &gridpb.Op_Release{Release: r}})
 }
 
 func (s *Server) Extend(ctx context.Context, r *gridpb.ExtendRequest) (*gridpb.OpResult, error) {
-	return serveOne(ctx, s, r, extendCommand, gridpb.GridClient.Extend)
+	return s.serveOne(ctx, &gridpb.Op{Op: &gridpb.Op_Extend{Extend: r}})
 }
 
 func (s *Server) Get(ctx context.Context, r *gridpb.GetRequest) (*gridpb.OpResult, error) {
-	return serveOne(ctx, s, r, getTarget, gridpb.GridClient.Get)
+	return s.serveOne(ctx, &gridpb.Op{Op: &gridpb.Op_Get{Get: r}})
 }
 
 func (s *Server) Forget(ctx context.Context, r *gridpb.ForgetRequest) (*gridpb.OpResult, error) {
-	return serveOne(ctx, s, r, forgetCommand, gridpb.GridClient.Forget)
+	return s.serveOne(ctx, &gridpb.Op{Op: &gridpb.Op_Forget{Forget: r}})
 }
 
 // Batch validates every operation and sends the operations of each shard,
