@@ -249,7 +249,7 @@ th{background:#f3f3f3}code{background:#f3f3f3;padding:0 .2em}img{max-width:100%}
 </style></head><body>
 <h1>Chaos run</h1>
 <p><span class="verdict {{.Verdict}}">{{.Verdict}}</span></p>
-<p>Seed {{.Seed}}: {{.Nodes}} nodes, {{.Replicas}} replicas, {{.Shards}} shards, {{.Duration}}, workload {{.Workload}}{{if .Broken}}, <b>deliberately broken grid: {{.Broken}}</b>{{end}}. Replay with <code>{{.Replay}}</code>.</p>
+<p>Seed {{.Seed}}: {{.Nodes}} nodes, {{.Replicas}} replicas, {{if .Shards}}{{.Shards}}{{else}}gridnode's default count of{{end}} shards, {{.Duration}}, workload {{.Workload}}{{if .Broken}}, <b>deliberately broken grid: {{.Broken}}</b>{{end}}. Replay with <code>{{.Replay}}</code>.</p>
 <h2>Checks</h2>
 <table><tr><th>check</th><th>result</th><th>key</th><th>detail</th></tr>
 {{range .Checks}}<tr><td>{{.Name}}{{if not .Safety}} (measurement){{end}}</td><td class="{{if not .Pass}}bad{{end}}">{{if .Pass}}pass{{else}}FAIL{{end}}</td><td>{{.Key}}</td><td>{{.Detail}}</td></tr>
