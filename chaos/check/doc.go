@@ -159,14 +159,14 @@
 //
 // # Running
 //
-//	go test -race ./chaos/                        # CI: every test below with one short seed (about 45 s with -race on 2 idle cores)
-//	go test ./chaos -long -run Lin -v             # 5 seeds, 16 workers, 20 keys, 20,000 operations, 12 faults each, and the kill -9 test (about 2.5 min)
-//	go test ./chaos -long -run Cluster -v         # the cluster tests: 3 seeds of 8,000 operations and 15 faults per size, more skew, the control run
-//	go test ./chaos -run Kill9 -chaos.proc -v     # the kill -9 test alone: builds gridnode, 3 seeds of 10,000 operations and 10 faults (about 40 s)
-//	go test ./chaos -long -run Membership -v      # the membership test: 200 seeds of 6 steps
-//	go test ./chaos -run Membership -chaos.seed N -membership.seeds 1 -v  # replay one seed's steps
-//	go test ./chaos -run Lin -chaos.seed N -v     # replay the workload choices of a logged seed
-//	go test ./chaos -run Broken -chaos.viz /tmp/v # keep the visualizations of the broken runs
+//	go test -race ./system_test/                        # CI: every test below with one short seed (about 45 s with -race on 2 idle cores)
+//	go test ./system_test -long -run Lin -v             # 5 seeds, 16 workers, 20 keys, 20,000 operations, 12 faults each, and the kill -9 test (about 2.5 min)
+//	go test ./system_test -long -run Cluster -v         # the cluster tests: 3 seeds of 8,000 operations and 15 faults per size, more skew, the control run
+//	go test ./system_test -run Kill9 -chaos.proc -v     # the kill -9 test alone: builds gridnode, 3 seeds of 10,000 operations and 10 faults (about 40 s)
+//	go test ./system_test -long -run Membership -v      # the membership test: 200 seeds of 6 steps
+//	go test ./system_test -run Membership -chaos.seed N -membership.seeds 1 -v  # replay one seed's steps
+//	go test ./system_test -run Lin -chaos.seed N -v     # replay the workload choices of a logged seed
+//	go test ./system_test -run Broken -chaos.viz /tmp/v # keep the visualizations of the broken runs
 //
 // In CI the single-node tests run one seed of 8 workers, 5 keys, 1,500
 // operations and 3 restarts (TestLinearizableUnderRestarts, about 5 s) and

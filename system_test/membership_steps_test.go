@@ -1,4 +1,4 @@
-package main_test
+package system_test
 
 import (
 	"context"

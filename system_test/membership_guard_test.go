@@ -1,4 +1,4 @@
-package main_test
+package system_test
 
 // waitsFor says which issue 10 defect, fixed in another change, a failing
 // check of TestMembershipRandomized is known to wait for ("" when none):
