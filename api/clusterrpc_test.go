@@ -198,8 +198,7 @@ func TestClusterMapAndStatus(t *testing.T) {
 		return views[i]
 	}})
 	leaders := []*member{tc.leader(0), tc.leader(1)}
-	testwait.For(t, 20*time.Second, "a control leader", func() bool { return tc.ControlLeader() >= 0 })
-	ctl := tc.nodes[tc.ControlLeader()]
+	ctl := tc.nodes[tc.WaitControlLeader(20*time.Second, -1)]
 	f := tc.nodes[(ctl.i+1)%3]
 	testwait.For(t, 20*time.Second, string(f.id)+" to be a control group voter", func() bool { return tc.Node(f.i).Cluster().ControlState() == "follower" })
 	real := tc.Map()

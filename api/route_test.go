@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -155,20 +154,7 @@ func TestForwardLostMidCallIsUnknown(t *testing.T) {
 	tc := startCluster(t, gridtest.ClusterOptions{HTTP: true, HeartbeatTimeout: 3 * time.Second})
 	l0 := tc.leader(0)
 	fc := gridtest.Dial(t, tc.follower(0).addr)
-	planned := func() float64 {
-		t.Helper()
-		_, body := gridtest.HTTPGet(t, "http://"+tc.Node(l0.i).HTTPAddr()+"/metrics")
-		for _, line := range strings.Split(body, "\n") {
-			if v, ok := strings.CutPrefix(line, "l4xg_grid_operations_planned_total "); ok {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return f
-			}
-		}
-		return 0
-	}
+	planned := func() float64 { return plannedOps(t, tc.Node(l0.i).HTTPAddr()) }
 	before := planned()
 	tc.Pause(l0.i) // its proposals wait for followers that do not hear it
 	defer tc.Heal()

@@ -172,21 +172,7 @@ func TestStreamPlansEachOperationOnce(t *testing.T) {
 	n := gridtest.Start(t, gridtest.Options{HTTP: true})
 	c := gridtest.Dial(t, n.Addr())
 	ctx := gridtest.Context(t)
-	planned := func() float64 {
-		t.Helper()
-		_, body := gridtest.HTTPGet(t, "http://"+n.HTTPAddr()+"/metrics")
-		for _, line := range strings.Split(body, "\n") {
-			if v, ok := strings.CutPrefix(line, "l4xg_grid_operations_planned_total "); ok {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return f
-			}
-		}
-		t.Fatal("/metrics lacks l4xg_grid_operations_planned_total")
-		return 0
-	}
+	planned := func() float64 { return plannedOps(t, n.HTTPAddr()) }
 	st, err := c.Stream(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -209,4 +195,22 @@ func TestStreamPlansEachOperationOnce(t *testing.T) {
 	if got := planned() - before; got != size {
 		t.Fatalf("a frame of %d operations planned %v operations, want %d", size, got, size)
 	}
+}
+
+// plannedOps reads l4xg_grid_operations_planned_total from the /metrics of
+// the node whose HTTP address is addr.
+func plannedOps(t *testing.T, addr string) float64 {
+	t.Helper()
+	_, body := gridtest.HTTPGet(t, "http://"+addr+"/metrics")
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, "l4xg_grid_operations_planned_total "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatal("/metrics lacks l4xg_grid_operations_planned_total")
+	return 0
 }

@@ -27,7 +27,7 @@ func TestRemovedNodeComesBackWiped(t *testing.T) {
 	id := topology.NodeID(c.ID(x))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := controlLeader(t, c).Drain(ctx, id, false); err != nil {
+	if _, err := c.Node(c.WaitControlLeader(10*time.Second, -1)).Cluster().Drain(ctx, id, false); err != nil {
 		t.Fatal(err)
 	}
 	testwait.Until(t, 60*time.Second, func() string {
@@ -61,7 +61,7 @@ func TestRemovedNodeComesBackWiped(t *testing.T) {
 	if err := c.Launch(x); err != nil {
 		t.Fatal(err)
 	}
-	leader := controlLeader(t, c)
+	leader := c.Node(c.WaitControlLeader(10*time.Second, -1)).Cluster()
 	testwait.Until(t, 30*time.Second, func() string {
 		if !leader.Alive()[id] {
 			return fmt.Sprintf("%s not alive in the control leader's gossip view", id)

@@ -85,23 +85,6 @@ func (l *adminLog) count(from int) (all, strays int) {
 	return all, strays
 }
 
-// controlLeaderIndex waits for a running node other than not that leads
-// the control group, and returns its index.
-func controlLeaderIndex(t *testing.T, c *gridtest.Cluster, not int) int {
-	t.Helper()
-	idx := -1
-	testwait.Until(t, 30*time.Second, func() string {
-		for i := range len(c.Addrs()) {
-			if n := c.Node(i); n != nil && i != not && n.Cluster().ControlState() == "leader" {
-				idx = i
-				return ""
-			}
-		}
-		return "no control leader"
-	})
-	return idx
-}
-
 // Defect 3: a control leader cut off in the middle of a round stops it
 // when it loses the leadership. Once deposed it sends no shard admin
 // request but the one already past its check (adminLog.count), and after the heal every shard's group has exactly the map's
@@ -113,7 +96,7 @@ func TestDeposedControlLeaderStopsItsRound(t *testing.T) {
 	log.mu.Lock()
 	log.c = c
 	log.mu.Unlock()
-	controlLeaderIndex(t, c, -1)
+	c.WaitControlLeader(30*time.Second, -1)
 	before := make([]int, 3)
 	for i := range before {
 		before[i], _ = log.count(i)
@@ -153,7 +136,7 @@ func TestDeposedControlLeaderStopsItsRound(t *testing.T) {
 		}
 		return ""
 	})
-	controlLeaderIndex(t, c, old)
+	c.WaitControlLeader(30*time.Second, old)
 	// The new leader carries the join on; the old one's round, had it
 	// gone on, would be sending requests all along.
 	testwait.Until(t, 90*time.Second, func() string {
@@ -188,10 +171,10 @@ func TestInterruptedAddIsRepaired(t *testing.T) {
 		}
 		return ""
 	})
-	leader := controlLeaderIndex(t, c, -1)
+	leader := c.WaitControlLeader(30*time.Second, -1)
 	c.Kill(leader)
 	epoch := c.Map().Epoch
-	controlLeaderIndex(t, c, leader)
+	c.WaitControlLeader(30*time.Second, leader)
 	testwait.Until(t, 30*time.Second, func() string {
 		if m := c.Map(); m.Epoch == epoch {
 			return fmt.Sprintf("the new control leader changed nothing (epoch %d)", m.Epoch)

@@ -12,7 +12,6 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/l4xg/grid/client"
-	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/internal/testwait"
@@ -97,22 +96,6 @@ func groupLists(t *testing.T, c *gridtest.Cluster, s int, id topology.NodeID) bo
 	return listed
 }
 
-// controlLeader is the control group's leader's runtime.
-func controlLeader(t *testing.T, c *gridtest.Cluster) *cluster.Runtime {
-	t.Helper()
-	var leader *cluster.Runtime
-	testwait.Until(t, 10*time.Second, func() string {
-		for i := range len(c.Addrs()) {
-			if n := c.Node(i); n != nil && n.Cluster().ControlState() == "leader" {
-				leader = n.Cluster()
-				return ""
-			}
-		}
-		return "no control leader"
-	})
-	return leader
-}
-
 func others(c *gridtest.Cluster, n, except int) []int {
 	var out []int
 	for i := range n {
@@ -139,7 +122,7 @@ func TestRestartReplayDoesNotBootstrapAgain(t *testing.T) {
 		// Raft refuses to snapshot before the FSM has applied an entry
 		// after the latest configuration change: commit one (a join that
 		// repeats what the map knows changes nothing).
-		ctl := controlLeader(t, c)
+		ctl := c.Node(c.WaitControlLeader(10*time.Second, -1)).Cluster()
 		self := ctl.Map().Nodes[ctl.Self()]
 		if _, err := ctl.ProposeForTest(context.Background(), topology.Command{Type: topology.CmdNodeJoin, Node: self}); err != nil {
 			t.Fatal(err)
@@ -247,7 +230,7 @@ func TestStaleMapDoesNotPurgeLiveReplica(t *testing.T) {
 	before := live.Status()
 
 	// The map moves the victim's replica to spare; the group is not told.
-	ctl := controlLeader(t, c)
+	ctl := c.Node(c.WaitControlLeader(10*time.Second, -1)).Cluster()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	epoch, err := ctl.ProposeForTest(ctx, topology.Command{Type: topology.CmdApplyMove,

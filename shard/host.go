@@ -111,6 +111,19 @@ const lifecycleStripes = 64
 // life is the lifecycle mutex of shard id.
 func (h *Host) life(id int) *sync.Mutex { return &h.lifecycle[id%lifecycleStripes] }
 
+// lockLifecycles takes every lifecycle mutex, in order, and returns the
+// function that releases them: no replica starts or stops in between.
+func (h *Host) lockLifecycles() (unlock func()) {
+	for i := range h.lifecycle {
+		h.lifecycle[i].Lock()
+	}
+	return func() {
+		for i := range h.lifecycle {
+			h.lifecycle[i].Unlock()
+		}
+	}
+}
+
 // withDefaults is c with every unset field at its default: the one place
 // the defaults of a host's config are. Shards defaults to the data
 // directory's stored count, else DefaultShards standalone; a new cluster
@@ -224,14 +237,7 @@ func openHostLocked(cfg HostConfig) (*Host, error) {
 // start. With the count fixed already it does nothing when shards is that
 // count, and fails wrapping ErrHardSettings when it is not.
 func (h *Host) AdoptShards(shards int) error {
-	for i := range h.lifecycle {
-		h.lifecycle[i].Lock()
-	}
-	defer func() {
-		for i := range h.lifecycle {
-			h.lifecycle[i].Unlock()
-		}
-	}()
+	defer h.lockLifecycles()()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	cur := *h.settings.Load()
@@ -418,14 +424,7 @@ func (h *Host) Audit(tag uint16, since, until int64, fn func(shard uint32, d dig
 // Close stops every hosted replica (a leader hands its group over first),
 // then the cold tier and the log store. Later calls do nothing.
 func (h *Host) Close() error {
-	for i := range h.lifecycle {
-		h.lifecycle[i].Lock()
-	}
-	defer func() {
-		for i := range h.lifecycle {
-			h.lifecycle[i].Unlock()
-		}
-	}()
+	defer h.lockLifecycles()()
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()

@@ -62,19 +62,10 @@ func (r *memberRun) resolve(node int) (int, error) {
 // not leads the control group, and returns it.
 func (r *memberRun) awaitControlLeader(not int) (int, error) {
 	i := -1
-	if !testwait.Holds(15*time.Second, func() bool { i = r.controlLeaderOtherThan(not); return i >= 0 }) {
+	if !testwait.Holds(15*time.Second, func() bool { i = r.c.ControlLeader(not); return i >= 0 }) {
 		return -1, errors.New("no control leader after 15 s")
 	}
 	return i, nil
-}
-
-func (r *memberRun) controlLeaderOtherThan(not int) int {
-	for j := range r.c.Addrs() {
-		if n := r.c.Node(j); j != not && n != nil && n.Cluster().ControlState() == "leader" {
-			return j
-		}
-	}
-	return -1
 }
 
 func (r *memberRun) join(want int) error {
@@ -173,7 +164,7 @@ type led struct {
 }
 
 func (r *memberRun) ledBy(i int) led {
-	l := led{node: i, control: r.controlLeaderOtherThan(-1) == i}
+	l := led{node: i, control: r.c.ControlLeader(-1) == i}
 	m := r.c.Map()
 	for s := range m.ShardReplicas {
 		if slices.Contains(r.c.Leaders(s), i) {
@@ -190,7 +181,7 @@ func (r *memberRun) elsewhere(l led) bool {
 			return false
 		}
 	}
-	return !l.control || r.controlLeaderOtherThan(l.node) >= 0
+	return !l.control || r.c.ControlLeader(l.node) >= 0
 }
 
 // holdUnder lets the load run under a fault: it waits until others lead

@@ -15,6 +15,7 @@ import (
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/cluster/topology"
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 // Group is a shard group's Raft configuration as the node leading the
@@ -270,16 +271,34 @@ func (c *Cluster) localReplicas(i int) []string {
 	return out
 }
 
-// ControlLeader returns the index of the running node that leads the
-// control group by its own account, or -1. Right after a partition a
-// cut-off leader may still count itself: the first is returned.
-func (c *Cluster) ControlLeader() int {
+// ControlLeader returns the index of a running node other than not (-1:
+// any node) that leads the control group by its own account, or -1. Right
+// after a partition a cut-off leader may still count itself: the first is
+// returned.
+func (c *Cluster) ControlLeader(not int) int {
 	for i := range c.Addrs() {
-		if n := c.Node(i); n != nil && n.Cluster().ControlState() == "leader" {
+		if n := c.Node(i); n != nil && i != not && n.Cluster().ControlState() == "leader" {
 			return i
 		}
 	}
 	return -1
+}
+
+// WaitControlLeader waits up to timeout for ControlLeader(not) and
+// returns it.
+func (c *Cluster) WaitControlLeader(timeout time.Duration, not int) int {
+	c.t.Helper()
+	idx := -1
+	testwait.Until(c.t, timeout, func() string {
+		if idx = c.ControlLeader(not); idx >= 0 {
+			return ""
+		}
+		if not >= 0 {
+			return fmt.Sprintf("no control leader but node %d", not)
+		}
+		return "no control leader"
+	})
+	return idx
 }
 
 // MovingShards returns the shards whose replica set in the map differs
