@@ -48,9 +48,13 @@ type bucket struct {
 	last   time.Time
 }
 
-// NewRateLimiter limits every namespace to perSecond operations a second.
-func NewRateLimiter(perSecond float64) *RateLimiter {
-	return &RateLimiter{rate: perSecond, now: time.Now, buckets: map[string]*bucket{}}
+// NewRateLimiter limits every namespace to perSecond operations a second,
+// refilling its buckets by the clock now (nil: time.Now).
+func NewRateLimiter(perSecond float64, now func() time.Time) *RateLimiter {
+	if now == nil {
+		now = time.Now
+	}
+	return &RateLimiter{rate: perSecond, now: now, buckets: map[string]*bucket{}}
 }
 
 // take takes the operations counts[ns] of every namespace, or none of them

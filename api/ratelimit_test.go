@@ -22,8 +22,7 @@ func takeOne(l *RateLimiter, ns string, n int) (time.Duration, bool) {
 // namespace is not affected; time refills the bucket.
 func TestRateLimiterPerNamespace(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
-	l := NewRateLimiter(10)
-	l.now = func() time.Time { return now }
+	l := NewRateLimiter(10, func() time.Time { return now })
 	for i := range 10 {
 		if _, ok := takeOne(l, "a", 1); !ok {
 			t.Fatalf("operation %d of a burst of 10 refused", i)
@@ -51,8 +50,7 @@ func TestRateLimiterPerNamespace(t *testing.T) {
 // only while the bucket is not full, with the wait until it is.
 func TestRateLimiterTakesRequestsLargerThanTheBurst(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
-	l := NewRateLimiter(100)
-	l.now = func() time.Time { return now }
+	l := NewRateLimiter(100, func() time.Time { return now })
 	if _, ok := takeOne(l, "a", 200); !ok {
 		t.Fatal("200 operations against a full bucket of 100: refused")
 	}
@@ -75,8 +73,7 @@ func TestRateLimiterTakesRequestsLargerThanTheBurst(t *testing.T) {
 // its namespaces takes nothing from the others.
 func TestRateLimiterTakesARequestWholeOrNothing(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
-	l := NewRateLimiter(10)
-	l.now = func() time.Time { return now }
+	l := NewRateLimiter(10, func() time.Time { return now })
 	if _, ok := takeOne(l, "busy", 10); !ok {
 		t.Fatal("a full bucket refused 10")
 	}
@@ -93,8 +90,7 @@ func TestRateLimiterTakesARequestWholeOrNothing(t *testing.T) {
 // of the batch in its namespace.
 func TestRateLimitRefusalIsResourceExhausted(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
-	l := NewRateLimiter(2)
-	l.now = func() time.Time { return now }
+	l := NewRateLimiter(2, func() time.Time { return now })
 	op := func(ns string) *gridpb.Op {
 		return &gridpb.Op{Op: &gridpb.Op_Reserve{Reserve: &gridpb.ReserveRequest{Namespace: []byte(ns), Key: []byte("k")}}}
 	}

@@ -73,6 +73,9 @@ type TestingKnobs struct {
 	// WrapView wraps the cluster runtime as its API server sees it: to
 	// show the server another map or gossip view.
 	WrapView func(api.ClusterView) api.ClusterView
+	// RateLimitClock is the clock the rate limiter refills its buckets
+	// by (nil: time.Now): a test holds it still to know what is refused.
+	RateLimitClock func() time.Time
 }
 
 // ClusterConfig is what a node needs to join or form a cluster. Zero
@@ -180,7 +183,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	opts.Auth = n.auth
 	if cfg.RateLimit > 0 {
-		opts.Limits = api.NewRateLimiter(cfg.RateLimit)
+		opts.Limits = api.NewRateLimiter(cfg.RateLimit, cfg.Knobs.RateLimitClock)
 	}
 	if cfg.Cluster == nil {
 		err = n.openStandalone(opts)
