@@ -48,7 +48,9 @@ func New(table string) (*Fence, error) {
 	return &Fence{table: table}, nil
 }
 
-// NewMariaDB returns a Fence on table for MariaDB or MySQL (InnoDB).
+// NewMariaDB returns a Fence on table for MariaDB or MySQL (InnoDB). It
+// does not depend on how the connection counts affected rows: a DSN with
+// clientFoundRows=true fences as one without.
 func NewMariaDB(table string) (*Fence, error) {
 	f, err := New(table)
 	if f != nil {
@@ -107,10 +109,14 @@ func (f *Fence) Schema() string {
 // the effect again, only complete the key. Either way the row now carries
 // token, so an older holder's later Apply or Check is refused. A larger
 // token recorded already returns ErrSuperseded, and nothing is changed.
+// Token 0 is refused: the grid never grants it.
 //
 // The row is locked until tx ends, so concurrent holders of one key are
 // serialized by the database as well as by the grid.
 func (f *Fence) Apply(ctx context.Context, tx *sql.Tx, ns, key string, token uint64) (applied bool, err error) {
+	if token == 0 {
+		return false, fmt.Errorf("sqlfence: apply %s/%s: token 0, which the grid never grants", ns, key)
+	}
 	if f.mariadb {
 		return f.applyMariaDB(ctx, tx, ns, key, token)
 	}
@@ -128,28 +134,44 @@ RETURNING (xmax = 0)`, ns, key, strconv.FormatUint(token, 10))
 	return applied, nil
 }
 
-// applyMariaDB is Apply for MariaDB: the upsert's affected rows say what it
-// did (1 inserted, 2 raised the token, 0 left a token at least as large),
-// and the row stays locked until tx ends.
+// applyMariaDB is Apply for MariaDB and MySQL. It does not read the
+// upsert's affected rows: with CLIENT_FOUND_ROWS (clientFoundRows=true in a
+// go-sql-driver DSN) a row the upsert left unchanged counts 1, as an
+// inserted one does, so a repeat and a superseded holder would both look
+// like a first apply. Instead the upsert reports the token it found:
+// LAST_INSERT_ID(expr) on the update path sets the statement's insert id
+// (the OK packet's, so the result's LastInsertId) to the stored token,
+// while an insert into this table, which has no AUTO_INCREMENT column,
+// leaves it 0. Tokens are never 0, so 0 means inserted. Both sides of
+// the comparison are unsigned 64-bit integers, exact in every bit. The
+// statement compares and sets under the row's exclusive lock, which it keeps until
+// tx ends, as the upsert always did.
 func (f *Fence) applyMariaDB(ctx context.Context, tx *sql.Tx, ns, key string, token uint64) (bool, error) {
+	t := strconv.FormatUint(token, 10)
 	res, err := tx.ExecContext(ctx, "INSERT INTO "+f.table+" (namespace, `key`, token) VALUES (?, ?, ?) "+
-		"ON DUPLICATE KEY UPDATE token = IF(token <= VALUES(token), VALUES(token), token)",
-		ns, key, strconv.FormatUint(token, 10))
+		"ON DUPLICATE KEY UPDATE token = IF(LAST_INSERT_ID(CAST(token AS UNSIGNED)) < CAST(? AS UNSIGNED), ?, token)",
+		ns, key, t, t, t)
 	if err != nil {
 		return false, fmt.Errorf("sqlfence: apply %s/%s: %w", ns, key, err)
 	}
-	n, err := res.RowsAffected()
+	id, err := res.LastInsertId()
 	if err != nil {
 		return false, fmt.Errorf("sqlfence: apply %s/%s: %w", ns, key, err)
 	}
-	switch n {
-	case 1:
+	switch found := uint64(id); {
+	case found == 0:
+		if n, err := res.RowsAffected(); err == nil && n == 2 {
+			// Raised a row without reporting its token: a server that does
+			// not return LAST_INSERT_ID(expr) for the update path.
+			return false, fmt.Errorf("sqlfence: apply %s/%s: the server updated the row but did not report its token", ns, key)
+		}
 		return true, nil
-	case 2:
+	case found > token:
+		return false, fmt.Errorf("%w: %s/%s has token %d, this holder %d", ErrSuperseded, ns, key, found, token)
+	default:
+		// The same token (applied already) or a smaller one, now raised.
 		return false, nil
 	}
-	// Unchanged: the same token (applied already) or a larger one.
-	return false, f.Check(ctx, tx, ns, key, token)
 }
 
 // Check refuses, with ErrSuperseded, a holder whose token is smaller than
