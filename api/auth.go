@@ -192,33 +192,34 @@ func (t *tokenEntry) check(a access) error {
 	return nil
 }
 
-// opAccess is the access of one operation.
-func opAccess(op *gridpb.Op) access {
-	switch o := op.GetOp().(type) {
-	case *gridpb.Op_Reserve:
-		return access{"reserve", RoleConsumer, string(o.Reserve.GetNamespace())}
-	case *gridpb.Op_Complete:
-		return access{"complete", RoleConsumer, string(o.Complete.GetNamespace())}
-	case *gridpb.Op_Fail:
-		return access{"fail", RoleConsumer, string(o.Fail.GetNamespace())}
-	case *gridpb.Op_Release:
-		return access{"release", RoleConsumer, string(o.Release.GetNamespace())}
-	case *gridpb.Op_Extend:
-		return access{"extend", RoleConsumer, string(o.Extend.GetNamespace())}
-	case *gridpb.Op_Get:
-		return getAccess(o.Get)
-	case *gridpb.Op_Forget:
-		return access{"forget", RoleOperator, string(o.Forget.GetNamespace())}
+// opAccess is the access of an operation's request, a unary call's or
+// one of a Batch or a stream frame: a consumer's in its namespace, but for
+// Forget and a Get by digest (an operator's); an empty operation asks for
+// an admin's.
+func opAccess(req gridpb.KeyedRequest) access {
+	verb := "forget"
+	switch r := req.(type) {
+	case nil:
+		return access{"call", RoleAdmin, ""}
+	case *gridpb.ForgetRequest:
+		return access{verb, RoleOperator, string(r.GetNamespace())}
+	case *gridpb.GetRequest:
+		if len(r.GetDigest()) > 0 {
+			return access{"get by digest", RoleOperator, ""}
+		}
+		verb = "get"
+	case *gridpb.ReserveRequest:
+		verb = "reserve"
+	case *gridpb.CompleteRequest:
+		verb = "complete"
+	case *gridpb.FailRequest:
+		verb = "fail"
+	case *gridpb.ReleaseRequest:
+		verb = "release"
+	case *gridpb.ExtendRequest:
+		verb = "extend"
 	}
-	return access{"call", RoleAdmin, ""}
-}
-
-// getAccess: a Get by key is a consumer's; by digest, an operator's.
-func getAccess(g *gridpb.GetRequest) access {
-	if len(g.GetDigest()) > 0 {
-		return access{"get by digest", RoleOperator, ""}
-	}
-	return access{"get", RoleConsumer, string(g.GetNamespace())}
+	return access{verb, RoleConsumer, string(req.GetNamespace())}
 }
 
 // accesses lists the accesses a request of method asks for: one per
@@ -227,20 +228,8 @@ func accesses(method string, req any) []access {
 	one := func(verb string, role Role, ns string) []access { return []access{{verb, role, ns}} }
 	var ops []*gridpb.Op
 	switch r := req.(type) {
-	case *gridpb.ReserveRequest:
-		return one("reserve", RoleConsumer, string(r.GetNamespace()))
-	case *gridpb.CompleteRequest:
-		return one("complete", RoleConsumer, string(r.GetNamespace()))
-	case *gridpb.FailRequest:
-		return one("fail", RoleConsumer, string(r.GetNamespace()))
-	case *gridpb.ReleaseRequest:
-		return one("release", RoleConsumer, string(r.GetNamespace()))
-	case *gridpb.ExtendRequest:
-		return one("extend", RoleConsumer, string(r.GetNamespace()))
-	case *gridpb.GetRequest:
-		return []access{getAccess(r)}
-	case *gridpb.ForgetRequest:
-		return one("forget", RoleOperator, string(r.GetNamespace()))
+	case gridpb.KeyedRequest:
+		return []access{opAccess(r)}
 	case *gridpb.BatchRequest:
 		ops = r.GetOps()
 	case *gridpb.StreamRequest:
@@ -260,7 +249,7 @@ func accesses(method string, req any) []access {
 	}
 	out := make([]access, len(ops))
 	for i, op := range ops {
-		out[i] = opAccess(op)
+		out[i] = opAccess(op.Request())
 	}
 	return out
 }

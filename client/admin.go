@@ -32,7 +32,7 @@ func (c *Client) Drain(ctx context.Context, nodeID string, opts ...DrainOption) 
 		o(req)
 	}
 	var resp *gridpb.DrainResponse
-	_, err := c.retry(ctx, func(ctx context.Context) error {
+	err := c.retry(ctx, func(ctx context.Context) error {
 		var err error
 		resp, err = c.seed.rpc.Drain(ctx, req)
 		return err

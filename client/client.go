@@ -160,7 +160,7 @@ func (c *Client) Close() error {
 // shards.
 func (c *Client) Status(ctx context.Context) (Status, error) {
 	var resp *gridpb.StatusResponse
-	_, err := c.retry(ctx, func(ctx context.Context) error {
+	err := c.retry(ctx, func(ctx context.Context) error {
 		var err error
 		resp, err = c.seed.rpc.Status(ctx, &gridpb.StatusRequest{})
 		return err
@@ -169,19 +169,6 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 		return Status{}, err
 	}
 	return statusFromPB(resp), nil
-}
-
-// do runs one operation, routed to its shard's leader, retrying while the
-// grid is unavailable. sends is how many of its sends may have been applied:
-// a send refused with Redirects only does not count.
-func (c *Client) do(ctx context.Context, op *gridpb.Op) (res *gridpb.OpResult, sends int, err error) {
-	sends, err = c.retryLoop(ctx, func() (bool, error) {
-		var sent bool
-		var err error
-		res, sent, err = c.send(ctx, op)
-		return sent, err
-	})
-	return res, sends, err
 }
 
 // sendTo sends one operation to node n, through its batcher or as a unary
@@ -237,9 +224,28 @@ func timedOut(ctx, sctx context.Context, addr string, d time.Duration, err error
 	return e
 }
 
-// retry runs a unary RPC under the retry policy; see call.
-func (c *Client) retry(ctx context.Context, rpc func(context.Context) error) (int, error) {
-	return c.retryLoop(ctx, func() (bool, error) { return true, c.call(ctx, rpc) })
+// retry runs an RPC that is no operation (Status, Drain, a cluster map)
+// under the retry policy, while the grid is unavailable; its error is
+// labelled by ending, as an operation's is.
+func (c *Client) retry(ctx context.Context, rpc func(context.Context) error) error {
+	p := c.cfg.retry
+	first := time.Now()
+	for attempt := 1; ; attempt++ {
+		err := c.call(ctx, rpc)
+		if err == nil || !retryable(err) {
+			return ending(err, !neverSent(err), refusal(err))
+		}
+		ceiling, ok := p.again(attempt, time.Since(first))
+		if !ok {
+			return ending(err, true, false)
+		}
+		if perr := c.pause(ctx, jitter(ceiling)); perr != nil {
+			if perr != ErrClosed {
+				perr = fmt.Errorf("%w (last error: %w)", ctxDone(ctx), err)
+			}
+			return ending(perr, true, false)
+		}
+	}
 }
 
 // call runs one RPC. Its context is ctx, also cancelled by Close; gRPC
@@ -273,46 +279,6 @@ func (l *leftCheck) mark(err error) error {
 		return unsent(err)
 	}
 	return err
-}
-
-// retryLoop calls send until it succeeds, fails for good, the retry
-// policy says no more, or ctx ends. send reports whether the grid may have
-// applied what it sent; retryLoop returns how many sends may have.
-//
-// The outcome rule: once a send may have been applied, a later failure
-// (the grid still unavailable when the policy gives up, ctx ended, the
-// client closed) is labelled outcome unknown, because no later answer
-// proved what became of that send. A call whose sends were all refused
-// unapplied (Redirects, requests that never left) fails without the label.
-func (c *Client) retryLoop(ctx context.Context, send func() (sent bool, err error)) (int, error) {
-	p := c.cfg.retry
-	sends := 0
-	first := time.Now()
-	for attempt := 1; ; attempt++ {
-		if c.root.Err() != nil {
-			return sends, unknownIf(sends > 0, ErrClosed)
-		}
-		sent, err := send()
-		if sent {
-			sends++
-		}
-		if err == nil {
-			return sends, nil
-		}
-		if !retryable(err) {
-			return sends, unknownIf(sends > 0 && gaveUp(err), err)
-		}
-		ceiling, ok := p.again(attempt, time.Since(first))
-		if !ok {
-			return sends, unknownIf(sends > 0, err)
-		}
-		if perr := c.pause(ctx, jitter(ceiling)); perr != nil {
-			if perr != ErrClosed {
-				perr = fmt.Errorf("%w (last error: %w)", ctxDone(ctx), err)
-			}
-			return sends, unknownIf(sends > 0, perr)
-		}
-	}
 }
 
 // gaveUp reports an error that is no answer of the grid: the caller's

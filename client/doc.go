@@ -206,12 +206,16 @@
 // that never left the client (the connection was refused, or it was still
 // queued); neither counts: a Reserve redirected to its leader and granted
 // there is not AfterRetry, one whose earlier send failed on a lost leader
-// is. A call that gives up never reports success. Once a send may have
-// been applied, a later failure is labelled "outcome unknown" (no later
-// answer proved what became of it); a call refused unapplied every time
-// fails without that label. Batch marks each operation left without an
-// answer as "outcome unknown" (sent) or "not sent", and one still refused
-// as unavailable after a possibly applied send as outcome unknown.
+// is. A call that gives up never reports success. Every operation goes
+// the same way, a single call as a batch of one (the engine in engine.go),
+// and ends by one rule: once a send may have been applied, an ending
+// without an answer of the grid (the retries spent on Unavailable
+// answers, a broken connection, the context ended, the client closed) is
+// labelled "outcome unknown", since no later answer proved what became of
+// it; an ending before anything left the client is labelled "not sent";
+// a refusal of the grid (invalid input, a limit, a rate limit, the
+// caller's credentials) stands as it came, never unknown. Batch labels
+// each operation so.
 //
 // When a caller's context ends before the answer, the call returns at once
 // with an error matching the context's error, but the operation may still run

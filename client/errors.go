@@ -51,6 +51,9 @@ var (
 	// errUnknown labels the failure of a call one of whose sends may have
 	// been applied: what became of the operation is not known.
 	errUnknown = errors.New("client: outcome unknown")
+	// errNotSent labels the failure of a call none of whose sends left
+	// the client: nothing was applied.
+	errNotSent = errors.New("client: not sent")
 
 	// errProtocol: the server answered something this client cannot read.
 	errProtocol = errors.New("client: protocol error")

@@ -508,7 +508,7 @@ func fakeNodeID(n int) string { return fmt.Sprintf("n%d", n) }
 // shard a settle's token names, else the record digest (or the digest a Get
 // carries), its slot, the slot's shard.
 func (fc *fakeCluster) shardOf(op *gridpb.Op) int {
-	if tok := settleToken(op); tok != 0 {
+	if tok := op.Token(); tok != 0 {
 		if s, ok := digest.TokenShard(tok, len(fc.leads)); ok {
 			return s
 		}

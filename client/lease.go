@@ -102,13 +102,7 @@ func holdsLease(op *gridpb.Op, r Result) bool {
 // askedLease is the lease an operation asks for: the server's default when
 // it names none.
 func askedLease(op *gridpb.Op) time.Duration {
-	var ms int64
-	switch o := op.GetOp().(type) {
-	case *gridpb.Op_Reserve:
-		ms = o.Reserve.GetLeaseMs()
-	case *gridpb.Op_Extend:
-		ms = o.Extend.GetLeaseMs()
-	}
+	ms := op.LeaseMs()
 	if ms <= 0 {
 		return digest.DefaultLease
 	}

@@ -20,11 +20,11 @@ func (c *Client) fillResult(ctx context.Context, op Op, r *Result) {
 	if get == nil {
 		return
 	}
-	pb, _, err := c.do(context.WithValue(ctx, unbatchedKey{}, true), get)
-	if err != nil {
+	s := c.exec(context.WithValue(ctx, unbatchedKey{}, true), []Op{{pb: get}}, true).st[0]
+	if s.err != nil {
 		return
 	}
-	g := fromPB(pb)
+	g := s.result
 	if g.ResultOmitted || g.State != r.State || g.Attempt != r.Attempt || !g.CompletedAt.Equal(r.CompletedAt) {
 		return
 	}
@@ -37,7 +37,7 @@ func getOf(op *gridpb.Op) *gridpb.Op {
 	if op.GetGet() != nil {
 		return op
 	}
-	k := keyOf(op)
+	k := op.Request()
 	if k == nil {
 		return nil
 	}

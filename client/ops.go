@@ -208,23 +208,30 @@ func (c *Client) Forget(ctx context.Context, ns, key string, opts ...ForgetOptio
 // one runs a single operation; sends is how many of its sends may have
 // been applied (Result.Sends). On an error the Result is zero but for Sends.
 func (c *Client) one(ctx context.Context, op Op) (Result, int, error) {
-	if op.err != nil {
-		return Result{}, 0, op.err
+	if err := op.check(); err != nil {
+		return Result{}, 0, err
 	}
-	start := c.cfg.clock()
-	pb, sends, err := c.do(ctx, op.pb)
-	if err != nil {
-		return Result{Sends: sends}, sends, err
+	s := c.exec(ctx, []Op{op}, true).st[0]
+	if s.result.ResultOmitted {
+		c.fillResult(ctx, op, &s.result)
 	}
-	r := op.result(pb, start, sends)
-	if r.ResultOmitted {
-		c.fillResult(ctx, op, &r)
+	return s.result, s.sends, s.err
+}
+
+// check refuses an operation before it is sent: an option out of range,
+// or no operation at all.
+func (o Op) check() error {
+	if o.err != nil {
+		return o.err
 	}
-	return r, sends, op.outcomeErr(r)
+	if o.pb.GetOp() == nil {
+		return fmt.Errorf("%w: empty operation", ErrInvalidArgument)
+	}
+	return nil
 }
 
 // result converts the grid's answer to op, which took sends sends (as
-// retryLoop counts them) of a call whose first send the client's clock put
+// the engine counts them) of a call whose first send the client's clock put
 // at start: what the grid said, how the call got it, and the local safe
 // deadline of a lease it grants or renews.
 func (o Op) result(pb *gridpb.OpResult, start time.Time, sends int) Result {

@@ -160,7 +160,7 @@ func (k *routeKey) digest() (digest.Digest, bool) {
 // else its record digest's. ok is false when it has no digest (a Get whose
 // raw digest is not 16 bytes).
 func (k *routeKey) shardIn(slots uint32, shards int) (int, bool) {
-	if tok := settleToken(k.op); tok != 0 {
+	if tok := k.op.Token(); tok != 0 {
 		if s, ok := digest.TokenShard(tok, shards); ok {
 			return s, true
 		}
@@ -172,21 +172,6 @@ func (k *routeKey) shardIn(slots uint32, shards int) (int, bool) {
 	return d.Shard(slots, shards), true
 }
 
-// settleToken is the token of a settle, 0 for any other operation.
-func settleToken(op *gridpb.Op) uint64 {
-	switch o := op.GetOp().(type) {
-	case *gridpb.Op_Complete:
-		return o.Complete.GetToken()
-	case *gridpb.Op_Fail:
-		return o.Fail.GetToken()
-	case *gridpb.Op_Release:
-		return o.Release.GetToken()
-	case *gridpb.Op_Extend:
-		return o.Extend.GetToken()
-	}
-	return 0
-}
-
 // digestOf is the record digest the grid computes for op (api/convert.go);
 // ok is false for an empty operation, and for a Get whose raw digest is not
 // digest.Size bytes, which any node refuses.
@@ -194,40 +179,11 @@ func digestOf(op *gridpb.Op) (digest.Digest, bool) {
 	if raw := op.GetGet().GetDigest(); raw != nil {
 		return digest.Decode(raw)
 	}
-	k := keyOf(op)
+	k := op.Request()
 	if k == nil {
 		return digest.Digest{}, false
 	}
 	return digest.Record(string(k.GetNamespace()), k.GetKey(), k.GetEntity()), true
-}
-
-// namedKey is the part of every operation's request that names its key.
-type namedKey interface {
-	GetNamespace() []byte
-	GetKey() []byte
-	GetEntity() []byte
-}
-
-// keyOf is the request of op, by the key it names; nil for an empty
-// operation.
-func keyOf(op *gridpb.Op) namedKey {
-	switch o := op.GetOp().(type) {
-	case *gridpb.Op_Reserve:
-		return o.Reserve
-	case *gridpb.Op_Complete:
-		return o.Complete
-	case *gridpb.Op_Fail:
-		return o.Fail
-	case *gridpb.Op_Release:
-		return o.Release
-	case *gridpb.Op_Extend:
-		return o.Extend
-	case *gridpb.Op_Get:
-		return o.Get
-	case *gridpb.Op_Forget:
-		return o.Forget
-	}
-	return nil
 }
 
 // target is the node to send k's operation to. probe > 0 after Redirects
@@ -564,50 +520,6 @@ func (c *Client) askMap(ctx context.Context, addr string) (*gridpb.ClusterMapRes
 	return nil, err
 }
 
-// send sends op once: to its shard's leader, following Redirects. sent
-// reports whether a node may have applied it; it is false when every node
-// that answered refused it with a Redirect, or the request never left.
-func (c *Client) send(ctx context.Context, op *gridpb.Op) (*gridpb.OpResult, bool, error) {
-	k := routeKey{op: op}
-	addr, err := c.r.target(ctx, &k, 0)
-	if err != nil {
-		return nil, false, err
-	}
-	unknown := 0 // Redirects that named no leader to follow
-	for hop := 0; ; hop++ {
-		n, err := c.nodes.get(addr)
-		if err != nil {
-			return nil, false, nodeErr(addr, err)
-		}
-		res, err := c.sendOnce(ctx, n, op)
-		rd := redirectOf(err)
-		if rd == nil {
-			if retryable(err) {
-				c.r.unreachable(addr)
-			}
-			return res, !neverSent(err), err
-		}
-		next := c.r.redirected(addr, rd)
-		if hop == maxRedirects {
-			return nil, false, tooManyRedirects(err)
-		}
-		if next != "" {
-			addr = next
-			continue
-		}
-		unknown++
-		if err := c.pause(ctx, c.leaderWait(unknown)); err != nil {
-			if err != ErrClosed {
-				err = ctxDone(ctx)
-			}
-			return nil, false, err
-		}
-		if addr, err = c.r.target(ctx, &k, unknown); err != nil {
-			return nil, false, err
-		}
-	}
-}
-
 // leaderWait is the pause after the n-th Redirect that named no leader: the
 // retry policy's backoff, but at least minLeaderWait, so that a policy
 // without backoff does not spend its redirects in a burst.
@@ -641,10 +553,10 @@ func tooManyRedirects(last error) error {
 // map the client holds.
 func (c *Client) ClusterMap(ctx context.Context) (ClusterMap, error) {
 	var m *gridpb.ClusterMapResponse
-	_, err := c.retryLoop(ctx, func() (bool, error) {
+	err := c.retry(ctx, func(ctx context.Context) error {
 		var err error
 		m, err = c.r.fetchMap(ctx, true)
-		return true, err
+		return err
 	})
 	if err != nil {
 		return ClusterMap{}, err
