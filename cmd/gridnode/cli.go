@@ -36,9 +36,28 @@ const (
 	defaultCLITimeout = 5 * time.Second
 )
 
-// cliRetry keeps an unreachable grid within --timeout: a couple of quick
-// resends for a leader election, no more.
-var cliRetry = client.RetryPolicy{Attempts: 3, BaseBackoff: 100 * time.Millisecond, MaxBackoff: 400 * time.Millisecond}
+// cliRetry is the CLI's retry policy for a call of at most timeout: it
+// resends an operation the grid could not take (a leader election after a
+// node died, a send whose outcome is unknown: every operation is
+// idempotent) for all but the last second of it, or half of it, so that a
+// failover costs a call time, not an error, and an unreachable grid still
+// fails with its own error within --timeout.
+func cliRetry(timeout time.Duration) client.RetryPolicy {
+	return client.RetryPolicy{Budget: max(timeout/2, timeout-time.Second), BaseBackoff: 100 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}
+}
+
+// envAddr is the environment variable of the CLI's default --addr.
+const envAddr = "GRID_ADDR"
+
+// addAddrFlag adds --addr, the client addresses of the grid's nodes:
+// $GRID_ADDR when set, else defaultCLIAddr.
+func addAddrFlag(fs *flag.FlagSet, lookup func(string) (string, bool)) *string {
+	def := defaultCLIAddr
+	if v, ok := lookup(envAddr); ok && strings.TrimSpace(v) != "" {
+		def = v
+	}
+	return fs.String("addr", def, "client addresses of grid nodes, comma-separated: the CLI asks them for the cluster map and sends each operation to its shard's leader ("+envAddr+" sets the default)")
+}
 
 // cliVerb is one verb of the CLI.
 type cliVerb struct {
@@ -161,13 +180,13 @@ func cliVerbs() []string {
 }
 
 // cliUsage is the usage line and summary of a verb ("" for an unknown one).
-// Every verb also takes --addr, --json and --timeout.
+// Every verb also takes --addr, --no-routing, --json and --timeout.
 func cliUsage(verb string) string {
 	v, ok := cliTable[verb]
 	if !ok {
 		return ""
 	}
-	return fmt.Sprintf("gridnode %s [--addr HOST:PORT] [--json] [--timeout %v]\n  %s", v.usage, v.defaultTimeout(), v.summary)
+	return fmt.Sprintf("gridnode %s [--addr HOST:PORT[,HOST:PORT...]] [--no-routing] [--json] [--timeout %v]\n  %s", v.usage, v.defaultTimeout(), v.summary)
 }
 
 // runCLI runs one verb with its arguments and returns the exit code.
@@ -183,7 +202,8 @@ func runCLI(verb string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "usage: %s\n\nflags:\n", cliUsage(verb))
 		fs.PrintDefaults()
 	}
-	addr := fs.String("addr", defaultCLIAddr, "client address of a grid node")
+	addr := addAddrFlag(fs, os.LookupEnv)
+	noRouting := fs.Bool("no-routing", false, "send every call to the first --addr, which forwards each operation to its shard's leader (for a grid whose nodes' advertised addresses this machine cannot reach)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	timeout := fs.Duration("timeout", v.defaultTimeout(), "give up after this long")
 	tlsFlags := addTLSFlags(fs)
@@ -228,10 +248,14 @@ func runCLI(verb string, args []string, stdout, stderr io.Writer) int {
 	// A get shows no token unless asked: the grid hides it, and so does the
 	// CLI, whatever a node answers.
 	out := cliOutput{verb: verb, json: *asJSON, token: verb != "get" || a.showToken, stdout: stdout, stderr: stderr}
-	// The node at --addr takes every call: it forwards an operation on a
-	// shard it does not lead to the shard's leader. One connection, and the
-	// answers (status, audit, get --stale-ok) are that node's.
-	dialOpts := []client.Option{client.WithoutRouting(), client.WithBatching(false), client.WithRetryPolicy(cliRetry)}
+	// The CLI is a client like any consumer's: it asks the nodes at --addr
+	// for the cluster map and sends each operation to its shard's leader,
+	// riding through a failover within its retry budget. Status, audit and
+	// drain go to the first --addr, whose answers they are.
+	dialOpts := []client.Option{client.WithBatching(false), client.WithRetryPolicy(cliRetry(*timeout))}
+	if *noRouting {
+		dialOpts = append(dialOpts, client.WithoutRouting())
+	}
 	more, err := tlsFlags.options(os.LookupEnv)
 	if err != nil {
 		fmt.Fprintf(stderr, "gridnode %s: %v\n", verb, err)

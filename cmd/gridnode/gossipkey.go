@@ -19,7 +19,7 @@ import (
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/client"
-	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/gossip"
 )
 
 // gossipKeygen prints a new gossip encryption key: 32 random bytes
@@ -64,7 +64,7 @@ func tokenHash(in io.Reader, stdout, stderr io.Writer) int {
 func gossipKeyCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gridnode gossip-key", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", defaultCLIAddr, "client address of a grid node")
+	addr := addAddrFlag(fs, os.LookupEnv)
 	keyB64 := fs.String("key", "", "the key (base64) to install, use or remove")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
 	tlsFlags := addTLSFlags(fs)
@@ -83,7 +83,7 @@ func gossipKeyCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	var key []byte
 	if action != gridpb.GossipKeyAction_GOSSIP_KEY_LIST {
-		keys, err := cluster.ParseGossipKeys(*keyB64)
+		keys, err := gossip.ParseKeys(*keyB64)
 		if err != nil || len(keys) != 1 {
 			fmt.Fprintf(stderr, "gridnode gossip-key %s: --key: one base64 key (16, 24 or 32 bytes): %v\n", args[0], err)
 			return exitInvalid
