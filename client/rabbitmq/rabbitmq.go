@@ -13,8 +13,9 @@
 //	                                         grid's retry-after, then goes back to the queue
 //	BUSY (another consumer holds the key)    the same, for the holder's retry-after, at most
 //	                                         WithBusyDelay (1s): holders settle early
-//	POISONED, MISMATCH, no key               Nack(requeue=false): the queue's dead-letter
-//	                                         exchange (or WithDeadLetter's)
+//	POISONED, MISMATCH, no key               ack, once a copy waits in the dead-letter queue
+//	                                         "<queue>.dlq" (or WithDeadLetter's target) with
+//	                                         the reason in its "x-grid-reason" header
 //	shutdown (ctx ended)                     the key is released, Nack(requeue=true): no
 //	                                         attempt is counted
 //	the grid unreachable, a lease lost       a copy to the retry queue after WithErrorDelay
@@ -27,6 +28,24 @@
 // order. The copy is published with publisher confirms and the original is
 // acked only once the broker has confirmed the copy: a failure between the
 // two redelivers the original, never loses it.
+//
+// # Nothing is dropped
+//
+// Every copy (to a retry queue or a dead-letter queue) is published
+// mandatory: a copy that no queue takes (a retry queue deleted after
+// Consume started, a dead-letter queue that does not exist) comes back as a
+// basic.return, which counts as a failed copy. A failed copy leaves its
+// original unacked: it goes back to its queue after WithErrorDelay, to be
+// tried again, and a warning is logged. Each copy carries an
+// "x-grid-publish-id" header, by which a return is matched to its publish.
+//
+// Dead letters go to "<queue>.dlq" by default, which Consume declares
+// (durable, no arguments) unless a queue of that name exists already, so a
+// queue declared without a dead-letter exchange (as in the example above)
+// keeps its poisoned messages. WithDeadLetter sends them to an exchange of
+// yours instead. WithNackDeadLetter leaves them to the queue's own
+// dead-letter exchange with Nack(requeue=false), which RabbitMQ drops when
+// the queue has none; each such nack is logged as a warning.
 //
 // # Keys
 //
@@ -85,6 +104,7 @@ type config struct {
 	delays      []time.Duration
 	waits       adapter.Delays
 	deadLetter  *deadLetter
+	nackDead    bool
 	declare     bool
 	registerer  prometheus.Registerer
 	logger      *slog.Logger
@@ -135,23 +155,34 @@ func WithErrorDelay(d time.Duration) Option { return func(c *config) { c.waits.E
 func WithBusyDelay(d time.Duration) Option { return func(c *config) { c.waits.Busy = d } }
 
 // WithDeadLetter publishes dead-lettered messages to exchange with routing
-// key, with an "x-grid-reason" header saying why, and acks them once the
-// broker confirms, instead of Nack(requeue=false) to the queue's own
-// dead-letter exchange (which drops them when the queue has none).
+// key, instead of to the queue "<queue>.dlq", with an "x-grid-reason"
+// header saying why, and acks them once the broker has confirmed the copy
+// and no queue returned it. The exchange must exist when Consume starts.
 func WithDeadLetter(exchange, routingKey string) Option {
 	return func(c *config) { c.deadLetter = &deadLetter{exchange, routingKey} }
 }
 
-// WithoutDeclare leaves the retry queues to the operator: Consume does not
-// declare them, and they must exist.
+// WithNackDeadLetter dead-letters messages with Nack(requeue=false), to the
+// dead-letter exchange the queue was declared with (its
+// x-dead-letter-exchange argument or a policy), for queues that route their
+// dead letters themselves. RabbitMQ drops the message when the queue has
+// none, which the adapter cannot see: every such nack is logged as a
+// warning. It excludes WithDeadLetter.
+func WithNackDeadLetter() Option { return func(c *config) { c.nackDead = true } }
+
+// WithoutDeclare leaves the retry queues and the dead-letter queue to the
+// operator: Consume does not declare them, and they must exist.
 func WithoutDeclare() Option { return func(c *config) { c.declare = false } }
 
 // WithRegisterer registers the adapter's metrics:
 // l4xg_grid_adapter_messages_total{adapter="rabbitmq",outcome,action}.
 func WithRegisterer(r prometheus.Registerer) Option { return func(c *config) { c.registerer = r } }
 
-// WithLogger logs what the adapter does to a message besides acking it.
-// Default: nothing is logged.
+// WithLogger logs what the adapter does to a message besides acking it, at
+// info, and at warn what puts a message at risk: a copy the broker did not
+// take (the message goes back to its queue), a dead letter left to the
+// queue's dead-letter exchange (WithNackDeadLetter). Default: the warnings
+// only, to slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithConsumerTag names the consumer (default: "l4xg-grid-<queue>-<random>").
@@ -182,6 +213,9 @@ func RetryQueue(queue string, delay time.Duration) string {
 	return queue + ".retry." + delay.String()
 }
 
+// DeadLetterQueue is the name of queue's default dead-letter queue.
+func DeadLetterQueue(queue string) string { return queue + ".dlq" }
+
 // Consume consumes queue on a channel of its own from conn, runs h for each
 // delivery through grid.Process in namespace ns, and settles the delivery
 // by the outcome (see the package documentation). It returns nil once ctx
@@ -199,6 +233,10 @@ func Consume(ctx context.Context, conn *amqp.Connection, grid *client.Client, ns
 	if err := cfg.validate(); err != nil {
 		return err
 	}
+	ownDLQ := cfg.deadLetter == nil && !cfg.nackDead
+	if ownDLQ {
+		cfg.deadLetter = &deadLetter{"", DeadLetterQueue(queue)}
+	}
 	if h == nil || grid == nil || conn == nil {
 		return errors.New("rabbitmq: Consume needs a connection, a grid client and a handler")
 	}
@@ -215,7 +253,9 @@ func Consume(ctx context.Context, conn *amqp.Connection, grid *client.Client, ns
 	if err := pub.Confirm(false); err != nil {
 		return fmt.Errorf("rabbitmq: publisher confirms: %w", err)
 	}
-	if err := declare(conn, pub, queue, cfg); err != nil {
+	returns := newReturns(pub.NotifyReturn(make(chan amqp.Return, cfg.prefetch)))
+	defer returns.stop()
+	if err := declare(conn, pub, queue, cfg, ownDLQ); err != nil {
 		return err
 	}
 	ch, err := conn.Channel()
@@ -230,7 +270,7 @@ func Consume(ctx context.Context, conn *amqp.Connection, grid *client.Client, ns
 	if err != nil {
 		return fmt.Errorf("rabbitmq: consume %s: %w", queue, err)
 	}
-	r := &receiver{cfg: cfg, grid: grid, ns: ns, queue: queue, h: h, pub: pub, m: m}
+	r := &receiver{cfg: cfg, grid: grid, ns: ns, queue: queue, h: h, pub: pub, returns: returns, m: m}
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	cancelled := ch.NotifyCancel(make(chan string, 1))
 	// When ctx ends, stop the broker's deliveries; those already sent still
@@ -256,11 +296,12 @@ func Consume(ctx context.Context, conn *amqp.Connection, grid *client.Client, ns
 	}
 }
 
-// declare declares the retry queues, or with WithoutDeclare checks that
-// they exist, and checks that WithDeadLetter's exchange exists: a copy
-// published where nothing routes it would be dropped after its original
-// was acked.
-func declare(conn *amqp.Connection, pub *amqp.Channel, queue string, cfg config) error {
+// declare declares the retry queues and, when ownDLQ, the dead-letter
+// queue "<queue>.dlq", or with WithoutDeclare checks that they exist, and
+// checks that WithDeadLetter's exchange exists. A copy that nothing routes
+// would come back, and its original with it, again and again: better
+// refused at the start.
+func declare(conn *amqp.Connection, pub *amqp.Channel, queue string, cfg config, ownDLQ bool) error {
 	for _, d := range cfg.delays {
 		name := RetryQueue(queue, d)
 		if cfg.declare {
@@ -280,12 +321,40 @@ func declare(conn *amqp.Connection, pub *amqp.Channel, queue string, cfg config)
 			return fmt.Errorf("rabbitmq: retry queue %s: %w", name, err)
 		}
 	}
+	if ownDLQ {
+		if err := declareDLQ(conn, pub, DeadLetterQueue(queue), cfg.declare); err != nil {
+			return err
+		}
+	}
 	if dl := cfg.deadLetter; dl != nil && dl.exchange != "" {
 		if err := passive(conn, func(ch *amqp.Channel) error {
 			return ch.ExchangeDeclarePassive(dl.exchange, "", true, false, false, false, nil)
 		}); err != nil {
 			return fmt.Errorf("rabbitmq: dead-letter exchange %s: %w", dl.exchange, err)
 		}
+	}
+	return nil
+}
+
+// declareDLQ declares the dead-letter queue name unless a queue of that
+// name exists: one the operator declared, with arguments of their choice
+// (a quorum queue, a length limit), is used as it is, where declaring it
+// again with other arguments would be refused. With create false it must
+// exist.
+func declareDLQ(conn *amqp.Connection, pub *amqp.Channel, name string, create bool) error {
+	err := passive(conn, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		return err
+	})
+	var aerr *amqp.Error
+	if err == nil || !create || !errors.As(err, &aerr) || aerr.Code != amqp.NotFound {
+		if err != nil {
+			return fmt.Errorf("rabbitmq: dead-letter queue %s: %w", name, err)
+		}
+		return nil
+	}
+	if _, err := pub.QueueDeclare(name, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("rabbitmq: declare dead-letter queue %s: %w", name, err)
 	}
 	return nil
 }
@@ -307,6 +376,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("rabbitmq: prefetch %d, want at least 1", c.prefetch)
 	case c.key == nil:
 		return errors.New("rabbitmq: nil key rule")
+	case c.nackDead && c.deadLetter != nil:
+		return errors.New("rabbitmq: WithNackDeadLetter and WithDeadLetter both given")
 	case len(c.delays) == 0:
 		return errors.New("rabbitmq: no retry delays")
 	case c.waits.Error <= 0 || c.waits.Busy <= 0:
@@ -322,13 +393,14 @@ func (c *config) validate() error {
 
 // receiver settles deliveries.
 type receiver struct {
-	cfg   config
-	grid  *client.Client
-	ns    string
-	queue string
-	h     Handler
-	pub   *amqp.Channel
-	m     *adapter.Metrics
+	cfg     config
+	grid    *client.Client
+	ns      string
+	queue   string
+	h       Handler
+	pub     *amqp.Channel
+	returns *returns
+	m       *adapter.Metrics
 }
 
 // handle processes d and settles it.
@@ -350,42 +422,64 @@ func (r *receiver) handle(ctx context.Context, d amqp.Delivery) {
 	r.settle(ctx, d, adapter.Judge(ctx, out, err, r.cfg.waits))
 }
 
-// settle does v's action to d. A retry, or a dead letter to WithDeadLetter's
-// exchange, publishes a copy first and acks d once the broker confirmed
-// it; if that fails, d is handed back to its queue.
+// settle does v's action to d. A retry or a dead letter publishes a copy
+// first and acks d once the broker confirmed it and no queue returned it;
+// if that fails, d is handed back to its queue after the error delay.
 func (r *receiver) settle(ctx context.Context, d amqp.Delivery, v adapter.Verdict) {
 	var err error
-	switch v.Action {
-	case adapter.Ack:
+	switch {
+	case v.Action == adapter.Ack:
 		err = d.Ack(false)
-	case adapter.Requeue:
+	case v.Action == adapter.Requeue:
 		err = d.Nack(false, true)
-	case adapter.DeadLetter:
-		if r.cfg.deadLetter == nil {
-			err = d.Nack(false, false)
-			break
-		}
+	case v.Action == adapter.DeadLetter && r.cfg.nackDead:
+		err = d.Nack(false, false)
+	case v.Action == adapter.DeadLetter:
 		reason := string(v.Outcome)
 		if v.Cause != nil {
 			reason += ": " + v.Cause.Error()
 		}
 		err = r.republish(ctx, d, r.cfg.deadLetter.exchange, r.cfg.deadLetter.key, amqp.Table{"x-grid-reason": reason})
-	case adapter.Retry:
+	case v.Action == adapter.Retry:
 		err = r.republish(ctx, d, "", r.retryQueue(v.Delay), nil)
 	}
 	action := v.Action
 	if err != nil && action != adapter.Ack && action != adapter.Requeue {
-		// The copy did not make it: hand the message back instead.
+		// The copy did not make it: hand the message back instead, after a
+		// pause, so that a queue missing for good does not spin.
+		if ctx.Err() == nil {
+			t := time.NewTimer(r.cfg.waits.Error)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
 		if nerr := d.Nack(false, true); nerr != nil {
 			err = errors.Join(err, nerr)
 		}
 		action = adapter.Requeue
 	}
 	r.m.Count(v.Outcome, action)
-	if r.cfg.logger != nil && (action != adapter.Ack || v.Cause != nil) {
-		r.cfg.logger.Info("rabbitmq: message settled", "queue", r.queue, "message_id", d.MessageId,
-			"correlation_id", d.CorrelationId, "outcome", v.Outcome, "action", action, "delay", v.Delay, "cause", v.Cause, "error", err)
+	attrs := []any{"queue", r.queue, "message_id", d.MessageId, "correlation_id", d.CorrelationId,
+		"outcome", v.Outcome, "action", action, "delay", v.Delay, "cause", v.Cause, "error", err}
+	switch {
+	case err != nil:
+		r.warn("rabbitmq: message not settled as decided; handed back to its queue", attrs...)
+	case v.Action == adapter.DeadLetter && r.cfg.nackDead:
+		r.warn("rabbitmq: message dead-lettered by Nack(requeue=false): RabbitMQ drops it unless the queue has a dead-letter exchange", attrs...)
+	case r.cfg.logger != nil && (action != adapter.Ack || v.Cause != nil):
+		r.cfg.logger.Info("rabbitmq: message settled", attrs...)
 	}
+}
+
+// warn logs a warning to WithLogger's logger, or slog.Default().
+func (r *receiver) warn(msg string, attrs ...any) {
+	l := r.cfg.logger
+	if l == nil {
+		l = slog.Default()
+	}
+	l.Warn(msg, attrs...)
 }
 
 // retryQueue is the retry queue of the shortest delay at least d.
@@ -396,7 +490,8 @@ func (r *receiver) retryQueue(d time.Duration) string {
 }
 
 // republish publishes a copy of d (body, properties and headers, plus
-// extra) to exchange with key, waits for the broker's confirm and acks d.
+// extra) to exchange with key, waits for the broker's confirm and acks d,
+// unless the broker refused the copy or returned it.
 func (r *receiver) republish(ctx context.Context, d amqp.Delivery, exchange, key string, extra amqp.Table) error {
 	headers := amqp.Table{}
 	for k, v := range d.Headers {
@@ -406,6 +501,8 @@ func (r *receiver) republish(ctx context.Context, d amqp.Delivery, exchange, key
 		headers[k] = v
 	}
 	headers["x-grid-redeliveries"] = redeliveries(d) + 1
+	id := r.returns.next()
+	headers[publishIDHeader] = id
 	msg := amqp.Publishing{
 		Headers: headers, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
 		DeliveryMode: amqp.Persistent, Priority: d.Priority, CorrelationId: d.CorrelationId,
@@ -415,16 +512,22 @@ func (r *receiver) republish(ctx context.Context, d amqp.Delivery, exchange, key
 	// The copy must reach the broker even while Consume stops.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	conf, err := r.pub.PublishWithDeferredConfirmWithContext(pctx, exchange, key, false, false, msg)
+	// Mandatory: a copy that no queue takes comes back (returns).
+	conf, err := r.pub.PublishWithDeferredConfirmWithContext(pctx, exchange, key, true, false, msg)
 	if err != nil {
 		return fmt.Errorf("rabbitmq: publish to %q/%q: %w", exchange, key, err)
 	}
 	ok, err := conf.WaitContext(pctx)
-	if err != nil {
+	// Asked even when the wait failed, so that a return that came is not
+	// kept for ever.
+	ret := r.returns.returned(id)
+	switch {
+	case err != nil:
 		return fmt.Errorf("rabbitmq: confirm of %q/%q: %w", exchange, key, err)
-	}
-	if !ok {
+	case !ok:
 		return fmt.Errorf("rabbitmq: the broker refused the copy to %q/%q", exchange, key)
+	case ret != nil:
+		return fmt.Errorf("rabbitmq: no queue took the copy to %q/%q: %d %s", exchange, key, ret.ReplyCode, ret.ReplyText)
 	}
 	return d.Ack(false)
 }
