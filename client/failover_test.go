@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/gossip"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/internal/testwait"
 	gridnode "github.com/l4xg/grid/node"
@@ -129,7 +129,7 @@ func TestStartingMemberRefusalIsNotUnknown(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Cluster: &gridnode.ClusterConfig{
 			RaftListen: "127.0.0.1:0", GossipListen: "127.0.0.1:0", BootstrapExpect: 3,
-			Gossip: cluster.FastGossipTiming(),
+			Gossip: gossip.FastTiming(),
 		},
 	})
 	if err != nil {

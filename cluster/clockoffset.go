@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -8,8 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/memberlist"
-
+	"github.com/l4xg/grid/cluster/gossip"
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/shard"
@@ -56,7 +56,10 @@ type ClockOffsets struct {
 	verdict atomic.Pointer[clockVerdict]
 }
 
-var _ shard.PeerClocks = (*ClockOffsets)(nil)
+var (
+	_ shard.PeerClocks  = (*ClockOffsets)(nil)
+	_ gossip.ClockProbe = (*ClockOffsets)(nil)
+)
 
 type peerSample struct {
 	offset, uncertainty time.Duration
@@ -81,7 +84,7 @@ type ClockOffsetsConfig struct {
 	// Window is how long an estimate counts; default ClockWindowProbes
 	// probe intervals of Timing.
 	Window time.Duration
-	Timing GossipTiming
+	Timing gossip.Timing
 }
 
 // ClockWindowProbes is the default window of estimates, in gossip probe
@@ -105,11 +108,7 @@ func NewClockOffsets(cfg ClockOffsetsConfig) (*ClockOffsets, error) {
 		return nil, fmt.Errorf("%w: %w", topology.ErrConfig, err)
 	}
 	if cfg.Window <= 0 {
-		probe := cfg.Timing.ProbeInterval
-		if probe <= 0 {
-			probe = memberlist.DefaultLANConfig().ProbeInterval
-		}
-		cfg.Window = ClockWindowProbes * probe
+		cfg.Window = ClockWindowProbes * cfg.Timing.ProbePeriod()
 	}
 	return &ClockOffsets{clock: cfg.Clock, now: cfg.Now, max: cfg.MaxOffset, window: cfg.Window, peers: map[topology.NodeID]peerSample{}}, nil
 }
@@ -124,17 +123,18 @@ const (
 	clockPayloadLen     = 9
 )
 
-func (o *ClockOffsets) payload() []byte {
+// AckPayload is what this node's acks carry: its clock now.
+func (o *ClockOffsets) AckPayload() []byte {
 	b := make([]byte, clockPayloadLen)
 	b[0] = clockPayloadVersion
 	binary.BigEndian.PutUint64(b[1:], uint64(o.clock().UnixNano()))
 	return b
 }
 
-// observe records the estimate of one ping of peer, answered after rtt
+// Observe records the estimate of one ping of peer, answered after rtt
 // with payload. A payload this node cannot read (an older or foreign
 // node's) is ignored.
-func (o *ClockOffsets) observe(peer topology.NodeID, payload []byte, rtt time.Duration) {
+func (o *ClockOffsets) Observe(peer topology.NodeID, payload []byte, rtt time.Duration) {
 	if len(payload) != clockPayloadLen || payload[0] != clockPayloadVersion || rtt < 0 {
 		return
 	}
@@ -146,8 +146,8 @@ func (o *ClockOffsets) observe(peer topology.NodeID, payload []byte, rtt time.Du
 	o.refresh()
 }
 
-// forget drops peer's estimate (it left or died).
-func (o *ClockOffsets) forget(peer topology.NodeID) {
+// Forget drops peer's estimate (it left or died).
+func (o *ClockOffsets) Forget(peer topology.NodeID) {
 	o.mu.Lock()
 	delete(o.peers, peer)
 	o.mu.Unlock()
@@ -170,7 +170,7 @@ func (o *ClockOffsets) Report() topology.ClockReport {
 		p.Within = abs(s.offset)+s.uncertainty <= o.max
 		r.Peers = append(r.Peers, p)
 	}
-	slices.SortFunc(r.Peers, func(a, b topology.PeerClock) int { return compareIDs(a.ID, b.ID) })
+	slices.SortFunc(r.Peers, func(a, b topology.PeerClock) int { return cmp.Compare(a.ID, b.ID) })
 	offsets := make([]time.Duration, len(r.Peers))
 	within := 0
 	for i, p := range r.Peers {
@@ -249,15 +249,4 @@ func (o *ClockOffsets) Offset(peer string) (time.Duration, bool) {
 		return 0, false
 	}
 	return s.offset, true
-}
-
-// pingDelegate carries the clock in memberlist's acks.
-type pingDelegate struct{ o *ClockOffsets }
-
-var _ memberlist.PingDelegate = pingDelegate{}
-
-func (d pingDelegate) AckPayload() []byte { return d.o.payload() }
-
-func (d pingDelegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration, payload []byte) {
-	d.o.observe(topology.NodeID(other.Name), payload, rtt)
 }

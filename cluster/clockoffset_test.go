@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l4xg/grid/cluster/gossip"
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/testclock"
 	"github.com/l4xg/grid/internal/testwait"
@@ -28,7 +29,7 @@ func newPinged(t *testing.T) (o *ClockOffsets, runtime *testclock.Clock, ping fu
 	}
 	return o, runtime, func(peer topology.NodeID, d, rtt time.Duration) {
 		c := &ClockOffsets{clock: func() time.Time { return local.Now().Add(d - rtt/2) }}
-		o.observe(peer, c.payload(), rtt)
+		o.Observe(peer, c.AckPayload(), rtt)
 	}
 }
 
@@ -79,7 +80,7 @@ func TestClockOffsetEstimate(t *testing.T) {
 	}
 	ping("b", -400*time.Millisecond, 2*time.Millisecond)
 	// Departed peers and old estimates stop counting.
-	o.forget("b")
+	o.Forget("b")
 	if r := o.Report(); len(r.Peers) != 1 || r.OK {
 		t.Fatalf("after b left: %+v", r)
 	}
@@ -90,12 +91,12 @@ func TestClockOffsetEstimate(t *testing.T) {
 	if r := o.Report(); len(r.Peers) != 0 || r.Known != 1 || r.OK {
 		t.Fatalf("after the window: %+v; want no recent peer of 1 known, still outside", r)
 	}
-	o.forget("a")
+	o.Forget("a")
 	if r := o.Report(); r.Known != 0 || !r.OK || o.Check() != nil {
 		t.Fatalf("no peer known: %+v, %v; want OK", r, o.Check())
 	}
 	for _, bad := range [][]byte{nil, {2, 0, 0, 0, 0, 0, 0, 0, 0}, {1, 2, 3}} {
-		o.observe("c", bad, time.Millisecond)
+		o.Observe("c", bad, time.Millisecond)
 	}
 	if _, ok := o.Offset("c"); ok {
 		t.Fatal("an unreadable payload was taken as an estimate")
@@ -154,9 +155,10 @@ func TestMedian(t *testing.T) {
 }
 
 // TestClockOffsetsOverGossip: three members on loopback, through the
-// gossip guard (gossipTransport), measure each other from the clocks in
-// their acks: the one whose clock runs 400 ms behind finds itself outside
-// the bound; the other two, each with one of two peers beyond it, do not.
+// gossip guard (package gossip's transport), measure each other from the
+// clocks in their acks: the one whose clock runs 400 ms behind finds itself
+// outside the bound; the other two, each with one of two peers beyond it,
+// do not.
 // When its clock is set right, it is back inside.
 func TestClockOffsetsOverGossip(t *testing.T) {
 	base := testclock.New()
@@ -167,16 +169,16 @@ func TestClockOffsetsOverGossip(t *testing.T) {
 	}
 	skew.Store(-400)
 	offsets := map[topology.NodeID]*ClockOffsets{}
-	var members []*Membership
+	var members []*gossip.Membership
 	for _, id := range []topology.NodeID{"a", "b", "c"} {
-		o, err := NewClockOffsets(ClockOffsetsConfig{Clock: clocks[id], MaxOffset: 250 * time.Millisecond, Timing: FastGossipTiming()})
+		o, err := NewClockOffsets(ClockOffsetsConfig{Clock: clocks[id], MaxOffset: 250 * time.Millisecond, Timing: gossip.FastTiming()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		offsets[id] = o
-		m, err := NewMembership(MembershipConfig{NodeID: id, BindAddr: "127.0.0.1:0",
+		m, err := gossip.New(gossip.Config{NodeID: id, BindAddr: "127.0.0.1:0",
 			Meta:   topology.NodeMeta{GRPCAddr: string(id) + ":7420", RaftAddr: string(id) + ":7421"},
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Timing: FastGossipTiming(), ClockOffsets: o})
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Timing: gossip.FastTiming(), Clocks: o})
 		if err != nil {
 			t.Fatal(err)
 		}

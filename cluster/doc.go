@@ -3,82 +3,50 @@
 // (the control group and its planner), and publishes that decision as the
 // cluster map that nodes and clients route by.
 //
-// It is two layers. The state is package cluster/topology: the Map and its
-// nodes, the control commands and their encoding, Apply (the map after a
-// command), the placement planner (Plan, PlanControl), moves, the grace
+// It is three packages. The state is package cluster/topology: the Map and
+// its nodes, the control commands and their encoding, Apply (the map after
+// a command), the placement planner (Plan, PlanControl), moves, the grace
 // period of down nodes and the gossiped NodeMeta. It is pure: no clock, no
-// I/O, no Raft, no gossip, and it is tested as data. This package is the
-// runtime around it, Runtime: gossip membership, the control group (with
-// Control, its Raft FSM adapter), the replica loop, and the control
-// leader's reconciler and move executor.
+// I/O, no Raft, no gossip, and it is tested as data. Package cluster/gossip
+// is the membership over hashicorp/memberlist: who is alive, left or dead,
+// behind a guard transport that refuses the frames memberlist would crash
+// on, with encryption, keyring rotation and healing after partitions (its
+// doc.go). This package is the runtime around both, Runtime: the
+// controller (the node's member of the control group, with Control, its
+// Raft FSM adapter; controller.go, bootstrap.go), the replica loop
+// (replicas.go, ready.go), and the control leader's reconciler and move
+// executor (reconcile.go, execute.go).
 //
 // # Membership: gossip informs, it never decides
 //
-// Membership wraps hashicorp/memberlist. Each node gossips a small,
-// versioned NodeMeta (its id, its gRPC, Raft and HTTP addresses, and the
-// incarnation of its data directory) and learns who is alive, who left and
-// who is dead. Gossip is only an input:
-// a partitioned minority sees the majority "dead", and if that view could
-// move shards, both sides would. So no replica moves, no node is drained
-// and no node is removed on gossip alone. Those decisions are commands in
-// the control group's Raft log, proposed by its leader, and a leader needs
-// a majority of the control voters; a minority side cannot commit anything.
-//
-// memberlist v0.5.4 is used because v0.7.0 pulls in a go-metrics that does
-// not build beside hashicorp/raft v1.7.2 (v0.6.0 builds, but bounds only
-// the push/pull header). It reports no suspicion events and does not tell
-// a departure from a death, so Leave first gossips a leaving flag in the
-// metadata; members are alive, left or dead.
-//
-// memberlist v0.5.4 trusts lengths and version lists from the wire: a
-// push/pull header with Nodes -1, a user message of 1<<62 bytes, a node
-// state or an alive packet with three protocol versions each panic one of
-// its goroutines, which kills the process. Membership therefore runs it on
-// a guard transport (gossiptransport.go) around its NetTransport: every UDP
-// packet and the first message of every TCP stream, accepted or dialed, is
-// checked against bounds (gossipframe.go) before memberlist decodes it,
-// through the label, compression and checksum wrappers as memberlist walks
-// them; a refused one is dropped or its stream closed, logged at warn and
-// counted (RefusedFrames). With gossip encryption on (a keyring from
-// --gossip-key-file), an encrypted packet or stream is decrypted with the
-// keyring and its plaintext checked the same way, so a member holding the
-// key cannot send what memberlist panics on either; a plaintext one is
-// refused while incoming messages are verified. With encryption off an
-// encrypted one is refused. The same transport injects the partitions of
-// tests (GossipFaults).
-//
-// memberlist never contacts a member it has declared dead, so after a
-// partition both sides would stay split for good. Membership rejoins by
-// itself, as Consul's retry-join and serf's reconnect do (reconnect.go):
-// while any known member is not alive, every ReconnectInterval (3 s,
-// jittered) it joins up to three of the dead members (not those that left)
-// and the seeds (the node's Join list). The push/pull of a join carries
-// both views: a member that finds itself dead refutes it with a higher
-// incarnation, which the next round carries back, so a pair heals even
-// while its UDP path stays broken (memberlist then logs "was able to
-// connect over TCP but UDP probes failed", and its probes pass through their
-// TCP fallback).
+// The gossip view is only an input: a partitioned minority sees the
+// majority "dead", and if that view could move shards, both sides would.
+// So no replica moves, no node is drained and no node is removed on gossip
+// alone. Those decisions are commands in the control group's Raft log,
+// proposed by its leader, and a leader needs a majority of the control
+// voters; a minority side cannot commit anything. Gossip events only wake
+// the runtime's loops to look again.
 //
 // # Clock offsets
 //
-// Gossip also measures the clocks (clockoffset.go): with a ClockOffsets in
-// its config, every ack of a memberlist ping carries the acking node's
-// clock (the one that stamps its shard entries), and the pinging node
-// estimates the peer's offset as peerTime - (localNow - rtt/2), within
-// rtt/2. The acks are UDP packets, which the guard passes to memberlist
-// unchanged (only the TCP fallback's ack carries no payload, and memberlist
-// reports no estimate for it). The node's offset is the median of its
-// peers' recent estimates; it is outside the maximum offset when more than
-// half of the peers it knows are recently measured beyond it by more than
-// their uncertainty, inside when at least half are measured within it by
-// more than their uncertainty, and otherwise keeps its last verdict (an
-// estimate gone stale under load does not hand the majority to the peer
-// measured last, and a ping slowed past the bound's slack moves the
-// verdict neither way). The node's
-// shards take that verdict as their shard.PeerClocks: outside, they grant
-// no lease and hand their leaderships over, and the control leader does
-// not move a leadership back to a node whose Status says it is outside
-// (restoreLeaders).
+// The node also measures its clock against its peers' over gossip
+// (clockoffset.go): ClockOffsets is a gossip.ClockProbe, so every ack of a
+// memberlist ping carries the acking node's clock (the one that stamps its
+// shard entries), and the pinging node estimates the peer's offset as
+// peerTime - (localNow - rtt/2), within rtt/2. The node's offset is the
+// median of its peers' recent estimates; it is outside the maximum offset
+// when more than half of the peers it knows are recently measured beyond
+// it by more than their uncertainty, inside when at least half are
+// measured within it by more than their uncertainty, and otherwise keeps
+// its last verdict (an estimate gone stale under load does not hand the
+// majority to the peer measured last, and a ping slowed past the bound's
+// slack moves the verdict neither way). The node's shards take that
+// verdict as their shard.PeerClocks: outside, they grant no lease and hand
+// their leaderships over, and the control leader does not move a
+// leadership back to a node whose Status says it is outside
+// (restoreLeaders). ClockOffsets lives here rather than in package gossip
+// because it is the shards' PeerClocks: gossip carries its bytes and
+// imports nothing of the shards.
 //
 // # The control group and the map
 //
@@ -146,13 +114,13 @@
 // # Placement
 //
 // PlanGroups is a pure function of the map, the gossip view (alive, see
-// AliveSet), deadFor, which says whether a node has been missing longer
-// than the grace period (default 30 s), and each shard's observed group:
-// its committed Raft configuration (voters and non-voters) as its leader
-// reports it, or unknown when no leader answered or its configuration is
-// not committed. The control leader answers deadFor with a Grace fed by
-// gossip and its own clock; a new control leader starts with a fresh
-// Grace, which can only delay a replacement.
+// gossip.AliveSet), deadFor, which says whether a node has been missing
+// longer than the grace period (default 30 s), and each shard's observed
+// group: its committed Raft configuration (voters and non-voters) as its
+// leader reports it, or unknown when no leader answered or its
+// configuration is not committed. The control leader answers deadFor
+// with a Grace fed by gossip and its own clock; a new control leader
+// starts with a fresh Grace, which can only delay a replacement.
 //
 // It repairs before it balances. A shard whose map set and group differ
 // (a move cut short by a new control leader, the move timeout, or a node

@@ -35,3 +35,7 @@ func (n *Runtime) ReadinessNow(ctx context.Context) string {
 	}
 	return n.notCaughtUp(ctx, m)
 }
+
+// GossipDrains counts memberlist's calls for broadcasts on this node
+// (gossip.Membership.Drains).
+func (n *Runtime) GossipDrains() uint64 { return n.ms.Drains() }

@@ -84,3 +84,24 @@ func (n *Runtime) replicaBehind(ctx context.Context, m *topology.Map, s int) str
 	}
 	return ""
 }
+
+// Ready reports whether this node serves: its map is the current one (see
+// the replica loop), it is in the map and not removed, and each replica
+// the map gives it runs as a voter of its group within maxReadyLag
+// entries of its leader's commit. The replica loop computes it; reading
+// it is cheap. A round's verdict may come from a map that a later entry
+// has replaced while the round ran; removal is final, so it is checked
+// against the map in force now, and a removed node is never ready.
+func (n *Runtime) Ready() bool {
+	return n.ready.Load() && n.ctl.NodeState(n.cfg.ID) != topology.NodeRemoved
+}
+
+// Readiness is Ready with the reason when not ready.
+func (n *Runtime) Readiness() (bool, string) {
+	if n.ctl.NodeState(n.cfg.ID) == topology.NodeRemoved {
+		return false, "removed from the cluster"
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ready.Load(), n.notReady
+}

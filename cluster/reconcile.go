@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/l4xg/grid/cluster/gossip"
 	"github.com/l4xg/grid/cluster/topology"
 	"golang.org/x/sync/errgroup"
 )
@@ -158,7 +159,7 @@ func (n *Runtime) reconcile(ctx context.Context, grace *topology.Grace) error {
 func (n *Runtime) aliveMeta() map[topology.NodeID]topology.NodeMeta {
 	out := map[topology.NodeID]topology.NodeMeta{}
 	for _, m := range n.ms.Members() {
-		if m.State == MemberAlive && m.MetaErr == nil && m.Meta.RaftAddr != "" && m.Meta.GRPCAddr != "" {
+		if m.State == gossip.MemberAlive && m.MetaErr == nil && m.Meta.RaftAddr != "" && m.Meta.GRPCAddr != "" {
 			out[m.ID] = m.Meta
 		}
 	}

@@ -289,3 +289,13 @@ func (n *Runtime) purge(ctx context.Context, m *topology.Map, s int) error {
 	}
 	return nil // no leader found: ask again next round
 }
+
+// SettingsError is set while this node may host no replica of the map:
+// the cluster's hard settings differ from its data directory's, or the map
+// knows another incarnation of this node (its directory was wiped while it
+// was in the cluster).
+func (n *Runtime) SettingsError() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.settingsErr
+}

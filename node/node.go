@@ -21,6 +21,7 @@ import (
 
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/gossip"
 	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/shard"
 )
@@ -66,7 +67,7 @@ type TestingKnobs struct {
 	// traffic.
 	RaftFaults *raftlog.Faults
 	// GossipFaults injects network faults into its gossip traffic.
-	GossipFaults *cluster.GossipFaults
+	GossipFaults *gossip.Faults
 	// WrapRemote wraps the cluster.Remote its control leader reaches the
 	// other nodes with: to watch what it sends.
 	WrapRemote func(cluster.Remote) cluster.Remote
@@ -100,11 +101,11 @@ type ClusterConfig struct {
 	// Replicas per shard (default 3), fixed at bootstrap.
 	Replicas    int
 	GracePeriod time.Duration
-	Gossip      cluster.GossipTiming
+	Gossip      gossip.Timing
 	// HeartbeatTimeout of every Raft group (default 500 ms).
 	HeartbeatTimeout time.Duration
 	// GossipEncryption, if set, encrypts the gossip with its keys.
-	GossipEncryption *cluster.GossipEncryption
+	GossipEncryption *gossip.Encryption
 }
 
 // HandshakeTimeout bounds how long a new connection to any of a node's

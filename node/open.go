@@ -8,6 +8,7 @@ import (
 
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/gossip"
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/shard"
@@ -58,7 +59,7 @@ func (n *Node) openCluster(opts api.Options) error {
 		cc.RaftListen = DefaultRaftListen
 	}
 	if cc.GossipListen == "" {
-		cc.GossipListen = cluster.DefaultGossipAddr
+		cc.GossipListen = gossip.DefaultAddr
 	}
 	mc := raftlog.MuxConfig{Advertise: cc.RaftAdvertise, Faults: cfg.Knobs.RaftFaults, Logger: cfg.Logger}
 	if n.tls.peer != nil {
@@ -137,7 +138,7 @@ func (n *Node) openCluster(opts api.Options) error {
 
 // keyringFile is where a node keeps its gossip keyring: in its data
 // directory, when gossip is encrypted.
-func keyringFile(enc *cluster.GossipEncryption, dataDir string) string {
+func keyringFile(enc *gossip.Encryption, dataDir string) string {
 	if enc == nil {
 		return ""
 	}

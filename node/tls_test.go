@@ -22,7 +22,7 @@ import (
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/client"
-	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/gossip"
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/internal/testcerts"
@@ -330,14 +330,14 @@ func raftRefused(t *testing.T, addr string, conf *tls.Config) bool {
 func TestGossipEncryption(t *testing.T) {
 	k1, k2, rogue := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32), bytes.Repeat([]byte{3}, 32)
 	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Replicas: 3, Shards: 2,
-		GossipEncryption: func(i int) *cluster.GossipEncryption {
+		GossipEncryption: func(i int) *gossip.Encryption {
 			switch i {
 			case 3:
-				return &cluster.GossipEncryption{Keys: [][]byte{rogue}, VerifyIncoming: true, VerifyOutgoing: true}
+				return &gossip.Encryption{Keys: [][]byte{rogue}, VerifyIncoming: true, VerifyOutgoing: true}
 			case 4:
 				return nil
 			}
-			return &cluster.GossipEncryption{Keys: [][]byte{k1}, VerifyIncoming: true, VerifyOutgoing: true}
+			return &gossip.Encryption{Keys: [][]byte{k1}, VerifyIncoming: true, VerifyOutgoing: true}
 		}})
 	if err := c.AwaitStable(60 * time.Second); err != nil {
 		t.Fatal(err)

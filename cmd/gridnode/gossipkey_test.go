@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/api"
-	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/gossip"
 	"github.com/l4xg/grid/internal/gridtest"
 )
 
@@ -38,7 +38,7 @@ func TestGossipKeysReloadOnSIGHUP(t *testing.T) {
 		gossipKeys: func(keys [][]byte) error { got = keys; return nil }}
 	writeFile(t, file, k2.String()+k1.String())
 	r.reload()
-	want, err := cluster.ParseGossipKeys(k2.String() + k1.String())
+	want, err := gossip.ParseKeys(k2.String() + k1.String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,8 +63,8 @@ func (noTierPolicy) SetTierPolicy(time.Duration, int64) error { return nil }
 func TestGossipKeyCLIRotatesTheCluster(t *testing.T) {
 	k1, k2 := bytes.Repeat([]byte{4}, 32), bytes.Repeat([]byte{5}, 32)
 	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Replicas: 3, Shards: 2,
-		GossipEncryption: func(int) *cluster.GossipEncryption {
-			return &cluster.GossipEncryption{Keys: [][]byte{k1}, VerifyIncoming: true, VerifyOutgoing: true}
+		GossipEncryption: func(int) *gossip.Encryption {
+			return &gossip.Encryption{Keys: [][]byte{k1}, VerifyIncoming: true, VerifyOutgoing: true}
 		}})
 	if err := c.AwaitStable(60 * time.Second); err != nil {
 		t.Fatal(err)

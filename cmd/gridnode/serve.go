@@ -17,6 +17,7 @@ import (
 
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/gossip"
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/gridproc"
@@ -87,7 +88,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 		replicas:        fs.Int("replicas", cluster.DefaultReplicas, "replicas per shard in a new cluster (hard setting, fixed at bootstrap)"),
 		raftListen:      fs.String("raft-listen", node.DefaultRaftListen, "cluster: Raft address, shared by all the node's shards"),
 		raftAdvertise:   fs.String("raft-advertise", "", "cluster: Raft address the other nodes dial (default: --raft-listen)"),
-		gossipListen:    fs.String("gossip-listen", cluster.DefaultGossipAddr, "cluster: gossip (memberlist) address, TCP and UDP"),
+		gossipListen:    fs.String("gossip-listen", gossip.DefaultAddr, "cluster: gossip (memberlist) address, TCP and UDP"),
 		gossipAdvertise: fs.String("gossip-advertise", "", "cluster: gossip address the other nodes use (default: --gossip-listen)"),
 		advertise:       fs.String("advertise", "", "cluster: client gRPC address other nodes and clients use (default: --listen)"),
 		grace:           fs.Duration("grace-period", topology.DefaultGracePeriod, "cluster: how long a node may be missing before its replicas are replaced"),
@@ -111,7 +112,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 }
 
 // gossipEncryption reads --gossip-key-file (nil without it).
-func (f *serveFlags) gossipEncryption() (*cluster.GossipEncryption, error) {
+func (f *serveFlags) gossipEncryption() (*gossip.Encryption, error) {
 	if *f.gossipKeyFile == "" {
 		return nil, nil
 	}
@@ -119,7 +120,7 @@ func (f *serveFlags) gossipEncryption() (*cluster.GossipEncryption, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &cluster.GossipEncryption{Keys: keys, VerifyIncoming: *f.gossipVerifyIn, VerifyOutgoing: *f.gossipVerifyOut}, nil
+	return &gossip.Encryption{Keys: keys, VerifyIncoming: *f.gossipVerifyIn, VerifyOutgoing: *f.gossipVerifyOut}, nil
 }
 
 // readGossipKeys reads a gossip key file.
@@ -128,7 +129,7 @@ func readGossipKeys(path string) ([][]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--gossip-key-file: %w", err)
 	}
-	keys, err := cluster.ParseGossipKeys(string(b))
+	keys, err := gossip.ParseKeys(string(b))
 	if err != nil {
 		return nil, fmt.Errorf("--gossip-key-file %s: %w", path, err)
 	}

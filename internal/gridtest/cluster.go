@@ -17,6 +17,7 @@ import (
 
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/cluster"
+	"github.com/l4xg/grid/cluster/gossip"
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/machinelock"
@@ -61,7 +62,7 @@ type ClusterOptions struct {
 	// TLS, if set, gives node i its TLS (node.Config.TLS).
 	TLS func(i int) node.TLSConfig
 	// GossipEncryption, if set, gives node i its gossip keys (nil: none).
-	GossipEncryption func(i int) *cluster.GossipEncryption
+	GossipEncryption func(i int) *gossip.Encryption
 	// Auth, if set, gives node i its token auth (nil: none), and
 	// AuthToken is the token the harness's own calls (Status) present.
 	Auth      func(i int) *node.AuthConfig
@@ -71,7 +72,7 @@ type ClusterOptions struct {
 // Cluster is a cluster of real nodes in one process: each has its own data
 // directory, gRPC, Raft (mux) and gossip ports on loopback, its own
 // raftlog.Faults, through which the test partitions and pauses the Raft
-// traffic, and its own cluster.GossipFaults, through which Partition cuts
+// traffic, and its own gossip.Faults, through which Partition cuts
 // its gossip too (PartitionRaft leaves gossip up). With gossip cut, each
 // side sees the other dead; nothing moves on that within the grace period
 // (default 30 s), and after Heal the nodes rejoin each other by themselves.
@@ -91,7 +92,7 @@ type clusterNode struct {
 	dir                string
 	grpc, raft, gossip string
 	faults             *raftlog.Faults
-	gossipFaults       *cluster.GossipFaults
+	gossipFaults       *gossip.Faults
 	clientPort         *clientPort
 	node               *node.Node // nil while down
 	wedged             bool       // its last stop hung: it cannot start again
@@ -134,7 +135,7 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 func newClusterNode(root string, i int) *clusterNode {
 	id := fmt.Sprintf("node-%d", i+1)
 	return &clusterNode{
-		id: id, dir: filepath.Join(root, id), faults: &raftlog.Faults{}, gossipFaults: &cluster.GossipFaults{}, clientPort: &clientPort{},
+		id: id, dir: filepath.Join(root, id), faults: &raftlog.Faults{}, gossipFaults: &gossip.Faults{}, clientPort: &clientPort{},
 		grpc: "127.0.0.1:0", raft: "127.0.0.1:0", gossip: "127.0.0.1:0",
 	}
 }
@@ -180,7 +181,7 @@ func (c *Cluster) start(i, expect int) error {
 	if c.opts.TLS != nil {
 		tlsConf = c.opts.TLS(i)
 	}
-	var gossipEnc *cluster.GossipEncryption
+	var gossipEnc *gossip.Encryption
 	if c.opts.GossipEncryption != nil {
 		gossipEnc = c.opts.GossipEncryption(i)
 	}
@@ -198,7 +199,7 @@ func (c *Cluster) start(i, expect int) error {
 		Cluster: &node.ClusterConfig{
 			RaftListen: n.raft, GossipListen: n.gossip, Join: join,
 			BootstrapExpect: expect, Replicas: c.opts.Replicas, GracePeriod: c.opts.GracePeriod,
-			Gossip: cluster.FastGossipTiming(), HeartbeatTimeout: c.opts.HeartbeatTimeout,
+			Gossip: gossip.FastTiming(), HeartbeatTimeout: c.opts.HeartbeatTimeout,
 			GossipEncryption: gossipEnc,
 		},
 		Knobs: node.TestingKnobs{WrapListener: n.clientPort.wrap, RaftFaults: n.faults, GossipFaults: n.gossipFaults,

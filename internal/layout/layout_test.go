@@ -136,6 +136,10 @@ func TestLayout(t *testing.T) {
 	noDeps("tiering", "github.com/hashicorp/raft", "shard", "cluster", "api", "node")
 	noDeps("shard", "cluster", "api", "node", "github.com/hashicorp/memberlist")
 	onlyDeps("cluster/topology", "digest", "github.com/dgryski/go-farm")
+	// Gossip is membership only: no Raft, no shard (the clock probe that
+	// rides on its pings is an interface it declares).
+	onlyDeps("cluster/gossip", "cluster/topology", "digest", "github.com/dgryski/go-farm", "internal/dirsync",
+		"github.com/hashicorp/memberlist", "github.com/hashicorp/go-msgpack")
 	noDeps("cluster", "api", "node")
 	// api talks to the cluster runtime through interfaces of its own.
 	noImports("api", "raftlog", "cluster", "node")

@@ -1,9 +1,9 @@
-package cluster
+package gossip
 
 import "sync"
 
-// GossipFaults injects network faults into one node's gossip, for
-// in-process cluster tests; give it in MembershipConfig.Faults. Peers are
+// Faults injects network faults into one node's gossip, for
+// in-process cluster tests; give it in Config.Faults. Peers are
 // named by their gossip address (ip:port), which is also the source of
 // their UDP packets.
 //
@@ -14,20 +14,20 @@ import "sync"
 // packets only, leaving streams (TCP) through: what a firewall dropping UDP
 // shows. Isolate cuts every peer, accepted streams included, until Heal.
 //
-// The zero value injects nothing; a nil *GossipFaults injects nothing. All
+// The zero value injects nothing; a nil *Faults injects nothing. All
 // methods are safe for concurrent use.
-type GossipFaults struct {
+type Faults struct {
 	mu       sync.Mutex
 	isolated bool
 	cut      map[string]bool // peer -> true: streams too; false: packets only
 }
 
 // Block cuts peer off, packets and streams, until Unblock or Heal.
-func (f *GossipFaults) Block(peer string) { f.set(peer, true) }
+func (f *Faults) Block(peer string) { f.set(peer, true) }
 
 // BlockPackets drops the packets to and from peer until Unblock or Heal;
 // streams still pass. It does not weaken a Block.
-func (f *GossipFaults) BlockPackets(peer string) {
+func (f *Faults) BlockPackets(peer string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.cut[peer] {
@@ -35,13 +35,13 @@ func (f *GossipFaults) BlockPackets(peer string) {
 	}
 }
 
-func (f *GossipFaults) set(peer string, streams bool) {
+func (f *Faults) set(peer string, streams bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.setLocked(peer, streams)
 }
 
-func (f *GossipFaults) setLocked(peer string, streams bool) {
+func (f *Faults) setLocked(peer string, streams bool) {
 	if f.cut == nil {
 		f.cut = make(map[string]bool)
 	}
@@ -49,21 +49,21 @@ func (f *GossipFaults) setLocked(peer string, streams bool) {
 }
 
 // Unblock undoes Block and BlockPackets of peer; it does not undo Isolate.
-func (f *GossipFaults) Unblock(peer string) {
+func (f *Faults) Unblock(peer string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.cut, peer)
 }
 
 // Isolate cuts every peer until Heal.
-func (f *GossipFaults) Isolate() {
+func (f *Faults) Isolate() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.isolated = true
 }
 
 // Heal undoes Isolate and every Block.
-func (f *GossipFaults) Heal() {
+func (f *Faults) Heal() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.isolated = false
@@ -71,7 +71,7 @@ func (f *GossipFaults) Heal() {
 }
 
 // dropsPacket reports whether a packet to or from peer is dropped.
-func (f *GossipFaults) dropsPacket(peer string) bool {
+func (f *Faults) dropsPacket(peer string) bool {
 	if f == nil {
 		return false
 	}
@@ -82,7 +82,7 @@ func (f *GossipFaults) dropsPacket(peer string) bool {
 }
 
 // refusesDial reports whether a stream dial to peer fails.
-func (f *GossipFaults) refusesDial(peer string) bool {
+func (f *Faults) refusesDial(peer string) bool {
 	if f == nil {
 		return false
 	}
@@ -92,7 +92,7 @@ func (f *GossipFaults) refusesDial(peer string) bool {
 }
 
 // refusesAccept reports whether accepted streams are closed.
-func (f *GossipFaults) refusesAccept() bool {
+func (f *Faults) refusesAccept() bool {
 	if f == nil {
 		return false
 	}

@@ -1,4 +1,4 @@
-package cluster
+package gossip
 
 import (
 	"math/rand/v2"
@@ -85,7 +85,7 @@ func (m *Membership) reconnectLoop() {
 			})
 		for _, addr := range targets {
 			if _, err := m.Join([]string{addr}); err != nil {
-				m.cfg.Logger.Debug("cluster: rejoin", "addr", addr, "err", err)
+				m.cfg.Logger.Debug("gossip: rejoin", "addr", addr, "err", err)
 				continue
 			}
 			joined = true

@@ -1,4 +1,4 @@
-package cluster
+package gossip
 
 import (
 	"errors"
@@ -15,15 +15,15 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// gossipTransport is memberlist's NetTransport behind a guard: every UDP
+// transport is memberlist's NetTransport behind a guard: every UDP
 // packet and the first message read from every TCP stream, accepted or
 // dialed, is checked (checkPacket, checkStream) before memberlist decodes
 // it, and a refused one is dropped, its stream closed, logged at warn and
-// counted. It also injects the test faults of a GossipFaults.
-type gossipTransport struct {
+// counted. It also injects the test faults of a Faults.
+type transport struct {
 	nt      *memberlist.NetTransport
-	faults  *GossipFaults
-	crypto  *gossipCrypto // nil: plaintext gossip
+	faults  *Faults
+	crypto  *cryptoGuard // nil: plaintext gossip
 	logger  *slog.Logger
 	refused atomic.Uint64
 
@@ -35,14 +35,14 @@ type gossipTransport struct {
 	wg      sync.WaitGroup
 }
 
-var _ memberlist.NodeAwareTransport = (*gossipTransport)(nil)
+var _ memberlist.NodeAwareTransport = (*transport)(nil)
 
-// errGossipCut: a stream dial refused by GossipFaults.
-var errGossipCut = errors.New("cluster: gossip peer cut off (fault injection)")
+// errCut: a stream dial refused by Faults.
+var errCut = errors.New("gossip: peer cut off (fault injection)")
 
-// newGossipTransport listens on ip:port (TCP and UDP; port 0 picks one
+// newTransport listens on ip:port (TCP and UDP; port 0 picks one
 // port free for both, with a few tries, as memberlist does).
-func newGossipTransport(ip string, port int, faults *GossipFaults, crypto *gossipCrypto, logger *slog.Logger, mlog *log.Logger) (*gossipTransport, error) {
+func newTransport(ip string, port int, faults *Faults, crypto *cryptoGuard, logger *slog.Logger, mlog *log.Logger) (*transport, error) {
 	tries := 1
 	if port == 0 {
 		tries = 10
@@ -58,7 +58,7 @@ func newGossipTransport(ip string, port int, faults *GossipFaults, crypto *gossi
 	if err != nil {
 		return nil, err
 	}
-	t := &gossipTransport{
+	t := &transport{
 		nt: nt, faults: faults, crypto: crypto, logger: logger,
 		packets: make(chan *memberlist.Packet), streams: make(chan net.Conn),
 		stop: make(chan struct{}), dead: make(chan struct{}),
@@ -70,43 +70,43 @@ func newGossipTransport(ip string, port int, faults *GossipFaults, crypto *gossi
 }
 
 // Port is the bound port.
-func (t *gossipTransport) Port() int { return t.nt.GetAutoBindPort() }
+func (t *transport) Port() int { return t.nt.GetAutoBindPort() }
 
 // Refused counts the packets and stream messages refused so far.
-func (t *gossipTransport) Refused() uint64 { return t.refused.Load() }
+func (t *transport) Refused() uint64 { return t.refused.Load() }
 
-func (t *gossipTransport) refuse(err error, from net.Addr) {
+func (t *transport) refuse(err error, from net.Addr) {
 	t.refused.Add(1)
-	t.logger.Warn("cluster: gossip frame refused", "from", from.String(), "err", err)
+	t.logger.Warn("gossip: frame refused", "from", from.String(), "err", err)
 }
 
-func (t *gossipTransport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error) {
+func (t *transport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error) {
 	return t.nt.FinalAdvertiseAddr(ip, port)
 }
 
-func (t *gossipTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+func (t *transport) WriteTo(b []byte, addr string) (time.Time, error) {
 	if t.faults.dropsPacket(addr) {
 		return time.Now(), nil // lost on the way, as UDP may be
 	}
 	return t.nt.WriteTo(b, addr)
 }
 
-func (t *gossipTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+func (t *transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
 	if t.faults.dropsPacket(a.Addr) {
 		return time.Now(), nil
 	}
 	return t.nt.WriteToAddress(b, a)
 }
 
-func (t *gossipTransport) PacketCh() <-chan *memberlist.Packet { return t.packets }
+func (t *transport) PacketCh() <-chan *memberlist.Packet { return t.packets }
 
-func (t *gossipTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+func (t *transport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
 	return t.DialAddressTimeout(memberlist.Address{Addr: addr}, timeout)
 }
 
-func (t *gossipTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+func (t *transport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
 	if t.faults.refusesDial(a.Addr) {
-		return nil, fmt.Errorf("dial %s: %w", a.Addr, errGossipCut)
+		return nil, fmt.Errorf("dial %s: %w", a.Addr, errCut)
 	}
 	c, err := t.nt.DialAddressTimeout(a, timeout)
 	if err != nil {
@@ -115,12 +115,12 @@ func (t *gossipTransport) DialAddressTimeout(a memberlist.Address, timeout time.
 	return &checkedConn{Conn: c, t: t}, nil
 }
 
-func (t *gossipTransport) StreamCh() <-chan net.Conn { return t.streams }
+func (t *transport) StreamCh() <-chan net.Conn { return t.streams }
 
 // Shutdown stops delivering, then shuts the NetTransport down; the
 // forwarders keep draining it until it has (its listeners block on
 // unbuffered channels).
-func (t *gossipTransport) Shutdown() error {
+func (t *transport) Shutdown() error {
 	var err error
 	t.once.Do(func() {
 		close(t.stop)
@@ -131,7 +131,7 @@ func (t *gossipTransport) Shutdown() error {
 	return err
 }
 
-func (t *gossipTransport) forwardPackets() {
+func (t *transport) forwardPackets() {
 	defer t.wg.Done()
 	for {
 		var p *memberlist.Packet
@@ -158,7 +158,7 @@ func (t *gossipTransport) forwardPackets() {
 	}
 }
 
-func (t *gossipTransport) forwardStreams() {
+func (t *transport) forwardStreams() {
 	defer t.wg.Done()
 	for {
 		var c net.Conn
@@ -185,7 +185,7 @@ func (t *gossipTransport) forwardStreams() {
 // from one goroutine at a time.
 type checkedConn struct {
 	net.Conn
-	t       *gossipTransport
+	t       *transport
 	checked bool
 	pending []byte // read by the check, not yet handed on
 	err     error  // the check's failure, returned once pending is out
@@ -201,7 +201,7 @@ func (c *checkedConn) Read(p []byte) (int, error) {
 		case rec.over:
 			err = refuse("stream message longer than %d bytes", maxGossipStream)
 			fallthrough
-		case errors.Is(err, ErrGossipFrame):
+		case errors.Is(err, ErrFrame):
 			c.t.refuse(err, c.Conn.RemoteAddr())
 			_ = c.Conn.Close()
 			c.pending, c.err = nil, err

@@ -1,4 +1,4 @@
-package cluster
+package gossip
 
 import (
 	"bytes"
@@ -18,17 +18,17 @@ import (
 // gossipNode starts a Membership on loopback with fast timing, the given
 // seeds and faults, logging to log (nil: nowhere); it shuts down when the
 // test ends.
-func gossipNode(t *testing.T, id topology.NodeID, seeds []string, faults *GossipFaults, log ...io.Writer) *Membership {
+func gossipNode(t *testing.T, id topology.NodeID, seeds []string, faults *Faults, log ...io.Writer) *Membership {
 	t.Helper()
 	out := io.Discard
 	if len(log) > 0 {
 		out = log[0]
 	}
-	m, err := NewMembership(MembershipConfig{
+	m, err := New(Config{
 		NodeID: id, BindAddr: "127.0.0.1:0",
 		Meta:   topology.NodeMeta{GRPCAddr: string(id) + ":7420", RaftAddr: string(id) + ":7421"},
 		Logger: slog.New(slog.NewTextHandler(out, nil)),
-		Timing: FastGossipTiming(), Seeds: seeds, Faults: faults,
+		Timing: FastTiming(), Seeds: seeds, Faults: faults,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package cluster
+package gossip
 
 import (
 	"bytes"
@@ -66,9 +66,9 @@ func TestGossipHealsAfterPartition(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			var alog syncBuffer
-			a := gossipNode(t, "a", nil, &GossipFaults{}, &alog)
-			b := gossipNode(t, "b", []string{a.Addr()}, &GossipFaults{})
-			c := gossipNode(t, "c", []string{a.Addr()}, &GossipFaults{})
+			a := gossipNode(t, "a", nil, &Faults{}, &alog)
+			b := gossipNode(t, "b", []string{a.Addr()}, &Faults{})
+			c := gossipNode(t, "c", []string{a.Addr()}, &Faults{})
 			all := []*Membership{a, b, c}
 			testwait.For(t, 10*time.Second, "a, b and c meet", func() bool { return allAlive(all...) })
 

@@ -1,4 +1,4 @@
-package cluster
+package gossip
 
 import (
 	"net"
@@ -7,11 +7,11 @@ import (
 	"github.com/l4xg/grid/cluster/topology"
 )
 
-// Hooks for the gossip tests of package cluster_test.
+// Hooks for the tests of package gossip_test.
 
-// HostileGossipStreams are TCP stream messages that make memberlist v0.5.4
+// HostileStreams are TCP stream messages that make memberlist v0.5.4
 // panic, by name.
-func HostileGossipStreams(t testing.TB) map[string][]byte { return attackStreams(t) }
+func HostileStreams(t testing.TB) map[string][]byte { return attackStreams(t) }
 
 // HostileAlivePacket is a UDP alive message for member id at its gossip
 // address addr, with a newer incarnation and three protocol versions, which
@@ -23,10 +23,3 @@ func HostileAlivePacket(t testing.TB, id topology.NodeID, addr string) []byte {
 	}
 	return frame(t, mlAlive, mlAliveMsg{Incarnation: 1 << 20, Node: string(id), Addr: net.ParseIP(ip).To4(), Port: uint16(port), Vsn: []uint8{1, 5, 2}})
 }
-
-// RefusedGossipFrames counts the gossip frames this node refused.
-func (n *Runtime) RefusedGossipFrames() uint64 { return n.ms.RefusedFrames() }
-
-// GossipDrains counts memberlist's calls for broadcasts on this node (see
-// Membership.drains).
-func (n *Runtime) GossipDrains() uint64 { return n.ms.drains.Load() }

@@ -1,4 +1,4 @@
-package cluster
+package gossip
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/l4xg/grid/cluster/topology"
@@ -46,6 +47,30 @@ func (e events) NotifyJoin(n *memberlist.Node)   { e.m.record(EventJoin, n) }
 func (e events) NotifyUpdate(n *memberlist.Node) { e.m.record(EventUpdate, n) }
 func (e events) NotifyLeave(n *memberlist.Node)  { e.m.record(EventLeave, n) }
 
+// ClockProbe rides on the failure detector's pings: every ack this node
+// sends carries AckPayload, every ack it receives is handed to Observe
+// with the ping's round trip and the payload (the acking node's, which may
+// be empty or of another version), and a member that dies or leaves is
+// forgotten. memberlist calls them from its probe and event paths, with
+// its locks held: they must not block or call back into the Membership.
+// cluster.ClockOffsets implements it.
+type ClockProbe interface {
+	AckPayload() []byte
+	Observe(peer topology.NodeID, payload []byte, rtt time.Duration)
+	Forget(peer topology.NodeID)
+}
+
+// pingDelegate carries a ClockProbe's payload in memberlist's acks.
+type pingDelegate struct{ p ClockProbe }
+
+var _ memberlist.PingDelegate = pingDelegate{}
+
+func (d pingDelegate) AckPayload() []byte { return d.p.AckPayload() }
+
+func (d pingDelegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration, payload []byte) {
+	d.p.Observe(topology.NodeID(other.Name), payload, rtt)
+}
+
 // record updates the member table from a memberlist callback and queues
 // the event for OnEvent.
 func (m *Membership) record(kind EventKind, n *memberlist.Node) {
@@ -59,8 +84,8 @@ func (m *Membership) record(kind EventKind, n *memberlist.Node) {
 		if flags&topology.MetaLeaving != 0 {
 			mem.State = MemberLeft
 		}
-		if o := m.cfg.ClockOffsets; o != nil {
-			o.forget(mem.ID)
+		if o := m.cfg.Clocks; o != nil {
+			o.Forget(mem.ID)
 		}
 	}
 	if mem.MetaErr == nil && mem.Meta.ID != mem.ID {
@@ -74,7 +99,7 @@ func (m *Membership) record(kind EventKind, n *memberlist.Node) {
 		mem.Since = m.cfg.Clock()
 	}
 	if mem.MetaErr != nil && (!known || old.MetaErr == nil) {
-		m.cfg.Logger.Warn("cluster: member gossips metadata this node cannot read", "member", n.Name, "addr", mem.Addr, "err", mem.MetaErr)
+		m.cfg.Logger.Warn("gossip: member gossips metadata this node cannot read", "member", n.Name, "addr", mem.Addr, "err", mem.MetaErr)
 	}
 	m.members[mem.ID] = mem
 	if m.cfg.OnEvent == nil || m.shutdown {

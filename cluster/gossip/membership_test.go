@@ -1,4 +1,4 @@
-package cluster
+package gossip
 
 import (
 	"errors"
@@ -38,13 +38,13 @@ func (l *eventLog) has(kind EventKind, id topology.NodeID, state MemberState) bo
 
 func startMember(t *testing.T, id topology.NodeID, log *eventLog) *Membership {
 	t.Helper()
-	m, err := NewMembership(MembershipConfig{
+	m, err := New(Config{
 		NodeID:   id,
 		BindAddr: "127.0.0.1:0",
 		Meta:     topology.NodeMeta{GRPCAddr: string(id) + ":7420", RaftAddr: string(id) + ":7421", HTTPAddr: string(id) + ":7423"},
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		OnEvent:  log.add,
-		Timing:   FastGossipTiming(),
+		Timing:   FastTiming(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -147,12 +147,12 @@ func TestMembership(t *testing.T) {
 	})
 }
 
-func TestMembershipConfigValidate(t *testing.T) {
-	ok := MembershipConfig{NodeID: "n1"}
+func TestConfigValidate(t *testing.T) {
+	ok := Config{NodeID: "n1"}
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("zero config with a node id: %v", err)
 	}
-	for i, c := range []MembershipConfig{
+	for i, c := range []Config{
 		{},
 		{NodeID: "bad id"},
 		{NodeID: "n1", BindAddr: "nohost"},
@@ -161,7 +161,7 @@ func TestMembershipConfigValidate(t *testing.T) {
 		{NodeID: "n1", BindAddr: "127.0.0.1:70000"},
 		{NodeID: "n1", AdvertiseAddr: "x"},
 		{NodeID: "n1", Meta: topology.NodeMeta{ID: "n2"}},
-		{NodeID: "n1", Timing: GossipTiming{ProbeInterval: -1}},
+		{NodeID: "n1", Timing: Timing{ProbeInterval: -1}},
 	} {
 		if err := c.Validate(); !errors.Is(err, topology.ErrConfig) {
 			t.Errorf("case %d (%s): Validate = %v, want ErrConfig", i, fmt.Sprint(c.NodeID), err)

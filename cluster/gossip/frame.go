@@ -1,4 +1,4 @@
-package cluster
+package gossip
 
 import (
 	"bufio"
@@ -11,10 +11,10 @@ import (
 	"github.com/hashicorp/go-msgpack/v2/codec"
 )
 
-// ErrGossipFrame: a gossip packet or stream message was refused before
+// ErrFrame: a gossip packet or stream message was refused before
 // memberlist decoded it, because memberlist v0.5.4 would trust a length or
 // a version list in it (see checkStream).
-var ErrGossipFrame = errors.New("cluster: gossip frame refused")
+var ErrFrame = errors.New("gossip: frame refused")
 
 // Wire limits of the frames memberlist exchanges. Our push/pull states are
 // about 200 bytes a node and carry no user state; user messages are not
@@ -87,7 +87,7 @@ type (
 )
 
 func refuse(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrGossipFrame, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", ErrFrame, fmt.Sprintf(format, args...))
 }
 
 // checkStream reads one stream message, as memberlist v0.5.4's readStream
@@ -105,7 +105,7 @@ func checkStream(r io.Reader) error { return checkStreamWith(r, nil) }
 // checkStreamWith is checkStream with gossip encryption g (nil: off): an
 // encrypted message is decrypted and checked, and a plaintext one refused
 // when g verifies incoming gossip, as memberlist would.
-func checkStreamWith(r io.Reader, g *gossipCrypto) error {
+func checkStreamWith(r io.Reader, g *cryptoGuard) error {
 	br := bufio.NewReader(r)
 	t, err := br.ReadByte()
 	if err != nil {
@@ -130,7 +130,7 @@ func checkStreamWith(r io.Reader, g *gossipCrypto) error {
 
 // checkStreamBody checks a stream message of type t whose label (if any)
 // has been read.
-func checkStreamBody(t byte, br *bufio.Reader, label []byte, g *gossipCrypto) error {
+func checkStreamBody(t byte, br *bufio.Reader, label []byte, g *cryptoGuard) error {
 	switch {
 	case t == mlEncrypt && g == nil:
 		return refuse("encrypted stream message, and gossip encryption is off")
