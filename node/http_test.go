@@ -3,6 +3,7 @@ package node_test
 import (
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,8 @@ func TestHTTPEndpoints(t *testing.T) {
 		`l4xg_grid_data_dir_available_bytes `,
 		`l4xg_grid_data_dir_size_bytes `,
 		`go_goroutines`,
+		`l4xg_grid_build_info{commit="`,
+		`",go_version="` + runtime.Version() + `",version="`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)

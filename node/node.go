@@ -22,6 +22,7 @@ import (
 	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/cluster"
 	"github.com/l4xg/grid/cluster/gossip"
+	"github.com/l4xg/grid/internal/buildinfo"
 	"github.com/l4xg/grid/raftlog"
 	"github.com/l4xg/grid/shard"
 )
@@ -145,7 +146,7 @@ func Start(cfg Config) (*Node, error) {
 		cfg.Logger = slog.Default()
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoMetric(cfg.Version))
 	cfg.Host.Registry = reg
 	if cfg.Host.Logger == nil {
 		cfg.Host.Logger = cfg.Logger
@@ -345,4 +346,18 @@ func (n *Node) Stop(ctx context.Context) error {
 		n.wg.Wait()
 	})
 	return err
+}
+
+// buildInfoMetric is l4xg_grid_build_info: 1, labelled with what the
+// binary was built from (the version the build set, the commit, the Go
+// version), so that a dashboard shows which build each node runs.
+func buildInfoMetric(version string) prometheus.Collector {
+	bi := buildinfo.Read(version)
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "l4xg_grid_build_info",
+		Help:        "1, labelled with the version, commit and Go version the node's binary was built from.",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "commit": bi.CommitLabel(), "go_version": bi.GoVersion},
+	})
+	g.Set(1)
+	return g
 }

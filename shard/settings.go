@@ -77,3 +77,14 @@ func readSettings(dir string) (HardSettings, error) {
 	}
 	return got, nil
 }
+
+// StoredSettings returns the hard settings a data directory holds; ok is
+// false for a directory that holds none yet (new, or a cluster member's
+// that has not adopted the cluster's shard count).
+func StoredSettings(dir string) (s HardSettings, ok bool, err error) {
+	s, err = readSettings(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return s, false, nil
+	}
+	return s, err == nil, err
+}

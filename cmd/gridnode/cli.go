@@ -23,14 +23,17 @@ import (
 
 // The operator CLI: one verb per grid operation, run against a node's client
 // port through the client package. Exit codes: 0 when the grid answered,
-// whatever the outcome (LEASE_LOST included, which a settle also reports on
-// stderr: nothing changed); 1 for invalid input (flags, or
+// whatever the outcome, but for LEASE_LOST; 1 for invalid input (flags, or
 // the grid's InvalidArgument / ResourceExhausted); 2 when the grid could not
-// be reached (unavailable, timed out, dial failure) or failed otherwise.
+// be reached (unavailable, timed out, dial failure) or failed otherwise; 3
+// when a settle or extend was answered LEASE_LOST: the token does not hold
+// the lease and nothing changed (stderr says so too), so that a script's
+// "gridnode complete ... && next-step" stops there.
 const (
 	exitOK          = 0
 	exitInvalid     = 1
 	exitUnreachable = 2
+	exitLeaseLost   = 3
 
 	defaultCLIAddr    = "127.0.0.1:7420"
 	defaultCLITimeout = 5 * time.Second
@@ -282,13 +285,16 @@ func runCLI(verb string, args []string, stdout, stderr io.Writer) int {
 	if err != nil && !(errors.Is(err, client.ErrLeaseLost) && r.Outcome == client.OutcomeLeaseLost) {
 		return out.fail(fmt.Errorf("grid at %s: %w", *addr, err), cliExitCode(err))
 	}
+	code := out.result(r, verb == "forget")
 	if r.Outcome == client.OutcomeLeaseLost {
-		// The grid answered, so the exit status is 0 (see the top of
-		// this file); say on stderr that nothing was applied.
+		// The grid answered, and the answer is that nothing was applied.
 		fmt.Fprintf(stderr, "gridnode %s: LEASE_LOST: token %d does not hold the lease of %s/%s (taken over after it expired, settled with another token, or never granted): nothing changed\n",
 			verb, a.token, a.ns, a.key)
+		if code == exitOK {
+			code = exitLeaseLost
+		}
 	}
-	return out.result(r, verb == "forget")
+	return code
 }
 
 // validateCLI checks what every verb shares, then the verb's own flags.

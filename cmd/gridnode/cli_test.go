@@ -169,9 +169,9 @@ func TestCLIAgainstAGrid(t *testing.T) {
 		t.Fatalf("extend: exit %d\n%s", code, stdout)
 	}
 
-	// A wrong token: the grid answered LEASE_LOST, which exits 0.
+	// A wrong token: the grid answered LEASE_LOST, which exits 3.
 	code, stdout, _ = run("complete", "--json", "--token", strconv.FormatUint(uint64(token)+1, 10))
-	if m := oneJSON(t, stdout); code != 0 || m["outcome"] != "LEASE_LOST" {
+	if m := oneJSON(t, stdout); code != exitLeaseLost || m["outcome"] != "LEASE_LOST" {
 		t.Fatalf("complete with a stale token: exit %d %v", code, m)
 	}
 
@@ -217,7 +217,7 @@ func TestCLIAgainstAGrid(t *testing.T) {
 		t.Fatalf("fail --poison: exit %d %v", code, m)
 	}
 	code, stdout, _ = run("release", "--json", "--token", tok)
-	if m := oneJSON(t, stdout); code != 0 || m["outcome"] != "LEASE_LOST" {
+	if m := oneJSON(t, stdout); code != exitLeaseLost || m["outcome"] != "LEASE_LOST" {
 		t.Fatalf("release of a settled key: exit %d %v", code, m)
 	}
 

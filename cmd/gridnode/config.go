@@ -10,11 +10,13 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
+	"github.com/l4xg/grid/shard"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -239,12 +241,21 @@ func (r *reloader) shutdownTimeout() time.Duration {
 // configCmd is "gridnode config validate FILE" and "gridnode config print
 // [serve flags]".
 func configCmd(args []string, stdout, stderr io.Writer) int {
+	const usage = "usage: gridnode config validate FILE | gridnode config print [--json] [serve flags]"
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: gridnode config validate FILE | gridnode config print [--json] [serve flags]")
+		fmt.Fprintln(stderr, usage)
 		return 1
+	}
+	if isHelp(args[0]) {
+		fmt.Fprintln(stdout, usage)
+		return 0
 	}
 	switch args[0] {
 	case "validate":
+		if len(args) == 2 && isHelp(args[1]) {
+			fmt.Fprintln(stdout, "usage: gridnode config validate FILE")
+			return 0
+		}
 		if len(args) != 2 {
 			fmt.Fprintln(stderr, "usage: gridnode config validate FILE")
 			return 1
@@ -272,12 +283,19 @@ func configCmd(args []string, stdout, stderr io.Writer) int {
 		if err == nil {
 			err = f.validate()
 		}
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		if err != nil {
 			if !errors.Is(err, errFlagParse) {
 				fmt.Fprintf(stderr, "config: %v\n", err)
 			}
 			return 1
 		}
+		for _, w := range strayEnv(os.Environ(), f.fs) {
+			fmt.Fprintln(stderr, "config: warning:", w)
+		}
+		s.values["shards"] = f.effectiveShards()
 		printSettings(stdout, s, asJSON)
 		return 0
 	}
@@ -320,4 +338,89 @@ func printSettings(w io.Writer, s settings, asJSON bool) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n, s.values[n], src, reload)
 	}
 	tw.Flush()
+}
+
+// cliEnv are the GRID_ variables the CLI reads (clitls.go, cli.go): not
+// serve's settings, but not strays either.
+var cliEnv = []string{envAddr, envName("cacert"), envName("cert"), envName("cert-key"), envName("auth-token")}
+
+// strayEnv lists the warnings for the GRID_ variables of environ that name
+// no setting of fs nor a variable of the CLI: a misspelt one would
+// otherwise be ignored in silence. Each names the closest setting's
+// variable when one is near.
+func strayEnv(environ []string, fs *flag.FlagSet) []string {
+	known := slices.Clone(cliEnv)
+	fs.VisitAll(func(fl *flag.Flag) { known = append(known, envName(fl.Name)) })
+	known = append(known, envName(configFlag))
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, envPrefix) || slices.Contains(known, name) {
+			continue
+		}
+		msg := fmt.Sprintf("environment variable %s names no setting of gridnode and is ignored", name)
+		if near := nearest(name, known); near != "" {
+			msg += fmt.Sprintf(" (did you mean %s?)", near)
+		}
+		out = append(out, msg)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// nearest is the name of known closest to name, at most 3 edits away (or
+// the same but for underscores), "" when none is.
+func nearest(name string, known []string) string {
+	best, bestD := "", 4
+	squash := func(s string) string { return strings.ReplaceAll(s, "_", "") }
+	for _, k := range known {
+		d := editDistance(name, k)
+		if squash(k) == squash(name) {
+			d = 0
+		}
+		if d < bestD {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// effectiveShards is what --shards comes to, as config print shows it: the
+// flag's value when set, else the count the data directory holds, else
+// the default of a new standalone grid or, for a cluster member, the
+// cluster's (one shard per founding node when it founds one).
+func (f *serveFlags) effectiveShards() string {
+	if *f.shards > 0 {
+		return strconv.Itoa(*f.shards)
+	}
+	if hs, ok, err := shard.StoredSettings(*f.dataDir); ok && hs.Shards > 0 {
+		return fmt.Sprintf("%d (the data directory's)", hs.Shards)
+	} else if err != nil {
+		return fmt.Sprintf("unknown: %v", err)
+	}
+	if f.clustered() {
+		return "the cluster's (a new cluster: one per founding node)"
+	}
+	return fmt.Sprintf("%d (a new standalone grid)", shard.DefaultShards)
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -212,5 +214,73 @@ func TestClusterFromConfigFileAndEnvironment(t *testing.T) {
 	})
 	if _, err := c.Get(ctx, "cfg", "k"); err != nil {
 		t.Fatalf("the cluster after a refused reload: %v", err)
+	}
+}
+
+// TestStrayEnvIsWarned: a GRID_ variable that names no setting is named in
+// a warning, with the setting it was probably meant for; serve's settings,
+// GRID_CONFIG and the CLI's variables are not.
+func TestStrayEnvIsWarned(t *testing.T) {
+	f := newServeFlags(&bytes.Buffer{})
+	got := strayEnv([]string{"GRID_DATADIR=/x", "GRID_LOG_LEVL=warn", "GRID_SHARDS=3", "GRID_CONFIG=a.yaml",
+		"GRID_ADDR=h:1", "GRID_AUTH_TOKEN=t", "GRID_WHATEVER_ELSE=1", "HOME=/root", "GRIDX=1"}, f.fs)
+	want := []string{
+		"environment variable GRID_DATADIR names no setting of gridnode and is ignored (did you mean GRID_DATA_DIR?)",
+		"environment variable GRID_LOG_LEVL names no setting of gridnode and is ignored (did you mean GRID_LOG_LEVEL?)",
+		"environment variable GRID_WHATEVER_ELSE names no setting of gridnode and is ignored",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("warnings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestLogFormat: --log-format json writes one JSON object a line; another
+// format is refused naming the flag.
+func TestLogFormat(t *testing.T) {
+	var buf bytes.Buffer
+	newLogger(&buf, "json", slog.LevelInfo).Info("gridnode serving", "grpc", "127.0.0.1:7420")
+	var line map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil || line["msg"] != "gridnode serving" || line["grpc"] != "127.0.0.1:7420" {
+		t.Fatalf("json log line %q: %v", buf.String(), err)
+	}
+	f := newServeFlags(&bytes.Buffer{})
+	if _, err := f.load([]string{"--log-format", "xml"}, func(string) (string, bool) { return "", false }); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.validate(); err == nil || !strings.Contains(err.Error(), "--log-format") {
+		t.Fatalf("--log-format xml: %v, want an error naming the flag", err)
+	}
+}
+
+// TestConfigPrintShowsEffectiveShards: config print shows what --shards 0
+// comes to (the data directory's count, a new standalone grid's, or the
+// cluster's), not the 0 that means "choose", and warns of a stray GRID_
+// variable on stderr.
+func TestConfigPrintShowsEffectiveShards(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("GRID_SHARD", "4")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--data-dir", dir}, "shards  1 (a new standalone grid)"},
+		{[]string{"--data-dir", dir, "--join", "127.0.0.1:7422"}, "shards  the cluster's"},
+		{[]string{"--data-dir", dir, "--shards", "4"}, "shards  4 "},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := configCmd(append([]string{"print"}, c.args...), &stdout, &stderr); code != 0 {
+			t.Fatalf("config print %v: exit %d: %s", c.args, code, stderr.String())
+		}
+		if !strings.Contains(strings.Join(strings.Fields(stdout.String()), " "), strings.Join(strings.Fields(c.want), " ")) {
+			t.Errorf("config print %v:\n%s\nwant a line with %q", c.args, stdout.String(), c.want)
+		}
+		if !strings.Contains(stderr.String(), "GRID_SHARD names no setting") || !strings.Contains(stderr.String(), "GRID_SHARDS") {
+			t.Errorf("config print with GRID_SHARD set: stderr %q, want a warning naming GRID_SHARDS", stderr.String())
+		}
+	}
+	writeFile(t, filepath.Join(dir, "hard-settings.json"), `{"format":1,"digest":"d","slots":4096,"shards":3}`)
+	var stdout bytes.Buffer
+	if code := configCmd([]string{"print", "--data-dir", dir}, &stdout, &bytes.Buffer{}); code != 0 || !strings.Contains(stdout.String(), "3 (the data directory's)") {
+		t.Errorf("config print of a data directory holding 3 shards: exit %d\n%s", code, stdout.String())
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -42,6 +43,9 @@ func demo(args []string, stdout, stderr io.Writer) (code int) {
 		logs     = fs.Bool("logs", false, "copy the nodes' logs to stderr")
 	)
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
 		return exitInvalid
 	}
 	if fs.NArg() > 0 || *nodes < 1 || *nodes > 9 || *basePort < 1024 || *basePort+10**nodes > 65535 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -41,7 +42,16 @@ func gossipKeygen(stdout, stderr io.Writer) int {
 
 // tokenHash reads a bearer token (its first line) on in and prints the
 // SHA-256 a tokens file holds for it: tokens never sit in a file in clear.
-func tokenHash(in io.Reader, stdout, stderr io.Writer) int {
+func tokenHash(args []string, in io.Reader, stdout, stderr io.Writer) int {
+	const usage = "usage: gridnode token-hash < TOKEN_FILE  (prints the sha256 a tokens file holds for the token on stdin)"
+	if len(args) > 0 {
+		if isHelp(args[0]) {
+			fmt.Fprintln(stdout, usage)
+			return 0
+		}
+		fmt.Fprintln(stderr, usage)
+		return 1
+	}
 	b, err := io.ReadAll(io.LimitReader(in, 4096))
 	if err != nil {
 		fmt.Fprintf(stderr, "token-hash: %v\n", err)
@@ -73,11 +83,19 @@ func gossipKeyCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, usage)
 		return exitInvalid
 	}
+	if isHelp(args[0]) {
+		fmt.Fprintln(stdout, usage)
+		return exitOK
+	}
 	action := map[string]gridpb.GossipKeyAction{
 		"list": gridpb.GossipKeyAction_GOSSIP_KEY_LIST, "install": gridpb.GossipKeyAction_GOSSIP_KEY_INSTALL,
 		"use": gridpb.GossipKeyAction_GOSSIP_KEY_USE, "remove": gridpb.GossipKeyAction_GOSSIP_KEY_REMOVE,
 	}[args[0]]
-	if err := fs.Parse(args[1:]); err != nil || action == gridpb.GossipKeyAction_GOSSIP_KEY_UNSPECIFIED {
+	err := fs.Parse(args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil || action == gridpb.GossipKeyAction_GOSSIP_KEY_UNSPECIFIED {
 		fmt.Fprintln(stderr, usage)
 		return exitInvalid
 	}

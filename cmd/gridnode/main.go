@@ -13,6 +13,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/l4xg/grid/internal/buildinfo"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -39,9 +41,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "gossip-key":
 		return gossipKeyCmd(args[1:], stdout, stderr)
 	case "token-hash":
-		return tokenHash(os.Stdin, stdout, stderr)
+		return tokenHash(args[1:], os.Stdin, stdout, stderr)
 	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, "gridnode", version)
+		fmt.Fprintln(stdout, "gridnode", buildinfo.Read(version))
 		return 0
 	case "help", "-h", "--help":
 		usage(stdout)
@@ -82,4 +84,10 @@ func usage(w io.Writer) {
 
 Run "gridnode <command> -h" for the flags of a command.
 `, strings.Join(cliVerbs(), ", "))
+}
+
+// isHelp reports an argument that asks for a command's help: it prints
+// its usage and exits 0, as -h does for every command.
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
 }

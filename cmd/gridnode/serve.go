@@ -20,6 +20,7 @@ import (
 	"github.com/l4xg/grid/cluster/gossip"
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/digest"
+	"github.com/l4xg/grid/internal/buildinfo"
 	"github.com/l4xg/grid/internal/gridproc"
 	"github.com/l4xg/grid/node"
 	"github.com/l4xg/grid/shard"
@@ -32,13 +33,13 @@ type serveFlags struct {
 	fs         *flag.FlagSet
 	configFile *string
 
-	dataDir, listen, httpListen, nodeID, logLevel *string
-	shards, inflight                              *int
-	pprof                                         *bool
-	drain, hotWindow, maxOffset                   *time.Duration
-	hotMax, diskReserve                           *int64
-	faultClockFile                                *string
-	faultInjection                                *bool
+	dataDir, listen, httpListen, nodeID, logLevel, logFormat *string
+	shards, inflight                                         *int
+	pprof                                                    *bool
+	drain, hotWindow, maxOffset                              *time.Duration
+	hotMax, diskReserve                                      *int64
+	faultClockFile                                           *string
+	faultInjection                                           *bool
 
 	join, raftListen, raftAdvertise, gossipListen, gossipAdvertise, advertise *string
 	bootstrapExpect, replicas                                                 *int
@@ -73,6 +74,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 		nodeID:         fs.String("node-id", "node-1", "node id"),
 		pprof:          fs.Bool("pprof", false, "serve /debug/pprof/ on the HTTP address"),
 		logLevel:       fs.String("log-level", "info", "debug, info, warn or error (reloaded on SIGHUP)"),
+		logFormat:      fs.String("log-format", "text", "text (key=value lines) or json (one JSON object a line)"),
 		drain:          fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight requests may take at shutdown (reloaded on SIGHUP)"),
 		hotWindow:      fs.Duration("hot-window", 24*time.Hour, "how long settled records stay in memory before moving to the cold tier (reloaded on SIGHUP)"),
 		hotMax:         fs.Int64("hot-max-bytes", 0, "hot tier budget in bytes; settled records beyond it move to the cold tier early (0: none; reloaded on SIGHUP)"),
@@ -202,6 +204,8 @@ func (f *serveFlags) validate() error {
 		return fmt.Errorf("--log-level: %v", err)
 	}
 	switch {
+	case *f.logFormat != "text" && *f.logFormat != "json":
+		return fmt.Errorf("--log-format %q: want text or json", *f.logFormat)
 	case *f.diskReserve < -1:
 		return errors.New("--disk-reserve-bytes must be -1 (none), 0 (the default) or a number of bytes")
 	case *f.hotWindow <= 0 || *f.hotMax < 0:
@@ -256,8 +260,11 @@ func (f *serveFlags) level() slog.Level {
 func serve(args []string, stdout, stderr io.Writer) int {
 	f := newServeFlags(stderr)
 	settings, err := f.load(args, os.LookupEnv)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
 	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errFlagParse) {
+		if !errors.Is(err, errFlagParse) {
 			fmt.Fprintf(stderr, "serve: %v\n", err)
 		}
 		return 1
@@ -293,7 +300,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	level := new(slog.LevelVar)
 	level.Set(f.level())
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger := newLogger(stderr, *f.logFormat, level)
+	for _, w := range strayEnv(os.Environ(), f.fs) {
+		logger.Warn(w)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -349,7 +359,8 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	logger.Info("gridnode serving", "version", version, "grpc", n.Addr(), "http", n.HTTPAddr(),
+	bi := buildinfo.Read(version)
+	logger.Info("gridnode serving", "version", bi.Version, "commit", bi.CommitLabel(), "go", bi.GoVersion, "grpc", n.Addr(), "http", n.HTTPAddr(),
 		"data_dir", *dataDir, "shards", shardsLogged(n.Host().Settings().Shards), "max_clock_offset", *maxOffset,
 		"config", settings.file)
 	r := &reloader{args: args, env: os.LookupEnv, current: settings, level: level, host: n.Host(), log: logger}
@@ -402,4 +413,13 @@ func shardsLogged(n int) any {
 		return "the cluster's"
 	}
 	return n
+}
+
+// newLogger is serve's logger: --log-format's handler at level.
+func newLogger(w io.Writer, format string, level slog.Leveler) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }

@@ -18,8 +18,7 @@ import (
 // --entity says which shard it asked and how to name the entity;
 // complete --token T without --entity completes the key, and the entity's
 // version is committed (a lower one is STALE); a lost token answers
-// LEASE_LOST (exit 0, as every answer of the grid) and says on stderr that
-// nothing changed.
+// LEASE_LOST (exit 3) and says on stderr that nothing changed.
 func TestCLISettleWithoutTheEntity(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts gridnode processes")
@@ -72,10 +71,10 @@ func TestCLISettleWithoutTheEntity(t *testing.T) {
 		t.Fatalf("get --json --entity: exit %d %v", code, j)
 	}
 
-	// A lost token: LEASE_LOST, exit 0, and stderr says nothing changed.
+	// A lost token: LEASE_LOST, exit 3, and stderr says nothing changed.
 	lost := strconv.FormatUint(mustUint(t, tok)+uint64(m.ShardCount), 10)
 	code, stdout, stderr = run("complete", "--json", "--token", lost)
-	if j := oneJSON(t, stdout); code != 0 || j["outcome"] != "LEASE_LOST" || j["state"] != "PROCESSING" || !strings.Contains(stderr, "nothing changed") {
+	if j := oneJSON(t, stdout); code != exitLeaseLost || j["outcome"] != "LEASE_LOST" || j["state"] != "PROCESSING" || !strings.Contains(stderr, "nothing changed") {
 		t.Fatalf("complete with a lost token: exit %d %v %q", code, j, stderr)
 	}
 
