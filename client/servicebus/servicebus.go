@@ -235,17 +235,39 @@ func (r *receiver) handle(ctx context.Context, msg *azservicebus.ReceivedMessage
 	r.settle(ctx, msg, adapter.Judge(ctx, out, err, r.cfg.delays))
 }
 
+// Renewal backoff: after a failed renewal the next one waits
+// renewBackoff, doubled for each failure in a row up to maxRenewBackoff,
+// instead of a third of a lock that did not move.
+const (
+	renewBackoff    = 100 * time.Millisecond
+	maxRenewBackoff = 5 * time.Second
+)
+
 // renewLock renews msg's lock, every third of what is left of it, until
-// stop is called.
+// stop is called. A renewal that fails is tried again after a backoff
+// (renewBackoff doubled per failure in a row): the lock did not move, and
+// a third of what is left of it would soon be a busy loop against the
+// service. A lock that is lost for good (the message was delivered again)
+// leaves the grid to answer the redelivery.
 func (r *receiver) renewLock(ctx context.Context, msg *azservicebus.ReceivedMessage) (stop func()) {
+	failures := 0 // in a row; next and touch run on KeepAlive's one goroutine
 	next := func() time.Duration {
+		if failures > 0 {
+			return min(renewBackoff<<min(failures-1, 16), maxRenewBackoff)
+		}
 		if msg.LockedUntil == nil {
 			return 10 * time.Second
 		}
 		return max(time.Until(*msg.LockedUntil)/3, 10*time.Millisecond)
 	}
 	// RenewMessageLock moves msg.LockedUntil on.
-	return adapter.KeepAlive(ctx, next, func(ctx context.Context) { _ = r.rcv.RenewMessageLock(ctx, msg, nil) })
+	return adapter.KeepAlive(ctx, next, func(ctx context.Context) {
+		if err := r.rcv.RenewMessageLock(ctx, msg, nil); err != nil {
+			failures++
+			return
+		}
+		failures = 0
+	})
 }
 
 // settle does v's action to msg.
