@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -116,194 +115,132 @@ func count(t *testing.T, conn *amqp.Connection, queue string) int {
 // returns stop, which waits for Consume and returns its error.
 func consume(t *testing.T, conn *amqp.Connection, c *client.Client, queue string, h Handler, opts ...Option) (stop func() error) {
 	t.Helper()
-	return adaptertest.Run(t, func(ctx context.Context) error { return Consume(ctx, conn, c, "test", queue, h, opts...) })
+	return adaptertest.Start(t, func(ctx context.Context) error { return Consume(ctx, conn, c, "test", queue, h, opts...) })
 }
 
-// Every outcome row at once, in one prefetch window, so the client batches
-// the Reserves of messages with different fates: completed, a duplicate,
-// a retryable failure that comes back through a retry queue and then
-// succeeds, a poisoned message and one without a key (dead-lettered), each
-// acted on as the package documents, and counted in the metrics.
-func TestOutcomes(t *testing.T) {
-	conn := dial(t)
-	delays := []time.Duration{100 * time.Millisecond, time.Second}
-	q := testQueue(t, conn, delays...)
-	c, _ := adaptertest.Grid(t)
-	eff := adaptertest.NewEffects()
-	var flaky sync.Once
-	h := func(ctx context.Context, d amqp.Delivery, l client.Lease) ([]byte, error) {
-		switch string(d.Body) {
-		case "poison":
-			return nil, client.Poison(errors.New("unparseable payment"))
-		case "flaky":
-			failed := false
-			flaky.Do(func() { failed = true })
-			if failed {
-				return nil, client.RetryAfter(errors.New("ledger busy"), 50*time.Millisecond)
-			}
-		}
-		eff.Add(ctx, l)
-		return []byte("done " + l.Key), nil
-	}
-	for i := range 20 {
-		publish(t, conn, q, fmt.Sprintf("ok-%d", i), "ok", nil)
-	}
-	publish(t, conn, q, "dup", "ok", nil)
-	publish(t, conn, q, "dup", "ok", nil)
-	publish(t, conn, q, "", "ok", amqp.Table{KeyHeader: "by-header"})
-	publish(t, conn, q, "flaky", "flaky", nil)
-	publish(t, conn, q, "poison", "poison", nil)
-	publish(t, conn, q, "", "no key", nil)
-
-	reg := prometheus.NewRegistry()
-	consume(t, conn, c, q, h, WithPrefetch(64), WithRetryDelays(delays...), WithRegisterer(reg))
-	// The second copy of "dup" is a DUPLICATE, or BUSY while the first one
-	// runs and a DUPLICATE when it comes back from the retry queue.
-	testwait.For(t, 20*time.Second, "every message settled", func() bool {
-		return eff.Get("flaky") == 1 && count(t, conn, q+".dlq") == 2 && eff.Get("ok-19") == 1 &&
-			adaptertest.Counted(t, reg, "rabbitmq", "duplicate", adapter.Ack) == 1
-	}, func() string {
-		return fmt.Sprintf("effects %v, dead letters %d", eff, count(t, conn, q+".dlq"))
-	})
-	for i := range 20 {
-		if n := eff.Get(fmt.Sprintf("ok-%d", i)); n != 1 {
-			t.Errorf("ok-%d applied %d times", i, n)
-		}
-	}
-	if eff.Get("dup") != 1 || eff.Get("by-header") != 1 {
-		t.Errorf("dup applied %d times, by-header %d; want once each", eff.Get("dup"), eff.Get("by-header"))
-	}
-	if got := eff.Correlation("ok-3"); got != "corr-ok-3" {
-		t.Errorf("the handler's context carried correlation id %q, want corr-ok-3", got)
-	}
-	// The dead letters, and what the grid says about the poisoned key.
-	if g, err := c.Get(context.Background(), "test", "poison"); err != nil || g.State != client.StatePoisoned {
-		t.Errorf("poison key: %+v, %v; want POISONED", g, err)
-	}
-	m := func(outcome string, action adapter.Action) float64 {
-		return adaptertest.Counted(t, reg, "rabbitmq", adapter.Outcome(outcome), action)
-	}
-	for _, want := range []struct {
-		outcome string
-		action  adapter.Action
-		n       float64
-	}{
-		{"completed", adapter.Ack, 23}, {"duplicate", adapter.Ack, 1}, {"failed", adapter.Retry, 1},
-		{"mismatch", adapter.DeadLetter, 0}, {"error", adapter.Retry, 0},
-		{"poisoned", adapter.DeadLetter, 1}, {"no_key", adapter.DeadLetter, 1},
-	} {
-		if got := m(want.outcome, want.action); got != want.n {
-			t.Errorf("messages %s/%s = %v, want %v", want.outcome, want.action, got, want.n)
-		}
-	}
-	if n := count(t, conn, q); n != 0 {
-		t.Errorf("%d messages left in the queue", n)
-	}
+// harness runs the conformance suite on a queue of its own per scenario,
+// whose dead letters the adapter copies to "<queue>.dlq".
+var harness = adaptertest.Harness{
+	Name:                  "rabbitmq",
+	Open:                  func(t *testing.T, _ time.Duration) adaptertest.Broker { return open(t) },
+	CrashRedeliversAtOnce: true,
 }
 
-// A consumer that dies in the middle of a handler (its grid client and its
-// connection gone, the handler never returning) leaves the key leased.
-// RabbitMQ redelivers the message to another consumer at once; the grid
-// answers BUSY, so it waits in a retry queue until the lease has lapsed,
-// and then the second consumer takes the key over with a larger token and
-// applies the payment once.
-func TestCrashMidHandlerIsTakenOver(t *testing.T) {
-	conn := dial(t)
-	delays := []time.Duration{200 * time.Millisecond, time.Second, 2 * time.Second}
-	q := testQueue(t, conn, delays...)
-	c2, n := adaptertest.Grid(t)
-	eff := adaptertest.NewEffects()
+func TestConformance(t *testing.T) { adaptertest.Run(t, harness) }
 
-	// The first consumer, on connections of its own, hangs in the handler.
-	connA, err := amqp.Dial(amqpURL())
+// broker is a queue of the test's own on the broker.
+type broker struct {
+	conn  *amqp.Connection // the test's: publishes and counts
+	queue string
+}
+
+// retryDelays are the suite's consumers' retry queues.
+var retryDelays = []time.Duration{100 * time.Millisecond, time.Second}
+
+func open(t *testing.T) *broker {
+	conn := dial(t)
+	return &broker{conn: conn, queue: testQueue(t, conn, retryDelays...)}
+}
+
+// Publish sends m with its key as the message id, or in the
+// idempotency-key header with KeyElsewhere (under another message id).
+func (b *broker) Publish(t *testing.T, m adaptertest.Message) {
+	t.Helper()
+	ch, err := b.conn.Channel()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cA := adaptertest.Dial(t, n)
-	entered := make(chan client.Lease, 1)
-	hang := func(ctx context.Context, d amqp.Delivery, l client.Lease) ([]byte, error) {
-		entered <- l
-		<-ctx.Done() // until its lease is lost: the process is gone
-		return nil, ctx.Err()
+	defer ch.Close()
+	p := amqp.Publishing{MessageId: m.Key, CorrelationId: m.Correlation, Body: []byte(m.Body), Headers: amqp.Table{}}
+	if m.KeyElsewhere {
+		p.MessageId, p.Headers[KeyHeader] = "id-of-"+m.Key, m.Key
 	}
-	lease := client.WithLease(time.Second)
-	stopA := consume(t, connA, cA, q, hang, WithRetryDelays(delays...), WithProcessOptions(lease), WithPrefetch(1))
-	publish(t, conn, q, "payment-1", "pay", nil)
-	var first client.Lease
-	select {
-	case first = <-entered:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the first consumer never ran the handler")
+	if m.Version != 0 {
+		p.Headers["version"] = int32(m.Version)
 	}
-	// "kill -9": the grid client stops extending, the broker connection
-	// drops with the delivery unacked.
-	cA.Close()
-	connA.Close()
-	_ = stopA()
-
-	reg := prometheus.NewRegistry()
-	consume(t, conn, c2, q, func(ctx context.Context, d amqp.Delivery, l client.Lease) ([]byte, error) {
-		eff.Add(ctx, l)
-		return nil, nil
-	}, WithRetryDelays(delays...), WithProcessOptions(lease), WithRegisterer(reg))
-	testwait.For(t, 20*time.Second, "the payment applied by the second consumer", func() bool { return eff.Get("payment-1") == 1 })
-	second := eff.FirstToken("payment-1")
-	if second <= first.Token {
-		t.Fatalf("takeover token %d, want more than the crashed holder's %d", second, first.Token)
-	}
-	if got := adaptertest.Counted(t, reg, "rabbitmq", "busy", adapter.Retry); got < 1 {
-		t.Errorf("the redelivery while the lease ran was retried %v times, want at least once", got)
-	}
-	if testwait.Holds(500*time.Millisecond, func() bool { return eff.Get("payment-1") > 1 }) {
-		t.Fatalf("payment applied %d times", eff.Get("payment-1"))
+	if err := ch.PublishWithContext(context.Background(), "", b.queue, false, false, p); err != nil {
+		t.Fatal(err)
 	}
 }
 
-// Stopping a consumer releases the keys its handlers hold and hands their
-// messages back without counting an attempt: the next consumer runs each
-// as attempt 1.
-func TestShutdownHandsMessagesBack(t *testing.T) {
+// Consumer is Consume on a connection of its own, which cut closes.
+func (b *broker) Consumer(t *testing.T, cfg adaptertest.Config) (func(context.Context) error, func()) {
+	t.Helper()
 	conn := dial(t)
-	delays := []time.Duration{time.Second}
-	q := testQueue(t, conn, delays...)
-	c, _ := adaptertest.Grid(t)
-	const msgs = 5
-	for i := range msgs {
-		publish(t, conn, q, fmt.Sprintf("m-%d", i), "pay", nil)
+	opts := []Option{WithRetryDelays(retryDelays...),
+		WithFingerprint(func(d amqp.Delivery) uint64 { return adaptertest.Fingerprint(d.Body) }),
+		WithEntity(func(d amqp.Delivery) (string, uint64, bool) {
+			v, ok := d.Headers["version"].(int32)
+			return adaptertest.Entity, uint64(v), ok
+		})}
+	if cfg.Lease > 0 {
+		opts = append(opts, WithProcessOptions(client.WithLease(cfg.Lease)))
 	}
-	var running sync.WaitGroup
-	running.Add(msgs)
-	stop := consume(t, conn, c, q, func(ctx context.Context, d amqp.Delivery, l client.Lease) ([]byte, error) {
-		running.Done()
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}, WithPrefetch(msgs), WithRetryDelays(delays...))
-	running.Wait()
-	if err := stop(); err != nil {
-		t.Fatalf("Consume after its context ended: %v, want nil", err)
+	if cfg.InFlight > 0 {
+		opts = append(opts, WithPrefetch(cfg.InFlight))
 	}
-	for i := range msgs {
-		key := fmt.Sprintf("m-%d", i)
-		g, err := c.Get(context.Background(), "test", key)
-		if err != nil || g.State == client.StateProcessing {
-			t.Fatalf("%s after shutdown: %+v, %v; want it released", key, g, err)
+	if cfg.Registerer != nil {
+		opts = append(opts, WithRegisterer(cfg.Registerer))
+	}
+	h := func(ctx context.Context, d amqp.Delivery, l client.Lease) ([]byte, error) {
+		return nil, cfg.Handler(ctx, string(d.Body), l)
+	}
+	return func(ctx context.Context) error {
+		return Consume(ctx, conn, cfg.Grid, adaptertest.Namespace, b.queue, h, opts...)
+	}, func() { conn.Close() }
+}
+
+// Pending is how many messages the queue and its retry queues hold ready:
+// AMQP does not tell how many are delivered and unacked.
+func (b *broker) Pending(t *testing.T) int {
+	t.Helper()
+	n := count(t, b.conn, b.queue)
+	for _, d := range retryDelays {
+		n += countIfDeclared(t, b.conn, RetryQueue(b.queue, d))
+	}
+	return n
+}
+
+// DeadLetters takes the messages in "<queue>.dlq" and hands them back.
+func (b *broker) DeadLetters(t *testing.T) []adaptertest.DeadLetter {
+	t.Helper()
+	ch, err := b.conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close() // hands back what was taken
+	var out []adaptertest.DeadLetter
+	for {
+		d, ok, err := ch.Get(DeadLetterQueue(b.queue), false)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	attempts := make(chan int, msgs)
-	consume(t, conn, c, q, func(ctx context.Context, d amqp.Delivery, l client.Lease) ([]byte, error) {
-		attempts <- l.Attempt
-		return nil, nil
-	}, WithRetryDelays(delays...))
-	for range msgs {
-		select {
-		case a := <-attempts:
-			if a != 1 {
-				t.Fatalf("a handed-back message ran as attempt %d, want 1", a)
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatal("the handed-back messages did not come back")
+		if !ok {
+			return out
 		}
+		reason, _ := d.Headers["x-grid-reason"].(string)
+		out = append(out, adaptertest.DeadLetter{Body: string(d.Body), Reason: reason})
 	}
+}
+
+// countIfDeclared is how many messages queue holds, 0 if it is not
+// declared (Consume declares the retry queues).
+func countIfDeclared(t *testing.T, conn *amqp.Connection, queue string) int {
+	t.Helper()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	var aerr *amqp.Error
+	if errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q.Messages
 }
 
 // MISMATCH (a key reused for another payload) dead-letters the message;

@@ -48,11 +48,11 @@ func (q *fakeQueue) notify() {
 	q.changed = make(chan struct{})
 }
 
-// send enqueues a message.
-func (q *fakeQueue) send(id, body string, props map[string]any) {
+// send enqueues msg, as sent: its id, body, properties and correlation id.
+func (q *fakeQueue) send(msg azservicebus.ReceivedMessage) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.entries = append(q.entries, &fakeEntry{msg: azservicebus.ReceivedMessage{MessageID: id, Body: []byte(body), ApplicationProperties: props}})
+	q.entries = append(q.entries, &fakeEntry{msg: msg})
 	q.notify()
 }
 
@@ -202,13 +202,17 @@ func (q *fakeQueue) state() (waiting, done, dead int) {
 	return len(q.entries), q.done, len(q.dead)
 }
 
-// deadLetters returns the dead-lettered messages' ids and reasons.
-func (q *fakeQueue) deadLetters() map[string]string {
+// deadLetter is a message dead-lettered, and why.
+type deadLetter struct{ body, reason string }
+
+// deadLetters returns the dead-lettered messages, each with its reason
+// and description as "<reason>: <description>".
+func (q *fakeQueue) deadLetters() []deadLetter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	out := map[string]string{}
+	var out []deadLetter
 	for _, e := range q.dead {
-		out[e.msg.MessageID] = e.deadReason + ": " + e.deadDesc
+		out = append(out, deadLetter{string(e.msg.Body), e.deadReason + ": " + e.deadDesc})
 	}
 	return out
 }

@@ -1,6 +1,3 @@
-// Package adaptertest is what the broker adapters' tests share: a grid to
-// run against, a record of what handlers did, the adapters' counters, and
-// running Consume until the test ends.
 package adaptertest
 
 import (
@@ -114,10 +111,10 @@ func Counted(t *testing.T, reg *prometheus.Registry, name string, o adapter.Outc
 	return n
 }
 
-// Run runs consume (an adapter's Consume) until stop is called or the test
-// ends; stop cancels its context and returns its error, and the test fails
-// if it is not nil when the test ends.
-func Run(t *testing.T, consume func(ctx context.Context) error) (stop func() error) {
+// Start runs consume (an adapter's Consume) until stop is called or the
+// test ends; stop cancels its context and returns its error, and the test
+// fails if it is not nil when the test ends.
+func Start(t *testing.T, consume func(ctx context.Context) error) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
