@@ -10,8 +10,9 @@
 //	the handler succeeded (COMPLETED)        Ack
 //	DUPLICATE, STALE                         Ack: the message was handled before
 //	the handler failed, retryably (FAILED)   NakWithDelay(the grid's retry-after)
-//	BUSY (another consumer holds the key)    NakWithDelay(the holder's retry-after, at most
-//	                                         WithBusyDelay, 1s: holders settle early)
+//	BUSY (another consumer holds the key)    kept, InProgress, asked again every WithBusyDelay
+//	                                         (1s) for up to WithBusyHold (30s); then
+//	                                         NakWithDelay(the holder's whole retry-after)
 //	POISONED, MISMATCH, no key               published to WithDeadLetter's subject with the
 //	                                         reason (when set), then Term
 //	shutdown (ctx ended)                     the key is released, Nak: no attempt is counted
@@ -23,6 +24,38 @@
 // letter is published, and acknowledged by the stream that captures the
 // subject, before the message is terminated: a crash between the two
 // leaves a copy in both places rather than none.
+//
+// # BUSY: waiting for the holder without spending deliveries
+//
+// A message the grid answers BUSY is usually a redelivery whose holder
+// died mid-handler: the grid keeps the key PROCESSING until the holder's
+// lease ends, and only then lets another consumer take it over. Every Nak
+// spends one of the message's deliveries, and a consumer with MaxDeliver
+// stops delivering a message that has spent them: Nak'ing each BUSY after
+// a second would use the message up while the dead holder's lease runs
+// out, and leave the key PROCESSING with no message left to finish it.
+// So Consume keeps a BUSY message instead: it tells JetStream it is still
+// working on it (InProgress, which pushes the ack deadline back without
+// spending a delivery, now and every third of the ack wait, so a
+// retry-after longer than AckWait is no different), and asks the grid
+// again after the holder's retry-after, at most WithBusyDelay later (a live
+// holder usually settles long before its lease ends, and the message is
+// then acked as a DUPLICATE at once). A dead holder's lease ends within
+// the wait, and the message is taken over on the delivery that found it
+// BUSY.
+//
+// A kept message occupies one of the WithConcurrency slots, and a live
+// holder that keeps extending its lease (a long handler working on the
+// same key from another copy of the message) would hold it there for as
+// long as it works. So a message is kept for at most WithBusyHold (30s,
+// the client's default lease: a dead holder of the default lease has
+// ended by then) from the first BUSY; still BUSY then, it is handed back
+// with NakWithDelay of the whole retry-after the grid gave: one delivery
+// per lease of the holder, not one per second, and the slot goes to other
+// messages meanwhile. Set WithBusyHold to your longest lease to take over
+// every dead holder without a redelivery, or to 0 to hand every BUSY
+// message back at once (one delivery per holder's lease). When ctx ends, a
+// kept message is handed back with Nak.
 //
 // # Keys
 //
@@ -83,6 +116,7 @@ type config struct {
 	fingerprint func(jetstream.Msg) uint64
 	entity      func(jetstream.Msg) (entity string, version uint64, ok bool)
 	delays      adapter.Delays
+	busyHold    time.Duration
 	deadLetter  *deadLetter
 	registerer  prometheus.Registerer
 	logger      *slog.Logger
@@ -123,10 +157,17 @@ func WithProcessOptions(opts ...client.ProcessOption) Option {
 // again when the grid could not be asked or the lease was lost. Default 1s.
 func WithErrorDelay(d time.Duration) Option { return func(c *config) { c.delays.Error = d } }
 
-// WithBusyDelay caps how long a message waits after BUSY (another consumer
-// holds the key) before it is tried again. The grid answers with the
-// holder's whole lease; a holder usually settles long before. Default 1s.
+// WithBusyDelay caps how long a message kept after BUSY (another consumer
+// holds the key) waits before the grid is asked again. The grid answers
+// with the rest of the holder's lease; a holder usually settles long
+// before. Default 1s.
 func WithBusyDelay(d time.Duration) Option { return func(c *config) { c.delays.Busy = d } }
+
+// WithBusyHold sets how long, from the first BUSY, Consume keeps a message
+// the grid answers BUSY (see the package documentation) before it hands it
+// back with NakWithDelay of the holder's whole retry-after. 0 hands it back
+// at once. Default 30s (client.DefaultLease).
+func WithBusyHold(d time.Duration) Option { return func(c *config) { c.busyHold = d } }
 
 // WithDeadLetter publishes dead letters to subject through js (a stream
 // must capture it: the publish waits for its acknowledgement), with the
@@ -163,7 +204,7 @@ func DefaultKey(msg jetstream.Msg) (string, error) {
 // documentation). It returns nil once ctx has ended and every message it
 // pulled is settled, or an error when the consumer fails.
 func Consume(ctx context.Context, cons jetstream.Consumer, grid *client.Client, ns string, h Handler, opts ...Option) error {
-	cfg := config{concurrency: 32, key: DefaultKey, delays: adapter.DefaultDelays()}
+	cfg := config{concurrency: 32, key: DefaultKey, delays: adapter.DefaultDelays(), busyHold: client.DefaultLease}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -176,6 +217,8 @@ func Consume(ctx context.Context, cons jetstream.Consumer, grid *client.Client, 
 		return errors.New("jetstream: nil key rule")
 	case cfg.delays.Error <= 0 || cfg.delays.Busy <= 0:
 		return fmt.Errorf("jetstream: error delay %v and busy delay %v, want both more than 0", cfg.delays.Error, cfg.delays.Busy)
+	case cfg.busyHold < 0:
+		return fmt.Errorf("jetstream: busy hold %v, want at least 0", cfg.busyHold)
 	}
 	m, err := adapter.NewMetrics("jetstream", cfg.registerer)
 	if err != nil {
@@ -242,13 +285,61 @@ func (r *receiver) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	popts := adapter.ProcessOptions(r.cfg.process, msg, r.cfg.fingerprint, r.cfg.entity)
 	hctx := client.ContextWithCorrelationID(ctx, msg.Headers().Get("Correlation-Id"))
-	out, err := r.grid.Process(hctx, r.ns, key, func(ctx context.Context, l client.Lease) ([]byte, error) {
+	h := func(ctx context.Context, l client.Lease) ([]byte, error) {
 		// Keep JetStream from redelivering while the lease holds.
 		stop := r.inProgress(ctx, msg)
 		defer stop()
 		return r.h(ctx, msg, l)
-	}, popts...)
-	r.settle(ctx, msg, adapter.Judge(ctx, out, err, r.cfg.delays))
+	}
+	var holdEnd time.Time // when a BUSY message is handed back; zero before the first BUSY
+	for {
+		out, err := r.grid.Process(hctx, r.ns, key, h, popts...)
+		v := adapter.Judge(ctx, out, err, r.cfg.delays)
+		var busy *client.BusyError
+		if v.Outcome != adapter.Busy || !errors.As(err, &busy) {
+			r.settle(ctx, msg, v)
+			return
+		}
+		now := time.Now()
+		if holdEnd.IsZero() {
+			holdEnd = now.Add(r.cfg.busyHold)
+		}
+		wait := min(busy.RetryAfter, r.cfg.delays.Busy, holdEnd.Sub(now))
+		if wait <= 0 {
+			// Held long enough: hand it back until the holder's lease
+			// ends, one delivery per lease.
+			v.Delay = max(busy.RetryAfter, time.Millisecond)
+			r.settle(ctx, msg, v)
+			return
+		}
+		if !r.keepBusy(ctx, msg, v, wait) {
+			r.settle(ctx, msg, adapter.Verdict{Outcome: adapter.NotStarted, Action: adapter.Requeue, Cause: ctx.Err()})
+			return
+		}
+	}
+}
+
+// keepBusy keeps msg, which the grid answered BUSY (v), for wait: it tells
+// JetStream it is still being worked on, at once and every third of the
+// ack wait, so that waiting spends none of its deliveries. It counts the
+// wait as a retry and reports false when ctx ends first.
+func (r *receiver) keepBusy(ctx context.Context, msg jetstream.Msg, v adapter.Verdict, wait time.Duration) bool {
+	_ = msg.InProgress() // a failure is a redelivery, which the grid answers
+	r.m.Count(v.Outcome, v.Action)
+	if r.cfg.logger != nil {
+		r.cfg.logger.Info("jetstream: key busy, message kept", "subject", msg.Subject(), "wait", wait, "cause", v.Cause)
+	}
+	stop := r.inProgress(ctx, msg)
+	defer stop()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		_ = msg.InProgress() // a fresh ack wait for the Reserve and the handler
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // inProgress tells JetStream, every third of the ack wait until stop is
