@@ -50,6 +50,7 @@ func TestHTTPEndpoints(t *testing.T) {
 		`l4xg_grid_shard_voters{shard="0"} 1`, // a standalone node: one voter per shard
 		`l4xg_grid_data_dir_available_bytes `,
 		`l4xg_grid_data_dir_size_bytes `,
+		`l4xg_grid_data_dir_fs_size_bytes `,
 		`go_goroutines`,
 		`l4xg_grid_build_info{commit="`,
 		`",go_version="` + runtime.Version() + `",version="`,

@@ -1,6 +1,9 @@
 package shard
 
 import (
+	"errors"
+	"io/fs"
+	"path/filepath"
 	"strconv"
 
 	"github.com/hashicorp/raft"
@@ -30,7 +33,7 @@ type hostCollector struct {
 	restores   *prometheus.Desc
 	// The Raft log store's writes and fsyncs (raftlog.WriteStats).
 	logWrites, logEntries, logWriteTime, fsyncs, fsyncTime *prometheus.Desc
-	voters, diskFree, diskSize                             *prometheus.Desc
+	voters, diskFree, diskSize, dirSize                    *prometheus.Desc
 }
 
 func newHostCollector(h *Host) *hostCollector {
@@ -60,7 +63,8 @@ func newHostCollector(h *Host) *hostCollector {
 		fsyncTime:    prometheus.NewDesc("l4xg_grid_raft_log_fsync_seconds_total", "Time spent in fdatasyncs of the Raft log journal.", nil, nil),
 		voters:       prometheus.NewDesc("l4xg_grid_shard_voters", "Voters in the shard's latest Raft configuration, exported by its leader only.", []string{"shard"}, nil),
 		diskFree:     prometheus.NewDesc("l4xg_grid_data_dir_available_bytes", "Bytes available to the node on the data directory's file system.", nil, nil),
-		diskSize:     prometheus.NewDesc("l4xg_grid_data_dir_size_bytes", "Size of the data directory's file system.", nil, nil),
+		diskSize:     prometheus.NewDesc("l4xg_grid_data_dir_fs_size_bytes", "Size of the file system holding the data directory.", nil, nil),
+		dirSize:      prometheus.NewDesc("l4xg_grid_data_dir_size_bytes", "Bytes the files of the data directory take (Raft logs, snapshots, the cold tier).", nil, nil),
 	}
 }
 
@@ -89,6 +93,7 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.voters
 	ch <- c.diskFree
 	ch <- c.diskSize
+	ch <- c.dirSize
 }
 
 func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
@@ -141,6 +146,30 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.diskFree, prometheus.GaugeValue, float64(free))
 		ch <- prometheus.MustNewConstMetric(c.diskSize, prometheus.GaugeValue, float64(size))
 	}
+	if used, err := dirSize(c.h.cfg.DataDir); err == nil {
+		ch <- prometheus.MustNewConstMetric(c.dirSize, prometheus.GaugeValue, float64(used))
+	}
+}
+
+// dirSize is the bytes the regular files under dir take. Files that go
+// while it walks (a compaction, a snapshot reaped) are skipped.
+func dirSize(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n, err
 }
 
 func (c *hostCollector) collectCold(ch chan<- prometheus.Metric, id string, st Status) {
