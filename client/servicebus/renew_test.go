@@ -1,42 +1,34 @@
 package servicebus
 
 import (
-	"context"
-	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
 
-// failingRenewals is a Receiver whose lock renewals all fail, counting
-// them.
-type failingRenewals struct {
-	Receiver
-	calls atomic.Int64
-}
-
-func (f *failingRenewals) RenewMessageLock(context.Context, *azservicebus.ReceivedMessage, *azservicebus.RenewMessageLockOptions) error {
-	f.calls.Add(1)
-	return errors.New("renew: service busy")
-}
-
-// TestFailedRenewalsBackOff: while the service refuses lock renewals, the
-// adapter tries again after a growing backoff instead of every 10 ms
-// (the lock it failed to move is nearly over): in 1.5 s of a handler's
-// run, a handful of calls (100 ms, 200 ms, 400 ms, 800 ms apart), where
-// the old loop made about 150.
-func TestFailedRenewalsBackOff(t *testing.T) {
-	f := &failingRenewals{}
-	r := &receiver{rcv: f}
-	until := time.Now().Add(time.Second) // a lock with a second left
-	msg := &azservicebus.ReceivedMessage{LockedUntil: &until}
-	stop := r.renewLock(context.Background(), msg)
-	// The handler's run: a fixed span the renewals happen in.
-	<-time.After(1500 * time.Millisecond)
-	stop()
-	if n := f.calls.Load(); n < 2 || n > 6 {
-		t.Fatalf("%d renewals in 1.5 s while every one failed, want 2 to 6 (a backoff from 100 ms doubling)", n)
+// TestRenewWait: the wait before a lock renewal is a third of what is
+// left of the lock; after failed renewals it backs off (100 ms doubling,
+// at most 5 s) instead of a third of a lock that did not move, which is
+// soon the 10 ms floor: the loop that made 271 calls in 3 s.
+func TestRenewWait(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	at := func(d time.Duration) *time.Time { u := now.Add(d); return &u }
+	for _, c := range []struct {
+		failures int
+		until    *time.Time
+		want     time.Duration
+	}{
+		{0, at(30 * time.Second), 10 * time.Second},
+		{0, nil, 10 * time.Second},
+		{0, at(15 * time.Millisecond), 10 * time.Millisecond},
+		{0, at(-time.Second), 10 * time.Millisecond},
+		{1, at(15 * time.Millisecond), 100 * time.Millisecond},
+		{2, at(-time.Second), 200 * time.Millisecond},
+		{4, at(-time.Second), 800 * time.Millisecond},
+		{7, at(-time.Second), 5 * time.Second},
+		{1000, at(-time.Second), 5 * time.Second},
+	} {
+		if got := renewWait(c.failures, c.until, now); got != c.want {
+			t.Errorf("after %d failures, lock until %v: wait %v, want %v", c.failures, c.until, got, c.want)
+		}
 	}
 }

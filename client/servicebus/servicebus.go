@@ -245,21 +245,13 @@ const (
 
 // renewLock renews msg's lock, every third of what is left of it, until
 // stop is called. A renewal that fails is tried again after a backoff
-// (renewBackoff doubled per failure in a row): the lock did not move, and
-// a third of what is left of it would soon be a busy loop against the
-// service. A lock that is lost for good (the message was delivered again)
-// leaves the grid to answer the redelivery.
+// (renewWait): the lock did not move, and a third of what is left of it
+// would soon be a busy loop against the service. A lock that is lost for
+// good (the message was delivered again) leaves the grid to answer the
+// redelivery.
 func (r *receiver) renewLock(ctx context.Context, msg *azservicebus.ReceivedMessage) (stop func()) {
 	failures := 0 // in a row; next and touch run on KeepAlive's one goroutine
-	next := func() time.Duration {
-		if failures > 0 {
-			return min(renewBackoff<<min(failures-1, 16), maxRenewBackoff)
-		}
-		if msg.LockedUntil == nil {
-			return 10 * time.Second
-		}
-		return max(time.Until(*msg.LockedUntil)/3, 10*time.Millisecond)
-	}
+	next := func() time.Duration { return renewWait(failures, msg.LockedUntil, time.Now()) }
 	// RenewMessageLock moves msg.LockedUntil on.
 	return adapter.KeepAlive(ctx, next, func(ctx context.Context) {
 		if err := r.rcv.RenewMessageLock(ctx, msg, nil); err != nil {
@@ -268,6 +260,20 @@ func (r *receiver) renewLock(ctx context.Context, msg *azservicebus.ReceivedMess
 		}
 		failures = 0
 	})
+}
+
+// renewWait is the wait before the next renewal of a lock held until
+// lockedUntil (nil: not known), after failures failed renewals in a row:
+// a third of what is left of the lock, at least 10 ms; after a failure,
+// renewBackoff doubled per failure, at most maxRenewBackoff.
+func renewWait(failures int, lockedUntil *time.Time, now time.Time) time.Duration {
+	if failures > 0 {
+		return min(renewBackoff<<min(failures-1, 16), maxRenewBackoff)
+	}
+	if lockedUntil == nil {
+		return 10 * time.Second
+	}
+	return max(lockedUntil.Sub(now)/3, 10*time.Millisecond)
 }
 
 // settle does v's action to msg.
