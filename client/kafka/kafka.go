@@ -10,10 +10,9 @@
 // # Outcomes
 //
 // Kafka has no per-record ack: a partition's committed offset says that
-// every record before it is done. So each poll's records run at once (the
-// grid client batches their Reserves into few Batches; records of one key
-// run one after the other, so a duplicate within a poll answers
-// DUPLICATE), and then, per partition, the longest run of settled records
+// every record before it is done. So a poll's records run at once, in
+// lanes (see Order below; the grid client batches their Reserves into few
+// Batches), and then, per partition, the longest run of settled records
 // from the start is committed:
 //
 //	the handler succeeded (COMPLETED)        settled
@@ -26,6 +25,28 @@
 //	                                         record on; later records answer DUPLICATE then
 //	shutdown (ctx ended)                     not settled: the key is released and the next
 //	                                         owner of the partition fetches the record
+//
+// # Order
+//
+// Records that must not overtake each other share a lane, and a lane runs
+// its records one after the other, in poll order (offset order within a
+// partition), while lanes run at once. By default (ByEntity) a lane holds
+// the records of one idempotency key (so that a duplicate within a poll
+// answers DUPLICATE) and those of one entity (WithEntity, when it names
+// one): two versions of an entity are applied in offset order, and the
+// older is not refused as STALE because the newer overtook it. ByRecordKey
+// also puts records with the same Kafka record key in one lane, and
+// ByPartition all records of a partition, as a plain Kafka consumer would
+// (WithOrder). Records linked by any of these share one lane.
+//
+// A record that does not settle (FAILED, BUSY, an error, shutdown) stops
+// its lane in its partition: the lane's later records of that partition do
+// not run in this poll, and are fetched again after it, since the
+// partition is rewound to it. So a later version never runs before an
+// earlier one of its partition that is still to be retried (which it would
+// then make STALE), and no commit passes a record that has not run. Kafka
+// orders nothing across partitions: a lane's records of other partitions
+// go on.
 //
 // The client must consume as a group with auto-commit off (Consume
 // refuses it otherwise), and should block rebalances while a poll is
@@ -80,13 +101,34 @@ type config struct {
 	fingerprint func(*kgo.Record) uint64
 	entity      func(*kgo.Record) (entity string, version uint64, ok bool)
 	delays      adapter.Delays
+	order       Order
 	deadLetter  string
 	registerer  prometheus.Registerer
 	logger      *slog.Logger
 }
 
+// Order says which records of a poll must run one after the other (see
+// the package documentation).
+type Order int
+
+// The orders, each keeping the lanes of those before it.
+const (
+	// ByEntity runs the records of one idempotency key, and those of one
+	// entity (WithEntity), one after the other. The default.
+	ByEntity Order = iota
+	// ByRecordKey also runs the records with one Kafka record key (a
+	// non-empty kgo.Record.Key) one after the other.
+	ByRecordKey
+	// ByPartition runs all records of a partition one after the other.
+	ByPartition
+)
+
+// WithOrder sets which records of a poll run one after the other.
+// Default ByEntity.
+func WithOrder(o Order) Option { return func(c *config) { c.order = o } }
+
 // WithMaxPoll sets how many records a poll takes, and so how many run at
-// once. Default 500.
+// once at most (see Order). Default 500.
 func WithMaxPoll(n int) Option { return func(c *config) { c.maxPoll = n } }
 
 // WithKey sets how a record's idempotency key is found. An error
@@ -164,6 +206,8 @@ func Consume(ctx context.Context, cl *kgo.Client, grid *client.Client, ns string
 		return fmt.Errorf("kafka: max poll %d, want at least 1", cfg.maxPoll)
 	case cfg.key == nil:
 		return errors.New("kafka: nil key rule")
+	case cfg.order < ByEntity || cfg.order > ByPartition:
+		return fmt.Errorf("kafka: unknown order %d", cfg.order)
 	case cfg.delays.Error <= 0 || cfg.delays.Busy <= 0:
 		return fmt.Errorf("kafka: error delay %v and busy delay %v, want both more than 0", cfg.delays.Error, cfg.delays.Busy)
 	case cl.OptValue(kgo.ConsumerGroup) == "":
@@ -215,42 +259,29 @@ func (c *consumer) settle(ctx context.Context, recs []*kgo.Record) {
 	if len(recs) == 0 {
 		return
 	}
-	// Records of one key run one after the other, in poll order, so that
-	// a duplicate within the poll answers DUPLICATE instead of BUSY (which
-	// would pause its partition); different keys run at once.
 	verdicts := make([]adapter.Verdict, len(recs))
-	byKey := map[string][]int{}
-	var order []string
+	keys := make([]string, len(recs))
+	var runs []int // the records to run
 	for i, r := range recs {
 		key, err := c.cfg.key(r)
 		if err != nil {
 			verdicts[i] = adapter.Verdict{Outcome: adapter.NoKey, Action: adapter.DeadLetter, Cause: err}
 			continue
 		}
-		if _, seen := byKey[key]; !seen {
-			order = append(order, key)
-		}
-		byKey[key] = append(byKey[key], i)
+		keys[i] = key
+		runs = append(runs, i)
 	}
 	var wg sync.WaitGroup
-	for _, key := range order {
-		wg.Go(func() {
-			for _, i := range byKey[key] {
-				verdicts[i] = c.process(ctx, key, recs[i])
-			}
-		})
+	for _, lane := range c.lanes(recs, keys, runs) {
+		wg.Go(func() { c.runLane(ctx, recs, keys, lane, verdicts) })
 	}
 	wg.Wait()
 
-	type tp struct {
-		topic     string
-		partition int32
-	}
 	commit := map[string]map[int32]kgo.EpochOffset{}
 	rewind := map[string]map[int32]kgo.EpochOffset{}
-	stopped := map[tp]bool{}
+	stopped := map[topicPartition]bool{}
 	for i, r := range recs { // in order within each partition
-		p := tp{r.Topic, r.Partition}
+		p := topicPartition{r.Topic, r.Partition}
 		if stopped[p] {
 			continue // counted again when it comes back
 		}
@@ -305,6 +336,91 @@ func set(m map[string]map[int32]kgo.EpochOffset, topic string, p int32, o kgo.Ep
 		m[topic] = map[int32]kgo.EpochOffset{}
 	}
 	m[topic][p] = o
+}
+
+// lanes groups the records runs (indexes into recs, in poll order) into
+// lanes by the configured order: two records share a lane when they share
+// the idempotency key (keys), the entity, or, as the order asks, the
+// record key or the partition, directly or through other records. Each
+// lane lists its records in poll order.
+func (c *consumer) lanes(recs []*kgo.Record, keys []string, runs []int) [][]int {
+	parent := make(map[int]int, len(runs)) // union-find over record indexes
+	var find func(i int) int
+	find = func(i int) int {
+		if p := parent[i]; p != i {
+			parent[i] = find(p)
+		}
+		return parent[i]
+	}
+	first := map[string]int{} // a lane's tag -> the first record with it
+	for _, i := range runs {
+		parent[i] = i
+		r := recs[i]
+		tags := []string{"k\x00" + keys[i]}
+		if c.cfg.entity != nil {
+			if e, _, ok := c.cfg.entity(r); ok {
+				tags = append(tags, "e\x00"+e)
+			}
+		}
+		if c.cfg.order >= ByRecordKey && len(r.Key) > 0 {
+			tags = append(tags, "r\x00"+string(r.Key))
+		}
+		if c.cfg.order >= ByPartition {
+			tags = append(tags, fmt.Sprintf("p\x00%s\x00%d", r.Topic, r.Partition))
+		}
+		for _, tag := range tags {
+			j, seen := first[tag]
+			if !seen {
+				first[tag] = i
+				continue
+			}
+			if a, b := find(i), find(j); a != b {
+				parent[max(a, b)] = min(a, b) // a lane's root is its first record
+			}
+		}
+	}
+	byRoot := map[int][]int{}
+	var roots []int
+	for _, i := range runs {
+		root := find(i)
+		if _, seen := byRoot[root]; !seen {
+			roots = append(roots, root)
+		}
+		byRoot[root] = append(byRoot[root], i)
+	}
+	lanes := make([][]int, len(roots))
+	for n, root := range roots {
+		lanes[n] = byRoot[root]
+	}
+	return lanes
+}
+
+// runLane runs the records of a lane one after the other and sets their
+// verdicts. A record that does not settle stops the lane in its partition:
+// the lane's later records of that partition do not run (settle rewinds
+// the partition to the first record that did not settle, so they never
+// reach a commit and come back after it).
+func (c *consumer) runLane(ctx context.Context, recs []*kgo.Record, keys []string, lane []int, verdicts []adapter.Verdict) {
+	stopped := map[topicPartition]*kgo.Record{}
+	for _, i := range lane {
+		r := recs[i]
+		p := topicPartition{r.Topic, r.Partition}
+		if s := stopped[p]; s != nil {
+			verdicts[i] = adapter.Verdict{Outcome: adapter.NotStarted, Action: adapter.Requeue,
+				Cause: fmt.Errorf("kafka: held back behind offset %d, which did not settle", s.Offset)}
+			continue
+		}
+		v := c.process(ctx, keys[i], r)
+		verdicts[i] = v
+		if v.Action != adapter.Ack && v.Action != adapter.DeadLetter {
+			stopped[p] = r
+		}
+	}
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
 }
 
 // process runs one record, whose key is key, through the grid and judges
