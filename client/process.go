@@ -138,7 +138,11 @@ func Poison(err error) error {
 //     with RetryAfter or Poison, and Process returns h's error wrapped (a
 //     *PanicError for a panic); it also matches ErrPoisoned when the key is
 //     now poisoned. When ctx ends while h runs and h returns an error, the key
-//     is released instead, without counting an attempt.
+//     is failed all the same, the attempt counted: h may have applied its
+//     effect before it saw ctx end (a commit that went through as its
+//     context ended), and a release would let the next consumer run it
+//     again as a first attempt. A consumer that stops lets its handlers
+//     finish first (the broker adapters' WithStopGrace).
 //   - DUPLICATE: h does not run; Processed.Duplicate is true and
 //     Processed.Result is the stored result.
 //   - BUSY: a *BusyError (matching ErrBusy), or with WaitForHolder a new
@@ -315,12 +319,12 @@ func (c *Client) run(ctx context.Context, ns, key string, h Handler, p *processC
 		herr = fmt.Errorf("%w: %w", cause, herr)
 	}
 	if ctx.Err() != nil && !lost {
-		rr, err := c.Release(sctx, ns, key, r.Token, p.entity)
-		done.settled(rr)
-		if err != nil {
-			return done, fmt.Errorf("client: handler stopped (%w), and release failed: %w", herr, err)
-		}
-		return done, fmt.Errorf("client: handler stopped, key released: %w", herr)
+		// Stopped mid-way, the handler may have applied its effect before
+		// it saw the stop (a commit that went through as its context
+		// ended): the key is failed like any handler error, the attempt
+		// counted, never released for the next consumer to run it again
+		// as a first attempt.
+		herr = fmt.Errorf("client: handler stopped, its effect may have been applied: %w", herr)
 	}
 	return done, c.fail(sctx, ns, key, r, p, herr, &done)
 }

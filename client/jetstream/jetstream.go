@@ -15,7 +15,9 @@
 //	                                         NakWithDelay(the holder's whole retry-after)
 //	POISONED, MISMATCH, no key               published to WithDeadLetter's subject with the
 //	                                         reason (when set), then Term
-//	shutdown (ctx ended)                     the key is released, Nak: no attempt is counted
+//	shutdown (ctx ended)                     running handlers finish within WithStopGrace and
+//	                                         settle as above; one cancelled past it: the key
+//	                                         is failed (attempt counted), Nak
 //	the grid unreachable, a lease lost       NakWithDelay(WithErrorDelay)
 //
 // While the handler runs, the message's ack deadline (the consumer's
@@ -103,7 +105,8 @@ const (
 
 // Handler processes one message under the grid's lease. ctx carries the
 // message's correlation id (the "Correlation-Id" header, client.CorrelationID)
-// and ends when the lease is lost or Consume stops.
+// and ends when the lease is lost, or when Consume stops and its stop grace
+// (WithStopGrace) has run out.
 type Handler func(ctx context.Context, msg jetstream.Msg, l client.Lease) ([]byte, error)
 
 // Option configures Consume.
@@ -156,6 +159,13 @@ func WithProcessOptions(opts ...client.ProcessOption) Option {
 // WithErrorDelay sets how long a message waits before it is delivered
 // again when the grid could not be asked or the lease was lost. Default 1s.
 func WithErrorDelay(d time.Duration) Option { return func(c *config) { c.delays.Error = d } }
+
+// WithStopGrace sets how long a stopping Consume (its ctx ended) lets the
+// handlers it started finish and settle before it cancels them (default
+// 10 s). A handler cancelled mid-way may have applied its effect, so its
+// key is failed, the attempt counted, not released: give handlers the
+// time their effect takes. 0 cancels them at once.
+func WithStopGrace(d time.Duration) Option { return func(c *config) { c.delays.StopGrace = d } }
 
 // WithBusyDelay caps how long a message kept after BUSY (another consumer
 // holds the key) waits before the grid is asked again. The grid answers
@@ -284,7 +294,9 @@ func (r *receiver) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	popts := adapter.ProcessOptions(r.cfg.process, msg, r.cfg.fingerprint, r.cfg.entity)
-	hctx := client.ContextWithCorrelationID(ctx, msg.Headers().Get("Correlation-Id"))
+	dctx, dcancel := adapter.Draining(ctx, r.cfg.delays.StopGrace)
+	defer dcancel()
+	hctx := client.ContextWithCorrelationID(dctx, msg.Headers().Get("Correlation-Id"))
 	h := func(ctx context.Context, l client.Lease) ([]byte, error) {
 		// Keep JetStream from redelivering while the lease holds.
 		stop := r.inProgress(ctx, msg)

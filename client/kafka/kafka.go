@@ -23,8 +23,10 @@
 //	BUSY (another consumer holds the key)    grid's retry-after (BUSY at most WithBusyDelay),
 //	the grid unreachable, a lease lost       or WithErrorDelay, and fetched again from the
 //	                                         record on; later records answer DUPLICATE then
-//	shutdown (ctx ended)                     not settled: the key is released and the next
-//	                                         owner of the partition fetches the record
+//	shutdown (ctx ended)                     running handlers finish within WithStopGrace (the
+//	                                         key completed; one cancelled past it: failed,
+//	                                         attempt counted); nothing in flight is committed:
+//	                                         the partition's next owner fetches the records
 //
 // # Order
 //
@@ -88,7 +90,8 @@ const ReasonHeader = "grid-reason"
 
 // Handler processes one record under the grid's lease. ctx carries the
 // record's "correlation-id" header (client.CorrelationID) and ends when the
-// lease is lost or Consume stops.
+// lease is lost, or when Consume stops and its stop grace (WithStopGrace) has run
+// out.
 type Handler func(ctx context.Context, r *kgo.Record, l client.Lease) ([]byte, error)
 
 // Option configures Consume.
@@ -154,6 +157,13 @@ func WithProcessOptions(opts ...client.ProcessOption) Option {
 // WithErrorDelay sets how long a partition pauses when the grid could not
 // be asked or the lease was lost. Default 1s.
 func WithErrorDelay(d time.Duration) Option { return func(c *config) { c.delays.Error = d } }
+
+// WithStopGrace sets how long a stopping Consume (its ctx ended) lets the
+// handlers it started finish and settle before it cancels them (default
+// 10 s). A handler cancelled mid-way may have applied its effect, so its
+// key is failed, the attempt counted, not released: give handlers the
+// time their effect takes. 0 cancels them at once.
+func WithStopGrace(d time.Duration) Option { return func(c *config) { c.delays.StopGrace = d } }
 
 // WithBusyDelay caps how long a partition pauses after BUSY. Default 1s.
 func WithBusyDelay(d time.Duration) Option { return func(c *config) { c.delays.Busy = d } }
@@ -427,7 +437,9 @@ type topicPartition struct {
 // the outcome.
 func (c *consumer) process(ctx context.Context, key string, r *kgo.Record) adapter.Verdict {
 	popts := adapter.ProcessOptions(c.cfg.process, r, c.cfg.fingerprint, c.cfg.entity)
-	hctx := client.ContextWithCorrelationID(ctx, header(r, "correlation-id"))
+	dctx, dcancel := adapter.Draining(ctx, c.cfg.delays.StopGrace)
+	defer dcancel()
+	hctx := client.ContextWithCorrelationID(dctx, header(r, "correlation-id"))
 	out, err := c.grid.Process(hctx, c.ns, key, func(ctx context.Context, l client.Lease) ([]byte, error) {
 		return c.h(ctx, r, l)
 	}, popts...)

@@ -132,6 +132,7 @@ func (e *env) Consumer(t *testing.T, cfg adaptertest.Config) (func(context.Conte
 	if cfg.InFlight > 0 {
 		opts = append(opts, WithMaxPoll(cfg.InFlight))
 	}
+	opts = append(opts, WithStopGrace(cfg.StopGrace))
 	if cfg.Registerer != nil {
 		opts = append(opts, WithRegisterer(cfg.Registerer))
 	}

@@ -16,8 +16,10 @@
 //	POISONED, MISMATCH, no key               ack, once a copy waits in the dead-letter queue
 //	                                         "<queue>.dlq" (or WithDeadLetter's target) with
 //	                                         the reason in its "x-grid-reason" header
-//	shutdown (ctx ended)                     the key is released, Nack(requeue=true): no
-//	                                         attempt is counted
+//	shutdown (ctx ended)                     running handlers finish within WithStopGrace and
+//	                                         settle as above; one cancelled past it: the key
+//	                                         is failed (attempt counted), Nack(requeue=true);
+//	                                         one not started: Nack(requeue=true)
 //	the grid unreachable, a lease lost       a copy to the retry queue after WithErrorDelay
 //
 // A plain Nack(requeue=true) would redeliver at once, in a loop, so delays
@@ -87,7 +89,8 @@ const KeyHeader = "idempotency-key"
 
 // Handler processes one delivery under the grid's lease. ctx carries the
 // message's correlation id (client.CorrelationID) and ends when the lease
-// is lost or Consume stops. The returned bytes are stored as the key's
+// is lost, or when Consume stops and its stop grace (WithStopGrace) has run
+// out. The returned bytes are stored as the key's
 // result; wrap an error with client.RetryAfter or client.Poison to choose
 // what happens to the message.
 type Handler func(ctx context.Context, d amqp.Delivery, l client.Lease) ([]byte, error)
@@ -148,6 +151,13 @@ func WithRetryDelays(d ...time.Duration) Option { return func(c *config) { c.del
 // WithErrorDelay sets how long a message waits before it is tried again
 // when the grid could not be asked or the lease was lost. Default 1s.
 func WithErrorDelay(d time.Duration) Option { return func(c *config) { c.waits.Error = d } }
+
+// WithStopGrace sets how long a stopping Consume (its ctx ended) lets the
+// handlers it started finish and settle before it cancels them (default
+// 10 s). A handler cancelled mid-way may have applied its effect, so its
+// key is failed, the attempt counted, not released: give handlers the
+// time their effect takes. 0 cancels them at once.
+func WithStopGrace(d time.Duration) Option { return func(c *config) { c.waits.StopGrace = d } }
 
 // WithBusyDelay caps how long a message waits after BUSY (another consumer
 // holds the key) before it is tried again. The grid answers with the
@@ -415,7 +425,9 @@ func (r *receiver) handle(ctx context.Context, d amqp.Delivery) {
 		return
 	}
 	popts := adapter.ProcessOptions(r.cfg.process, d, r.cfg.fingerprint, r.cfg.entity)
-	hctx := client.ContextWithCorrelationID(ctx, d.CorrelationId)
+	dctx, dcancel := adapter.Draining(ctx, r.cfg.waits.StopGrace)
+	defer dcancel()
+	hctx := client.ContextWithCorrelationID(dctx, d.CorrelationId)
 	out, err := r.grid.Process(hctx, r.ns, key, func(ctx context.Context, l client.Lease) ([]byte, error) {
 		return r.h(ctx, d, l)
 	}, popts...)

@@ -25,7 +25,9 @@
 //	                                         which redelivers at once and counts towards the
 //	                                         queue's MaxDeliveryCount
 //	POISONED, MISMATCH, no key               DeadLetterMessage with the reason and description
-//	shutdown (ctx ended)                     the key is released, AbandonMessage
+//	shutdown (ctx ended)                     running handlers finish within WithStopGrace and
+//	                                         settle as above; one cancelled past it: the key
+//	                                         is failed (attempt counted), AbandonMessage
 //
 // While the handler runs, the message's lock is renewed (RenewMessageLock)
 // every third of what is left of it, so Service Bus does not hand the
@@ -79,7 +81,8 @@ const KeyProperty = "idempotency-key"
 
 // Handler processes one message under the grid's lease. ctx carries the
 // message's CorrelationID (client.CorrelationID) and ends when the lease is
-// lost or Consume stops.
+// lost, or when Consume stops and its stop grace (WithStopGrace) has run
+// out.
 type Handler func(ctx context.Context, msg *azservicebus.ReceivedMessage, l client.Lease) ([]byte, error)
 
 // Option configures Consume.
@@ -134,6 +137,13 @@ func WithRetryScheduler(s Scheduler) Option { return func(c *config) { c.schedul
 // WithErrorDelay sets the retry delay when the grid could not be asked or
 // the lease was lost. Default 1s.
 func WithErrorDelay(d time.Duration) Option { return func(c *config) { c.delays.Error = d } }
+
+// WithStopGrace sets how long a stopping Consume (its ctx ended) lets the
+// handlers it started finish and settle before it cancels them (default
+// 10 s). A handler cancelled mid-way may have applied its effect, so its
+// key is failed, the attempt counted, not released: give handlers the
+// time their effect takes. 0 cancels them at once.
+func WithStopGrace(d time.Duration) Option { return func(c *config) { c.delays.StopGrace = d } }
 
 // WithBusyDelay caps the retry delay after BUSY. Default 1s.
 func WithBusyDelay(d time.Duration) Option { return func(c *config) { c.delays.Busy = d } }
@@ -226,7 +236,9 @@ func (r *receiver) handle(ctx context.Context, msg *azservicebus.ReceivedMessage
 	if msg.CorrelationID != nil {
 		corr = *msg.CorrelationID
 	}
-	hctx := client.ContextWithCorrelationID(ctx, corr)
+	dctx, dcancel := adapter.Draining(ctx, r.cfg.delays.StopGrace)
+	defer dcancel()
+	hctx := client.ContextWithCorrelationID(dctx, corr)
 	out, err := r.grid.Process(hctx, r.ns, key, func(ctx context.Context, l client.Lease) ([]byte, error) {
 		stop := r.renewLock(ctx, msg)
 		defer stop()

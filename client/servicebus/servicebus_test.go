@@ -61,6 +61,7 @@ func (b *broker) Consumer(t *testing.T, cfg adaptertest.Config) (func(context.Co
 	if cfg.InFlight > 0 {
 		opts = append(opts, WithBatch(cfg.InFlight))
 	}
+	opts = append(opts, WithStopGrace(cfg.StopGrace))
 	if cfg.Registerer != nil {
 		opts = append(opts, WithRegisterer(cfg.Registerer))
 	}

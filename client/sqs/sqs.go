@@ -15,8 +15,9 @@
 //	POISONED, MISMATCH, no key               sent to WithDeadLetterQueue with the reason, then
 //	                                         deleted; or, with WithRedrivePolicy, left to the
 //	                                         queue's redrive policy (visible again at once)
-//	shutdown (ctx ended)                     the key is released, visibility 0: no attempt
-//	                                         is counted
+//	shutdown (ctx ended)                     running handlers finish within WithStopGrace and
+//	                                         settle as above; one cancelled past it: the key
+//	                                         is failed (attempt counted), visibility 0
 //
 // A receive of up to 10 messages runs them at once (the grid client batches
 // their Reserves), and the deletes of one receive go in one
@@ -73,7 +74,8 @@ const maxVisibility = 12 * time.Hour
 
 // Handler processes one message under the grid's lease. ctx carries the
 // message's "correlation-id" attribute (client.CorrelationID) and ends when
-// the lease is lost or Consume stops.
+// the lease is lost, or when Consume stops and its stop grace
+// (WithStopGrace) has run out.
 type Handler func(ctx context.Context, msg types.Message, l client.Lease) ([]byte, error)
 
 // Option configures Consume.
@@ -129,6 +131,13 @@ func WithProcessOptions(opts ...client.ProcessOption) Option {
 // WithErrorDelay sets the retry delay when the grid could not be asked or
 // the lease was lost. Default 1s.
 func WithErrorDelay(d time.Duration) Option { return func(c *config) { c.delays.Error = d } }
+
+// WithStopGrace sets how long a stopping Consume (its ctx ended) lets the
+// handlers it started finish and settle before it cancels them (default
+// 10 s). A handler cancelled mid-way may have applied its effect, so its
+// key is failed, the attempt counted, not released: give handlers the
+// time their effect takes. 0 cancels them at once.
+func WithStopGrace(d time.Duration) Option { return func(c *config) { c.delays.StopGrace = d } }
 
 // WithBusyDelay caps the retry delay after BUSY. Default 1s.
 func WithBusyDelay(d time.Duration) Option { return func(c *config) { c.delays.Busy = d } }
@@ -289,7 +298,9 @@ func (r *receiver) handle(ctx context.Context, msg types.Message) adapter.Verdic
 		return adapter.Verdict{Outcome: adapter.NoKey, Action: adapter.DeadLetter, Cause: err}
 	}
 	popts := adapter.ProcessOptions(r.cfg.process, msg, r.cfg.fingerprint, r.cfg.entity)
-	hctx := client.ContextWithCorrelationID(ctx, attribute(msg, "correlation-id"))
+	dctx, dcancel := adapter.Draining(ctx, r.cfg.delays.StopGrace)
+	defer dcancel()
+	hctx := client.ContextWithCorrelationID(dctx, attribute(msg, "correlation-id"))
 	out, err := r.grid.Process(hctx, r.ns, key, func(ctx context.Context, l client.Lease) ([]byte, error) {
 		stop := r.extend(ctx, msg)
 		defer stop()

@@ -106,6 +106,7 @@ func (e *env) Consumer(t *testing.T, cfg adaptertest.Config) (func(context.Conte
 	if cfg.InFlight > 0 {
 		opts = append(opts, WithBatch(min(cfg.InFlight, 10)))
 	}
+	opts = append(opts, WithStopGrace(cfg.StopGrace))
 	if cfg.Registerer != nil {
 		opts = append(opts, WithRegisterer(cfg.Registerer))
 	}

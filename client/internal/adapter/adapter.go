@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/l4xg/grid/client"
@@ -61,10 +62,55 @@ type Delays struct {
 	// whole lease, but a holder usually settles long before it ends, and
 	// asking again costs one Reserve.
 	Busy time.Duration
+	// StopGrace is how long a stopping consumer lets the handlers it
+	// started go on before it cancels them (Draining).
+	StopGrace time.Duration
 }
 
+// DefaultStopGrace is the adapters' default Delays.StopGrace: well within
+// the 30 s a Kubernetes pod is given to stop.
+const DefaultStopGrace = 10 * time.Second
+
 // DefaultDelays are the adapters' defaults.
-func DefaultDelays() Delays { return Delays{Error: time.Second, Busy: time.Second} }
+func DefaultDelays() Delays {
+	return Delays{Error: time.Second, Busy: time.Second, StopGrace: DefaultStopGrace}
+}
+
+// Draining is the context to process one message under: it has ctx's
+// values and ends grace after ctx (the consumer's) ends, or when cancel is
+// called, so that a stopping consumer lets the handlers it started finish
+// their effect and settle (a commit in flight, then Complete) instead of
+// cancelling them mid-way, which leaves the effect's fate unknown (the
+// grid then fails the key: client.Process). A grace of 0 or less cancels
+// at once.
+func Draining(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	dctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	var (
+		mu    sync.Mutex
+		timer *time.Timer
+		done  bool
+	)
+	stopWatch := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return
+		}
+		timer = time.AfterFunc(max(grace, 0), func() {
+			cancel(fmt.Errorf("adapter: the consumer stopped and its stop grace (%v) ran out: %w", grace, context.Cause(ctx)))
+		})
+	})
+	return dctx, func() {
+		stopWatch()
+		mu.Lock()
+		done = true
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel(context.Canceled)
+	}
+}
 
 // Judge turns what client.Process returned for a message into a verdict.
 // ctx is the consumer's: when it has ended, the message goes back to the
@@ -84,6 +130,10 @@ func Judge(ctx context.Context, out client.Processed, err error, d Delays) Verdi
 		return Verdict{Outcome: Mismatch, Action: DeadLetter, Cause: err}
 	case errors.As(err, &busy):
 		return Verdict{Outcome: Busy, Action: Retry, Delay: min(busy.RetryAfter, d.Busy), Cause: err}
+	case ctx.Err() != nil && out.RetryAfter > 0:
+		// Stopped past its grace: the key was failed (it may have been
+		// applied), and the message goes back at once.
+		return Verdict{Outcome: Failed, Action: Requeue, Cause: err}
 	case ctx.Err() != nil:
 		return Verdict{Outcome: Released, Action: Requeue, Cause: err}
 	case out.RetryAfter > 0:

@@ -136,6 +136,10 @@ type Config struct {
 	InFlight int
 	// Registerer registers the adapter's metrics; nil for none.
 	Registerer prometheus.Registerer
+	// StopGrace is the consumer's stop grace (WithStopGrace): how long a
+	// stopping consumer lets its running handlers go on; 0 cancels them
+	// at once.
+	StopGrace time.Duration
 }
 
 // Handler is the suite's handler of a message with body under lease l. It

@@ -76,11 +76,14 @@ func testCrashMidHandler(t *testing.T, h Harness) {
 	}
 }
 
-// testShutdown: stopping a consumer releases the keys its handlers hold
-// and hands their messages back without counting an attempt (Kafka: it
-// commits none of them): the next consumer runs each as attempt 1, at once
-// rather than after a redelivery period (but see
-// Harness.StrayDeliveries).
+// testShutdown: a stopping consumer lets the handlers it started finish
+// within its stop grace: each completes its key once, and the next
+// consumer finds the messages DUPLICATE (Kafka commits none of them
+// before it stops) or gone, and runs no handler again. Handlers that
+// outrun the grace are cancelled; their effect may have been applied, so
+// their keys are failed, never released: the messages come back at once
+// (rather than after a redelivery period, but see
+// Harness.StrayDeliveries) and the next consumer runs each as attempt 2.
 func testShutdown(t *testing.T, h Harness) {
 	grid, _ := Grid(t)
 	const wait = 30 * time.Second
@@ -91,29 +94,86 @@ func testShutdown(t *testing.T, h Harness) {
 	b := h.Open(t, redelivery)
 	const msgs = 5
 	for i := range msgs {
+		b.Publish(t, Message{Key: fmt.Sprintf("fin-%d", i), Body: "pay", Lane: i % 2})
+	}
+	// Within the grace: the consumer is stopped while every handler runs,
+	// and the handlers finish after that.
+	effects := NewEffects()
+	running := make(chan struct{}, msgs)
+	finish := make(chan struct{})
+	consume, cut := b.Consumer(t, Config{Grid: grid, InFlight: msgs, StopGrace: wait,
+		Handler: func(ctx context.Context, _ string, l client.Lease) error {
+			running <- struct{}{}
+			<-finish
+			if err := ctx.Err(); err != nil {
+				return err // as a commit under the handler's context would
+			}
+			effects.Add(ctx, l)
+			return nil
+		}})
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- consume(ctx) }()
+	waitRunning(t, running, msgs)
+	stop()
+	close(finish)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Consume after its context ended: %v, want nil", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("Consume did not return after its handlers finished")
+	}
+	for i := range msgs {
+		key := fmt.Sprintf("fin-%d", i)
+		if g, err := grid.Get(context.Background(), Namespace, key); err != nil || g.State != client.StateCompleted || effects.Get(key) != 1 {
+			t.Fatalf("%s after a stop its handler finished within the grace: %+v, %v, applied %d times; want COMPLETED once", key, g, err, effects.Get(key))
+		}
+	}
+	cut()
+	again := make(chan string, msgs)
+	stopNext, cutNext := start(t, b, Config{Grid: grid, Handler: func(_ context.Context, _ string, l client.Lease) error {
+		again <- l.Key
+		return nil
+	}})
+	testwait.For(t, wait, "the finished messages settled", func() bool { return b.Pending(t) == 0 })
+	select {
+	case k := <-again:
+		t.Fatalf("%s ran again after its handler finished within the stop grace", k)
+	default:
+	}
+	if err := stopNext(); err != nil {
+		t.Fatal(err)
+	}
+	cutNext()
+
+	// Past the grace: the handlers are cancelled.
+	for i := range msgs {
 		b.Publish(t, Message{Key: fmt.Sprintf("m-%d", i), Body: "pay", Lane: i % 2})
 	}
-	running := make(chan struct{}, msgs)
-	stop, cut := start(t, b, Config{Grid: grid, InFlight: msgs,
+	consume, cut = b.Consumer(t, Config{Grid: grid, InFlight: msgs, StopGrace: 100 * time.Millisecond,
 		Handler: func(ctx context.Context, _ string, _ client.Lease) error {
 			running <- struct{}{}
 			<-ctx.Done()
 			return ctx.Err()
 		}})
-	for i := range msgs {
-		select {
-		case <-running:
-		case <-time.After(20 * time.Second):
-			t.Fatalf("%d of the %d handlers started", i, msgs)
+	ctx, stop = context.WithCancel(context.Background())
+	go func() { done <- consume(ctx) }()
+	waitRunning(t, running, msgs)
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Consume after its context ended: %v, want nil", err)
 		}
-	}
-	if err := stop(); err != nil {
-		t.Fatalf("Consume after its context ended: %v, want nil", err)
+	case <-time.After(wait):
+		t.Fatal("Consume did not return after its stop grace")
 	}
 	for i := range msgs {
 		key := fmt.Sprintf("m-%d", i)
-		if g, err := grid.Get(context.Background(), Namespace, key); err != nil || g.State == client.StateProcessing {
-			t.Fatalf("%s after shutdown: %+v, %v; want it released", key, g, err)
+		if g, err := grid.Get(context.Background(), Namespace, key); err != nil || g.State != client.StateFailed || g.Attempt != 1 {
+			t.Fatalf("%s after its handler was cancelled past the grace: %+v, %v; want FAILED after attempt 1 (not released: its effect may have been applied)", key, g, err)
 		}
 	}
 	if n := b.Pending(t); n < msgs {
@@ -129,14 +189,26 @@ func testShutdown(t *testing.T, h Harness) {
 	for range msgs {
 		select {
 		case a := <-attempts:
-			if a != 1 {
-				t.Fatalf("a handed-back message ran as attempt %d, want 1", a)
+			if a != 2 {
+				t.Fatalf("a message whose handler was cancelled ran again as attempt %d, want 2", a)
 			}
 		case <-time.After(wait):
 			t.Fatal("the handed-back messages did not come back")
 		}
 	}
 	testwait.For(t, 20*time.Second, "every message settled", func() bool { return b.Pending(t) == 0 })
+}
+
+// waitRunning waits until n handlers have said they run.
+func waitRunning(t *testing.T, running <-chan struct{}, n int) {
+	t.Helper()
+	for i := range n {
+		select {
+		case <-running:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%d of the %d handlers started", i, n)
+		}
+	}
 }
 
 // testLongHandler: a handler that runs for more than two of the broker's
