@@ -235,6 +235,11 @@ func TestChartRendersTheManifests(t *testing.T) {
 		"GRID_CERT_FILE": "/etc/gridnode/tls/tls.crt", "GRID_PEER_TRUSTED_CA_FILE": "/etc/gridnode/tls/ca.crt",
 		"GRID_AUTH_TOKENS_FILE": "/etc/gridnode/auth/tokens.yaml", "GRID_AUTH_NODE_TOKEN_FILE": "/etc/gridnode/auth/node.token",
 		"GRID_RATE_LIMIT_PER_NAMESPACE": "500",
+		// What the documented kubectl exec ... gridnode drain needs, with
+		// TLS and tokens on (cmd/gridnode TestCLIWithAPodsEnvironment runs the CLI so).
+		"GRID_ADDR":   "$(POD_NAME).grid-l4xg-grid-peers.default.svc:7420",
+		"GRID_CACERT": "/etc/gridnode/tls/ca.crt", "GRID_CERT": "/etc/gridnode/tls/tls.crt", "GRID_CERT_KEY": "/etc/gridnode/tls/tls.key",
+		"GRID_AUTH_TOKEN_FILE": "/etc/gridnode/auth/node.token",
 	} {
 		if env[k] != v {
 			t.Errorf("%s = %q, want %q", k, env[k], v)

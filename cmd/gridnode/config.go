@@ -342,14 +342,20 @@ func printSettings(w io.Writer, s settings, asJSON bool) {
 
 // cliEnv are the GRID_ variables the CLI reads (clitls.go, cli.go): not
 // serve's settings, but not strays either.
-var cliEnv = []string{envAddr, envName("cacert"), envName("cert"), envName("cert-key"), envName("auth-token")}
+func cliEnv() []string {
+	out := []string{envAddr}
+	for _, n := range cliTLSFlags() {
+		out = append(out, envName(n))
+	}
+	return out
+}
 
 // strayEnv lists the warnings for the GRID_ variables of environ that name
 // no setting of fs nor a variable of the CLI: a misspelt one would
 // otherwise be ignored in silence. Each names the closest setting's
 // variable when one is near.
 func strayEnv(environ []string, fs *flag.FlagSet) []string {
-	known := slices.Clone(cliEnv)
+	known := cliEnv()
 	fs.VisitAll(func(fl *flag.Flag) { known = append(known, envName(fl.Name)) })
 	known = append(known, envName(configFlag))
 	var out []string
