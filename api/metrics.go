@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,6 +11,11 @@ import (
 )
 
 type rpcMetrics struct {
+	// grpc are the gRPC server metrics under the names stock dashboards
+	// read (grpc_server_started_total, grpc_server_handled_total,
+	// grpc_server_handling_seconds, grpc_server_msg_received_total,
+	// grpc_server_msg_sent_total), next to the grid's own.
+	grpc     *grpcprom.ServerMetrics
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	batchOps prometheus.Histogram
@@ -58,6 +64,7 @@ func opBuckets() []float64 { return []float64{1, 2, 5, 10, 20, 50, 100, 200, 500
 
 func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
 	m := &rpcMetrics{
+		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram()),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "l4xg_grid_rpc_requests_total",
 			Help: "gRPC requests by method and status code.",
@@ -97,7 +104,7 @@ func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
 		}, []string{"route"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.latency, m.batchOps, m.streamOps, m.streamAnswers, m.planned, m.stages, m.routes)
+		reg.MustRegister(m.grpc, m.requests, m.latency, m.batchOps, m.streamOps, m.streamAnswers, m.planned, m.stages, m.routes)
 	}
 	return m
 }

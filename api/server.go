@@ -94,19 +94,22 @@ func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 		// Peers keep idle connections alive with pings (see Peers).
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerKeepaliveTime / 2, PermitWithoutStream: true}),
 	}, extra...)
+	streams := []grpc.StreamServerInterceptor{s.metrics.grpc.StreamServerInterceptor()}
 	if s.opts.Auth != nil {
-		opts = append(opts, grpc.StreamInterceptor(s.opts.Auth.Stream))
+		streams = append(streams, s.opts.Auth.Stream)
 	}
+	opts = append(opts, grpc.ChainStreamInterceptor(streams...))
 	g := grpc.NewServer(opts...)
 	gridpb.RegisterGridServer(g, s)
 	healthpb.RegisterHealthServer(g, s.health)
 	reflection.Register(g)
+	s.metrics.grpc.InitializeMetrics(g)
 	return g
 }
 
 // unaryInterceptors: the metrics see every call, refused ones included.
 func (s *Server) unaryInterceptors() []grpc.UnaryServerInterceptor {
-	out := []grpc.UnaryServerInterceptor{s.metrics.intercept}
+	out := []grpc.UnaryServerInterceptor{s.metrics.grpc.UnaryServerInterceptor(), s.metrics.intercept}
 	if s.opts.Auth != nil {
 		out = append(out, s.opts.Auth.Unary)
 	}

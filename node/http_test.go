@@ -53,6 +53,11 @@ func TestHTTPEndpoints(t *testing.T) {
 		`l4xg_grid_data_dir_fs_size_bytes `,
 		`go_goroutines`,
 		`l4xg_grid_build_info{commit="`,
+		// gRPC's own server metrics, as stock dashboards read them.
+		`grpc_server_handled_total{grpc_code="OK",grpc_method="Reserve",grpc_service="l4xg.grid.v1.Grid",grpc_type="unary"} 2`,
+		`grpc_server_handled_total{grpc_code="InvalidArgument",grpc_method="Reserve",grpc_service="l4xg.grid.v1.Grid",grpc_type="unary"} 1`,
+		`grpc_server_handling_seconds_bucket{grpc_method="Complete"`,
+		`grpc_server_started_total{grpc_method="Stream",grpc_service="l4xg.grid.v1.Grid",grpc_type="bidi_stream"} 0`,
 		`",go_version="` + runtime.Version() + `",version="`,
 	} {
 		if !strings.Contains(body, want) {
