@@ -19,30 +19,82 @@
 //
 //	the handler succeeded (COMPLETED)        CompleteMessage
 //	DUPLICATE, STALE                         CompleteMessage: handled before
-//	the handler failed, retryably (FAILED)   with WithRetryScheduler: a copy scheduled at the
-//	BUSY (another consumer holds the key)    grid's retry-after (BUSY at most WithBusyDelay),
-//	the grid unreachable, a lease lost       then CompleteMessage; without it AbandonMessage,
-//	                                         which redelivers at once and counts towards the
-//	                                         queue's MaxDeliveryCount
+//	the handler failed, retryably (FAILED)   a retry after the grid's retry-after (BUSY: at
+//	BUSY (another consumer holds the key)    most WithBusyDelay; an error: WithErrorDelay).
+//	the grid unreachable, a lease lost       Without WithRetryScheduler (the default): the
+//	                                         message is kept, locked, and run through the grid
+//	                                         again in place, for up to WithRetryHold (30s);
+//	                                         then AbandonMessage. With it: a copy under a new
+//	                                         MessageID scheduled at the retry-after, then
+//	                                         CompleteMessage. See Retries.
 //	POISONED, MISMATCH, no key               DeadLetterMessage with the reason and description
 //	shutdown (ctx ended)                     running handlers finish within WithStopGrace and
 //	                                         settle as above; one cancelled past it: the key
-//	                                         is failed (attempt counted), AbandonMessage
+//	                                         is failed (attempt counted), AbandonMessage; a
+//	                                         kept message: AbandonMessage at once
 //
-// While the handler runs, the message's lock is renewed (RenewMessageLock)
-// every third of what is left of it, so Service Bus does not hand the
-// message to another receiver while the grid still leases its key.
+// While the handler runs, and while a message is kept for a retry, the
+// message's lock is renewed (RenewMessageLock) every third of what is left
+// of it, so Service Bus does not hand the message to another receiver while
+// the grid still leases its key.
+//
+// # Retries
+//
+// Every AbandonMessage spends one of the message's deliveries, and a
+// message that has spent the queue's MaxDeliveryCount (default 10) is
+// dead-lettered by Service Bus. An abandoned message is delivered again at
+// once, long before the grid's retry-after ends: the grid answers the
+// redelivery BUSY, which abandons it again, and one transient failure would
+// use up every delivery within the grid's 1 s backoff.
+//
+// So, by default, a message whose verdict is a retry is kept: its lock is
+// renewed, and after the delay it is run through the grid again on the same
+// delivery (its DeliveryCount does not move). A message is kept for at
+// most WithRetryHold (30s, the client's default lease) from its first
+// retry; still to be retried then, it is abandoned (one delivery per hold,
+// not one per retry) and Service Bus delivers it again at once. A kept
+// message occupies one of the WithBatch slots, but Consume goes on
+// receiving into the others. What this risks: a message kept past what its
+// lock can be renewed to (the queue's lock duration is renewed, but a
+// receiver that cannot reach the service loses it) is delivered to another
+// receiver, which the grid answers as usual; a handler failing on every
+// attempt spends one delivery per hold, so MaxDeliveryCount times
+// WithRetryHold bounds how long it is retried before Service Bus
+// dead-letters it (unless the grid poisons the key first). WithRetryHold(0)
+// abandons at once, as before: each retry spends a delivery.
+//
+// WithRetryScheduler takes the delay out of the receiver instead: a copy
+// of the message is scheduled on the sender at the retry-after, and the
+// message is completed. The copy carries the message's body and the
+// properties a sender can set (ApplicationProperties, ContentType,
+// CorrelationID, PartitionKey, ReplyTo, ReplyToSessionID, SessionID,
+// Subject, TimeToLive, which counts again from the copy's enqueueing, and
+// To), under a new MessageID: the original's with "/retry-<n>" added (n
+// counts the copies; an id that would pass Service Bus's 128 characters is
+// replaced by a hash of the original's), so the queue's duplicate detection
+// does not drop it as a resend of the original, and a crash between the
+// schedule and the completion schedules the same id again, which duplicate
+// detection does drop. The copy also carries the original MessageID in the
+// "grid-retry-of" property and n in "grid-retry"; the key rule, WithFingerprint
+// and WithEntity see the copy with its MessageID set back to the original's,
+// so the grid sees the same key for the copy as for the original, while the
+// handler sees the copy as received. What this risks: what a sender cannot
+// set (SequenceNumber, EnqueuedTime, DeliveryCount) is the copy's own, so
+// a key rule must not read it; the copy joins the back of the queue (and of
+// its session); and a schedule that fails abandons the message instead.
 //
 // # Keys
 //
 // The key is the "idempotency-key" application property when the message
 // has one (a string), else its MessageID, which the producer sets (with
 // duplicate detection on the queue, Service Bus also drops a resend within
-// its window). WithKey replaces the rule.
+// its window). WithKey replaces the rule. A retry's copy (WithRetryScheduler)
+// is seen by the rule with the original's MessageID.
 package servicebus
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -79,6 +131,16 @@ var (
 // idempotency key.
 const KeyProperty = "idempotency-key"
 
+// The application properties of a retry's copy (WithRetryScheduler): the
+// original MessageID, and how many copies lead back to it (an int64).
+const (
+	RetryOfProperty = "grid-retry-of"
+	RetryProperty   = "grid-retry"
+)
+
+// maxMessageIDLen is the longest MessageID Service Bus takes.
+const maxMessageIDLen = 128
+
 // Handler processes one message under the grid's lease. ctx carries the
 // message's CorrelationID (client.CorrelationID) and ends when the lease is
 // lost, or when Consume stops and its stop grace (WithStopGrace) has run
@@ -96,12 +158,13 @@ type config struct {
 	entity      func(*azservicebus.ReceivedMessage) (entity string, version uint64, ok bool)
 	delays      adapter.Delays
 	scheduler   Scheduler
+	retryHold   time.Duration
 	registerer  prometheus.Registerer
 	logger      *slog.Logger
 }
 
-// WithBatch sets how many messages a receive takes, and so how many run at
-// once. Default 32.
+// WithBatch sets how many messages run (or are kept for a retry) at once:
+// a receive asks for as many as there are free slots. Default 32.
 func WithBatch(n int) Option { return func(c *config) { c.batch = n } }
 
 // WithKey sets how a message's idempotency key is found. An error
@@ -128,11 +191,19 @@ func WithProcessOptions(opts ...client.ProcessOption) Option {
 	return func(c *config) { c.process = append(c.process, opts...) }
 }
 
-// WithRetryScheduler delays retries: a copy of the message is scheduled on
-// s (a sender for the same queue or topic) at the retry-after, and the
-// message is completed. Without it a retry abandons the message, which
-// Service Bus delivers again at once.
+// WithRetryScheduler delays retries: a copy of the message, under a new
+// MessageID derived from the original's, is scheduled on s (a sender for
+// the same queue or topic) at the retry-after, and the message is
+// completed (see Retries in the package documentation). Without it a
+// retry keeps the message for up to WithRetryHold.
 func WithRetryScheduler(s Scheduler) Option { return func(c *config) { c.scheduler = s } }
+
+// WithRetryHold sets how long, from its first retry, a message is kept
+// locked and run again in place without a scheduler (see Retries in the
+// package documentation) before it is abandoned, which spends one of its
+// deliveries. 0 abandons it at once. Default 30s (client.DefaultLease).
+// Ignored with WithRetryScheduler.
+func WithRetryHold(d time.Duration) Option { return func(c *config) { c.retryHold = d } }
 
 // WithErrorDelay sets the retry delay when the grid could not be asked or
 // the lease was lost. Default 1s.
@@ -175,7 +246,7 @@ func DefaultKey(msg *azservicebus.ReceivedMessage) (string, error) {
 // documentation). It returns nil once ctx has ended and every message it
 // received is settled, or the error of a receive that failed.
 func Consume(ctx context.Context, rcv Receiver, grid *client.Client, ns string, h Handler, opts ...Option) error {
-	cfg := config{batch: 32, key: DefaultKey, delays: adapter.DefaultDelays()}
+	cfg := config{batch: 32, key: DefaultKey, delays: adapter.DefaultDelays(), retryHold: client.DefaultLease}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -188,27 +259,54 @@ func Consume(ctx context.Context, rcv Receiver, grid *client.Client, ns string, 
 		return errors.New("servicebus: nil key rule")
 	case cfg.delays.Error <= 0 || cfg.delays.Busy <= 0:
 		return fmt.Errorf("servicebus: error delay %v and busy delay %v, want both more than 0", cfg.delays.Error, cfg.delays.Busy)
+	case cfg.retryHold < 0:
+		return fmt.Errorf("servicebus: retry hold %v, want at least 0", cfg.retryHold)
 	}
 	m, err := adapter.NewMetrics("servicebus", cfg.registerer)
 	if err != nil {
 		return err
 	}
 	r := &receiver{cfg: cfg, rcv: rcv, grid: grid, ns: ns, h: h, m: m}
-	for ctx.Err() == nil {
-		msgs, err := rcv.ReceiveMessages(ctx, cfg.batch, nil)
+	// A token in slots per message received and not yet settled: a message
+	// kept for a retry holds its slot, and the others go on receiving.
+	slots := make(chan struct{}, cfg.batch)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		free := 1
+	fill:
+		for free < cfg.batch {
+			select {
+			case slots <- struct{}{}:
+				free++
+			default:
+				break fill
+			}
+		}
+		msgs, err := rcv.ReceiveMessages(ctx, free, nil)
+		for range max(free-len(msgs), 0) {
+			<-slots
+		}
 		if err != nil {
 			if ctx.Err() != nil {
-				break
+				return nil
 			}
 			return fmt.Errorf("servicebus: receive: %w", err)
 		}
-		var wg sync.WaitGroup
-		for _, msg := range msgs {
-			wg.Go(func() { r.handle(ctx, msg) })
+		for i, msg := range msgs {
+			wg.Go(func() {
+				if i < free { // a receiver that returned more than asked: the rest took no slot
+					defer func() { <-slots }()
+				}
+				r.handle(ctx, msg)
+			})
 		}
-		wg.Wait()
 	}
-	return nil
 }
 
 type receiver struct {
@@ -226,12 +324,39 @@ func (r *receiver) handle(ctx context.Context, msg *azservicebus.ReceivedMessage
 		r.settle(ctx, msg, adapter.Verdict{Outcome: adapter.NotStarted, Action: adapter.Requeue})
 		return
 	}
-	key, err := r.cfg.key(msg)
+	orig := original(msg)
+	key, err := r.cfg.key(orig)
 	if err != nil {
 		r.settle(ctx, msg, adapter.Verdict{Outcome: adapter.NoKey, Action: adapter.DeadLetter, Cause: err})
 		return
 	}
-	popts := adapter.ProcessOptions(r.cfg.process, msg, r.cfg.fingerprint, r.cfg.entity)
+	popts := adapter.ProcessOptions(r.cfg.process, orig, r.cfg.fingerprint, r.cfg.entity)
+	var holdEnd time.Time // when a kept message is abandoned; zero before its first retry
+	for {
+		v := r.process(ctx, msg, key, popts)
+		if v.Action != adapter.Retry || r.cfg.scheduler != nil {
+			r.settle(ctx, msg, v)
+			return
+		}
+		now := time.Now()
+		if holdEnd.IsZero() {
+			holdEnd = now.Add(r.cfg.retryHold)
+		}
+		left := holdEnd.Sub(now)
+		if left <= 0 {
+			r.settle(ctx, msg, v) // kept long enough: abandon it, one delivery
+			return
+		}
+		if !r.keep(ctx, msg, v, min(max(v.Delay, 10*time.Millisecond), left)) {
+			r.settle(ctx, msg, adapter.Verdict{Outcome: adapter.NotStarted, Action: adapter.Requeue, Cause: ctx.Err()})
+			return
+		}
+	}
+}
+
+// process runs msg through the grid once, under key, and judges the
+// outcome.
+func (r *receiver) process(ctx context.Context, msg *azservicebus.ReceivedMessage, key string, popts []client.ProcessOption) adapter.Verdict {
 	corr := ""
 	if msg.CorrelationID != nil {
 		corr = *msg.CorrelationID
@@ -244,7 +369,41 @@ func (r *receiver) handle(ctx context.Context, msg *azservicebus.ReceivedMessage
 		defer stop()
 		return r.h(ctx, msg, l)
 	}, popts...)
-	r.settle(ctx, msg, adapter.Judge(ctx, out, err, r.cfg.delays))
+	return adapter.Judge(ctx, out, err, r.cfg.delays)
+}
+
+// keep keeps msg, whose verdict v is a retry, locked for wait, renewing
+// its lock, so that it is run again without spending a delivery. It counts
+// the wait as a retry and reports false when ctx ends first.
+func (r *receiver) keep(ctx context.Context, msg *azservicebus.ReceivedMessage, v adapter.Verdict, wait time.Duration) bool {
+	r.m.Count(v.Outcome, adapter.Retry)
+	if r.cfg.logger != nil {
+		r.cfg.logger.Info("servicebus: message kept for a retry", "message_id", msg.MessageID, "outcome", v.Outcome,
+			"wait", wait, "cause", v.Cause)
+	}
+	stop := r.renewLock(ctx, msg)
+	defer stop()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// original is msg as its key rule, fingerprint and entity see it: a
+// retry's copy (RetryOfProperty) with the original's MessageID, any other
+// message as it is.
+func original(msg *azservicebus.ReceivedMessage) *azservicebus.ReceivedMessage {
+	id, ok := msg.ApplicationProperties[RetryOfProperty].(string)
+	if !ok || id == "" || id == msg.MessageID {
+		return msg
+	}
+	o := *msg
+	o.MessageID = id
+	return &o
 }
 
 // Renewal backoff: after a failed renewal the next one waits
@@ -326,15 +485,53 @@ func (r *receiver) settle(ctx context.Context, msg *azservicebus.ReceivedMessage
 	}
 }
 
-// copyOf is a message to send that carries what msg carried.
+// copyOf is the retry's copy of msg: what a sender can set of what msg
+// carried, under a MessageID of its own (retryID) that duplicate detection
+// does not take for a resend of msg, with the original MessageID and the
+// copy's number in its properties.
 func copyOf(msg *azservicebus.ReceivedMessage) *azservicebus.Message {
-	id := msg.MessageID
-	props := make(map[string]any, len(msg.ApplicationProperties))
+	props := make(map[string]any, len(msg.ApplicationProperties)+2)
 	for k, v := range msg.ApplicationProperties {
 		props[k] = v
 	}
-	return &azservicebus.Message{
-		MessageID: &id, Body: msg.Body, ApplicationProperties: props, ContentType: msg.ContentType,
+	c := &azservicebus.Message{
+		Body: msg.Body, ApplicationProperties: props, ContentType: msg.ContentType,
 		CorrelationID: msg.CorrelationID, PartitionKey: msg.PartitionKey, ReplyTo: msg.ReplyTo,
+		ReplyToSessionID: msg.ReplyToSessionID, SessionID: msg.SessionID, Subject: msg.Subject,
+		TimeToLive: msg.TimeToLive, To: msg.To,
 	}
+	orig := original(msg).MessageID
+	if orig == "" {
+		return c // no id to derive from: Service Bus gives the copy one
+	}
+	n := retryNumber(msg.ApplicationProperties[RetryProperty]) + 1
+	id := retryID(orig, n)
+	c.MessageID = &id
+	props[RetryOfProperty], props[RetryProperty] = orig, n
+	return c
+}
+
+// retryNumber is the number of a copy's RetryProperty, 0 for none.
+func retryNumber(v any) int64 {
+	switch n := v.(type) {
+	case int64:
+		return n
+	case int32:
+		return int64(n)
+	case int:
+		return int64(n)
+	}
+	return 0
+}
+
+// retryID is the MessageID of the n-th retry's copy of the message whose
+// MessageID is orig: orig + "/retry-<n>", or, past Service Bus's 128
+// characters, a hash of orig in its place.
+func retryID(orig string, n int64) string {
+	suffix := fmt.Sprintf("/retry-%d", n)
+	if len(orig)+len(suffix) <= maxMessageIDLen {
+		return orig + suffix
+	}
+	sum := sha256.Sum256([]byte(orig))
+	return fmt.Sprintf("%x%s", sum[:], suffix)
 }
