@@ -50,10 +50,13 @@
 // orders nothing across partitions: a lane's records of other partitions
 // go on.
 //
-// The client must consume as a group with auto-commit off (Consume
-// refuses it otherwise), and should block rebalances while a poll is
-// processed (kgo.BlockRebalanceOnPoll): Consume commits and seeks before it
-// allows the next one.
+// The client must consume as a group with auto-commit off, and block
+// rebalances while a poll is processed (kgo.BlockRebalanceOnPoll; Consume
+// refuses it otherwise): Consume commits and seeks before it lets a
+// rebalance take the poll's partitions, so that their next owner starts
+// where this one's settled records end. A commit is bounded by
+// commitTimeout: a broker that does not answer costs a poll, not the
+// consumer (what was not committed comes again and answers DUPLICATE).
 //
 // # Keys
 //
@@ -224,6 +227,8 @@ func Consume(ctx context.Context, cl *kgo.Client, grid *client.Client, ns string
 		return errors.New("kafka: the client must consume as a group (kgo.ConsumerGroup)")
 	case cl.OptValue(kgo.DisableAutoCommit) != true:
 		return errors.New("kafka: the client must not commit by itself (kgo.DisableAutoCommit): Consume commits what is settled")
+	case cl.OptValue(kgo.BlockRebalanceOnPoll) != true:
+		return errors.New("kafka: the client must block rebalances while a poll is processed (kgo.BlockRebalanceOnPoll): Consume commits and rewinds a poll's partitions before it lets them go")
 	}
 	m, err := adapter.NewMetrics("kafka", cfg.registerer)
 	if err != nil {
@@ -321,7 +326,9 @@ func (c *consumer) settle(ctx context.Context, recs []*kgo.Record) {
 		return
 	}
 	var cerr error
-	c.cl.CommitOffsetsSync(context.WithoutCancel(ctx), commit, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	c.cl.CommitOffsetsSync(cctx, commit, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		cerr = err
 		if resp == nil {
 			return
@@ -340,6 +347,9 @@ func (c *consumer) settle(ctx context.Context, recs []*kgo.Record) {
 		c.cfg.logger.Warn("kafka: commit failed", "error", cerr)
 	}
 }
+
+// commitTimeout bounds a commit of a poll's settled records.
+const commitTimeout = 30 * time.Second
 
 func set(m map[string]map[int32]kgo.EpochOffset, topic string, p int32, o kgo.EpochOffset) {
 	if m[topic] == nil {

@@ -191,13 +191,15 @@ func (e *env) DeadLetters(t *testing.T) []adaptertest.DeadLetter {
 	return out
 }
 
-// A client that commits by itself, or that is not in a group, is refused.
+// A client that commits by itself, that is not in a group, or that lets a
+// rebalance take partitions while a poll is processed, is refused.
 func TestConsumeRefusesAutoCommit(t *testing.T) {
 	e := setup(t)
 	grid, _ := adaptertest.Grid(t)
 	for name, opts := range map[string][]kgo.Opt{
-		"auto-commit": {kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic)},
-		"no group":    {kgo.ConsumeTopics(topic)},
+		"auto-commit":              {kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic)},
+		"no group":                 {kgo.ConsumeTopics(topic)},
+		"rebalances during a poll": {kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit()},
 	} {
 		cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(e.seeds...))...)
 		if err != nil {
