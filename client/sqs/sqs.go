@@ -22,9 +22,11 @@
 // A receive of up to 10 messages runs them at once (the grid client batches
 // their Reserves), and the deletes of one receive go in one
 // DeleteMessageBatch; its per-message failures are counted and logged (the
-// message then comes back and answers DUPLICATE). While a handler runs, the
-// message's visibility timeout is extended with the lease, every third of
-// WithVisibility.
+// message then comes back and answers DUPLICATE). From its receipt until
+// it is settled (deleted, or made visible again at its retry delay), each
+// message's visibility timeout is extended every third of WithVisibility:
+// while its Reserve and its handler run, and while the other messages of
+// its receive finish.
 //
 // # Keys
 //
@@ -235,8 +237,22 @@ type receiver struct {
 }
 
 // settleBatch runs a receive's messages at once and deletes those settled
-// as done in one DeleteMessageBatch.
+// as done in one DeleteMessageBatch. Each message is kept invisible from
+// its receipt until it is settled, not only while its handler runs: one
+// whose handler ended early does not come back while the slowest of its
+// receive still runs, and its Reserve and its waits for the grid are
+// covered too.
 func (r *receiver) settleBatch(ctx context.Context, msgs []types.Message) {
+	kctx := context.WithoutCancel(ctx) // kept through the stop grace, until settled
+	keep := make([]func(), len(msgs))
+	for i, msg := range msgs {
+		keep[i] = r.extend(kctx, msg)
+	}
+	defer func() {
+		for _, stop := range keep {
+			stop()
+		}
+	}()
 	verdicts := make([]adapter.Verdict, len(msgs))
 	var wg sync.WaitGroup
 	for i, msg := range msgs {
@@ -249,6 +265,9 @@ func (r *receiver) settleBatch(ctx context.Context, msgs []types.Message) {
 	for i, msg := range msgs {
 		v := verdicts[i]
 		action, err := v.Action, error(nil)
+		if v.Action != adapter.Ack {
+			keep[i]() // its visibility is set below; an acked one stays hidden until deleted
+		}
 		switch v.Action {
 		case adapter.Ack:
 			del = append(del, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: msg.ReceiptHandle})
@@ -302,8 +321,6 @@ func (r *receiver) handle(ctx context.Context, msg types.Message) adapter.Verdic
 	defer dcancel()
 	hctx := client.ContextWithCorrelationID(dctx, attribute(msg, "correlation-id"))
 	out, err := r.grid.Process(hctx, r.ns, key, func(ctx context.Context, l client.Lease) ([]byte, error) {
-		stop := r.extend(ctx, msg)
-		defer stop()
 		return r.h(ctx, msg, l)
 	}, popts...)
 	return adapter.Judge(ctx, out, err, r.cfg.delays)
