@@ -283,6 +283,25 @@ func Consume(ctx context.Context, conn *amqp.Connection, grid *client.Client, ns
 	r := &receiver{cfg: cfg, grid: grid, ns: ns, queue: queue, h: h, pub: pub, returns: returns, m: m}
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	cancelled := ch.NotifyCancel(make(chan string, 1))
+	// Without its publishing channel the consumer can settle nothing but
+	// acks (every retry or dead-letter copy would fail and its message
+	// come back, for ever): when the broker closes it, the consuming
+	// channel is closed too (the broker hands the unacked deliveries back)
+	// and Consume returns the error, for its caller to reconnect.
+	pubClosed := pub.NotifyClose(make(chan *amqp.Error, 1))
+	pubErr := make(chan error, 1)
+	watchDone := make(chan struct{})
+	defer close(watchDone)
+	go func() {
+		select {
+		case err, ok := <-pubClosed:
+			if ok && err != nil {
+				pubErr <- err
+				_ = ch.Close()
+			}
+		case <-watchDone:
+		}
+	}()
 	// When ctx ends, stop the broker's deliveries; those already sent still
 	// arrive, and the workers hand them back.
 	defer context.AfterFunc(ctx, func() { _ = ch.Cancel(cfg.consumerTag, false) })()
@@ -295,6 +314,11 @@ func Consume(ctx context.Context, conn *amqp.Connection, grid *client.Client, ns
 		})
 	}
 	wg.Wait()
+	select {
+	case err := <-pubErr:
+		return fmt.Errorf("rabbitmq: the publishing channel closed: %w", err)
+	default:
+	}
 	if ctx.Err() != nil {
 		return nil
 	}
