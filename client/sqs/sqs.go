@@ -14,7 +14,9 @@
 //	the grid unreachable, a lease lost       WithBusyDelay, errors after WithErrorDelay)
 //	POISONED, MISMATCH, no key               sent to WithDeadLetterQueue with the reason, then
 //	                                         deleted; or, with WithRedrivePolicy, left to the
-//	                                         queue's redrive policy (visible again at once)
+//	                                         queue's redrive policy (visible again at once).
+//	                                         Consume requires one of the two: it never deletes
+//	                                         a dead letter unkept
 //	shutdown (ctx ended)                     running handlers finish within WithStopGrace and
 //	                                         settle as above; one cancelled past it: the key
 //	                                         is failed (attempt counted), visibility 0
@@ -203,6 +205,8 @@ func Consume(ctx context.Context, api API, url string, grid *client.Client, ns s
 		return fmt.Errorf("sqs: error delay %v and busy delay %v, want both more than 0", cfg.delays.Error, cfg.delays.Busy)
 	case cfg.deadLetter != "" && cfg.redrive:
 		return errors.New("sqs: WithDeadLetterQueue and WithRedrivePolicy are exclusive")
+	case cfg.deadLetter == "" && !cfg.redrive:
+		return errors.New("sqs: no dead-letter target: give WithDeadLetterQueue(url), or WithRedrivePolicy() for a queue whose redrive policy has one; without either, poisoned, mismatched and keyless messages would be deleted and lost")
 	}
 	m, err := adapter.NewMetrics("sqs", cfg.registerer)
 	if err != nil {
@@ -275,15 +279,13 @@ func (r *receiver) settleBatch(ctx context.Context, msgs []types.Message) {
 			switch {
 			case r.cfg.redrive:
 				err = r.visible(sctx, msg, 0)
-			case r.cfg.deadLetter != "":
+			default: // WithDeadLetterQueue (Consume requires one of the two)
 				if err = r.sendDeadLetter(sctx, msg, v); err == nil {
 					del = append(del, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: msg.ReceiptHandle})
 				} else {
 					action = adapter.Retry
 					err = errors.Join(err, r.visible(sctx, msg, r.cfg.delays.Error))
 				}
-			default: // no dead-letter queue: deleted, counted and logged
-				del = append(del, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: msg.ReceiptHandle})
 			}
 		case adapter.Retry:
 			err = r.visible(sctx, msg, v.Delay)

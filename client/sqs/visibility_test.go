@@ -2,6 +2,7 @@ package sqs
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ func TestFinishedMessageStaysHidden(t *testing.T) {
 		}
 		<-release
 		return nil, nil
-	}, WithVisibility(time.Second))
+	}, WithVisibility(time.Second), WithRedrivePolicy())
 	var done time.Time
 	select {
 	case done = <-fastDone:
@@ -43,7 +44,7 @@ func TestFinishedMessageStaysHidden(t *testing.T) {
 	// visibility timeouts after the fast handler ended, while the slow one
 	// still runs, the fast message has been received only once.
 	e.consume(t, grid, "in", func(context.Context, types.Message, client.Lease) ([]byte, error) { return nil, nil },
-		WithVisibility(time.Second))
+		WithVisibility(time.Second), WithRedrivePolicy())
 	testwait.For(t, 20*time.Second, "three visibility timeouts to pass", func() bool {
 		for _, m := range e.fake.messages("in") {
 			if m.Body == "fast" && m.receives > 1 {
@@ -54,4 +55,17 @@ func TestFinishedMessageStaysHidden(t *testing.T) {
 	})
 	close(release)
 	testwait.For(t, 20*time.Second, "both messages deleted", func() bool { return e.fake.depth("in") == 0 })
+}
+
+// TestConsumeRequiresADeadLetterTarget: without WithDeadLetterQueue or
+// WithRedrivePolicy, Consume does not start: it would have deleted
+// poisoned, mismatched and keyless messages, losing them.
+func TestConsumeRequiresADeadLetterTarget(t *testing.T) {
+	e := setup(t, time.Second)
+	grid, _ := adaptertest.Grid(t)
+	err := Consume(context.Background(), e.api, e.fake.url("in"), grid, "test",
+		func(context.Context, types.Message, client.Lease) ([]byte, error) { return nil, nil })
+	if err == nil || !strings.Contains(err.Error(), "no dead-letter target") {
+		t.Fatalf("Consume without a dead-letter target: %v, want it refused", err)
+	}
 }
