@@ -306,6 +306,10 @@ func (n *Runtime) GossipAddr() string { return n.ms.Addr() }
 // (gossip.Membership.RefusedFrames).
 func (n *Runtime) RefusedGossipFrames() uint64 { return n.ms.RefusedFrames() }
 
+// UndecryptableGossip counts the gossip packets no key of this node's
+// keyring opened (gossip.Membership.UndecryptableFrames).
+func (n *Runtime) UndecryptableGossip() uint64 { return n.ms.UndecryptableFrames() }
+
 // State is this node's state in its map (0 before it is in one).
 func (n *Runtime) State() topology.NodeState {
 	if m := n.Map(); m != nil {

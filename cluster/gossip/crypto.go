@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"sync/atomic"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -18,6 +19,11 @@ import (
 type cryptoGuard struct {
 	keyring        *memberlist.Keyring
 	verifyIncoming bool
+	// undecryptable counts the packets no key of the ring opened (which
+	// memberlist drops, or reads as plaintext without VerifyIncoming):
+	// a member gossiping with a key this one lacks, as a key rotation done
+	// out of order would make.
+	undecryptable atomic.Uint64
 }
 
 // memberlist v0.5.4's encryption format (security.go): a version byte (0:
@@ -86,6 +92,9 @@ func (g *cryptoGuard) checkPacket(buf []byte) error {
 		return err
 	case err == nil:
 		return checkPacket(plain)
+	}
+	g.undecryptable.Add(1)
+	switch {
 	case g.verifyIncoming:
 		return nil // memberlist drops what it cannot decrypt
 	default:

@@ -232,6 +232,18 @@ func (m *Membership) RefusedFrames() uint64 {
 	return m.trans.Refused()
 }
 
+// UndecryptableFrames counts the gossip packets that no key of the
+// keyring opened (0 without encryption): during a key rotation done in
+// order (install everywhere, use everywhere, remove) it stays 0.
+func (m *Membership) UndecryptableFrames() uint64 {
+	m.life.RLock()
+	defer m.life.RUnlock()
+	if m.trans == nil || m.trans.crypto == nil {
+		return 0
+	}
+	return m.trans.crypto.undecryptable.Load()
+}
+
 // Members returns every member this node has heard of, itself included,
 // sorted by id; dead and left members stay listed with their state.
 func (m *Membership) Members() []Member {
