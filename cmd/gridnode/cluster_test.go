@@ -49,16 +49,16 @@ func TestCLIOnACluster(t *testing.T) {
 		}
 	}
 
-	// status, as a table: three active nodes; every shard has a leader and
-	// two followers with a lag.
+	// status, as a table: three active nodes, alive and ready; every shard
+	// has a leader and two followers with a lag.
 	c.WaitStable(30 * time.Second)
 	code, stdout, stderr := cli(t, "status", "--addr", addrs[1])
 	if code != 0 || !strings.Contains(stdout, "NODES") || !strings.Contains(stdout, "SHARDS") {
 		t.Fatalf("status: exit %d\n%s%s", code, stdout, stderr)
 	}
 	for _, id := range []string{"node-1", "node-2", "node-3"} {
-		if !strings.Contains(stdout, id+"  active  yes    "+addrs[c.Index(id)]) {
-			t.Errorf("status: no active row for %s\n%s", id, stdout)
+		if !strings.Contains(stdout, id+"  active  yes    yes    "+addrs[c.Index(id)]) {
+			t.Errorf("status: no active, alive and ready row for %s\n%s", id, stdout)
 		}
 	}
 	if n := strings.Count(stdout, "(leader)"); n != 4 {
@@ -83,7 +83,7 @@ func TestCLIOnACluster(t *testing.T) {
 	leads := 0
 	for _, n := range m["nodes"].([]any) {
 		leads += int(n.(map[string]any)["leads"].(float64))
-		if n.(map[string]any)["replicas"] != float64(4) {
+		if n.(map[string]any)["replicas"] != float64(4) || n.(map[string]any)["ready"] != true {
 			t.Errorf("status --json: node %v", n)
 		}
 	}

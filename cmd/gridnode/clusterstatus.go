@@ -66,7 +66,10 @@ type clusterNodeJSON struct {
 	// ControlState is the node's role in the control group, from its own
 	// Status; Error is why its Status could not be had.
 	ControlState string `json:"control_state,omitempty"`
-	Error        string `json:"error,omitempty"`
+	// Ready is the node's readiness (its /readyz), from its own Status;
+	// nil without it.
+	Ready *bool  `json:"ready,omitempty"`
+	Error string `json:"error,omitempty"`
 	// Clock is the clock column: the node's offset to its peers and
 	// whether it is within the bound ("" without its Status).
 	Clock string `json:"clock,omitempty"`
@@ -233,6 +236,8 @@ func buildClusterStatus(m client.ClusterMap, answers map[string]nodeAnswer) clus
 				nj.Error = a.err.Error()
 			} else {
 				nj.ControlState = a.st.ControlState
+				ready := a.st.Ready
+				nj.Ready = &ready
 				nj.Clock, nj.cliClockJSON = clockLabel(a.st), clockJSON(a.st)
 				if l := clockLines(a.st); len(l) > 1 {
 					nj.ClockNotes = l[1:]
@@ -340,13 +345,17 @@ func (o cliOutput) clusterTables(j clusterStatusJSON) int {
 	fmt.Fprintf(o.stdout, "map epoch %d  control leader %s  slots %d  shards %d  replicas %d  (map of %s)\n\nNODES\n",
 		j.Epoch, orDash(j.ControlLeader), j.Slots, j.ShardCount, j.Replicas, j.NodeID)
 	tw := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tALIVE\tGRPC ADDR\tREPLICAS\tLEADS\tCLOCK")
+	fmt.Fprintln(tw, "ID\tSTATE\tALIVE\tREADY\tGRPC ADDR\tREPLICAS\tLEADS\tCLOCK")
 	for _, n := range j.Nodes {
 		alive := "yes"
 		if !n.Alive {
 			alive = "no"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", n.ID, n.State, alive, orDash(n.GRPCAddr), n.Replicas, n.Leads, orDash(n.Clock))
+		ready := "-" // no Status from the node
+		if n.Ready != nil {
+			ready = map[bool]string{true: "yes", false: "no"}[*n.Ready]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", n.ID, n.State, alive, ready, orDash(n.GRPCAddr), n.Replicas, n.Leads, orDash(n.Clock))
 	}
 	if code := o.flush(tw); code != exitOK {
 		return code
