@@ -79,8 +79,15 @@ func (s *streamCarrier) carry(root context.Context, batch []*call) {
 	req := &gridpb.StreamRequest{Ids: make([]uint64, len(batch)), Ops: make([]*gridpb.Op, len(batch)), TimeoutMs: frameTimeout(batch)}
 	s.mu.Lock()
 	if f.pending == nil {
-		// The stream broke since flow returned it: nothing of this batch left.
+		// The stream broke since flow returned it: nothing of this batch
+		// left. A node that does not know Stream broke it at once (its
+		// receiver marked the carrier legacy): the batch goes as a Batch
+		// RPC, as the calls the stream held did.
 		s.mu.Unlock()
+		if s.legacy.Load() && root.Err() == nil {
+			s.sendLegacy(root, batch)
+			return
+		}
 		for _, cl := range batch {
 			cl.answer(nil, unsent(fmt.Errorf("%w: the stream to the node broke", ErrUnavailable)))
 		}
