@@ -78,13 +78,13 @@ func TestDemo(t *testing.T) {
 
 	addr := fmt.Sprintf("127.0.0.1:%d", base)
 	var stdout string
-	testwait.For(t, 30*time.Second, "status showing 3 active nodes", func() bool {
+	testwait.For(t, 30*time.Second, "status showing 3 active nodes, alive and ready", func() bool {
 		var code int
 		code, stdout, _ = cli(t, "status", "--addr", addr)
-		return code == 0 && strings.Count(stdout, "  active  yes") == 3
+		return code == 0 && strings.Count(stdout, "  active  yes    yes  ") == 3
 	}, func() string { return stdout })
 	for i := range 3 {
-		if !strings.Contains(stdout, fmt.Sprintf("node-%d  active  yes    127.0.0.1:%d", i+1, base+10*i)) {
+		if !strings.Contains(stdout, fmt.Sprintf("node-%d  active  yes    yes    127.0.0.1:%d", i+1, base+10*i)) {
 			t.Fatalf("status shows no row for node-%d:\n%s", i+1, stdout)
 		}
 	}
