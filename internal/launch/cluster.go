@@ -194,16 +194,22 @@ func (c *GridCluster) start(ctx context.Context, o GridClusterOptions) error {
 		epoch uint64
 		since time.Time
 		why   = "no map asked for yet"
+		// mapWhy is the last reason the nodes' maps gave, kept when a
+		// later round of asking fails: on a loaded machine one node can be
+		// slow to answer, and what made the maps unstable says more than
+		// that.
+		mapWhy string
 	)
 	for {
 		maps, err := c.askMaps(ctx, conns)
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return fmt.Errorf("%w: %s", ErrUnstable, why) // the last answer's reason, not the timeout's
+			return fmt.Errorf("%w: %s", ErrUnstable, reason(why, mapWhy)) // the last answer's reason, not the timeout's
 		case err != nil:
 			why = err.Error()
 		default:
 			why = Unstable(maps, ids)
+			mapWhy = why
 		}
 		switch {
 		case why != "":
@@ -216,9 +222,18 @@ func (c *GridCluster) start(ctx context.Context, o GridClusterOptions) error {
 			return nil
 		}
 		if err := c.pause(ctx); err != nil {
-			return fmt.Errorf("%w: %s (%w)", ErrUnstable, why, err)
+			return fmt.Errorf("%w: %s (%w)", ErrUnstable, reason(why, mapWhy), err)
 		}
 	}
+}
+
+// reason is why a cluster is not stable: the last reason its maps gave,
+// when they gave one, else the last round's (a node that did not answer).
+func reason(why, mapWhy string) string {
+	if mapWhy != "" {
+		return mapWhy
+	}
+	return why
 }
 
 // waitSpread waits up to within for every node to report every shard led
