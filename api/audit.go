@@ -9,9 +9,9 @@ import (
 )
 
 // Audit streams the COMPLETED and POISONED records of a namespace settled in
-// a time range from the cold tiers of the local shards (DESIGN section 4, the
-// forensic path). Records still in the hot tier are not listed: they settled
-// within the hot window, and Get finds them.
+// a time range from the cold tiers of the local shards (docs/design.md
+// section 4, the forensic path). Records still in the hot tier are not
+// listed: they settled within the hot window, and Get finds them.
 //
 // In a cluster every replica of a shard holds the same records, so a node
 // lists only the shards its replica leads, once each across the cluster at

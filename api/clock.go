@@ -20,14 +20,14 @@ import (
 // stamps, tell whose clock is off, so that does not make clock_ok false.
 //
 // /readyz does not go false for the clock: readiness means caught up
-// (README), it gates rolling restarts and load balancers, and a node
-// outside the clock bound is still a caught-up voter that serves settles,
-// reads and forwards, refuses only lease grants (with a Redirect, so that
-// clients go to the new leader) and hands its leaderships over. Marking it
-// not ready would stall a readiness-gated rolling restart that may be the
-// very fix, and an outage of the time service on every node would turn
-// into a cluster reporting nothing ready although it still settles. The
-// alerts are l4xg_grid_clock_outside_bound and
+// (docs/cluster.md, Readiness), it gates rolling restarts and load
+// balancers, and a node outside the clock bound is still a caught-up voter
+// that serves settles, reads and forwards, refuses only lease grants (with a
+// Redirect, so that clients go to the new leader) and hands its leaderships
+// over. Marking it not ready would stall a readiness-gated rolling restart
+// that may be the very fix, and an outage of the time service on every node
+// would turn into a cluster reporting nothing ready although it still
+// settles. The alerts are l4xg_grid_clock_outside_bound and
 // l4xg_grid_clock_shards_behind_stamps; status shows clock_ok.
 
 // ClockReporter is the node's clock as measured against its peers

@@ -1,10 +1,10 @@
 // Package api is the gRPC service of a node: the Grid service (Reserve,
-// Complete, Fail, Release, Extend, Get, Forget, Batch, Status, Audit, and
-// for clusters ClusterMap, Drain, ShardAdmin), gRPC health and reflection,
-// the request limits of DESIGN section 7, and the one place where keyspace,
-// shard and cluster errors become gRPC status codes (errors.go): invalid
-// input is InvalidArgument with a message naming the limit, a batch over
-// 1000 operations or a result over 64 KiB is ResourceExhausted (as is a
+// Complete, Fail, Release, Extend, Get, Forget, Batch, Status, Audit, and for
+// clusters ClusterMap, Drain, ShardAdmin), gRPC health and reflection, the
+// request limits of docs/design.md section 7, and the one place where
+// keyspace, shard and cluster errors become gRPC status codes (errors.go):
+// invalid input is InvalidArgument with a message naming the limit, a batch
+// over 1000 operations or a result over 64 KiB is ResourceExhausted (as is a
 // request over 4 MiB, refused by gRPC itself), a shard without a serving
 // leader or a node shutting down is Unavailable, a leadership transfer to a
 // node that is not a voter of the shard's group is FailedPrecondition.

@@ -13,9 +13,9 @@ import (
 	"github.com/l4xg/grid/internal/testclock"
 )
 
-// The lease rules at the edges of DESIGN sections 2 and 3, through a real
-// node: a resent Reserve gets its own grant back, a Get shows no token to a
-// reader, and an Extend never shortens a lease.
+// The lease rules at the edges of docs/design.md sections 2 and 3, through a
+// real node: a resent Reserve gets its own grant back, a Get shows no token
+// to a reader, and an Extend never shortens a lease.
 
 // newFixedClock is a node clock that moves only when told, so that stamps
 // and deadlines are exact.

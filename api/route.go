@@ -16,7 +16,7 @@ import (
 	"github.com/l4xg/grid/shard"
 )
 
-// Routing in a cluster (DESIGN section 5).
+// Routing in a cluster (docs/design.md section 5).
 //
 // A standalone node holds every shard and serves every operation itself:
 // none of this applies to it but the settles' two steps (router.place).

@@ -40,8 +40,9 @@ func TestReserveCompleteDuplicate(t *testing.T) {
 	}
 }
 
-// TestLimits checks that every limit of DESIGN section 7 is refused with the
-// right code and a message naming it, and that the node keeps serving.
+// TestLimits checks that every limit of docs/design.md section 7 is refused
+// with the right code and a message naming it, and that the node keeps
+// serving.
 func TestLimits(t *testing.T) {
 	n := gridtest.Start(t)
 	c := gridtest.Dial(t, n.Addr())

@@ -272,7 +272,7 @@ func (b *bencher) measure(ctx context.Context, round int, label, w, t string, wc
 }
 
 // halfPeak names the open-loop runs of reserve-unique at half of each
-// target's closed-loop peak (DESIGN.md section 8: p99 at half of peak).
+// target's closed-loop peak (docs/design.md section 8: p99 at half of peak).
 const halfPeak = "reserve-unique@half-peak"
 
 // halfPeakRounds runs, after the closed-loop rounds, reserve-unique open

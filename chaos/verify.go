@@ -18,7 +18,7 @@ import (
 // Bounds of the checks after the last heal.
 const (
 	livenessBound = 30 * time.Second
-	failoverBar   = 2 * time.Second // DESIGN.md section 8
+	failoverBar   = 2 * time.Second // docs/design.md section 8
 )
 
 // keyOf finds the key a checker's message names (`key "k"`).
@@ -246,7 +246,7 @@ func liveness(ctx context.Context, c *client.Client, o *outcome, l *load) result
 // app workload was blocked in the fault's window (from its start until the
 // cluster converged after it): an operation's duration, or, for one that
 // failed, the time until that consumer next succeeded. It is a
-// measurement against DESIGN.md section 8's 2 s, not a safety check.
+// measurement against docs/design.md section 8's 2 s, not a safety check.
 func unavailability(o *outcome) result {
 	r := result{Name: "unavailability", Detail: "no app workload"}
 	if !o.cfg.app() {

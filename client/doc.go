@@ -78,13 +78,13 @@
 // # Operations
 //
 // Reserve, Complete, Fail, Release, Extend, Get and Forget map one to one to
-// the grid's operations (DESIGN.md section 2) and return a Result, the grid's
-// answer in Go types, and an error. Outcomes are answers, not failures: a
-// Reserve that finds the key BUSY returns that outcome with a nil error, and
-// Result.Err turns an outcome into the matching sentinel error when the
-// caller prefers. The exception is LEASE_LOST on Complete, Fail, Release and
-// Extend, returned as ErrLeaseLost as well, because a lost lease is a failure
-// of the holder.
+// the grid's operations (docs/design.md section 2) and return a Result, the
+// grid's answer in Go types, and an error. Outcomes are answers, not
+// failures: a Reserve that finds the key BUSY returns that outcome with a nil
+// error, and Result.Err turns an outcome into the matching sentinel error
+// when the caller prefers. The exception is LEASE_LOST on Complete, Fail,
+// Release and Extend, returned as ErrLeaseLost as well, because a lost lease
+// is a failure of the holder.
 //
 // A key reserved WithEntity lives on its entity's shard. Its settles
 // (Complete, Fail, Release, Extend) find it by their token, which names the

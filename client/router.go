@@ -1,6 +1,6 @@
 package client
 
-// Routing: which node gets an operation (DESIGN.md section 5).
+// Routing: which node gets an operation (docs/design.md section 5).
 //
 // The digest space of a clustered grid is cut into slots, the slots into
 // shards, and each shard is a Raft group whose leader alone applies its

@@ -189,7 +189,7 @@ func TestInterruptedAddIsRepaired(t *testing.T) {
 }
 
 // The control group grows to 5 voters once the cluster has 5 active nodes
-// (DESIGN section 5): the two nodes that join a 3-node cluster are
+// (docs/design.md section 5): the two nodes that join a 3-node cluster are
 // promoted by the control leader's plan.
 func TestControlGroupFiveVoters(t *testing.T) {
 	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Shards: 2})

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Limits of DESIGN section 7 and the defaults the API fills in. They are part
-// of the protocol contract, not tuning.
+// Limits of docs/design.md section 7 and the defaults the API fills in. They
+// are part of the protocol contract, not tuning.
 const (
 	MaxKeyLen       = 1024
 	MaxEntityLen    = 1024
@@ -25,7 +25,7 @@ const (
 	DefaultMaxAttempts     = 5
 	DefaultPoisonRetention = 7 * 24 * time.Hour
 
-	// MaxRequestIDLen bounds a Reserve's request id (DESIGN section 3).
+	// MaxRequestIDLen bounds a Reserve's request id (docs/design.md section 3).
 	MaxRequestIDLen = 64
 
 	// DefaultMaxClockOffset is the default bound on the clock offset

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// TestLimitsMatchDesign: the limits of DESIGN section 7 and section 1.
+// TestLimitsMatchDesign: the limits of docs/design.md section 7 and section 1.
 func TestLimitsMatchDesign(t *testing.T) {
 	checks := []struct {
 		name      string

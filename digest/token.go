@@ -5,9 +5,9 @@ import (
 	"math/bits"
 )
 
-// TokenLayout is how a shard makes the fencing token of a grant (DESIGN
-// section 3) from the Raft index of the entry and the command's position in
-// it, and how a token names the shard that granted it:
+// TokenLayout is how a shard makes the fencing token of a grant
+// (docs/design.md section 3) from the Raft index of the entry and the
+// command's position in it, and how a token names the shard that granted it:
 //
 //	token = (index<<16 | position) << Bits | Shard
 //

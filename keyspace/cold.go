@@ -2,10 +2,11 @@ package keyspace
 
 import "github.com/l4xg/grid/digest"
 
-// ColdTier is the lower tier of settled records (DESIGN section 4): COMPLETED
-// and POISONED records leave the hot table for it once the hot window has
-// passed or the hot table is over its budget, and lookups that miss the hot
-// table fall through to it. A digest is never held by both tiers.
+// ColdTier is the lower tier of settled records (docs/design.md section 4):
+// COMPLETED and POISONED records leave the hot table for it once the hot
+// window has passed or the hot table is over its budget, and lookups that
+// miss the hot table fall through to it. A digest is never held by both
+// tiers.
 //
 // The Machine calls a ColdTier only from Apply (and Get), in log order, so a
 // cold tier that applies Put, Delete and Purge in call order holds the same

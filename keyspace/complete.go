@@ -1,7 +1,7 @@
 package keyspace
 
-// complete settles a held lease as COMPLETED (DESIGN section 2, Complete).
-// Repeating it with the same token after success answers OK again.
+// complete settles a held lease as COMPLETED (docs/design.md section 2,
+// Complete). Repeating it with the same token after success answers OK again.
 func (m *Machine) complete(c *Command, now int64) Result {
 	d, rec, had := m.held(c, now)
 	switch {

@@ -12,12 +12,12 @@ import (
 )
 
 // TestMachineDataDriven runs the scripts under testdata/machine: the record
-// state machine of DESIGN section 2 stated as data. Regenerate the expected
-// output with
+// state machine of docs/design.md section 2 stated as data. Regenerate the
+// expected output with
 //
 //	go test ./keyspace/ -run TestMachineDataDriven -rewrite
 //
-// and then read every changed line against DESIGN.md: the scripts are the
+// and then read every changed line against docs/design.md: the scripts are the
 // contract, not a recording of what the code happens to print.
 //
 // # The command language

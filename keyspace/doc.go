@@ -1,9 +1,9 @@
 // Package keyspace is the deterministic heart of L4XG Grid: the record state
-// machine of DESIGN section 2, the hot table that holds records, expiry by
-// stamped time, entity versions, the command encoding of Raft log entries
-// and the snapshot format. The rules a client computes too (digests, slots,
-// the token layout, the wire limits and their validators) are in package
-// digest, which keyspace builds on.
+// machine of docs/design.md section 2, the hot table that holds records,
+// expiry by stamped time, entity versions, the command encoding of Raft log
+// entries and the snapshot format. The rules a client computes too (digests,
+// slots, the token layout, the wire limits and their validators) are in
+// package digest, which keyspace builds on.
 //
 // # Determinism
 //

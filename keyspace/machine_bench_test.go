@@ -43,9 +43,9 @@ func BenchmarkMachineReserve(b *testing.B) {
 
 // BenchmarkMachineMemory loads 1,000,000 reserved keys into one Machine
 // through Apply and reports the heap held per key (HeapInuse delta after
-// runtime.GC) and the hot table's slot bytes per key. DESIGN section 4: at
-// most 48 B/key. Run with -benchtime 1x. "request-ids" reserves every key
-// with a request id, which its PROCESSING record keeps until settled.
+// runtime.GC) and the hot table's slot bytes per key. docs/design.md section
+// 4: at most 48 B/key. Run with -benchtime 1x. "request-ids" reserves every
+// key with a request id, which its PROCESSING record keeps until settled.
 func BenchmarkMachineMemory(b *testing.B) {
 	b.Run("plain", func(b *testing.B) { benchMachineMemory(b, false) })
 	b.Run("request-ids", func(b *testing.B) { benchMachineMemory(b, true) })

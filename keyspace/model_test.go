@@ -11,21 +11,21 @@ import (
 	"pgregory.net/rapid"
 )
 
-// This file checks the Machine against a reference model written from DESIGN
-// sections 2 and 3, not from the code: a map from key to its record plus the
-// entity versions. Where the design is silent the model follows the choices
-// the package documents: PROCESSING and FAILED records are dropped
-// AbandonAfter past their deadline; an entity's committed version lasts as
-// long as the longest retention of the records that raised it; Release of a
-// key nobody holds answers OK; the retention of a record poisoned by Reserve
-// or Fail is the command's Retention; a takeover keeps the record's
-// fingerprint if it has one; a reserve carrying the request id of the lease
-// in force answers that grant again unless its fingerprint differs (then it
-// is judged as any other reserve); Extend never shortens a lease; Get shows
-// no token unless asked for the operator view. The model also tracks which expired records the
-// machine still holds (they are reclaimed on lookup and by a Tick, which
-// sweeps a table this small in one pass), so Len and Count are compared
-// exactly.
+// This file checks the Machine against a reference model written from
+// docs/design.md sections 2 and 3, not from the code: a map from key to its
+// record plus the entity versions. Where the design is silent the model
+// follows the choices the package documents: PROCESSING and FAILED records
+// are dropped AbandonAfter past their deadline; an entity's committed version
+// lasts as long as the longest retention of the records that raised it;
+// Release of a key nobody holds answers OK; the retention of a record
+// poisoned by Reserve or Fail is the command's Retention; a takeover keeps
+// the record's fingerprint if it has one; a reserve carrying the request id
+// of the lease in force answers that grant again unless its fingerprint
+// differs (then it is judged as any other reserve); Extend never shortens a
+// lease; Get shows no token unless asked for the operator view. The model
+// also tracks which expired records the machine still holds (they are
+// reclaimed on lookup and by a Tick, which sweeps a table this small in one
+// pass), so Len and Count are compared exactly.
 
 const (
 	mdlKeys      = 6 // keys 0..2 plain, 3 and 4 of entity 0, 5 of entity 1
@@ -150,7 +150,7 @@ func mdlBackoff(attempt uint8) int64 {
 	return d
 }
 
-// mdlTokens is the model's token layout (DESIGN section 3, README): the
+// mdlTokens is the model's token layout (docs/design.md sections 1 and 3): the
 // index and position, shifted left by bits, the shard in the low bits.
 type mdlTokens struct {
 	shard uint64

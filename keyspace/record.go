@@ -1,7 +1,7 @@
 package keyspace
 
-// State is the lifecycle state of a record (DESIGN section 2). The numbering
-// matches the wire protocol. Absent is never stored.
+// State is the lifecycle state of a record (docs/design.md section 2). The
+// numbering matches the wire protocol. Absent is never stored.
 type State uint8
 
 const (

@@ -2,9 +2,9 @@ package keyspace
 
 import "github.com/l4xg/grid/digest"
 
-// reserve implements the Reserve table of DESIGN section 2, with the replay
-// of section 3 first: a Reserve that carries the request id of the lease in
-// force on its key is a resend of the reserve that was granted it.
+// reserve implements the Reserve table of docs/design.md section 2, with the
+// replay of section 3 first: a Reserve that carries the request id of the
+// lease in force on its key is a resend of the reserve that was granted it.
 func (m *Machine) reserve(c *Command, now int64, token uint64) Result {
 	d := c.Digest
 	rec, had := m.lookup(d, now)

@@ -1,7 +1,7 @@
 package keyspace
 
-// Outcome is the answer to one command (DESIGN section 2). The numbering
-// matches the wire protocol.
+// Outcome is the answer to one command (docs/design.md section 2). The
+// numbering matches the wire protocol.
 type Outcome uint8
 
 const (

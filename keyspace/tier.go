@@ -21,7 +21,7 @@ type TierPolicy struct {
 }
 
 // DefaultHotWindow is the hot window (ms) of a machine no tick has set a
-// policy for: 24 hours, the producer retry window of DESIGN section 4.
+// policy for: 24 hours, the producer retry window of docs/design.md section 4.
 const DefaultHotWindow = 24 * 60 * 60 * 1000
 
 // sideEntryBytes is a rough cost of one fingerprint, pending entity or

@@ -23,8 +23,8 @@ type CertFiles struct {
 
 func (f CertFiles) set() bool { return f.CertFile != "" || f.KeyFile != "" || f.CAFile != "" }
 
-// TLSConfig is the node's TLS (etcd's flags, DESIGN section 7). Zero: every
-// port is plaintext.
+// TLSConfig is the node's TLS (etcd's flags, docs/design.md section 7). Zero:
+// every port is plaintext.
 type TLSConfig struct {
 	// Client secures the client gRPC port and the HTTP port: the node's
 	// certificate and key, and the CA bundle clients' certificates must

@@ -169,7 +169,7 @@ func TestClientPortTLS(t *testing.T) {
 		t.Fatalf("a valid client certificate: %v", err)
 	}
 
-	// DESIGN section 7's limits hold behind TLS: a key over 1 KiB, sent
+	// docs/design.md section 7's limits hold behind TLS: a key over 1 KiB, sent
 	// raw (the client library would refuse it before sending), is refused
 	// by the node, naming the limit, and the node serves on.
 	raw, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(good)))

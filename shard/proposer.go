@@ -20,7 +20,7 @@ import (
 // maxCommands). A lone request goes out at once; load forms batches by itself.
 //
 // It also stamps every entry with the leader's time, never behind the
-// previous stamp, so deadlines only move forward (DESIGN section 3).
+// previous stamp, so deadlines only move forward (docs/design.md section 3).
 type proposer struct {
 	raft        *raft.Raft
 	clock       func() time.Time

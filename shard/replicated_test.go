@@ -196,7 +196,7 @@ func TestReplicatedShardsOverTheMux(t *testing.T) {
 // tell), so the others must notice and elect; "close" stops the node
 // cleanly, as SIGTERM does, and its replicas hand leadership over first.
 // Each round brings the node back and waits for it to follow. Reports the
-// median and the worst round; DESIGN section 8 asks for <= 2 s.
+// median and the worst round; docs/design.md section 8 asks for <= 2 s.
 //
 // go test ./shard -run xxx -bench Failover -benchtime 5x
 func BenchmarkFailover(b *testing.B) {

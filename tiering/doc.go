@@ -1,12 +1,12 @@
-// Package tiering is the cold tier of the grid (DESIGN section 4): settled
-// records that have left a shard's hot table live here, in Pebble, until
-// their retention ends.
+// Package tiering is the cold tier of the grid (docs/design.md section 4):
+// settled records that have left a shard's hot table live here, in Pebble,
+// until their retention ends.
 //
 // # One database per node
 //
 // A Store is one Pebble instance in its own directory (the node puts it
-// under <data-dir>/cold), separate from the Raft log's database, whose
-// settings (a synced WAL, a large memtable) suit the opposite workload.
+// under <data-dir>/cold), apart from the Raft log (raftlog.Journal, its own
+// segment files, synced on every write), whose workload is the opposite.
 // Store.Shard returns a Shard, the keyspace.ColdTier of one shard; every
 // key starts with the shard id, so all shards share one block cache, one
 // set of compactions and one disk budget. Within a shard a record is

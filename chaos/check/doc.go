@@ -2,14 +2,14 @@
 // run random concurrent operations on a few keys while nodes are killed and
 // restarted, every call and answer is recorded, and the history is checked
 // with porcupine (github.com/anishathalye/porcupine) against a model of the
-// grid's per-key register (DESIGN.md sections 2 and 3).
+// grid's per-key register (docs/design.md sections 2 and 3).
 //
 // # The model
 //
 // Model is one Register per key: the history is partitioned by Input.Key
 // and each partition checked alone, so a history of thousands of operations
 // on a handful of keys checks in milliseconds. A Register is the record of
-// DESIGN.md section 2 (state ABSENT, PROCESSING, COMPLETED, FAILED or
+// docs/design.md section 2 (state ABSENT, PROCESSING, COMPLETED, FAILED or
 // POISONED; token, attempts, max_attempts, deadline, stored result) and
 // transitions implements the Reserve, Complete, Fail, Extend, Release, Get
 // and Forget tables the way keyspace does; each answer is checked in full
@@ -241,13 +241,13 @@
 // clock that runs at an offset the test moves, over a fake grid clock the
 // test also moves, so every verdict is exact. Behind: a lease granted by
 // another node stays valid when node 0, an hour behind, takes the shard's
-// leadership (BUSY, stamps not going back), also after half a lease, and
-// once the lease has ended by the stamps the takeover has attempt 2 and a
-// larger token, and the first holder's Complete is LEASE_LOST. Ahead: node
-// 0, an hour ahead, ends the lease early by its stamps (what DESIGN section
+// leadership (BUSY, stamps not going back), also after half a lease, and once
+// the lease has ended by the stamps the takeover has attempt 2 and a larger
+// token, and the first holder's Complete is LEASE_LOST. Ahead: node 0, an
+// hour ahead, ends the lease early by its stamps (what docs/design.md section
 // 3 accepts: fencing refuses the first holder's token), and when a normal
 // clock leads again the stamps do not run back and the second lease holds.
 // That history is checked by porcupine and FencingTokens too. Then "random"
-// runs the expiry workload on the same cluster while node 0's clock moves
-// up to 3 s either way and shard leaderships move onto it and off it.
+// runs the expiry workload on the same cluster while node 0's clock moves up
+// to 3 s either way and shard leaderships move onto it and off it.
 package check

@@ -20,7 +20,7 @@ type hold struct {
 	from, till int64
 }
 
-// Holders checks DESIGN.md section 3's promise to a holder that trusts its
+// Holders checks docs/design.md section 3's promise to a holder that trusts its
 // lease only until its local safe deadline: no two callers hold one key at
 // once. A caller's hold of a lease runs from the answer that granted it
 // (a Reserve answered ACQUIRED) until the call's start plus the lease the

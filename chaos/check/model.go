@@ -148,8 +148,8 @@ func Millis(d time.Duration) int64 {
 	return ms
 }
 
-// Register is the model's state of one key: the record of DESIGN.md section
-// 2 as far as the history tells it. Fields the history has not revealed yet
+// Register is the model's state of one key: the record of docs/design.md
+// section 2 as far as the history tells it. Fields the history has not revealed yet
 // (an operation with an unknown outcome granted a lease whose token nobody
 // saw) are marked unknown and pinned by the first answer that shows them.
 // Register is comparable: porcupine merges equal states with ==.
@@ -343,7 +343,7 @@ func (s Register) view(o client.Outcome, hidden bool) answer {
 }
 
 // transitions lists what operation in can do to s at t: each a next state
-// and the answer the grid gives. It implements the tables of DESIGN.md
+// and the answer the grid gives. It implements the tables of docs/design.md
 // section 2 (keyspace/*.go); it must stay in step with them.
 func transitions(s Register, in Input, t at) []transition {
 	in = in.withDefaults()

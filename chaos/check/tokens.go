@@ -11,7 +11,7 @@ import (
 )
 
 // FencingTokens is a pass over a history, apart from the model, for the
-// fencing rule of DESIGN.md section 3: of two leases granted on one key
+// fencing rule of docs/design.md section 3: of two leases granted on one key
 // (ACQUIRED), the one whose Reserve returned before the other was called has
 // the smaller token. It holds whatever linearization porcupine picks, so a
 // violation is reported with the two operations, which is easier to read than

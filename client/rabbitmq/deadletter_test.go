@@ -121,10 +121,10 @@ func (w *warnings) String() string {
 	return strings.Join(w.msgs, "\n")
 }
 
-// The README's consumer: a queue declared without a dead-letter exchange
-// and no WithDeadLetter. A poisoned message, a reused key (MISMATCH) and a
-// message without a key are kept in "<queue>.dlq", which Consume declared,
-// each saying why; none is dropped.
+// The consumer of docs/adapters.md: a queue declared without a dead-letter
+// exchange and no WithDeadLetter. A poisoned message, a reused key (MISMATCH)
+// and a message without a key are kept in "<queue>.dlq", which Consume
+// declared, each saying why; none is dropped.
 func TestDeadLettersKeptByDefault(t *testing.T) {
 	conn := dial(t)
 	delays := []time.Duration{100 * time.Millisecond}

@@ -45,8 +45,8 @@ func (c ControlChange) String() string {
 	return fmt.Sprintf("%v %s (%s)", c.Action, c.Node, c.Why)
 }
 
-// ControlVoters is the control group's voter count for a cluster of
-// active nodes (DESIGN section 5): 1 below 3 nodes, 3 for 3 or 4, then 5.
+// ControlVoters is the control group's voter count for a cluster of active
+// nodes (docs/design.md section 5): 1 below 3 nodes, 3 for 3 or 4, then 5.
 func ControlVoters(active int) int {
 	switch {
 	case active < 3:

@@ -12,14 +12,14 @@ import (
 	"github.com/l4xg/grid/internal/testwait"
 )
 
-// Failover with real gridnode processes: a 3-node cluster as an operator
-// runs it (bootstrap-expect 3, 3 replicas, fsync on, default Raft and
-// gossip timings), under load through the routing client with its default
-// options. The node leading a shard suffers a fault: kill -9, SIGSTOP
-// (held past the lease, then SIGCONT), or isolation from the network
-// (nodes in network namespaces). What DESIGN section 8 bounds (<= 2 s) is
-// the time from the fault until every shard has acknowledged a write sent
-// after it. Tests do not assert it; BenchmarkFailover reports it.
+// Failover with real gridnode processes: a 3-node cluster as an operator runs
+// it (bootstrap-expect 3, 3 replicas, fsync on, default Raft and gossip
+// timings), under load through the routing client with its default options.
+// The node leading a shard suffers a fault: kill -9, SIGSTOP (held past the
+// lease, then SIGCONT), or isolation from the network (nodes in network
+// namespaces). What docs/design.md section 8 bounds (<= 2 s) is the time from
+// the fault until every shard has acknowledged a write sent after it. Tests
+// do not assert it; BenchmarkFailover reports it.
 
 // faultHold bounds how long a fault is held while waiting for every shard
 // to acknowledge a write: past it the fault is undone (the node restarted,

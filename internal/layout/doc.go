@@ -1,3 +1,3 @@
-// Package layout holds no code: its test keeps the package layout of DESIGN
-// section 6 true, by the imports in its source files.
+// Package layout holds no code: its test keeps the package layout of
+// docs/design.md section 6 true, by the imports in its source files.
 package layout

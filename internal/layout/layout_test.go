@@ -81,7 +81,8 @@ func list(t *testing.T) map[string]pkg {
 	return pkgs
 }
 
-// TestLayout: the rules of DESIGN section 6 that a compiler does not check.
+// TestLayout: the rules of docs/design.md section 6 that a compiler does not
+// check.
 func TestLayout(t *testing.T) {
 	pkgs := list(t)
 	get := func(name string) pkg {
