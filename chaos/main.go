@@ -32,7 +32,7 @@ func main() {
 
 const usage = `usage:
   chaos run [flags]      a chaos run against a cluster it starts (run -h for the flags)
-  chaos ledger [flags]   the end-to-end scenario: payments through RabbitMQ into PostgreSQL (ledger -h)
+  chaos ledger [flags]   the end-to-end scenario: payments through RabbitMQ, Kafka or JetStream into PostgreSQL (ledger -h)
 `
 
 func realMain(args []string, stdout, stderr io.Writer) int {
