@@ -209,6 +209,7 @@ func toProto(r *keyspace.Result) *gridpb.OpResult {
 		NowUnixMs:         r.Now,
 		Existed:           r.Existed,
 		Replayed:          r.Replayed,
+		LeaseExpired:      r.LeaseExpired,
 	}
 	switch {
 	case r.State == keyspace.Absent:

@@ -111,9 +111,27 @@ func TestIntegrationProcess(t *testing.T) {
 		}
 	})
 
+	t.Run("a takeover of an expired lease says so", func(t *testing.T) {
+		crashed, err := c.Reserve(ctx, "it", "orphan", WithLease(200*time.Millisecond))
+		if err != nil || crashed.TookOverExpired {
+			t.Fatalf("first reserve: %+v %v", crashed, err)
+		}
+		var seen Lease
+		out, err := c.Process(ctx, "it", "orphan", func(_ context.Context, l Lease) ([]byte, error) {
+			seen = l
+			return nil, nil
+		}, WaitForHolder())
+		if err != nil || seen.Attempt != 2 || !seen.TookOverExpired || seen.Token <= crashed.Token {
+			t.Fatalf("after the holder's lease expired: %+v %v, lease %+v; want attempt 2, taken over from the expired lease", out, err, seen)
+		}
+	})
+
 	t.Run("failure then retry", func(t *testing.T) {
 		attempts := []int{}
 		h := func(_ context.Context, l Lease) ([]byte, error) {
+			if l.TookOverExpired {
+				t.Errorf("attempt %d after a Fail reported as a takeover of an expired lease", l.Attempt)
+			}
 			attempts = append(attempts, l.Attempt)
 			if l.Attempt == 1 {
 				return nil, RetryAfter(errors.New("downstream timeout"), 0)

@@ -32,6 +32,10 @@ type Lease struct {
 	Token uint64
 	// Attempt is 1 for the first attempt at the key.
 	Attempt int
+	// TookOverExpired reports that the lease was taken over from one that
+	// expired unsettled: the previous holder crashed, hung or overran it,
+	// perhaps on this very message (Result.TookOverExpired).
+	TookOverExpired bool
 	// Deadline is the local safe deadline of the lease as granted
 	// (Result.SafeUntil of the Reserve). Background extensions move the real
 	// one on; the handler's context is the authority.
@@ -87,6 +91,8 @@ type processConfig struct {
 	reserve         []ReserveOption // fingerprint, entity
 	entity          EntityOption    // names the key's shard on every later operation
 	waitForHolder   bool
+	isolation       *Isolation
+	redelivered     bool
 }
 
 type processOption func(*processConfig)
@@ -98,6 +104,21 @@ func (o processOption) applyProcess(p *processConfig) { o(p) }
 // retry-after the grid gives, instead of returning a *BusyError.
 func WaitForHolder() ProcessOption {
 	return processOption(func(p *processConfig) { p.waitForHolder = true })
+}
+
+// WithIsolation makes Process keep its handler apart from those of the
+// other Process calls that share g, as a consumer's messages do, so that a
+// crash loop costs attempts of its culprit only (see Isolation).
+func WithIsolation(g *Isolation) ProcessOption {
+	return processOption(func(p *processConfig) { p.isolation = g })
+}
+
+// Redelivered tells Process that the broker delivers the message again
+// (RabbitMQ's redelivered flag, a JetStream delivery count above 1): with
+// WithIsolation it is a suspect, reserved apart from other suspects. It
+// changes nothing else.
+func Redelivered() ProcessOption {
+	return processOption(func(p *processConfig) { p.redelivered = true })
 }
 
 // failDirective is a handler error that says how to fail the key.
@@ -215,14 +236,24 @@ func (c *Client) process(ctx context.Context, ns, key string, h Handler, opts ..
 		ropts = append(ropts, WithPoisonRetention(p.poisonRetention))
 	}
 	reserve := ReserveOp(ns, key, append(ropts, WithLeaseMargin(p.margin))...)
+	g := p.isolation
 	for {
+		held, err := g.enter(ctx, ns, key, p.redelivered)
+		if err != nil {
+			return Processed{}, fmt.Errorf("client: waiting to reserve apart from a message taken over from a crashed holder: %w", err)
+		}
 		r, sends, err := c.one(ctx, reserve)
 		if err != nil {
+			g.leave(held)
 			return Processed{ReserveSends: sends}, err
 		}
+		if r.Outcome == OutcomeAcquired {
+			held = g.granted(held, ns, key, r.TookOverExpired)
+			defer func() { g.leave(held) }()
+			return c.run(ctx, ns, key, h, &p, r, &held)
+		}
+		g.refused(held, ns, key, r.Outcome == OutcomeBusy)
 		switch r.Outcome {
-		case OutcomeAcquired:
-			return c.run(ctx, ns, key, h, &p, r)
 		case OutcomeDuplicate:
 			return Processed{Result: r.Result, Duplicate: true, Token: r.Token, Attempt: r.Attempt, CompletedAt: r.CompletedAt,
 				ReserveSends: r.Sends, Resent: r.Resent}, nil
@@ -266,7 +297,9 @@ func (done *Processed) settled(r Result) {
 }
 
 // run runs the handler under the acquired lease r and settles the key.
-func (c *Client) run(ctx context.Context, ns, key string, h Handler, p *processConfig, r Result) (Processed, error) {
+// With an Isolation, *held is the call's hold: a takeover waits here, its
+// lease kept alive, until it may run alone.
+func (c *Client) run(ctx context.Context, ns, key string, h Handler, p *processConfig, r Result, held *hold) (Processed, error) {
 	done := Processed{Token: r.Token, Attempt: r.Attempt, ReserveSends: r.Sends, Resent: r.Resent, Replayed: r.Replayed}
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer scancel()
@@ -274,7 +307,7 @@ func (c *Client) run(ctx context.Context, ns, key string, h Handler, p *processC
 		return done, c.tooLate(sctx, ns, key, p, r, now, &done)
 	}
 
-	l := Lease{Namespace: ns, Key: key, Token: r.Token, Attempt: r.Attempt, Deadline: r.SafeUntil}
+	l := Lease{Namespace: ns, Key: key, Token: r.Token, Attempt: r.Attempt, Deadline: r.SafeUntil, TookOverExpired: r.TookOverExpired}
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	kctx, kstop := context.WithCancel(ctx)
@@ -287,7 +320,23 @@ func (c *Client) run(ctx context.Context, ns, key string, h Handler, p *processC
 	stopKeeper := sync.OnceFunc(func() { kstop(); <-kdone })
 	defer stopKeeper() // also when the handler calls runtime.Goexit
 
-	res, herr := callHandler(hctx, h, l)
+	var res []byte
+	var herr error
+	ran := true
+	if *held == holdUpgrading {
+		*held, herr = p.isolation.runAlone(hctx)
+		if herr != nil {
+			// Stopped or the lease lost before the handler ran. The
+			// key is failed, not released: a release would forget the
+			// attempts that its crashed holders used, and a crash loop
+			// would never end in POISONED.
+			herr = fmt.Errorf("client: stopped while waiting to run alone, the handler did not run: %w", herr)
+			ran = false
+		}
+	}
+	if herr == nil {
+		res, herr = callHandler(hctx, h, l)
+	}
 	stopKeeper()
 	// The keeper has stopped: k.safe is the deadline its last successful
 	// extension left (an extension cut short by the stop is not counted).
@@ -318,7 +367,7 @@ func (c *Client) run(ctx context.Context, ns, key string, h Handler, p *processC
 	if lost {
 		herr = fmt.Errorf("%w: %w", cause, herr)
 	}
-	if ctx.Err() != nil && !lost {
+	if ctx.Err() != nil && !lost && ran {
 		// Stopped mid-way, the handler may have applied its effect before
 		// it saw the stop (a commit that went through as its context
 		// ended): the key is failed like any handler error, the attempt

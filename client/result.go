@@ -7,7 +7,7 @@ import (
 	"github.com/l4xg/grid/api/gridpb"
 )
 
-// Outcome is what the grid answered to one operation (DESIGN.md section 2).
+// Outcome is what the grid answered to one operation (docs/design.md section 2).
 // Outcomes are answers, not failures: they come back in Result.Outcome and
 // never as a gRPC error.
 type Outcome uint8
@@ -116,6 +116,13 @@ type Result struct {
 	// (same token and deadline), most likely to a resend of this call whose
 	// first answer was lost, not a new lease.
 	Replayed bool
+	// TookOverExpired reports, for ACQUIRED and for POISONED by a Reserve,
+	// that the Reserve took the key over from a lease that expired
+	// unsettled: its holder crashed, hung or overran it (not a failed
+	// attempt whose retry delay had passed). The message may be the one
+	// that crashed its holder: WithIsolation runs it alone. A Replayed
+	// grant does not repeat it.
+	TookOverExpired bool
 
 	// SafeUntil is the local safe deadline, by the client's clock, of the
 	// lease an ACQUIRED Reserve or an OK Extend holds: the clock just before
@@ -191,6 +198,8 @@ func fromPB(p *gridpb.OpResult) Result {
 		Now:         fromUnixMs(p.GetNowUnixMs()),
 		Existed:     p.GetExisted(),
 		Replayed:    p.GetReplayed(),
+
+		TookOverExpired: p.GetLeaseExpired(),
 
 		ResultOmitted: p.GetResultOmitted(),
 	}

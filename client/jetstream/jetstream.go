@@ -103,6 +103,13 @@ const (
 	ReasonHeader = "Grid-Reason"
 )
 
+// handBackDelay is when a message a stopping consumer hands back may be
+// delivered again. Not at once: while the consumer drains, its pull request
+// is still open on the server, which would deliver the message straight
+// back to it, to be handed back again, each round spending one of the
+// stream's MaxDeliver deliveries.
+const handBackDelay = time.Second
+
 // Handler processes one message under the grid's lease. ctx carries the
 // message's correlation id (the "Correlation-Id" header, client.CorrelationID)
 // and ends when the lease is lost, or when Consume stops and its stop grace
@@ -244,7 +251,7 @@ func Consume(ctx context.Context, cons jetstream.Consumer, grid *client.Client, 
 	}
 	defer it.Stop()
 	defer context.AfterFunc(ctx, it.Drain)()
-	r := &receiver{cfg: cfg, grid: grid, ns: ns, h: h, m: m, ackWait: ackWait}
+	r := &receiver{cfg: cfg, grid: grid, ns: ns, h: h, m: m, ackWait: ackWait, iso: client.NewIsolation()}
 	msgs := make(chan jetstream.Msg)
 	var wg sync.WaitGroup
 	for range cfg.concurrency {
@@ -280,6 +287,7 @@ type receiver struct {
 	h       Handler
 	m       *adapter.Metrics
 	ackWait time.Duration
+	iso     *client.Isolation // keeps a crash loop's culprit apart
 }
 
 // handle processes msg and settles it.
@@ -293,7 +301,7 @@ func (r *receiver) handle(ctx context.Context, msg jetstream.Msg) {
 		r.settle(ctx, msg, adapter.Verdict{Outcome: adapter.NoKey, Action: adapter.DeadLetter, Cause: err})
 		return
 	}
-	popts := adapter.ProcessOptions(r.cfg.process, msg, r.cfg.fingerprint, r.cfg.entity)
+	popts := adapter.ProcessOptions(r.cfg.process, r.iso, redelivered(msg), msg, r.cfg.fingerprint, r.cfg.entity)
 	dctx, dcancel := adapter.Draining(ctx, r.cfg.delays.StopGrace)
 	defer dcancel()
 	hctx := client.ContextWithCorrelationID(dctx, msg.Headers().Get("Correlation-Id"))
@@ -367,8 +375,8 @@ func (r *receiver) settle(ctx context.Context, msg jetstream.Msg, v adapter.Verd
 	switch v.Action {
 	case adapter.Ack:
 		err = msg.Ack()
-	case adapter.Requeue:
-		err = msg.Nak()
+	case adapter.Requeue: // only by a stopping consumer
+		err = msg.NakWithDelay(handBackDelay)
 	case adapter.Retry:
 		err = msg.NakWithDelay(v.Delay)
 	case adapter.DeadLetter:
@@ -419,4 +427,10 @@ func (r *receiver) publishDeadLetter(ctx context.Context, msg jetstream.Msg, dl 
 		return fmt.Errorf("jetstream: dead letter to %s: %w", dl.subject, err)
 	}
 	return nil
+}
+
+// redelivered reports whether the server delivers msg again.
+func redelivered(msg jetstream.Msg) bool {
+	md, err := msg.Metadata()
+	return err == nil && md.NumDelivered > 1
 }

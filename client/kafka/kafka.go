@@ -234,7 +234,7 @@ func Consume(ctx context.Context, cl *kgo.Client, grid *client.Client, ns string
 	if err != nil {
 		return err
 	}
-	c := &consumer{cfg: cfg, cl: cl, grid: grid, ns: ns, h: h, m: m}
+	c := &consumer{cfg: cfg, cl: cl, grid: grid, ns: ns, h: h, m: m, iso: client.NewIsolation(), next: map[topicPartition]int64{}}
 	defer c.stopResumes()
 	for ctx.Err() == nil {
 		fetches := cl.PollRecords(ctx, cfg.maxPoll)
@@ -263,6 +263,11 @@ type consumer struct {
 	ns   string
 	h    Handler
 	m    *adapter.Metrics
+	iso  *client.Isolation // keeps a crash loop's culprit apart
+	// next is, per partition, the offset after the last record polled: a
+	// record elsewhere comes from a partition new to this consumer or
+	// rewound, which a crashed consumer may have held (Isolation.Probation).
+	next map[topicPartition]int64
 
 	mu      sync.Mutex
 	resumes map[*time.Timer]bool
@@ -277,6 +282,13 @@ func (c *consumer) settle(ctx context.Context, recs []*kgo.Record) {
 	verdicts := make([]adapter.Verdict, len(recs))
 	keys := make([]string, len(recs))
 	var runs []int // the records to run
+	for _, r := range recs {
+		p := topicPartition{r.Topic, r.Partition}
+		if next, ok := c.next[p]; !ok || next != r.Offset {
+			c.iso.Probation()
+		}
+		c.next[p] = r.Offset + 1
+	}
 	for i, r := range recs {
 		key, err := c.cfg.key(r)
 		if err != nil {
@@ -446,7 +458,7 @@ type topicPartition struct {
 // process runs one record, whose key is key, through the grid and judges
 // the outcome.
 func (c *consumer) process(ctx context.Context, key string, r *kgo.Record) adapter.Verdict {
-	popts := adapter.ProcessOptions(c.cfg.process, r, c.cfg.fingerprint, c.cfg.entity)
+	popts := adapter.ProcessOptions(c.cfg.process, c.iso, false, r, c.cfg.fingerprint, c.cfg.entity)
 	dctx, dcancel := adapter.Draining(ctx, c.cfg.delays.StopGrace)
 	defer dcancel()
 	hctx := client.ContextWithCorrelationID(dctx, header(r, "correlation-id"))

@@ -280,7 +280,7 @@ func Consume(ctx context.Context, conn *amqp.Connection, grid *client.Client, ns
 	if err != nil {
 		return fmt.Errorf("rabbitmq: consume %s: %w", queue, err)
 	}
-	r := &receiver{cfg: cfg, grid: grid, ns: ns, queue: queue, h: h, pub: pub, returns: returns, m: m}
+	r := &receiver{cfg: cfg, grid: grid, ns: ns, queue: queue, h: h, pub: pub, returns: returns, m: m, iso: client.NewIsolation()}
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	cancelled := ch.NotifyCancel(make(chan string, 1))
 	// Without its publishing channel the consumer can settle nothing but
@@ -435,6 +435,7 @@ type receiver struct {
 	pub     *amqp.Channel
 	returns *returns
 	m       *adapter.Metrics
+	iso     *client.Isolation // keeps a crash loop's culprit apart
 }
 
 // handle processes d and settles it.
@@ -448,7 +449,7 @@ func (r *receiver) handle(ctx context.Context, d amqp.Delivery) {
 		r.settle(ctx, d, adapter.Verdict{Outcome: adapter.NoKey, Action: adapter.DeadLetter, Cause: err})
 		return
 	}
-	popts := adapter.ProcessOptions(r.cfg.process, d, r.cfg.fingerprint, r.cfg.entity)
+	popts := adapter.ProcessOptions(r.cfg.process, r.iso, d.Redelivered, d, r.cfg.fingerprint, r.cfg.entity)
 	dctx, dcancel := adapter.Draining(ctx, r.cfg.waits.StopGrace)
 	defer dcancel()
 	hctx := client.ContextWithCorrelationID(dctx, d.CorrelationId)

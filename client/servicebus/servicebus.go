@@ -266,7 +266,7 @@ func Consume(ctx context.Context, rcv Receiver, grid *client.Client, ns string, 
 	if err != nil {
 		return err
 	}
-	r := &receiver{cfg: cfg, rcv: rcv, grid: grid, ns: ns, h: h, m: m}
+	r := &receiver{cfg: cfg, rcv: rcv, grid: grid, ns: ns, h: h, m: m, iso: client.NewIsolation()}
 	// A token in slots per message received and not yet settled: a message
 	// kept for a retry holds its slot, and the others go on receiving.
 	slots := make(chan struct{}, cfg.batch)
@@ -316,6 +316,7 @@ type receiver struct {
 	ns   string
 	h    Handler
 	m    *adapter.Metrics
+	iso  *client.Isolation // keeps a crash loop's culprit apart
 }
 
 // handle processes msg and settles it.
@@ -330,7 +331,7 @@ func (r *receiver) handle(ctx context.Context, msg *azservicebus.ReceivedMessage
 		r.settle(ctx, msg, adapter.Verdict{Outcome: adapter.NoKey, Action: adapter.DeadLetter, Cause: err})
 		return
 	}
-	popts := adapter.ProcessOptions(r.cfg.process, orig, r.cfg.fingerprint, r.cfg.entity)
+	popts := adapter.ProcessOptions(r.cfg.process, r.iso, msg.DeliveryCount > 1, orig, r.cfg.fingerprint, r.cfg.entity)
 	var holdEnd time.Time // when a kept message is abandoned; zero before its first retry
 	for {
 		v := r.process(ctx, msg, key, popts)

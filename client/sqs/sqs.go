@@ -174,6 +174,12 @@ func DefaultKey(msg types.Message) (string, error) {
 	return "", errors.New("sqs: the message has neither an idempotency-key attribute nor an id")
 }
 
+// receiveCount is the message's ApproximateReceiveCount (0 when not given).
+func receiveCount(msg types.Message) int {
+	n, _ := strconv.Atoi(msg.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	return n
+}
+
 func attribute(msg types.Message, name string) string {
 	if a, ok := msg.MessageAttributes[name]; ok {
 		return aws.ToString(a.StringValue)
@@ -212,7 +218,7 @@ func Consume(ctx context.Context, api API, url string, grid *client.Client, ns s
 	if err != nil {
 		return err
 	}
-	r := &receiver{cfg: cfg, api: api, url: url, grid: grid, ns: ns, h: h, m: m}
+	r := &receiver{cfg: cfg, api: api, url: url, grid: grid, ns: ns, h: h, m: m, iso: client.NewIsolation()}
 	for ctx.Err() == nil {
 		out, err := api.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
 			QueueUrl: &url, MaxNumberOfMessages: cfg.batch, WaitTimeSeconds: int32(cfg.wait / time.Second),
@@ -238,6 +244,7 @@ type receiver struct {
 	ns   string
 	h    Handler
 	m    *adapter.Metrics
+	iso  *client.Isolation // keeps a crash loop's culprit apart
 }
 
 // settleBatch runs a receive's messages at once and deletes those settled
@@ -318,7 +325,7 @@ func (r *receiver) handle(ctx context.Context, msg types.Message) adapter.Verdic
 	if err != nil {
 		return adapter.Verdict{Outcome: adapter.NoKey, Action: adapter.DeadLetter, Cause: err}
 	}
-	popts := adapter.ProcessOptions(r.cfg.process, msg, r.cfg.fingerprint, r.cfg.entity)
+	popts := adapter.ProcessOptions(r.cfg.process, r.iso, receiveCount(msg) > 1, msg, r.cfg.fingerprint, r.cfg.entity)
 	dctx, dcancel := adapter.Draining(ctx, r.cfg.delays.StopGrace)
 	defer dcancel()
 	hctx := client.ContextWithCorrelationID(dctx, attribute(msg, "correlation-id"))

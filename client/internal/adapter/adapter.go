@@ -167,11 +167,16 @@ func NewMetrics(adapter string, reg prometheus.Registerer) (*Metrics, error) {
 func (m *Metrics) Count(o Outcome, a Action) { m.settled.WithLabelValues(string(o), string(a)).Inc() }
 
 // ProcessOptions are the options of the Process call for message m: base,
-// and the fingerprint and the entity the adapter's options derive from m
-// (either may be nil).
-func ProcessOptions[M any](base []client.ProcessOption, m M, fingerprint func(M) uint64,
-	entity func(M) (string, uint64, bool)) []client.ProcessOption {
-	opts := slices.Clone(base)
+// the consumer's Isolation (every adapter keeps one, so that a crash loop
+// poisons only its culprit), whether the broker delivers m again, and the
+// fingerprint and the entity the adapter's options derive from m (either
+// may be nil).
+func ProcessOptions[M any](base []client.ProcessOption, iso *client.Isolation, redelivered bool, m M,
+	fingerprint func(M) uint64, entity func(M) (string, uint64, bool)) []client.ProcessOption {
+	opts := append(slices.Clone(base), client.WithIsolation(iso))
+	if redelivered {
+		opts = append(opts, client.Redelivered())
+	}
 	if fingerprint != nil {
 		opts = append(opts, client.WithFingerprint(fingerprint(m)))
 	}

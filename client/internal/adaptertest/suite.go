@@ -151,6 +151,7 @@ type Handler func(ctx context.Context, body string, l client.Lease) error
 func Run(t *testing.T, h Harness) {
 	t.Run("Outcomes", func(t *testing.T) { testOutcomes(t, h) })
 	t.Run("CrashMidHandlerIsTakenOver", func(t *testing.T) { testCrashMidHandler(t, h) })
+	t.Run("CrashLoopPoisonsOnlyItsCulprit", func(t *testing.T) { testCrashLoop(t, h) })
 	t.Run("ShutdownHandsMessagesBack", func(t *testing.T) { testShutdown(t, h) })
 	t.Run("LongHandlerKeepsItsMessage", func(t *testing.T) {
 		if !h.Redelivers {
