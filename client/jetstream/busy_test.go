@@ -298,3 +298,60 @@ func TestKeptBusyMessageIsHandedBackOnStop(t *testing.T) {
 		t.Errorf("not_started/requeue counted %v times, want the kept message handed back once", n)
 	}
 }
+
+// TestMessageWaitingForItsTurnKeepsItsDelivery: a message that arrives
+// while a message taken over from a crashed holder runs alone
+// (client.Isolation) waits for its turn before its Reserve; JetStream is
+// told it is being worked on meanwhile, so a wait of more than two ack
+// waits spends none of its deliveries.
+func TestMessageWaitingForItsTurnKeepsItsDelivery(t *testing.T) {
+	grid, _ := adaptertest.Grid(t)
+	const ackWait = time.Second
+	s := newBusyStream(t, ackWait, 5)
+	crashed, err := grid.Reserve(context.Background(), adaptertest.Namespace, "orphan", client.WithLease(200*time.Millisecond))
+	if err != nil || crashed.Outcome != client.OutcomeAcquired {
+		t.Fatalf("the crashed holder's reserve: %+v, %v", crashed, err)
+	}
+	testwait.For(t, 10*time.Second, "the crashed holder's lease expired", func() bool {
+		g, err := grid.Get(context.Background(), adaptertest.Namespace, "orphan")
+		return err == nil && g.Now.After(g.Deadline)
+	})
+	d := &deliveries{}
+	delivered := func(body string) []uint64 { _, n := d.of(body); return n }
+	alone := make(chan struct{})
+	release := make(chan struct{})
+	ran := make(chan client.Lease, 1)
+	s.consume(t, grid, func(ctx context.Context, msg jetstream.Msg, l client.Lease) ([]byte, error) {
+		if l.Key == "orphan" {
+			if !l.TookOverExpired {
+				t.Errorf("the orphan's lease %+v, want a takeover of the expired one", l)
+			}
+			close(alone)
+			<-release
+			return nil, nil
+		}
+		ran <- l
+		return nil, nil
+	}, WithKey(d.key), WithConcurrency(4))
+	s.publish(t, "orphan", "takeover")
+	<-alone
+	s.publish(t, "later", "waits")
+	testwait.For(t, 10*time.Second, "the later message delivered", func() bool { return len(delivered("waits")) > 0 })
+	// The orphan runs alone for more than two ack waits; the later
+	// message must not run beside it, nor be delivered again.
+	if testwait.Holds(2*ackWait+ackWait/2, func() bool { return len(ran) > 0 }) {
+		t.Fatal("a message ran beside the one taken over from a crashed holder")
+	}
+	close(release)
+	select {
+	case l := <-ran:
+		if l.Attempt != 1 {
+			t.Errorf("the later message ran as attempt %d, want 1", l.Attempt)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the later message never ran")
+	}
+	if n := delivered("waits"); len(n) != 1 {
+		t.Fatalf("the later message was delivered %v times (delivery numbers), want once: waiting for its turn spent deliveries", n)
+	}
+}

@@ -304,13 +304,14 @@ func (r *receiver) handle(ctx context.Context, msg jetstream.Msg) {
 	popts := adapter.ProcessOptions(r.cfg.process, r.iso, redelivered(msg), msg, r.cfg.fingerprint, r.cfg.entity)
 	dctx, dcancel := adapter.Draining(ctx, r.cfg.delays.StopGrace)
 	defer dcancel()
+	// Keep JetStream from redelivering msg, which would spend one of its
+	// deliveries, while it is here: waiting for its turn (a message taken
+	// over from a crashed holder runs alone, client.Isolation), its
+	// Reserve, its handler, a BUSY hold.
+	stop := r.inProgress(dctx, msg)
+	defer stop()
 	hctx := client.ContextWithCorrelationID(dctx, msg.Headers().Get("Correlation-Id"))
-	h := func(ctx context.Context, l client.Lease) ([]byte, error) {
-		// Keep JetStream from redelivering while the lease holds.
-		stop := r.inProgress(ctx, msg)
-		defer stop()
-		return r.h(ctx, msg, l)
-	}
+	h := func(ctx context.Context, l client.Lease) ([]byte, error) { return r.h(ctx, msg, l) }
 	var holdEnd time.Time // when a BUSY message is handed back; zero before the first BUSY
 	for {
 		out, err := r.grid.Process(hctx, r.ns, key, h, popts...)
@@ -340,17 +341,16 @@ func (r *receiver) handle(ctx context.Context, msg jetstream.Msg) {
 }
 
 // keepBusy keeps msg, which the grid answered BUSY (v), for wait: it tells
-// JetStream it is still being worked on, at once and every third of the
-// ack wait, so that waiting spends none of its deliveries. It counts the
-// wait as a retry and reports false when ctx ends first.
+// JetStream it is still being worked on, at once (handle keeps telling it
+// every third of the ack wait), so that waiting spends none of its
+// deliveries. It counts the wait as a retry and reports false when ctx
+// ends first.
 func (r *receiver) keepBusy(ctx context.Context, msg jetstream.Msg, v adapter.Verdict, wait time.Duration) bool {
 	_ = msg.InProgress() // a failure is a redelivery, which the grid answers
 	r.m.Count(v.Outcome, v.Action)
 	if r.cfg.logger != nil {
 		r.cfg.logger.Info("jetstream: key busy, message kept", "subject", msg.Subject(), "wait", wait, "cause", v.Cause)
 	}
-	stop := r.inProgress(ctx, msg)
-	defer stop()
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {

@@ -364,10 +364,13 @@ func (r *receiver) process(ctx context.Context, msg *azservicebus.ReceivedMessag
 	}
 	dctx, dcancel := adapter.Draining(ctx, r.cfg.delays.StopGrace)
 	defer dcancel()
+	// Keep msg locked while it is here: waiting for its turn (a message
+	// taken over from a crashed holder runs alone, client.Isolation), its
+	// Reserve, its handler. A lost lock is a delivery spent.
+	stop := r.renewLock(dctx, msg)
+	defer stop()
 	hctx := client.ContextWithCorrelationID(dctx, corr)
 	out, err := r.grid.Process(hctx, r.ns, key, func(ctx context.Context, l client.Lease) ([]byte, error) {
-		stop := r.renewLock(ctx, msg)
-		defer stop()
 		return r.h(ctx, msg, l)
 	}, popts...)
 	return adapter.Judge(ctx, out, err, r.cfg.delays)
