@@ -79,9 +79,15 @@ func TestStaleFenceRefusedOnRealNodes(t *testing.T) {
 	if _, err := p.ShardAdmin(gridtest.Context(t), c.Addrs()[at], req); !errors.Is(err, topology.ErrStaleFence) {
 		t.Fatalf("removal of %s under the deposed control term %d: %v, want ErrStaleFence", c.ID(victim), oldTerm, err)
 	}
-	after, err := r.Configuration()
-	if err != nil || !slices.Equal(after, before) || !r.IsLeader() {
-		t.Fatalf("shard 0's group after the refused removal: %v %v (still leads: %v), want %v", after, err, r.IsLeader(), before)
+	// Every live replica's view: leadership may have moved meanwhile (the
+	// control leader hands shards to their preferred leaders), which is
+	// not what is tested here.
+	var after []raft.Server
+	for _, i := range live {
+		after, err = c.Node(i).Host().Replica(0).Configuration()
+		if err != nil || !slices.Equal(after, before) {
+			t.Fatalf("shard 0's group on %s after the refused removal: %v %v, want %v", c.ID(i), after, err, before)
+		}
 	}
 	if !slices.ContainsFunc(after, func(s raft.Server) bool { return string(s.ID) == c.ID(victim) && s.Suffrage == raft.Voter }) {
 		t.Fatalf("%s is not a voter of shard 0: %v", c.ID(victim), after)
