@@ -25,9 +25,10 @@ import (
 // Mux and log store; shard groups use ids below MaxShards.
 const ControlGroup uint64 = 1 << 40
 
-// raftLogger is the control group's Raft logger: the node's, at warn.
+// raftLogger is the control group's Raft logger: the node's, at warn,
+// quiet about peers once the node stops (raftlog.Mux.MarkStopping).
 func (n *Runtime) raftLogger() hclog.Logger {
-	return raftlog.RaftLogger(n.cfg.Logger, "raft").With("group", "control")
+	return raftlog.RaftLogger(n.cfg.Logger, "raft", n.cfg.Mux.Stopping).With("group", "control")
 }
 
 func (n *Runtime) startControl() error {

@@ -315,6 +315,12 @@ func (n *Node) WaitReady(ctx context.Context) error {
 func (n *Node) Stop(ctx context.Context) error {
 	var err error
 	n.stopOnce.Do(func() {
+		if n.mux != nil {
+			// From here on the peers going away is expected: when the
+			// whole cluster stops, each node's groups outlive some of
+			// their peers' by up to a second or two.
+			n.mux.MarkStopping()
+		}
 		n.cancel()
 		n.server.Shutdown()
 		done := make(chan struct{})

@@ -131,7 +131,11 @@
 // election and leader lease all equal the heartbeat timeout. [RaftLogger]
 // sends hashicorp/raft's log lines (its Raft and snapshot store) to the
 // node's slog logger at warn and above, so an operator sees Raft's warnings
-// and errors. The transport keeps a null logger: raft's NetworkTransport
+// and errors. Once the node stops on purpose ([Mux.MarkStopping]), Raft's
+// warnings and errors about a peer (it cannot reach one, a peer has a newer
+// term) go at info: when the whole cluster stops, every node's groups
+// outlive some of their peers' for a second or so, and those lines are not
+// failures. The transport keeps a null logger: raft's NetworkTransport
 // logs every connection closed under it (a replica stopped, a peer gone) as
 // an error.
 //

@@ -18,19 +18,44 @@ import (
 // replicating to); SetLevel lowers that. The name becomes the "logger"
 // attribute ("raft" and the group, say), Named and With add to it as
 // hclog does.
-func RaftLogger(l *slog.Logger, name string) hclog.Logger {
+//
+// stopping, if not nil, reports whether the node is stopping on purpose
+// (Mux.Stopping). While it does, Raft's warnings and errors about a peer
+// are logged at info: its failures to reach one (AppendEntries,
+// heartbeats, votes), a peer not heard from, a peer's newer term after a
+// hand-over. They are what a stop looks like from the inside (the peers
+// go away too when the whole cluster stops) and nothing an operator can
+// act on; the same lines from a node that is not stopping stay errors.
+// Raft names the peer of such a line in a "peer", "target" or "server-id"
+// attribute (aboutPeer); lines without one (its log store, its
+// snapshots) keep their level.
+func RaftLogger(l *slog.Logger, name string, stopping func() bool) hclog.Logger {
 	lv := &atomic.Int32{}
 	lv.Store(int32(hclog.Warn))
-	return &slogLogger{l: l, name: name, level: lv}
+	return &slogLogger{l: l, name: name, level: lv, stopping: stopping}
 }
 
 // slogLogger adapts a *slog.Logger to hclog.Logger. Loggers derived with
 // With or Named share their parent's level.
 type slogLogger struct {
-	l       *slog.Logger
-	name    string
-	implied []any
-	level   *atomic.Int32 // an hclog.Level
+	l        *slog.Logger
+	name     string
+	implied  []any
+	level    *atomic.Int32 // an hclog.Level
+	stopping func() bool   // nil: never
+}
+
+// aboutPeer reports whether args (alternating keys and values) name a
+// peer under one of the keys hashicorp/raft (1.7) gives a peer in its
+// warnings and errors about one.
+func aboutPeer(args []any) bool {
+	for i := 0; i+1 < len(args); i += 2 {
+		switch args[i] {
+		case "peer", "target", "server-id":
+			return true
+		}
+	}
+	return false
 }
 
 var _ hclog.Logger = (*slogLogger)(nil)
@@ -57,6 +82,9 @@ func (s *slogLogger) enabled(level hclog.Level) bool {
 
 func (s *slogLogger) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.NoLevel {
+		level = hclog.Info
+	}
+	if (level == hclog.Warn || level == hclog.Error) && s.stopping != nil && aboutPeer(args) && s.stopping() {
 		level = hclog.Info
 	}
 	if !s.enabled(level) {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -94,6 +95,7 @@ type Mux struct {
 	faults        *Faults
 	log           *slog.Logger
 	done          chan struct{}
+	stopping      atomic.Bool // see MarkStopping
 	wg            sync.WaitGroup
 	closeOnce     sync.Once
 	closeErr      error
@@ -176,6 +178,16 @@ func (m *Mux) Layer(group uint64) (raft.StreamLayer, error) {
 	m.layers[group] = l
 	return l, nil
 }
+
+// MarkStopping records that the node is stopping on purpose: from now on
+// its Raft groups expect their peers to become unreachable (they stop too
+// when the whole cluster does), and the loggers given Stopping log Raft's
+// complaints about peers at info (RaftLogger). The Mux itself goes on
+// serving until Close. A node calls it first thing in its stop.
+func (m *Mux) MarkStopping() { m.stopping.Store(true) }
+
+// Stopping reports whether MarkStopping was called.
+func (m *Mux) Stopping() bool { return m.stopping.Load() }
 
 // Close closes the listener, every layer and every connection, and waits
 // for the Mux's goroutines to exit. It is idempotent and returns the

@@ -28,6 +28,10 @@ type Config struct {
 	// Transport and Address reach the shard's peers. Nil means a single-node
 	// group on an in-memory transport.
 	Transport raft.Transport
+	// Stopping, if set, reports whether the node is stopping on purpose
+	// (raftlog.Mux.Stopping); while it does, Raft's complaints about
+	// reaching the peers are logged at info (raftlog.RaftLogger).
+	Stopping func() bool
 	// Bootstrap a new group when the logs hold no state: with Peers as its
 	// voters, or this node alone when Peers is empty.
 	Bootstrap bool
@@ -167,10 +171,11 @@ type Replica struct {
 	closeOnce sync.Once
 }
 
-// raftLogger is shard id's Raft logger (its Raft, transport and snapshot
-// store): the node's logger l, at warn.
-func raftLogger(l *slog.Logger, id uint64) hclog.Logger {
-	return raftlog.RaftLogger(l, "raft").With("shard", id)
+// raftLogger is the replica's Raft logger (its Raft and snapshot store):
+// the node's logger, at warn, quiet about peers while the node stops
+// (Config.Stopping).
+func raftLogger(cfg Config) hclog.Logger {
+	return raftlog.RaftLogger(cfg.Logger, "raft", cfg.Stopping).With("shard", cfg.ID)
 }
 
 // Open starts the replica.
@@ -186,7 +191,7 @@ func Open(cfg Config) (*Replica, error) {
 			return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
 		}
 	}
-	snaps, err := raftlog.OpenSnapshots(cfg.SnapshotDir, cfg.ID, 2, raftLogger(cfg.Logger, cfg.ID))
+	snaps, err := raftlog.OpenSnapshots(cfg.SnapshotDir, cfg.ID, 2, raftLogger(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: %w", cfg.ID, err)
 	}
@@ -200,7 +205,7 @@ func Open(cfg Config) (*Replica, error) {
 	raftlog.SetTimeouts(rc, cfg.HeartbeatTimeout)
 	rc.BatchApplyCh = true
 	rc.MaxAppendEntries = 256
-	rc.Logger = raftLogger(cfg.Logger, cfg.ID)
+	rc.Logger = raftLogger(cfg)
 	rc.NoSnapshotRestoreOnStart = false
 	// A leader that commits its own removal steps down instead of shutting
 	// Raft down under the Replica: the host stops the replica (StopReplica).

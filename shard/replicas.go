@@ -187,7 +187,7 @@ func (h *Host) openReplica(i int, bootstrap bool, voters []raft.Server) (*Replic
 		Metrics:          h.metrics,
 	}
 	if trans != nil {
-		scfg.Transport = trans
+		scfg.Transport, scfg.Stopping = trans, cfg.Mux.Stopping
 	}
 	s, err := Open(scfg)
 	if err != nil && trans != nil {

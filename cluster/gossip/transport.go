@@ -31,6 +31,11 @@ type transport struct {
 	streams chan net.Conn
 	stop    chan struct{} // closed first by Shutdown: deliver nothing more
 	dead    chan struct{} // closed once the NetTransport has shut down
+	// sending is read-held around each packet written; Shutdown sets down
+	// under it before it closes the sockets, so that no write meets them
+	// closed.
+	sending sync.RWMutex
+	down    bool
 	once    sync.Once
 	wg      sync.WaitGroup
 }
@@ -85,17 +90,25 @@ func (t *transport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error)
 }
 
 func (t *transport) WriteTo(b []byte, addr string) (time.Time, error) {
-	if t.faults.dropsPacket(addr) {
-		return time.Now(), nil // lost on the way, as UDP may be
-	}
-	return t.nt.WriteTo(b, addr)
+	return t.send(addr, func() (time.Time, error) { return t.nt.WriteTo(b, addr) })
 }
 
 func (t *transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
-	if t.faults.dropsPacket(a.Addr) {
+	return t.send(a.Addr, func() (time.Time, error) { return t.nt.WriteToAddress(b, a) })
+}
+
+// send writes one packet to addr, or drops it (as UDP may lose it) when
+// Faults drop it or once Shutdown has begun. memberlist shuts its transport
+// down before it stops its own gossip and probes, so at every clean stop a
+// probe or gossip round wrote to the closed socket and memberlist logged
+// the "use of closed network connection" as an error.
+func (t *transport) send(addr string, write func() (time.Time, error)) (time.Time, error) {
+	t.sending.RLock()
+	defer t.sending.RUnlock()
+	if t.down || t.faults.dropsPacket(addr) {
 		return time.Now(), nil
 	}
-	return t.nt.WriteToAddress(b, a)
+	return write()
 }
 
 func (t *transport) PacketCh() <-chan *memberlist.Packet { return t.packets }
@@ -117,13 +130,16 @@ func (t *transport) DialAddressTimeout(a memberlist.Address, timeout time.Durati
 
 func (t *transport) StreamCh() <-chan net.Conn { return t.streams }
 
-// Shutdown stops delivering, then shuts the NetTransport down; the
-// forwarders keep draining it until it has (its listeners block on
-// unbuffered channels).
+// Shutdown stops delivering and sending, then shuts the NetTransport
+// down; the forwarders keep draining it until it has (its listeners block
+// on unbuffered channels).
 func (t *transport) Shutdown() error {
 	var err error
 	t.once.Do(func() {
 		close(t.stop)
+		t.sending.Lock()
+		t.down = true
+		t.sending.Unlock()
 		err = t.nt.Shutdown()
 		close(t.dead)
 		t.wg.Wait()

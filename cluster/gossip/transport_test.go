@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"compress/lzw"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
+	"github.com/hashicorp/memberlist"
 
 	"github.com/l4xg/grid/cluster/topology"
 	"github.com/l4xg/grid/internal/testwait"
@@ -215,5 +217,34 @@ func TestCheckPacket(t *testing.T) {
 		if err := checkPacket(tc.buf); (err == nil) != tc.ok {
 			t.Errorf("%s: checkPacket = %v, want ok=%v", tc.name, err, tc.ok)
 		}
+	}
+}
+
+// TestShutDownTransportDropsPackets: memberlist shuts its transport down
+// before its own gossip and probes stop, so a packet sent after Shutdown
+// is dropped, as UDP may lose one, not failed: memberlist logs a failed
+// send as an error, which every clean stop then printed.
+func TestShutDownTransportDropsPackets(t *testing.T) {
+	peer, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	tr, err := newTransport("127.0.0.1", 0, nil, nil, slog.New(slog.DiscardHandler), log.New(io.Discard, "", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := peer.LocalAddr().String()
+	if _, err := tr.WriteTo([]byte("before"), to); err != nil {
+		t.Fatalf("WriteTo before Shutdown: %v", err)
+	}
+	if err := tr.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.WriteTo([]byte("after"), to); err != nil {
+		t.Errorf("WriteTo after Shutdown: %v, want the packet dropped", err)
+	}
+	if _, err := tr.WriteToAddress([]byte("after"), memberlist.Address{Addr: to, Name: "peer"}); err != nil {
+		t.Errorf("WriteToAddress after Shutdown: %v, want the packet dropped", err)
 	}
 }

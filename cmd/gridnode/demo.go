@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -73,7 +74,7 @@ func demo(args []string, stdout, stderr io.Writer) (code int) {
 		id := fmt.Sprintf("node-%d", i+1)
 		var logTo io.Writer
 		if *logs {
-			logTo = prefixWriter{w: stderr, prefix: id + " "}
+			logTo = &prefixWriter{w: stderr, prefix: id + " "}
 		}
 		p, err := gridproc.Start(gridproc.Options{
 			Argv: []string{self, "serve",
@@ -180,15 +181,33 @@ func stopDemoNodes(procs []*demoNode, stderr io.Writer) bool {
 	return clean
 }
 
-// prefixWriter prefixes every write (a line of a node's log) with its node.
+// prefixWriter prefixes every line of a node's log with its node. The log
+// comes through a pipe in chunks of any size: a write may hold several
+// lines, or part of one, which waits for the rest of its line. Each write
+// passes its complete lines on in one write, so that the nodes' lines do
+// not interleave. It is for one writer at a time (the command's copy).
 type prefixWriter struct {
 	w      io.Writer
 	prefix string
+	part   []byte // the start of a line not yet complete
 }
 
-func (p prefixWriter) Write(b []byte) (int, error) {
-	if _, err := io.WriteString(p.w, p.prefix+string(b)); err != nil {
-		return 0, err
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	var out []byte
+	rest := b
+	for {
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			break
+		}
+		out = append(append(append(out, p.prefix...), p.part...), rest[:i+1]...)
+		p.part, rest = p.part[:0], rest[i+1:]
+	}
+	p.part = append(p.part, rest...)
+	if len(out) > 0 {
+		if _, err := p.w.Write(out); err != nil {
+			return 0, err
+		}
 	}
 	return len(b), nil
 }
