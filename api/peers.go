@@ -86,7 +86,7 @@ func (p *Peers) client(addr string) (gridpb.GridClient, error) {
 	if c, ok := p.conns[addr]; ok {
 		return gridpb.NewGridClient(c), nil
 	}
-	c, err := grpc.NewClient(addr,
+	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(p.creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(peerMaxRecvBytes)),
 		// Reconnect within seconds after a peer restarts (gRPC's default
@@ -96,7 +96,11 @@ func (p *Peers) client(addr string) (gridpb.GridClient, error) {
 			MinConnectTimeout: 5 * time.Second,
 		}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: peerKeepaliveTime, Timeout: peerKeepaliveTimeout, PermitWithoutStream: true}),
-	)
+	}
+	// Every call through the pool is a node's: the peer counts it apart
+	// from its clients' calls (gridpb.MetadataCaller).
+	opts = append(opts, gridpb.WithCaller(gridpb.CallerNode)...)
+	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("api: peer %s: %w", addr, err)
 	}

@@ -94,7 +94,7 @@ func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 		// Peers keep idle connections alive with pings (see Peers).
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerKeepaliveTime / 2, PermitWithoutStream: true}),
 	}, extra...)
-	streams := []grpc.StreamServerInterceptor{s.metrics.grpc.StreamServerInterceptor()}
+	streams := []grpc.StreamServerInterceptor{s.metrics.stream}
 	if s.opts.Auth != nil {
 		streams = append(streams, s.opts.Auth.Stream)
 	}
@@ -109,7 +109,7 @@ func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 
 // unaryInterceptors: the metrics see every call, refused ones included.
 func (s *Server) unaryInterceptors() []grpc.UnaryServerInterceptor {
-	out := []grpc.UnaryServerInterceptor{s.metrics.grpc.UnaryServerInterceptor(), s.metrics.intercept}
+	out := []grpc.UnaryServerInterceptor{s.metrics.unary}
 	if s.opts.Auth != nil {
 		out = append(out, s.opts.Auth.Unary)
 	}

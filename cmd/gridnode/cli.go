@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/client"
 	"github.com/l4xg/grid/digest"
 	"google.golang.org/grpc/codes"
@@ -75,6 +76,10 @@ type cliVerb struct {
 	custom func(fs *flag.FlagSet) func() (cliCustom, error)
 	// timeout is the default of --timeout; zero means defaultCLITimeout.
 	timeout time.Duration
+	// tool: the verb watches or runs the grid instead of operating on
+	// keys, and its calls say so (gridpb.CallerTool), so that the nodes
+	// leave them out of their client RPC metrics.
+	tool bool
 }
 
 // cliCustom runs a verb with its own output and returns the exit code.
@@ -151,22 +156,26 @@ var cliTable = map[string]cliVerb{
 	"status": {
 		usage:   "status",
 		summary: "Show the node and its shards: Raft state, leader, keys per tier, applied index, stamp.",
+		tool:    true,
 	},
 	"audit": {
 		usage:   "audit --ns NS [--since 72h|TIME] [--until TIME] [--limit N]",
 		summary: "List the COMPLETED and POISONED records of a namespace settled in a time range, from the node's cold tier (keys as hex digests; follow up with get --digest).",
 		custom:  bindAudit,
+		tool:    true,
 	},
 	"locate": {
 		usage:   "locate --ns NS --key KEY [--entity E]",
 		summary: "Show which shard serves a key (digest, slot, shard) and the nodes that lead and hold it, by the cluster map of the node at --addr.",
 		custom:  bindLocate,
+		tool:    true,
 	},
 	"drain": {
 		usage:   "drain [--node ID] [--wait]",
 		summary: "Move every replica off a cluster node (default: the one --addr points at), then remove it from the cluster map; --wait follows it until removed.",
 		custom:  bindDrain,
 		timeout: time.Minute,
+		tool:    true,
 	},
 }
 
@@ -265,6 +274,9 @@ func runCLI(verb string, args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	dialOpts = append(dialOpts, more...)
+	if v.tool {
+		dialOpts = append(dialOpts, client.WithDialOptions(gridpb.WithCaller(gridpb.CallerTool)...))
+	}
 	c, err := client.Dial(ctx, *addr, dialOpts...)
 	if err != nil {
 		return out.fail(fmt.Errorf("cannot reach the grid at %s: %w", *addr, err), exitUnreachable)

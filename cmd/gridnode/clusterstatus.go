@@ -9,6 +9,7 @@ import (
 	"sync"
 	"text/tabwriter"
 
+	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/client"
 )
 
@@ -200,10 +201,10 @@ func nodeStatus(ctx context.Context, addr string) (client.Status, error) {
 }
 
 // dialOnce is a client of the node at addr alone, whose calls are tried
-// once.
+// once and are the status tool's (gridpb.CallerTool).
 func dialOnce(ctx context.Context, addr string) (*client.Client, error) {
 	return client.Dial(ctx, addr, client.WithoutRouting(), client.WithBatching(false),
-		client.WithRetryPolicy(client.RetryPolicy{Attempts: 1}))
+		client.WithRetryPolicy(client.RetryPolicy{Attempts: 1}), client.WithDialOptions(gridpb.WithCaller(gridpb.CallerTool)...))
 }
 
 // buildClusterStatus joins the map and the nodes' Statuses.

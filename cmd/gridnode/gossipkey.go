@@ -116,7 +116,7 @@ func gossipKeyCmd(args []string, stdout, stderr io.Writer) int {
 	more, _ := tlsFlags.options(os.LookupEnv)
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	c, err := client.Dial(ctx, *addr, append(more, client.WithoutRouting())...)
+	c, err := client.Dial(ctx, *addr, append(more, client.WithoutRouting(), client.WithDialOptions(gridpb.WithCaller(gridpb.CallerTool)...))...)
 	if err != nil {
 		fmt.Fprintf(stderr, "gridnode gossip-key: %v\n", err)
 		return exitUnreachable
@@ -157,9 +157,10 @@ func first(s []string) string {
 	return s[0]
 }
 
-// gossipKeyOn sends req to the node at addr.
+// gossipKeyOn sends req to the node at addr, as a tool's call
+// (gridpb.CallerTool).
 func gossipKeyOn(ctx context.Context, addr string, creds credentials.TransportCredentials, token string, req *gridpb.GossipKeysRequest) (*gridpb.GossipKeysResponse, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	conn, err := grpc.NewClient(addr, append(gridpb.WithCaller(gridpb.CallerTool), grpc.WithTransportCredentials(creds))...)
 	if err != nil {
 		return nil, err
 	}

@@ -151,14 +151,16 @@ func (c *Cluster) localGroup(i, s int) ([]topology.GroupMember, error) {
 	return out, nil
 }
 
-// conn returns the cached client connection to addr.
+// conn returns the cached client connection to addr. Its calls are a
+// tool's (gridpb.CallerTool): the cluster's watcher, not one of its
+// clients.
 func (c *Cluster) conn(addr string) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	opts := append(gridpb.WithCaller(gridpb.CallerTool), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if tok := c.opts.AuthToken; tok != "" {
 		opts = append(opts, grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, o ...grpc.CallOption) error {
 			return invoker(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok), method, req, reply, cc, o...)
