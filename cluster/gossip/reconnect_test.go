@@ -104,17 +104,21 @@ func TestGossipHealsAfterPartition(t *testing.T) {
 					p.cfg.Faults.BlockPackets(a.Addr())
 				}
 			}
-			healed := time.Now()
+			healed, logAtHeal := time.Now(), len(alog.String())
 			testwait.For(t, 10*time.Second, "every member sees every other alive", func() bool { return allAlive(all...) })
 			t.Logf("all alive %v after the heal", time.Since(healed).Round(time.Millisecond))
 			if udpStaysCut {
 				// a's probes now fail over UDP and pass over TCP; that
-				// must not make it suspect its peers.
+				// must not make it declare its peers failed. (A probe that
+				// also misses its TCP deadline on a loaded machine may
+				// make a peer suspect for a moment, which the peer
+				// refutes: the test asserts no failure, not no suspicion.)
 				testwait.For(t, 10*time.Second, "a probes over TCP", func() bool {
 					return strings.Contains(alog.String(), "over TCP but UDP probes failed")
 				})
-				if !allAlive(all...) {
-					t.Fatal("a member is not alive after probes over TCP")
+				testwait.For(t, 10*time.Second, "every member alive after probes over TCP", func() bool { return allAlive(all...) })
+				if after := alog.String()[logAtHeal:]; strings.Contains(after, "as failed") {
+					t.Fatalf("a declared a peer failed while it answered over TCP:\n%s", after)
 				}
 			}
 		})
