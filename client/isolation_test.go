@@ -41,6 +41,16 @@ func arrives[T any](t *testing.T, got <-chan T, what string) T {
 	}
 }
 
+// requireIdle checks that g holds nothing, every hold given up.
+func requireIdle(t *testing.T, g *Isolation) {
+	t.Helper()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shared != 0 || g.alone || g.reserving || g.waitingAlone != 0 {
+		t.Fatalf("after every hold was given up: %+v", g)
+	}
+}
+
 func enterNow(t *testing.T, g *Isolation, key string, redelivered bool, want hold) hold {
 	t.Helper()
 	h := arrives(t, entered(g, context.Background(), key, redelivered), "enter "+key)
@@ -100,11 +110,7 @@ func TestIsolationSuspectsReserveOneAtATime(t *testing.T) {
 	for _, h := range []hold{first, plain} {
 		g.leave(h)
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.shared != 0 || g.alone || g.reserving || g.waitingAlone != 0 {
-		t.Fatalf("after every hold was given up: %+v", g)
-	}
+	requireIdle(t, g)
 }
 
 // A key answered BUSY is a suspect from then on, until it is granted.
@@ -147,11 +153,7 @@ func TestIsolationWaitEndsWithContext(t *testing.T) {
 	}
 	_ = x // given up by runAlone
 	g.leave(running)
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.shared != 0 || g.alone || g.reserving || g.waitingAlone != 0 {
-		t.Fatalf("after every hold was given up: %+v", g)
-	}
+	requireIdle(t, g)
 }
 
 // A nil Isolation holds nothing and never waits.
