@@ -152,6 +152,23 @@
 // node has the same address, the Mux's advertised address, and groups are
 // told apart by the connection header alone.
 //
+// AppendEntries, heartbeats included, do not take the NetworkTransport's
+// connections: they go over the append stream (appendstream.go), ONE
+// connection from a node to each peer shared by all of its groups, in a
+// compact binary encoding (appendcodec.go, canonical and fuzzed like the
+// log encoding) instead of msgpack. Calls carry an id, so every group's
+// AppendEntries to the peer are in flight at once, and frames queued
+// together, of several groups, go out in one write. The accepting side
+// hands each request to its group's Raft in a goroutine of its own, so a
+// group whose Raft is busy (writing its log) holds up no other group, and
+// writes each answer when it is ready. A call unanswered within the
+// transport's timeout closes the stream; the next call dials a new one. A
+// peer that closes the stream instead of acknowledging its header is a
+// build without it: its AppendEntries go over NetworkTransport for the
+// next 10 s, then the stream is tried again, so a rolling upgrade keeps
+// replicating. Votes, snapshots and TimeoutNow stay on the group's
+// NetworkTransport.
+//
 // A dialing layer opens a TCP connection to the peer's Mux and writes a
 // header before any Raft byte (see header.go): the magic "L4XM", a version,
 // the group id, and the dialer's own advertised address, so the accepting

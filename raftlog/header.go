@@ -7,23 +7,27 @@ import (
 	"net"
 )
 
-// Mux connection header, version 1, written by the dialer before any Raft
-// traffic:
+// Mux connection header, written by the dialer before anything else:
 //
 //	4 bytes  magic "L4XM"
-//	byte     version (muxVersion1)
-//	8 bytes  group id, big-endian
+//	byte     version: muxVersion1 or muxVersionAppend
+//	8 bytes  group id, big-endian (zero for muxVersionAppend)
 //	byte     n = length of the dialer's advertised address (1..255)
 //	n bytes  the dialer's advertised address, "host:port"
 //
-// The accepting side reads exactly these bytes (no read-ahead), so what
-// follows on the connection is the Raft stream of NetworkTransport.
-// readHeader accepts only what writeHeader produces: every accepted header
+// The accepting side reads exactly these bytes (no read-ahead). What
+// follows a version 1 header is the Raft stream of one group's
+// NetworkTransport; what follows a muxVersionAppend header is the node
+// pair's append stream (appendstream.go), which carries the AppendEntries
+// of every group. A build older than the append stream refuses version 2
+// as an unknown version, which is how a dialer learns to fall back.
+// readHeader accepts only what appendHeader produces: every accepted header
 // re-encodes to the bytes it was read from (FuzzReadHeader).
 const (
-	muxVersion1    byte = 1
-	headerFixedLen      = 4 + 1 + 8 + 1
-	maxAddrLen          = 255
+	muxVersion1      byte = 1
+	muxVersionAppend byte = 2
+	headerFixedLen        = 4 + 1 + 8 + 1
+	maxAddrLen            = 255
 	// MaxHeaderLen is the largest connection header, in bytes.
 	MaxHeaderLen = headerFixedLen + maxAddrLen
 )
@@ -32,8 +36,9 @@ var muxMagic = [4]byte{'L', '4', 'X', 'M'}
 
 // header is the decoded connection header.
 type header struct {
-	group uint64
-	addr  string // the dialer's advertised address
+	append bool // an append stream (muxVersionAppend), not a group's stream
+	group  uint64
+	addr   string // the dialer's advertised address
 }
 
 // checkAddr reports whether addr can go into a header: 1..255 bytes of
@@ -56,7 +61,11 @@ func checkAddr(addr string) error {
 // appendHeader appends the encoding of h to dst. h.addr must pass checkAddr.
 func appendHeader(dst []byte, h header) []byte {
 	dst = append(dst, muxMagic[:]...)
-	dst = append(dst, muxVersion1)
+	version := muxVersion1
+	if h.append {
+		version = muxVersionAppend
+	}
+	dst = append(dst, version)
 	dst = binary.BigEndian.AppendUint64(dst, h.group)
 	dst = append(dst, byte(len(h.addr)))
 	return append(dst, h.addr...)
@@ -72,10 +81,13 @@ func readHeader(r io.Reader) (header, error) {
 	if [4]byte(fixed[:4]) != muxMagic {
 		return header{}, fmt.Errorf("%w: bad magic %x", ErrBadHeader, fixed[:4])
 	}
-	if fixed[4] != muxVersion1 {
+	h := header{append: fixed[4] == muxVersionAppend, group: binary.BigEndian.Uint64(fixed[5:13])}
+	switch {
+	case fixed[4] != muxVersion1 && fixed[4] != muxVersionAppend:
 		return header{}, fmt.Errorf("%w: unknown version %d", ErrBadHeader, fixed[4])
+	case h.append && h.group != 0:
+		return header{}, fmt.Errorf("%w: append stream header names group %d", ErrBadHeader, h.group)
 	}
-	h := header{group: binary.BigEndian.Uint64(fixed[5:13])}
 	addr := make([]byte, fixed[13])
 	if _, err := io.ReadFull(r, addr); err != nil {
 		return header{}, fmt.Errorf("%w: address: %w", ErrBadHeader, err)

@@ -15,6 +15,7 @@ func sampleHeaders() []header {
 		{group: 7, addr: "node-3.grid.internal:7421"},
 		{group: math.MaxUint64, addr: "[::1]:65535"},
 		{group: 1 << 40, addr: long},
+		{append: true, addr: "127.0.0.1:7421"},
 	}
 }
 
@@ -54,7 +55,8 @@ func TestReadHeaderRejects(t *testing.T) {
 		"http":           []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
 		"magic":          with(0, 'X'),
 		"version 0":      with(4, 0),
-		"version 2":      with(4, 2),
+		"version 3":      with(4, 3),
+		"append, group":  with(4, muxVersionAppend),
 		"truncated addr": good[:len(good)-1],
 		"empty addr":     withAddr(""),
 		"no port":        withAddr("127.0.0.1"),

@@ -1,7 +1,6 @@
 package raftlog
 
 import (
-	"crypto/tls"
 	"fmt"
 	"net"
 	"sync"
@@ -75,49 +74,20 @@ func (l *layer) Close() error {
 // Dial connects to the Mux at address and writes the header that routes the
 // connection to this group on the other side.
 func (l *layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	target := string(address)
 	if l.isClosed() {
 		return nil, l.closedErr()
 	}
-	if l.mux.faults.Blocked(target) {
-		return nil, fmt.Errorf("%w: dial %s (group %d)", ErrPeerBlocked, target, l.group)
-	}
-	d := net.Dialer{Timeout: timeout}
-	raw, err := d.Dial("tcp", target)
+	raw, err := l.mux.dial(string(address), timeout, header{group: l.group}, fmt.Sprintf("group %d", l.group))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s (group %d): %w", ErrDial, target, l.group, err)
+		return nil, err
 	}
-	if timeout <= 0 {
-		timeout = l.mux.headerTimeout
-	}
-	if l.mux.tlsClient != nil {
-		c := l.mux.tlsClient.Clone()
-		if c.ServerName == "" {
-			c.ServerName, _, _ = net.SplitHostPort(target)
-		}
-		tc := tls.Client(raw, c)
-		_ = tc.SetDeadline(time.Now().Add(timeout))
-		if err := tc.Handshake(); err != nil {
-			_ = raw.Close()
-			return nil, fmt.Errorf("%w: %s (group %d): TLS: %w", ErrDial, target, l.group, err)
-		}
-		_ = tc.SetDeadline(time.Time{})
-		raw = tc
-	}
-	hdr := appendHeader(make([]byte, 0, MaxHeaderLen), header{group: l.group, addr: l.mux.addr.String()})
-	_ = raw.SetWriteDeadline(time.Now().Add(timeout))
-	if _, err := raw.Write(hdr); err != nil {
-		_ = raw.Close()
-		return nil, fmt.Errorf("%w: %s (group %d): header: %w", ErrDial, target, l.group, err)
-	}
-	_ = raw.SetWriteDeadline(time.Time{})
-	return l.adopt(raw, target)
+	return l.adopt(raw, string(address))
 }
 
 // adopt tracks raw as a live connection of the group with peer. If the peer
 // is blocked or the layer is closed it closes raw and returns an error.
 func (l *layer) adopt(raw net.Conn, peer string) (*trackedConn, error) {
-	c := &trackedConn{Conn: raw, peer: peer, layer: l, closed: make(chan struct{})}
+	c := newTrackedConn(raw, peer, l.mux.faults, l.untrack)
 	if !l.mux.faults.track(peer, c) {
 		_ = raw.Close()
 		return nil, fmt.Errorf("%w: %s (group %d)", ErrPeerBlocked, peer, l.group)
@@ -161,22 +131,27 @@ func (l *layer) closedErr() error {
 	return fmt.Errorf("%w (group %d): %w", ErrLayerClosed, l.group, net.ErrClosed)
 }
 
-// trackedConn is a live connection of a layer. Closing it, by whoever,
-// removes it from the layer's and the Faults' tables. Its Read and Write
-// honour Faults.Pause.
+// trackedConn is a live connection of a layer or of an append stream.
+// Closing it, by whoever, removes it from its owner's and the Faults'
+// tables. Its Read and Write honour Faults.Pause.
 type trackedConn struct {
 	net.Conn
 	peer   string
-	layer  *layer
+	faults *Faults
+	forget func(*trackedConn) // removes it from its owner's table
 	closed chan struct{}
 	once   sync.Once
 	err    error
 }
 
+func newTrackedConn(raw net.Conn, peer string, f *Faults, forget func(*trackedConn)) *trackedConn {
+	return &trackedConn{Conn: raw, peer: peer, faults: f, forget: forget, closed: make(chan struct{})}
+}
+
 // Read holds back what it read while the Mux is paused.
 func (c *trackedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	if !c.layer.mux.faults.wait(c.closed) {
+	if !c.faults.wait(c.closed) {
 		return 0, net.ErrClosed
 	}
 	return n, err
@@ -184,7 +159,7 @@ func (c *trackedConn) Read(b []byte) (int, error) {
 
 // Write waits while the Mux is paused.
 func (c *trackedConn) Write(b []byte) (int, error) {
-	if !c.layer.mux.faults.wait(c.closed) {
+	if !c.faults.wait(c.closed) {
 		return 0, net.ErrClosed
 	}
 	return c.Conn.Write(b)
@@ -194,8 +169,8 @@ func (c *trackedConn) Close() error {
 	c.once.Do(func() {
 		close(c.closed)
 		c.err = c.Conn.Close()
-		c.layer.mux.faults.untrack(c.peer, c)
-		c.layer.untrack(c)
+		c.faults.untrack(c.peer, c)
+		c.forget(c)
 	})
 	return c.err
 }

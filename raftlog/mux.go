@@ -104,6 +104,15 @@ type Mux struct {
 	closed  bool
 	layers  map[uint64]*layer
 	pending map[net.Conn]struct{} // accepted, header not read yet
+	// The append streams (appendstream.go): the groups' transports that
+	// answer AppendEntries, the stream to each peer, and every live stream
+	// connection, dialed or accepted.
+	appendTargets map[uint64]*Transport
+	appendPeers   map[string]*appendPeer
+	appendConns   map[*trackedConn]struct{}
+	// noAppendStream makes the Mux refuse append streams as a build without
+	// them does (tests of the fallback).
+	noAppendStream bool
 }
 
 // ListenMux listens on addr ("host:port"; port 0 picks a free one) and
@@ -152,6 +161,9 @@ func NewMux(ln net.Listener, cfg MuxConfig) (*Mux, error) {
 		done:          make(chan struct{}),
 		layers:        make(map[uint64]*layer),
 		pending:       make(map[net.Conn]struct{}),
+		appendTargets: make(map[uint64]*Transport),
+		appendPeers:   make(map[string]*appendPeer),
+		appendConns:   make(map[*trackedConn]struct{}),
 	}
 	m.wg.Add(1)
 	go m.acceptLoop()
@@ -204,11 +216,18 @@ func (m *Mux) Close() error {
 		}
 		pending := m.pending
 		m.pending = nil
+		streams := make([]*trackedConn, 0, len(m.appendConns))
+		for c := range m.appendConns {
+			streams = append(streams, c)
+		}
 		m.mu.Unlock()
 
 		close(m.done)
 		m.closeErr = m.ln.Close()
 		for c := range pending {
+			_ = c.Close()
+		}
+		for _, c := range streams {
 			_ = c.Close()
 		}
 		for _, l := range layers {
@@ -269,9 +288,10 @@ func (m *Mux) addPending(conn net.Conn) bool {
 	return true
 }
 
-// route reads conn's header and hands conn to its group's layer, or closes
-// it: bad or late header, unknown group (the node may not host the group
-// yet; raft will retry), blocked peer, or closed layer.
+// route reads conn's header and hands conn to its group's layer, or serves
+// it as an append stream, or closes it: bad or late header, unknown group
+// (the node may not host the group yet; raft will retry), blocked peer, or
+// closed layer.
 func (m *Mux) route(conn net.Conn) {
 	defer m.wg.Done()
 	remote := conn.RemoteAddr().String()
@@ -280,10 +300,14 @@ func (m *Mux) route(conn net.Conn) {
 	m.mu.Lock()
 	delete(m.pending, conn)
 	var l *layer
-	if err == nil {
+	if err == nil && !h.append {
 		l = m.layers[h.group]
 	}
+	refuseAppend := m.noAppendStream
 	m.mu.Unlock()
+	if err == nil && h.append && refuseAppend {
+		err = fmt.Errorf("%w: unknown version %d", ErrBadHeader, muxVersionAppend)
+	}
 	if err != nil {
 		_ = conn.Close()
 		if !m.isClosed() {
@@ -292,6 +316,15 @@ func (m *Mux) route(conn net.Conn) {
 		return
 	}
 	_ = conn.SetReadDeadline(time.Time{})
+	if h.append {
+		c, err := m.trackAppend(conn, h.addr)
+		if err != nil {
+			m.log.Debug("raftlog: mux refused connection", "addr", m.addr.String(), "peer", h.addr, "error", err)
+			return
+		}
+		m.serveAppendStream(c)
+		return
+	}
 	if l == nil {
 		_ = conn.Close()
 		m.log.Debug("raftlog: mux refused connection for unknown group",
@@ -304,6 +337,46 @@ func (m *Mux) route(conn net.Conn) {
 		return
 	}
 	l.deliver(c)
+}
+
+// dial connects to the Mux at target (TLS when configured) and writes h,
+// which names this Mux's advertised address; what names the connection in
+// errors. Every error wraps ErrDial or ErrPeerBlocked.
+func (m *Mux) dial(target string, timeout time.Duration, h header, what string) (net.Conn, error) {
+	if m.faults.Blocked(target) {
+		return nil, fmt.Errorf("%w: dial %s (%s)", ErrPeerBlocked, target, what)
+	}
+	d := net.Dialer{Timeout: timeout}
+	raw, err := d.Dial("tcp", target)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s (%s): %w", ErrDial, target, what, err)
+	}
+	if timeout <= 0 {
+		timeout = m.headerTimeout
+	}
+	if m.tlsClient != nil {
+		c := m.tlsClient.Clone()
+		if c.ServerName == "" {
+			c.ServerName, _, _ = net.SplitHostPort(target)
+		}
+		tc := tls.Client(raw, c)
+		_ = tc.SetDeadline(time.Now().Add(timeout))
+		if err := tc.Handshake(); err != nil {
+			_ = raw.Close()
+			return nil, fmt.Errorf("%w: %s (%s): TLS: %w", ErrDial, target, what, err)
+		}
+		_ = tc.SetDeadline(time.Time{})
+		raw = tc
+	}
+	h.addr = m.addr.String()
+	hdr := appendHeader(make([]byte, 0, MaxHeaderLen), h)
+	_ = raw.SetWriteDeadline(time.Now().Add(timeout))
+	if _, err := raw.Write(hdr); err != nil {
+		_ = raw.Close()
+		return nil, fmt.Errorf("%w: %s (%s): header: %w", ErrDial, target, what, err)
+	}
+	_ = raw.SetWriteDeadline(time.Time{})
+	return raw, nil
 }
 
 // unregister removes l from the Mux if it is still the group's layer.

@@ -75,12 +75,22 @@ func (c *muxCluster) addNode() int {
 // waits until every group has a leader.
 func startMuxCluster(t *testing.T, n int, groups []uint64) *muxCluster {
 	t.Helper()
+	return startMuxClusterWith(t, n, groups, nil)
+}
+
+// startMuxClusterWith is startMuxCluster with setup, if not nil, called
+// on each node's Mux before any group starts on it.
+func startMuxClusterWith(t *testing.T, n int, groups []uint64, setup func(i int, m *Mux)) *muxCluster {
+	t.Helper()
 	c := &muxCluster{t: t, groups: groups}
-	for range n {
+	for i := range n {
 		f := &Faults{}
 		m, err := ListenMux("127.0.0.1:0", MuxConfig{Faults: f})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if setup != nil {
+			setup(i, m)
 		}
 		c.nodes = append(c.nodes, &muxNode{mux: m, faults: f, replicas: make(map[uint64]*replica)})
 	}

@@ -1,7 +1,9 @@
 package raftlog
 
 import (
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -58,35 +60,174 @@ func (c TransportConfig) Validate() error {
 // entries are large (group commit) and one is in flight per shard anyway.
 const maxRPCsInFlight = 1
 
-// Transport is a raft.NetworkTransport that times the AppendEntries which
-// replicate entries (TransportConfig.OnReplicate). Every other method,
-// and the interfaces raft looks for (WithClose, WithPeers, WithPreVote),
-// are the NetworkTransport's.
+// Transport is a group's raft.Transport. Its AppendEntries, heartbeats
+// included, go over the node pair's append stream (appendstream.go),
+// shared by the groups, and the append stream's requests for the group come
+// in through Consumer and the heartbeat handler like every other RPC. Every
+// other method, and the interfaces raft looks for (WithClose, WithPeers,
+// WithPreVote), are the group's NetworkTransport's, on its own mux layer.
 type Transport struct {
 	*raft.NetworkTransport
+	mux         *Mux
+	group       uint64
+	timeout     time.Duration
 	onReplicate func(peer raft.ServerID, entries int, took time.Duration)
+
+	consumeCh chan raft.RPC
+	shutdown  chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup // the forwarder
+
+	hbMu sync.Mutex
+	hbFn func(raft.RPC)
 }
+
+var (
+	_ raft.Transport   = (*Transport)(nil)
+	_ raft.WithClose   = (*Transport)(nil)
+	_ raft.WithPreVote = (*Transport)(nil)
+)
 
 // AppendEntries sends one AppendEntries and waits for its answer; with
 // OnReplicate set, one that carried entries is timed. Replication runs
-// without pipelines (maxRPCsInFlight), so every entry goes this way.
+// without pipelines (maxRPCsInFlight), so every entry goes this way. To a
+// peer that does not speak the append stream (an older build) it goes
+// over the NetworkTransport, and so does one too large for a frame.
 func (t *Transport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	if t.onReplicate == nil || len(args.Entries) == 0 {
-		return t.NetworkTransport.AppendEntries(id, target, args, resp)
-	}
 	start := time.Now()
-	err := t.NetworkTransport.AppendEntries(id, target, args, resp)
-	if err == nil {
+	err := t.appendEntries(id, target, args, resp)
+	if err == nil && t.onReplicate != nil && len(args.Entries) > 0 {
 		t.onReplicate(id, len(args.Entries), time.Since(start))
 	}
 	return err
 }
 
+func (t *Transport) appendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	select {
+	case <-t.shutdown:
+		return raft.ErrTransportShutdown
+	default:
+	}
+	if appendRequestBound(args) > maxAppendFrame {
+		return t.NetworkTransport.AppendEntries(id, target, args, resp)
+	}
+	err := t.mux.appendPeerFor(string(target)).call(t.group, args, resp, t.timeout, t.shutdown)
+	if errors.Is(err, errAppendRefused) {
+		return t.NetworkTransport.AppendEntries(id, target, args, resp)
+	}
+	return err
+}
+
+// Consumer is the channel of the RPCs the group receives, from the append
+// stream and from the NetworkTransport.
+func (t *Transport) Consumer() <-chan raft.RPC { return t.consumeCh }
+
+// SetHeartbeatHandler sets the fast path of heartbeats, on both ways in.
+func (t *Transport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
+	t.hbMu.Lock()
+	t.hbFn = cb
+	t.hbMu.Unlock()
+	t.NetworkTransport.SetHeartbeatHandler(cb)
+}
+
+// Close stops the transport: the group no longer answers the append
+// stream, its calls waiting there return raft.ErrTransportShutdown, and
+// the NetworkTransport closes with its layer. It is idempotent.
+func (t *Transport) Close() error {
+	var err error
+	t.closeOnce.Do(func() {
+		t.mux.mu.Lock()
+		if t.mux.appendTargets[t.group] == t {
+			delete(t.mux.appendTargets, t.group)
+		}
+		t.mux.mu.Unlock()
+		close(t.shutdown)
+		err = t.NetworkTransport.Close()
+		t.wg.Wait()
+	})
+	return err
+}
+
+// forward passes the NetworkTransport's RPCs on to Consumer.
+func (t *Transport) forward() {
+	defer t.wg.Done()
+	in := t.NetworkTransport.Consumer()
+	for {
+		select {
+		case rpc := <-in:
+			select {
+			case t.consumeCh <- rpc:
+			case <-t.shutdown:
+				return
+			}
+		case <-t.shutdown:
+			return
+		}
+	}
+}
+
+// isHeartbeat is NetworkTransport's test of a heartbeat: an AppendEntries
+// with a term and a leader and nothing else, which raft answers on its
+// fast path.
+func isHeartbeat(r *raft.AppendEntriesRequest) bool {
+	leader := r.Addr
+	if len(leader) == 0 {
+		leader = r.Leader
+	}
+	return r.Term != 0 && leader != nil && r.PrevLogEntry == 0 && r.PrevLogTerm == 0 &&
+		len(r.Entries) == 0 && r.LeaderCommitIndex == 0
+}
+
+// serveAppend hands an AppendEntries that came on an append stream to the
+// group's Raft and writes its answer to w, unless the stream closes first.
+func (t *Transport) serveAppend(f appendFrame, w *frameWriter, connClosed <-chan struct{}) {
+	respCh := make(chan raft.RPCResponse, 1)
+	rpc := raft.RPC{Command: f.req, RespChan: respCh}
+	handled := false
+	if isHeartbeat(f.req) {
+		t.hbMu.Lock()
+		fn := t.hbFn
+		t.hbMu.Unlock()
+		if fn != nil {
+			fn(rpc)
+			handled = true
+		}
+	}
+	var res raft.RPCResponse
+	if !handled {
+		select {
+		case t.consumeCh <- rpc:
+		case <-t.shutdown:
+			res.Error = raft.ErrTransportShutdown
+		case <-connClosed:
+			return
+		}
+	}
+	if res.Error == nil {
+		select {
+		case res = <-respCh:
+		case <-t.shutdown:
+			res.Error = raft.ErrTransportShutdown
+		case <-connClosed:
+			return
+		}
+	}
+	var errMsg string
+	if res.Error != nil {
+		errMsg = res.Error.Error()
+	}
+	out, _ := res.Response.(*raft.AppendEntriesResponse)
+	if out == nil {
+		out = &raft.AppendEntriesResponse{}
+	}
+	_ = w.write(func(dst []byte) []byte { return appendResponseFrame(dst, f.call, errMsg, out) })
+}
+
 // NewTransport registers group on mux and returns a Transport running on
-// its stream layer, without pipelining (see maxRPCsInFlight). Its
-// LocalAddr is the Mux's advertised address, shared by every group on the
-// node. Closing the transport closes the layer, which unregisters the
-// group and closes its connections.
+// its stream layer, without pipelining (see maxRPCsInFlight), and on the
+// Mux's append streams. Its LocalAddr is the Mux's advertised address,
+// shared by every group on the node. Closing the transport closes the
+// layer, which unregisters the group and closes its connections.
 func NewTransport(mux *Mux, group uint64, cfg TransportConfig) (*Transport, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -103,5 +244,19 @@ func NewTransport(mux *Mux, group uint64, cfg TransportConfig) (*Transport, erro
 		MaxRPCsInFlight: maxRPCsInFlight,
 		Logger:          cfg.Logger,
 	})
-	return &Transport{NetworkTransport: nt, onReplicate: cfg.OnReplicate}, nil
+	t := &Transport{
+		NetworkTransport: nt,
+		mux:              mux,
+		group:            group,
+		timeout:          cfg.Timeout,
+		onReplicate:      cfg.OnReplicate,
+		consumeCh:        make(chan raft.RPC),
+		shutdown:         make(chan struct{}),
+	}
+	mux.mu.Lock()
+	mux.appendTargets[group] = t
+	mux.mu.Unlock()
+	t.wg.Add(1)
+	go t.forward()
+	return t, nil
 }

@@ -1,0 +1,403 @@
+package raftlog
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// The append stream: one connection from a node to each peer carries the
+// AppendEntries (heartbeats included) of every group the node leads there,
+// and their answers come back on it. Calls are told apart by an id, so
+// the groups' calls are in flight at once; frames that wait to be written
+// together go out in one write (frameWriter), requests of several groups
+// and answers alike. The frames are a compact binary encoding
+// (appendcodec.go) instead of NetworkTransport's msgpack. Every other RPC
+// (votes, snapshots, TimeoutNow) stays on the group's NetworkTransport.
+//
+// The dialer writes a muxVersionAppend header; the accepting Mux answers
+// with appendStreamAck before any frame. A peer that closes the connection
+// instead is a build without the append stream: for appendRefusedFor the
+// dialer's groups send their AppendEntries to it over NetworkTransport, as
+// that build expects.
+const (
+	appendStreamAck byte = 0xA1
+	// appendRefusedFor is how long a peer that refused the append stream
+	// gets NetworkTransport's AppendEntries before the stream is tried again.
+	appendRefusedFor = 10 * time.Second
+	appendReadBuffer = 64 << 10
+	// keptFrameBuffer is the largest frame buffer a stream keeps between
+	// frames; a larger one (a catch-up) is dropped after its frame.
+	keptFrameBuffer = 1 << 20
+)
+
+// errAppendRefused reports a peer that does not speak the append stream.
+var errAppendRefused = errors.New("raftlog: peer refused the append stream")
+
+// frameWriter writes frames to a connection for many goroutines. A frame is
+// appended to a pending buffer; the goroutine that finds no write in
+// progress writes the buffer, and whatever was appended meanwhile, in as
+// few writes as it takes. A write error is kept and returned to every
+// later write; the connection's owner closes it.
+type frameWriter struct {
+	conn net.Conn
+
+	mu      sync.Mutex
+	pending []byte
+	spare   []byte
+	writing bool
+	err     error
+}
+
+// write appends a frame (built by frame on the end of the buffer it is
+// given) and, unless another goroutine is writing, writes everything
+// pending. A nil error means the frame was queued, not that it was sent:
+// a write that fails later shows as a broken connection.
+func (w *frameWriter) write(frame func(dst []byte) []byte) error {
+	w.mu.Lock()
+	if w.err != nil {
+		err := w.err
+		w.mu.Unlock()
+		return err
+	}
+	w.pending = frame(w.pending)
+	if w.writing {
+		w.mu.Unlock()
+		return nil
+	}
+	w.writing = true
+	for len(w.pending) > 0 && w.err == nil {
+		out := w.pending
+		w.pending = w.spare[:0]
+		w.mu.Unlock()
+		_, err := w.conn.Write(out)
+		w.mu.Lock()
+		w.spare = out[:0]
+		if err != nil {
+			w.err = err
+			w.pending = nil
+		}
+	}
+	w.writing = false
+	err := w.err
+	w.mu.Unlock()
+	return err
+}
+
+// readFrame reads one frame into buf (grown as needed) and decodes it.
+func readFrame(r *bufio.Reader, buf []byte) (appendFrame, []byte, error) {
+	var lenBuf [frameLenSize]byte
+	if _, err := io.ReadFull(r, lenBuf[:]); err != nil {
+		return appendFrame{}, buf, err
+	}
+	n := binary.BigEndian.Uint32(lenBuf[:])
+	if n > maxAppendFrame {
+		return appendFrame{}, buf, fmt.Errorf("%w: append frame of %d bytes, more than %d", ErrCorrupt, n, maxAppendFrame)
+	}
+	if cap(buf) < int(n) {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return appendFrame{}, buf, err
+	}
+	f, err := decodeAppendFrame(buf) // copies what it keeps
+	if cap(buf) > keptFrameBuffer {
+		buf = nil
+	}
+	return f, buf, err
+}
+
+// appendResult is the answer to one call on an append stream.
+type appendResult struct {
+	resp   *raft.AppendEntriesResponse
+	errMsg string // the follower's error
+	err    error  // the stream broke
+}
+
+// appendPeer is the append stream to one peer, shared by the groups.
+type appendPeer struct {
+	mux    *Mux
+	target string
+
+	mu        sync.Mutex // held while dialing: the groups wait for one dial
+	conn      *appendClientConn
+	refusedAt time.Time
+}
+
+// appendClientConn is one dialed append stream.
+type appendClientConn struct {
+	peer *appendPeer
+	tc   *trackedConn
+	w    frameWriter
+
+	mu     sync.Mutex
+	calls  map[uint64]chan appendResult
+	nextID uint64
+	err    error // set when broken
+}
+
+// call sends an AppendEntries of group and waits for its answer, at most
+// timeout or until stop closes.
+func (p *appendPeer) call(group uint64, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, timeout time.Duration, stop <-chan struct{}) error {
+	cc, err := p.connect(timeout)
+	if err != nil {
+		return err
+	}
+	id, ch, err := cc.register()
+	if err != nil {
+		return err
+	}
+	if err := cc.w.write(func(dst []byte) []byte { return appendRequestFrame(dst, id, group, args) }); err != nil {
+		cc.fail(err)
+		return err
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return r.err
+		}
+		if r.errMsg != "" {
+			return errors.New(r.errMsg)
+		}
+		*resp = *r.resp
+		return nil
+	case <-timer.C:
+		// A peer that answers nothing for the whole timeout is stuck for
+		// every group: start over on a new connection.
+		err := fmt.Errorf("%w: %s: no answer to AppendEntries of group %d within %v", ErrDial, p.target, group, timeout)
+		cc.fail(err)
+		return err
+	case <-stop:
+		cc.forget(id)
+		return raft.ErrTransportShutdown
+	}
+}
+
+// connect returns the live stream to the peer, dialing one if there is
+// none. It returns errAppendRefused while the peer is known not to speak
+// the append stream.
+func (p *appendPeer) connect(timeout time.Duration) (*appendClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn != nil {
+		return p.conn, nil
+	}
+	if !p.refusedAt.IsZero() && time.Since(p.refusedAt) < appendRefusedFor {
+		return nil, errAppendRefused
+	}
+	raw, err := p.mux.dial(p.target, timeout, header{append: true}, "append stream")
+	if err != nil {
+		return nil, err
+	}
+	if timeout <= 0 {
+		timeout = p.mux.headerTimeout
+	}
+	_ = raw.SetReadDeadline(time.Now().Add(timeout))
+	var ack [1]byte
+	_, err = io.ReadFull(raw, ack[:])
+	_ = raw.SetReadDeadline(time.Time{})
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		_ = raw.Close()
+		return nil, fmt.Errorf("%w: %s (append stream): no answer to the header: %w", ErrDial, p.target, err)
+	case err != nil || ack[0] != appendStreamAck:
+		_ = raw.Close()
+		p.refusedAt = time.Now()
+		return nil, errAppendRefused
+	}
+	p.refusedAt = time.Time{}
+	cc := &appendClientConn{peer: p, calls: make(map[uint64]chan appendResult)}
+	cc.tc, err = p.mux.trackAppend(raw, p.target)
+	if err != nil {
+		return nil, err
+	}
+	cc.w.conn = cc.tc
+	if !p.mux.goAppend(cc.readLoop) {
+		_ = cc.tc.Close()
+		return nil, ErrMuxClosed
+	}
+	p.conn = cc
+	return cc, nil
+}
+
+// register allocates a call id and the channel its answer comes on.
+func (cc *appendClientConn) register() (uint64, chan appendResult, error) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.err != nil {
+		return 0, nil, cc.err
+	}
+	cc.nextID++
+	ch := make(chan appendResult, 1)
+	cc.calls[cc.nextID] = ch
+	return cc.nextID, ch, nil
+}
+
+// forget drops a call whose caller stopped waiting.
+func (cc *appendClientConn) forget(id uint64) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	delete(cc.calls, id)
+}
+
+// deliver hands an answer to its call, if the caller still waits.
+func (cc *appendClientConn) deliver(id uint64, r appendResult) {
+	cc.mu.Lock()
+	ch, ok := cc.calls[id]
+	delete(cc.calls, id)
+	cc.mu.Unlock()
+	if ok {
+		ch <- r
+	}
+}
+
+// fail breaks the stream: it is closed, every waiting call gets err, and
+// the peer dials a new one for the next call.
+func (cc *appendClientConn) fail(err error) {
+	cc.mu.Lock()
+	if cc.err != nil {
+		cc.mu.Unlock()
+		return
+	}
+	cc.err = err
+	calls := cc.calls
+	cc.calls = nil
+	cc.mu.Unlock()
+	_ = cc.tc.Close()
+	for _, ch := range calls {
+		ch <- appendResult{err: err}
+	}
+	p := cc.peer
+	p.mu.Lock()
+	if p.conn == cc {
+		p.conn = nil
+	}
+	p.mu.Unlock()
+}
+
+// readLoop reads answers until the stream breaks.
+func (cc *appendClientConn) readLoop() {
+	r := bufio.NewReaderSize(cc.tc, appendReadBuffer)
+	var buf []byte
+	for {
+		f, b, err := readFrame(r, buf)
+		buf = b
+		if err == nil && f.kind != frameAppendResponse {
+			err = fmt.Errorf("%w: append stream answer of kind %d", ErrCorrupt, f.kind)
+		}
+		if err != nil {
+			cc.fail(fmt.Errorf("%w: %s (append stream): %w", ErrDial, cc.peer.target, err))
+			return
+		}
+		cc.deliver(f.call, appendResult{resp: f.resp, errMsg: f.errMsg})
+	}
+}
+
+// serveAppendStream answers the append stream a peer dialed: each request
+// goes to its group's Transport, in a goroutine of its own so that a group
+// whose Raft is busy delays no other group, and each answer is written when
+// it is ready.
+func (m *Mux) serveAppendStream(c *trackedConn) {
+	defer c.Close()
+	w := &frameWriter{conn: c}
+	if _, err := c.Write([]byte{appendStreamAck}); err != nil {
+		return
+	}
+	r := bufio.NewReaderSize(c, appendReadBuffer)
+	var buf []byte
+	for {
+		f, b, err := readFrame(r, buf)
+		buf = b
+		if err == nil && f.kind != frameAppendRequest {
+			err = fmt.Errorf("%w: append stream request of kind %d", ErrCorrupt, f.kind)
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !m.isClosed() {
+				m.log.Warn("raftlog: append stream closed", "addr", m.addr.String(), "peer", c.peer, "error", err)
+			}
+			return
+		}
+		t := m.appendTarget(f.group)
+		if t == nil {
+			msg := fmt.Sprintf("raftlog: group %d is not served by %s", f.group, m.addr)
+			_ = w.write(func(dst []byte) []byte {
+				return appendResponseFrame(dst, f.call, msg, &raft.AppendEntriesResponse{})
+			})
+			continue
+		}
+		if !m.goAppend(func() { t.serveAppend(f, w, c.closed) }) {
+			return
+		}
+	}
+}
+
+// trackAppend tracks raw, an append stream with peer, for Faults and for
+// Close.
+func (m *Mux) trackAppend(raw net.Conn, peer string) (*trackedConn, error) {
+	c := newTrackedConn(raw, peer, m.faults, m.untrackAppend)
+	if !m.faults.track(peer, c) {
+		_ = raw.Close()
+		return nil, fmt.Errorf("%w: %s (append stream)", ErrPeerBlocked, peer)
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		_ = c.Close()
+		return nil, ErrMuxClosed
+	}
+	m.appendConns[c] = struct{}{}
+	m.mu.Unlock()
+	return c, nil
+}
+
+func (m *Mux) untrackAppend(c *trackedConn) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.appendConns, c)
+}
+
+// goAppend runs f in a goroutine that Close waits for, unless the Mux is
+// closed.
+func (m *Mux) goAppend(f func()) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// appendPeerFor returns the append stream to target, created on first use.
+func (m *Mux) appendPeerFor(target string) *appendPeer {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.appendPeers[target]
+	if p == nil {
+		p = &appendPeer{mux: m, target: target}
+		m.appendPeers[target] = p
+	}
+	return p
+}
+
+// appendTarget is the Transport serving group's AppendEntries, or nil.
+func (m *Mux) appendTarget(group uint64) *Transport {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.appendTargets[group]
+}

@@ -1,0 +1,365 @@
+package raftlog
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+func sampleAppendRequests() []*raft.AppendEntriesRequest {
+	return []*raft.AppendEntriesRequest{
+		{},
+		{ // a heartbeat
+			RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("n1"), Addr: []byte("127.0.0.1:7001")},
+			Term:      9,
+		},
+		{
+			RPCHeader:         raft.RPCHeader{ProtocolVersion: 3, ID: []byte("node-2"), Addr: []byte("10.0.0.2:7421")},
+			Term:              1 << 40,
+			Leader:            []byte("10.0.0.2:7421"),
+			PrevLogEntry:      41,
+			PrevLogTerm:       7,
+			LeaderCommitIndex: 40,
+			Entries: []*raft.Log{
+				{Index: 42, Term: 7, Type: raft.LogCommand, Data: bytes.Repeat([]byte{0xAB}, 300), AppendedAt: time.Unix(1_700_000_000, 123).UTC()},
+				{Index: 43, Term: 7, Type: raft.LogConfiguration, Data: []byte("c"), Extensions: []byte("ext")},
+				{Index: 44, Term: 7, Type: raft.LogNoop},
+			},
+		},
+	}
+}
+
+func sampleAppendResponses() []*raft.AppendEntriesResponse {
+	return []*raft.AppendEntriesResponse{
+		{},
+		{RPCHeader: raft.RPCHeader{ProtocolVersion: 3, ID: []byte("n2"), Addr: []byte("a:1")}, Term: 5, LastLog: 1 << 50, Success: true},
+		{Term: 6, LastLog: 3, NoRetryBackoff: true},
+	}
+}
+
+// TestAppendFrameRoundTrip: what the codec writes, it reads back equal.
+func TestAppendFrameRoundTrip(t *testing.T) {
+	for i, want := range sampleAppendRequests() {
+		b := appendRequestFrame([]byte("junk before"), uint64(i)+1, 1<<33, want)
+		f, err := decodeAppendFrame(b[len("junk before")+frameLenSize:])
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if f.kind != frameAppendRequest || f.call != uint64(i)+1 || f.group != 1<<33 || !reflect.DeepEqual(f.req, want) {
+			t.Fatalf("request %d: got %+v (%+v), want %+v", i, f, f.req, want)
+		}
+	}
+	for i, want := range sampleAppendResponses() {
+		for _, msg := range []string{"", "log not found"} {
+			b := appendResponseFrame(nil, 77, msg, want)
+			f, err := decodeAppendFrame(b[frameLenSize:])
+			if err != nil {
+				t.Fatalf("response %d: %v", i, err)
+			}
+			if f.kind != frameAppendResponse || f.call != 77 || f.errMsg != msg || !reflect.DeepEqual(f.resp, want) {
+				t.Fatalf("response %d: got %+v (%+v), want %+v", i, f, f.resp, want)
+			}
+		}
+	}
+}
+
+// FuzzAppendFrame: decoding never panics, errors wrap ErrCorrupt, and what
+// is accepted is canonical: it re-encodes to the very bytes.
+func FuzzAppendFrame(f *testing.F) {
+	for i, r := range sampleAppendRequests() {
+		f.Add(appendRequestFrame(nil, uint64(i), 3, r)[frameLenSize:])
+	}
+	for _, r := range sampleAppendResponses() {
+		f.Add(appendResponseFrame(nil, 1, "e", r)[frameLenSize:])
+	}
+	f.Add([]byte{frameAppendRequest, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fr, err := decodeAppendFrame(b)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error does not wrap ErrCorrupt: %v", err)
+			}
+			return
+		}
+		var re []byte
+		if fr.kind == frameAppendRequest {
+			re = appendRequestFrame(nil, fr.call, fr.group, fr.req)
+		} else {
+			re = appendResponseFrame(nil, fr.call, fr.errMsg, fr.resp)
+		}
+		if !bytes.Equal(re[frameLenSize:], b) {
+			t.Fatalf("accepted a non-canonical frame:\n in %x\nout %x", b, re[frameLenSize:])
+		}
+	})
+}
+
+// answerAppends answers tr's AppendEntries like a follower that has
+// everything, until done; it counts the calls.
+func answerAppends(tr *Transport, done <-chan struct{}, calls *int) {
+	for {
+		select {
+		case rpc := <-tr.Consumer():
+			req := rpc.Command.(*raft.AppendEntriesRequest)
+			*calls++
+			rpc.Respond(&raft.AppendEntriesResponse{Term: req.Term, Success: true, LastLog: req.PrevLogEntry + uint64(len(req.Entries))}, nil)
+		case <-done:
+			return
+		}
+	}
+}
+
+// liveStreams is the number of live append stream connections of m.
+func liveStreams(m *Mux) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.appendConns)
+}
+
+// TestAppendStreamSharedByGroups: the AppendEntries of two groups to the
+// same peer, sent at once, share one connection, and each reaches its own
+// group.
+func TestAppendStreamSharedByGroups(t *testing.T) {
+	a, b := newMux(t, MuxConfig{}), newMux(t, MuxConfig{})
+	cfg := TransportConfig{Timeout: 5 * time.Second}
+	var senders, receivers []*Transport
+	for _, g := range []uint64{1, 2} {
+		for _, m := range []*Mux{a, b} {
+			tr, err := NewTransport(m, g, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = tr.Close() })
+			if m == a {
+				senders = append(senders, tr)
+			} else {
+				receivers = append(receivers, tr)
+			}
+		}
+	}
+	done := make(chan struct{})
+	calls := make([]int, len(receivers))
+	var wg sync.WaitGroup
+	for i, tr := range receivers {
+		wg.Go(func() { answerAppends(tr, done, &calls[i]) })
+	}
+	var stopOnce sync.Once
+	stop := func() { stopOnce.Do(func() { close(done); wg.Wait() }) }
+	defer stop()
+
+	const perGroup = 200
+	var senderWG sync.WaitGroup
+	errs := make(chan error, len(senders))
+	for _, tr := range senders {
+		senderWG.Go(func() {
+			for i := range uint64(perGroup) {
+				req := &raft.AppendEntriesRequest{Term: 1, PrevLogEntry: i, Entries: []*raft.Log{{Index: i + 1, Term: 1, Data: []byte("x")}}}
+				var resp raft.AppendEntriesResponse
+				if err := tr.AppendEntries("b", raft.ServerAddress(b.Addr().String()), req, &resp); err != nil {
+					errs <- err
+					return
+				}
+				if resp.LastLog != i+1 || !resp.Success {
+					errs <- errors.New("wrong answer")
+					return
+				}
+			}
+		})
+	}
+	senderWG.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if got := liveStreams(a); got != 1 {
+		t.Errorf("the sender has %d append stream connections, want 1 for both groups", got)
+	}
+	if got := liveStreams(b); got != 1 {
+		t.Errorf("the receiver has %d append stream connections, want 1", got)
+	}
+	stop()
+	for i, n := range calls {
+		if n != perGroup {
+			t.Errorf("group %d received %d AppendEntries, want %d", i+1, n, perGroup)
+		}
+	}
+}
+
+// TestAppendStreamHeartbeatFastPath: a heartbeat goes to the heartbeat
+// handler, not through Consumer, and its answer comes back.
+func TestAppendStreamHeartbeatFastPath(t *testing.T) {
+	a, b := newMux(t, MuxConfig{}), newMux(t, MuxConfig{})
+	ta, err := NewTransport(a, 1, TransportConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ta.Close()
+	tb, err := NewTransport(b, 1, TransportConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	beats := make(chan struct{}, 1)
+	tb.SetHeartbeatHandler(func(rpc raft.RPC) {
+		beats <- struct{}{}
+		rpc.Respond(&raft.AppendEntriesResponse{Term: 4, Success: true}, nil)
+	})
+	hb := &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{Addr: []byte(a.Addr().String())}, Term: 4}
+	var resp raft.AppendEntriesResponse
+	if err := ta.AppendEntries("b", raft.ServerAddress(b.Addr().String()), hb, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Success || resp.Term != 4 {
+		t.Fatalf("heartbeat answer %+v", resp)
+	}
+	select {
+	case <-beats:
+	default:
+		t.Fatal("the heartbeat handler did not see the heartbeat")
+	}
+	select {
+	case rpc := <-tb.Consumer():
+		t.Fatalf("the heartbeat also came through Consumer: %+v", rpc.Command)
+	default:
+	}
+}
+
+// TestAppendStreamErrors: a group the peer does not serve and a follower
+// that answers with an error both come back as errors naming the cause,
+// and the stream goes on serving.
+func TestAppendStreamErrors(t *testing.T) {
+	a, b := newMux(t, MuxConfig{}), newMux(t, MuxConfig{})
+	ta, err := NewTransport(a, 5, TransportConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ta.Close()
+	req := &raft.AppendEntriesRequest{Term: 1, PrevLogEntry: 1, Entries: []*raft.Log{{Index: 2, Term: 1}}}
+	var resp raft.AppendEntriesResponse
+	if err := ta.AppendEntries("b", raft.ServerAddress(b.Addr().String()), req, &resp); err == nil || !strings.Contains(err.Error(), "group 5 is not served") {
+		t.Fatalf("AppendEntries to a group the peer lacks = %v, want 'group 5 is not served'", err)
+	}
+	tb, err := NewTransport(b, 5, TransportConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	go func() {
+		rpc := <-tb.Consumer()
+		rpc.Respond(nil, errors.New("follower says no"))
+	}()
+	if err := ta.AppendEntries("b", raft.ServerAddress(b.Addr().String()), req, &resp); err == nil || err.Error() != "follower says no" {
+		t.Fatalf("AppendEntries answered with an error = %v, want the follower's error", err)
+	}
+	if got := liveStreams(a); got != 1 {
+		t.Fatalf("%d append streams after the errors, want the one still open", got)
+	}
+}
+
+// TestAppendStreamCloseEndsCalls: a call waiting for a follower that does
+// not answer returns raft.ErrTransportShutdown when its transport closes,
+// and the follower's side answers a waiting call with the shutdown error
+// when the follower's transport closes.
+func TestAppendStreamCloseEndsCalls(t *testing.T) {
+	a, b := newMux(t, MuxConfig{}), newMux(t, MuxConfig{})
+	ta, err := NewTransport(a, 1, TransportConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := NewTransport(b, 1, TransportConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	req := &raft.AppendEntriesRequest{Term: 1, PrevLogEntry: 1, Entries: []*raft.Log{{Index: 2, Term: 1}}}
+
+	call := func(tr *Transport) chan error {
+		ch := make(chan error, 1)
+		go func() {
+			var resp raft.AppendEntriesResponse
+			ch <- tr.AppendEntries("b", raft.ServerAddress(b.Addr().String()), req, &resp)
+		}()
+		return ch
+	}
+	got := call(ta)
+	rpc := <-tb.Consumer() // arrived; never answered
+	_ = rpc
+	if err := ta.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; !errors.Is(err, raft.ErrTransportShutdown) {
+		t.Fatalf("call of a closed transport = %v, want ErrTransportShutdown", err)
+	}
+
+	ta2, err := NewTransport(a, 1, TransportConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ta2.Close()
+	got = call(ta2)
+	<-tb.Consumer()
+	if err := tb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err == nil || !strings.Contains(err.Error(), raft.ErrTransportShutdown.Error()) {
+		t.Fatalf("call to a follower whose transport closed = %v, want its shutdown error", err)
+	}
+}
+
+// TestAppendStreamFallsBack: a peer that refuses the append stream, as a
+// build without it does, gets its AppendEntries over NetworkTransport, and
+// a Raft group with such a node replicates.
+func TestAppendStreamFallsBack(t *testing.T) {
+	a := newMux(t, MuxConfig{})
+	b := newMux(t, MuxConfig{})
+	b.noAppendStream = true
+	ta, err := NewTransport(a, 1, TransportConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ta.Close()
+	tb, err := NewTransport(b, 1, TransportConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	done := make(chan struct{})
+	defer close(done)
+	var calls int
+	go answerAppends(tb, done, &calls)
+	for i := range uint64(3) {
+		req := &raft.AppendEntriesRequest{Term: 1, PrevLogEntry: i, Entries: []*raft.Log{{Index: i + 1, Term: 1}}}
+		var resp raft.AppendEntriesResponse
+		if err := ta.AppendEntries("b", raft.ServerAddress(b.Addr().String()), req, &resp); err != nil {
+			t.Fatalf("append %d to a peer without the append stream: %v", i, err)
+		}
+		if resp.LastLog != i+1 {
+			t.Fatalf("append %d: LastLog %d", i, resp.LastLog)
+		}
+	}
+	if got := liveStreams(a) + liveStreams(b); got != 0 {
+		t.Fatalf("%d append streams to a peer that refuses them", got)
+	}
+}
+
+// TestAppendStreamMixedCluster: a group whose nodes are one without the
+// append stream and two with it elects a leader and replicates to all.
+func TestAppendStreamMixedCluster(t *testing.T) {
+	c := startMuxClusterWith(t, 3, []uint64{1, 2}, func(i int, m *Mux) { m.noAppendStream = i == 0 })
+	want := c.applyAll("a", 50, -1)
+	c.waitReplicated(want, 0, 1, 2)
+}
+
+// TestAppendRequestBound: the bound is never below the encoded length.
+func TestAppendRequestBound(t *testing.T) {
+	for _, r := range sampleAppendRequests() {
+		if enc, bound := len(appendRequestFrame(nil, 1<<60, 1<<60, r)), appendRequestBound(r); bound < enc {
+			t.Fatalf("bound %d below the encoding's %d bytes", bound, enc)
+		}
+	}
+}
