@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -273,6 +274,27 @@ func TestCompositeKeysAreUnique(t *testing.T) {
 	}
 	if k := u.next(); len(k) != len("p:")+36 {
 		t.Fatalf("uuid key %q is not 36 bytes after the prefix", k)
+	}
+}
+
+// TestKeyShapes: the keys are what the fmt verbs that described them
+// give, for the same random bits.
+func TestKeyShapes(t *testing.T) {
+	g := newKeyGen("p:", ShapeComposite, 3, 1)
+	g.next()
+	if k, want := g.next(), "p:tenant-0003:invoice:2026:0000000002"; k != want {
+		t.Fatalf("composite key %q, want %q", k, want)
+	}
+	worker := 70000 // wider than the 4 hex digits it gets
+	u := newKeyGen("p:", ShapeUUID, worker, 9)
+	r := rand.New(rand.NewPCG(9, uint64(worker)))
+	for seq := uint64(1); seq <= 3; seq++ {
+		hi, lo := r.Uint64(), r.Uint32()
+		want := fmt.Sprintf("p:%08x-%04x-4%03x-%04x-%04x%08x",
+			uint32(hi>>32), uint16(hi>>16), uint16(hi)&0x0fff, 0x8000|uint16(lo)&0x3fff, uint16(worker), uint32(seq))
+		if k := u.next(); k != want {
+			t.Fatalf("uuid key %q, want %q", k, want)
+		}
 	}
 }
 
