@@ -208,7 +208,12 @@ func (r *router) plan(ops []*gridpb.Op, out []*gridpb.OpResult) plan {
 		id, sh, second := r.place(t)
 		g := byShard[id]
 		if g == nil {
-			g = &group{shard: id, sh: sh}
+			// Room for every operation left: a batch of one shard (the
+			// client's batches are) then fills its group without growing
+			// it, which cost more allocation than the rest of the plan.
+			left := len(ops) - i
+			g = &group{shard: id, sh: sh,
+				cmds: make([]keyspace.Command, 0, left), idx: make([]int, 0, left), second: make([]bool, 0, left)}
 			byShard[id] = g
 			groups = append(groups, g)
 		}
