@@ -41,9 +41,14 @@ const (
 	frameLenSize = 4
 	// maxAppendFrame bounds a frame's length: a length over it is a
 	// corrupt stream, which closes the connection instead of allocating.
-	// An AppendEntries that could encode larger (a catch-up of many large
-	// entries) goes over NetworkTransport instead (appendRequestBound).
-	maxAppendFrame = 256 << 20
+	maxAppendFrame = 16 << 20
+	// maxStreamedAppend is the largest AppendEntries (appendRequestBound)
+	// sent on the stream; a larger one (a catch-up of many large entries)
+	// goes over NetworkTransport, so that no frame holds the stream's
+	// heartbeats back for long. A steady entry is far smaller.
+	maxStreamedAppend = 1 << 20
+	// maxFrameEntries is raft's largest MaxAppendEntries.
+	maxFrameEntries = 1024
 
 	respSuccess        byte = 1 << 0
 	respNoRetryBackoff byte = 1 << 1
@@ -217,23 +222,26 @@ func decodeAppendRequest(b []byte) (*raft.AppendEntriesRequest, []byte, error) {
 	if n, b, err = readUvarint(b, "entry count"); err != nil {
 		return nil, nil, err
 	}
-	// Each entry takes at least 4 bytes (its length and 3 header bytes), so
-	// a count the frame cannot hold is refused before anything is allocated.
-	if n > uint64(len(b))/4 {
+	// Each entry takes at least 8 bytes (its length, 3 header bytes and 4
+	// one-byte varints), so a count the frame cannot hold is refused
+	// before anything is allocated.
+	if n > maxFrameEntries || n > uint64(len(b))/8 {
 		return nil, nil, fmt.Errorf("%w: %d entries in %d bytes", ErrCorrupt, n, len(b))
 	}
 	if n > 0 {
+		// Each entry on its own: raft's log cache keeps some of them, and
+		// one array would keep every entry of the request alive with them.
 		r.Entries = make([]*raft.Log, n)
-		logs := make([]raft.Log, n)
-		for i := range logs {
+		for i := range r.Entries {
 			var enc []byte
 			if enc, b, err = readBytes(b, "entry"); err != nil {
 				return nil, nil, err
 			}
-			if err := decodeLog(enc, &logs[i]); err != nil {
+			l := new(raft.Log)
+			if err := decodeLog(enc, l); err != nil {
 				return nil, nil, err
 			}
-			r.Entries[i] = &logs[i]
+			r.Entries[i] = l
 		}
 	}
 	return r, b, nil

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -44,10 +45,13 @@ var errAppendRefused = errors.New("raftlog: peer refused the append stream")
 // frameWriter writes frames to a connection for many goroutines. A frame is
 // appended to a pending buffer; the goroutine that finds no write in
 // progress writes the buffer, and whatever was appended meanwhile, in as
-// few writes as it takes. A write error is kept and returned to every
-// later write; the connection's owner closes it.
+// few writes as it takes, each under a deadline of timeout. The first
+// write error is kept and returned to every later write, and broken is
+// called with it once (the owner closes the connection).
 type frameWriter struct {
-	conn net.Conn
+	conn    net.Conn
+	timeout time.Duration
+	broken  func(error)
 
 	mu      sync.Mutex
 	pending []byte
@@ -77,9 +81,14 @@ func (w *frameWriter) write(frame func(dst []byte) []byte) error {
 		out := w.pending
 		w.pending = w.spare[:0]
 		w.mu.Unlock()
+		_ = w.conn.SetWriteDeadline(time.Now().Add(w.timeout))
 		_, err := w.conn.Write(out)
 		w.mu.Lock()
-		w.spare = out[:0]
+		if cap(out) <= keptFrameBuffer {
+			w.spare = out[:0]
+		} else {
+			w.spare = nil
+		}
 		if err != nil {
 			w.err = err
 			w.pending = nil
@@ -88,6 +97,9 @@ func (w *frameWriter) write(frame func(dst []byte) []byte) error {
 	w.writing = false
 	err := w.err
 	w.mu.Unlock()
+	if err != nil {
+		w.broken(err)
+	}
 	return err
 }
 
@@ -127,8 +139,10 @@ type appendPeer struct {
 	mux    *Mux
 	target string
 
-	mu        sync.Mutex // held while dialing: the groups wait for one dial
+	mu        sync.Mutex
 	conn      *appendClientConn
+	dialing   chan struct{} // closed when the dial in progress ends; nil: none
+	dialErr   error         // the last dial's error
 	refusedAt time.Time
 }
 
@@ -137,6 +151,10 @@ type appendClientConn struct {
 	peer *appendPeer
 	tc   *trackedConn
 	w    frameWriter
+	// lastRead is when the stream last read an answer (UnixNano): a call
+	// that times out while answers still come is one group's slow
+	// follower, not a dead stream.
+	lastRead atomic.Int64
 
 	mu     sync.Mutex
 	calls  map[uint64]chan appendResult
@@ -145,9 +163,11 @@ type appendClientConn struct {
 }
 
 // call sends an AppendEntries of group and waits for its answer, at most
-// timeout or until stop closes.
+// timeout (the dial included) or until stop closes.
 func (p *appendPeer) call(group uint64, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, timeout time.Duration, stop <-chan struct{}) error {
-	cc, err := p.connect(timeout)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	cc, err := p.connect(timeout, timer.C, stop)
 	if err != nil {
 		return err
 	}
@@ -155,12 +175,10 @@ func (p *appendPeer) call(group uint64, args *raft.AppendEntriesRequest, resp *r
 	if err != nil {
 		return err
 	}
+	sent := time.Now().UnixNano()
 	if err := cc.w.write(func(dst []byte) []byte { return appendRequestFrame(dst, id, group, args) }); err != nil {
-		cc.fail(err)
 		return err
 	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
 	select {
 	case r := <-ch:
 		if r.err != nil {
@@ -172,10 +190,13 @@ func (p *appendPeer) call(group uint64, args *raft.AppendEntriesRequest, resp *r
 		*resp = *r.resp
 		return nil
 	case <-timer.C:
-		// A peer that answers nothing for the whole timeout is stuck for
-		// every group: start over on a new connection.
+		cc.forget(id)
 		err := fmt.Errorf("%w: %s: no answer to AppendEntries of group %d within %v", ErrDial, p.target, group, timeout)
-		cc.fail(err)
+		if cc.lastRead.Load() < sent {
+			// Nothing came back since: the stream is stuck for every
+			// group, start over on a new connection.
+			cc.fail(err)
+		}
 		return err
 	case <-stop:
 		cc.forget(id)
@@ -184,17 +205,56 @@ func (p *appendPeer) call(group uint64, args *raft.AppendEntriesRequest, resp *r
 }
 
 // connect returns the live stream to the peer, dialing one if there is
-// none. It returns errAppendRefused while the peer is known not to speak
-// the append stream.
-func (p *appendPeer) connect(timeout time.Duration) (*appendClientConn, error) {
+// none; the groups' calls wait for one dial, each until expired or stop.
+// It returns errAppendRefused while the peer is known not to speak the
+// append stream.
+func (p *appendPeer) connect(timeout time.Duration, expired <-chan time.Time, stop <-chan struct{}) (*appendClientConn, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.conn != nil {
-		return p.conn, nil
+		cc := p.conn
+		p.mu.Unlock()
+		return cc, nil
 	}
 	if !p.refusedAt.IsZero() && time.Since(p.refusedAt) < appendRefusedFor {
+		p.mu.Unlock()
 		return nil, errAppendRefused
 	}
+	if ch := p.dialing; ch != nil {
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-expired:
+			return nil, fmt.Errorf("%w: %s (append stream): dial not done within %v", ErrDial, p.target, timeout)
+		case <-stop:
+			return nil, raft.ErrTransportShutdown
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.conn != nil {
+			return p.conn, nil
+		}
+		return nil, p.dialErr
+	}
+	ch := make(chan struct{})
+	p.dialing = ch
+	p.mu.Unlock()
+
+	cc, err := p.dial(timeout)
+	p.mu.Lock()
+	p.dialing, p.dialErr = nil, err
+	if err == nil {
+		p.conn = cc
+	} else if errors.Is(err, errAppendRefused) {
+		p.refusedAt = time.Now()
+	}
+	p.mu.Unlock()
+	close(ch)
+	return cc, err
+}
+
+// dial opens a stream to the peer: the header, then the peer's
+// acknowledgement, or errAppendRefused if it closes the connection instead.
+func (p *appendPeer) dial(timeout time.Duration) (*appendClientConn, error) {
 	raw, err := p.mux.dial(p.target, timeout, header{append: true}, "append stream")
 	if err != nil {
 		return nil, err
@@ -213,21 +273,18 @@ func (p *appendPeer) connect(timeout time.Duration) (*appendClientConn, error) {
 		return nil, fmt.Errorf("%w: %s (append stream): no answer to the header: %w", ErrDial, p.target, err)
 	case err != nil || ack[0] != appendStreamAck:
 		_ = raw.Close()
-		p.refusedAt = time.Now()
 		return nil, errAppendRefused
 	}
-	p.refusedAt = time.Time{}
 	cc := &appendClientConn{peer: p, calls: make(map[uint64]chan appendResult)}
 	cc.tc, err = p.mux.trackAppend(raw, p.target)
 	if err != nil {
 		return nil, err
 	}
-	cc.w.conn = cc.tc
+	cc.w = frameWriter{conn: cc.tc, timeout: timeout, broken: cc.fail}
 	if !p.mux.goAppend(cc.readLoop) {
 		_ = cc.tc.Close()
 		return nil, ErrMuxClosed
 	}
-	p.conn = cc
 	return cc, nil
 }
 
@@ -300,6 +357,7 @@ func (cc *appendClientConn) readLoop() {
 			cc.fail(fmt.Errorf("%w: %s (append stream): %w", ErrDial, cc.peer.target, err))
 			return
 		}
+		cc.lastRead.Store(time.Now().UnixNano())
 		cc.deliver(f.call, appendResult{resp: f.resp, errMsg: f.errMsg})
 	}
 }
@@ -310,7 +368,7 @@ func (cc *appendClientConn) readLoop() {
 // it is ready.
 func (m *Mux) serveAppendStream(c *trackedConn) {
 	defer c.Close()
-	w := &frameWriter{conn: c}
+	w := &frameWriter{conn: c, timeout: defaultTransportTimeout, broken: func(error) { _ = c.Close() }}
 	if _, err := c.Write([]byte{appendStreamAck}); err != nil {
 		return
 	}

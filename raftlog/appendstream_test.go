@@ -3,6 +3,7 @@ package raftlog
 import (
 	"bytes"
 	"errors"
+	"net"
 	"reflect"
 	"strings"
 	"sync"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/l4xg/grid/internal/testwait"
 )
 
 func sampleAppendRequests() []*raft.AppendEntriesRequest {
@@ -361,5 +364,169 @@ func TestAppendRequestBound(t *testing.T) {
 		if enc, bound := len(appendRequestFrame(nil, 1<<60, 1<<60, r)), appendRequestBound(r); bound < enc {
 			t.Fatalf("bound %d below the encoding's %d bytes", bound, enc)
 		}
+	}
+}
+
+// streamTo is a's live append stream to b, or nil.
+func streamTo(a, b *Mux) *appendClientConn {
+	p := a.appendPeerFor(b.Addr().String())
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.conn
+}
+
+// TestAppendStreamSlowGroupKeepsTheStream: a follower group that never
+// answers times its calls out, but while another group's answers keep
+// coming the stream stays, and that group goes on; a stream on which
+// nothing answers is replaced.
+func TestAppendStreamSlowGroupKeepsTheStream(t *testing.T) {
+	a, b := newMux(t, MuxConfig{}), newMux(t, MuxConfig{})
+	cfg := TransportConfig{Timeout: 300 * time.Millisecond}
+	tr := map[string]*Transport{}
+	for _, name := range []string{"a1", "a2", "b1", "b2"} {
+		m, g := a, uint64(name[1]-'0')
+		if name[0] == 'b' {
+			m = b
+		}
+		x, err := NewTransport(m, g, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = x.Close() })
+		tr[name] = x
+	}
+	done := make(chan struct{})
+	var calls int
+	var wg sync.WaitGroup
+	wg.Go(func() { answerAppends(tr["b2"], done, &calls) })
+	defer func() { close(done); wg.Wait() }()
+	to := raft.ServerAddress(b.Addr().String())
+	req := func() *raft.AppendEntriesRequest {
+		return &raft.AppendEntriesRequest{Term: 1, PrevLogEntry: 1, Entries: []*raft.Log{{Index: 2, Term: 1}}}
+	}
+	var resp raft.AppendEntriesResponse
+	if err := tr["a2"].AppendEntries("b", to, req(), &resp); err != nil {
+		t.Fatal(err)
+	}
+	first := streamTo(a, b)
+
+	slow := make(chan error, 1)
+	go func() { slow <- tr["a1"].AppendEntries("b", to, req(), &resp) }() // b1 never answers
+	var err error
+	for ended := false; !ended; {
+		select {
+		case err = <-slow:
+			ended = true
+		default:
+			var r raft.AppendEntriesResponse
+			if e := tr["a2"].AppendEntries("b", to, req(), &r); e != nil {
+				t.Fatalf("group 2 beside a group that does not answer: %v", e)
+			}
+		}
+	}
+	if err == nil || !strings.Contains(err.Error(), "no answer") {
+		t.Fatalf("call to the group that does not answer = %v, want no answer", err)
+	}
+	if now := streamTo(a, b); now != first {
+		t.Fatalf("the stream was replaced although group 2's answers kept coming")
+	}
+
+	// Now nothing answers at all: group 1 alone, the stream is replaced.
+	go func() { <-tr["b1"].Consumer() }() // the call above left; take the next
+	if err := tr["a1"].AppendEntries("b", to, req(), &resp); err == nil {
+		t.Fatal("a call nobody answers succeeded")
+	}
+	if now := streamTo(a, b); now == first {
+		t.Fatal("a stream on which nothing answered within the timeout was kept")
+	}
+	if err := tr["a2"].AppendEntries("b", to, req(), &resp); err != nil {
+		t.Fatalf("group 2 on the new stream: %v", err)
+	}
+}
+
+// TestAppendStreamLargeRequestTakesNetworkTransport: an AppendEntries
+// larger than maxStreamedAppend goes over NetworkTransport, so that it
+// holds no heartbeat back on the stream.
+func TestAppendStreamLargeRequestTakesNetworkTransport(t *testing.T) {
+	a, b := newMux(t, MuxConfig{}), newMux(t, MuxConfig{})
+	ta, err := NewTransport(a, 1, TransportConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ta.Close()
+	tb, err := NewTransport(b, 1, TransportConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	done := make(chan struct{})
+	defer close(done)
+	var calls int
+	go answerAppends(tb, done, &calls)
+	big := &raft.AppendEntriesRequest{Term: 1, Entries: []*raft.Log{{Index: 1, Term: 1, Data: make([]byte, maxStreamedAppend)}}}
+	var resp raft.AppendEntriesResponse
+	if err := ta.AppendEntries("b", raft.ServerAddress(b.Addr().String()), big, &resp); err != nil || resp.LastLog != 1 {
+		t.Fatalf("large AppendEntries = %+v, %v", resp, err)
+	}
+	if got := liveStreams(a); got != 0 {
+		t.Fatalf("a large AppendEntries opened %d append streams, want it on NetworkTransport", got)
+	}
+}
+
+// TestAppendStreamWaitForDialEndsAtClose: calls of a group waiting for
+// another group's dial to a peer that never answers the header end when
+// their transport closes.
+func TestAppendStreamWaitForDialEndsAtClose(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, silent
+		}
+	}()
+	a := newMux(t, MuxConfig{})
+	dialer, err := NewTransport(a, 1, TransportConfig{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dialer.Close()
+	waiter, err := NewTransport(a, 2, TransportConfig{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := raft.ServerAddress(ln.Addr().String())
+	req := &raft.AppendEntriesRequest{Term: 1, Entries: []*raft.Log{{Index: 1, Term: 1}}}
+	go func() {
+		var resp raft.AppendEntriesResponse
+		_ = dialer.AppendEntries("x", to, req, &resp)
+	}()
+	p := a.appendPeerFor(string(to))
+	testwait.For(t, 5*time.Second, "a dial in progress", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.dialing != nil
+	})
+	got := make(chan error, 1)
+	go func() {
+		var resp raft.AppendEntriesResponse
+		got <- waiter.AppendEntries("x", to, req, &resp)
+	}()
+	if err := waiter.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if !errors.Is(err, raft.ErrTransportShutdown) {
+			t.Fatalf("call waiting for a dial, its transport closed = %v, want ErrTransportShutdown", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("a call waiting for another group's dial did not end when its transport closed")
 	}
 }

@@ -26,13 +26,17 @@ type TransportConfig struct {
 	OnReplicate func(peer raft.ServerID, entries int, took time.Duration)
 }
 
+// defaultTransportTimeout is TransportConfig.Timeout when it is zero, and
+// the write deadline of the answers an append stream sends.
+const defaultTransportTimeout = 10 * time.Second
+
 // withDefaults is c with every unset field at its default.
 func (c TransportConfig) withDefaults() TransportConfig {
 	if c.MaxPool == 0 {
 		c.MaxPool = 3
 	}
 	if c.Timeout == 0 {
-		c.Timeout = 10 * time.Second
+		c.Timeout = defaultTransportTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
@@ -108,7 +112,7 @@ func (t *Transport) appendEntries(id raft.ServerID, target raft.ServerAddress, a
 		return raft.ErrTransportShutdown
 	default:
 	}
-	if appendRequestBound(args) > maxAppendFrame {
+	if appendRequestBound(args) > maxStreamedAppend {
 		return t.NetworkTransport.AppendEntries(id, target, args, resp)
 	}
 	err := t.mux.appendPeerFor(string(target)).call(t.group, args, resp, t.timeout, t.shutdown)
@@ -131,8 +135,10 @@ func (t *Transport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
 }
 
 // Close stops the transport: the group no longer answers the append
-// stream, its calls waiting there return raft.ErrTransportShutdown, and
-// the NetworkTransport closes with its layer. It is idempotent.
+// stream, its calls waiting for an answer or a dial there return
+// raft.ErrTransportShutdown (a dial or a write in progress ends within
+// the timeout), and the NetworkTransport closes with its layer. It is
+// idempotent.
 func (t *Transport) Close() error {
 	var err error
 	t.closeOnce.Do(func() {
