@@ -46,19 +46,29 @@ type load struct {
 
 	mu      sync.Mutex
 	samples []sample
-	acked   map[string]bool // app keys whose Complete was acknowledged
+	acked   map[string]ackedAt // app keys whose Complete was acknowledged
 	effects map[string]int  // app handler runs that returned nil, per key
 	// afterAck are handler runs on a key whose Complete had been
-	// acknowledged: a duplicate effect.
-	afterAck []string
+	// acknowledged: a duplicate effect. afterAckRuns says when and how each
+	// ran, against when and with which token the key was acknowledged.
+	afterAck     []string
+	afterAckRuns []string
 	pending  map[string]bool // app keys reserved and not known settled
 	appOK    atomic.Int64
 	appErr   atomic.Int64
 }
 
+// ackedAt is when (since the start) and under which token a key's
+// Complete was acknowledged; token 0 for a batch's.
+type ackedAt struct {
+	at    time.Duration
+	token uint64
+	how   string // the Process's sends, for a Process
+}
+
 func newLoad(cfg config, start time.Time, g *check.Gate, inj *injector) *load {
 	return &load{cfg: cfg, start: start, gate: g, inj: inj, rec: check.NewRecorder(),
-		acked: map[string]bool{}, effects: map[string]int{}, pending: map[string]bool{}}
+		acked: map[string]ackedAt{}, effects: map[string]int{}, pending: map[string]bool{}}
 }
 
 // prefix is the register workload's key prefix now: the keys change every
@@ -236,8 +246,10 @@ func (w *appWorker) process(ctx context.Context, kind, key string, failFirst boo
 	res, err := w.c.Process(ctx, appNS, key, func(ctx context.Context, lease client.Lease) ([]byte, error) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		if l.acked[key] {
+		if a, ok := l.acked[key]; ok {
 			l.afterAck = append(l.afterAck, key)
+			l.afterAckRuns = append(l.afterAckRuns, fmt.Sprintf("%s: %s delivery ran at %v under token %d (attempt %d, took over an expired lease: %v); acknowledged at %v under token %d (%s)",
+				key, kind, time.Since(l.start).Round(time.Millisecond), lease.Token, lease.Attempt, lease.TookOverExpired, a.at.Round(time.Millisecond), a.token, a.how))
 		}
 		if failFirst {
 			failFirst, handlerFailed = false, true
@@ -252,7 +264,8 @@ func (w *appWorker) process(ctx context.Context, kind, key string, failFirst boo
 		w.record(ctx, kind, start, nil)
 		l.mu.Lock()
 		if !res.Duplicate {
-			l.acked[key] = true
+			l.acked[key] = ackedAt{time.Since(l.start), res.Token, fmt.Sprintf("attempt %d, reserve sends %d, settle sends %d, resent %v, replayed %v",
+				res.Attempt, res.ReserveSends, res.SettleSends, res.Resent, res.Replayed)}
 		}
 		delete(l.pending, key)
 		l.mu.Unlock()
@@ -326,7 +339,7 @@ func (w *appWorker) batch(ctx context.Context) {
 				l.mu.Lock()
 				for i, r := range cres {
 					if errs[i] == nil && r.Outcome == client.OutcomeOK {
-						l.acked[doneKeys[i]] = true
+						l.acked[doneKeys[i]] = ackedAt{at: time.Since(l.start)}
 					}
 				}
 				l.mu.Unlock()

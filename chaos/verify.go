@@ -81,6 +81,7 @@ func verify(ctx context.Context, o *outcome, p *procs, inj *injector, l *load, l
 		if !dup.Pass {
 			dup.Key = l.afterAck[0]
 			dup.Detail = fmt.Sprintf("%d handler runs after an acknowledged Complete, first on key %q", len(l.afterAck), dup.Key)
+			dup.Figures["runs"] = l.afterAckRuns
 		}
 		l.mu.Unlock()
 		add(dup)
