@@ -90,9 +90,7 @@ func appendRequestFrame(dst []byte, call, group uint64, r *raft.AppendEntriesReq
 	start := len(dst)
 	dst = beginFrame(dst, frameAppendRequest, call)
 	dst = binary.AppendUvarint(dst, group)
-	dst = binary.AppendUvarint(dst, uint64(r.ProtocolVersion))
-	dst = appendBytes(dst, r.ID)
-	dst = appendBytes(dst, r.Addr)
+	dst = appendRPCHeader(dst, r.RPCHeader)
 	dst = appendBytes(dst, r.Leader)
 	dst = binary.AppendUvarint(dst, r.Term)
 	dst = binary.AppendUvarint(dst, r.PrevLogEntry)
@@ -132,9 +130,7 @@ func appendResponseFrame(dst []byte, call uint64, errMsg string, r *raft.AppendE
 	dst = beginFrame(dst, frameAppendResponse, call)
 	dst = binary.AppendUvarint(dst, uint64(len(errMsg)))
 	dst = append(dst, errMsg...)
-	dst = binary.AppendUvarint(dst, uint64(r.ProtocolVersion))
-	dst = appendBytes(dst, r.ID)
-	dst = appendBytes(dst, r.Addr)
+	dst = appendRPCHeader(dst, r.RPCHeader)
 	dst = binary.AppendUvarint(dst, r.Term)
 	dst = binary.AppendUvarint(dst, r.LastLog)
 	var flags byte
@@ -186,6 +182,32 @@ func decodeAppendFrame(b []byte) (appendFrame, error) {
 	return f, nil
 }
 
+// appendRPCHeader appends the RPC header both directions carry: the
+// protocol version, then the ID and Addr bytes.
+func appendRPCHeader(dst []byte, h raft.RPCHeader) []byte {
+	dst = binary.AppendUvarint(dst, uint64(h.ProtocolVersion))
+	dst = appendBytes(dst, h.ID)
+	return appendBytes(dst, h.Addr)
+}
+
+// readRPCHeader reads what appendRPCHeader wrote, copying its bytes.
+func readRPCHeader(b []byte) (raft.RPCHeader, []byte, error) {
+	var h raft.RPCHeader
+	v, b, err := readUvarint(b, "protocol version")
+	if err != nil {
+		return h, nil, err
+	}
+	var id, addr []byte
+	if id, b, err = readBytes(b, "id"); err != nil {
+		return h, nil, err
+	}
+	if addr, b, err = readBytes(b, "addr"); err != nil {
+		return h, nil, err
+	}
+	h.ProtocolVersion, h.ID, h.Addr = raft.ProtocolVersion(v), cloneBytes(id), cloneBytes(addr)
+	return h, b, nil
+}
+
 // cloneBytes copies b; empty stays nil, as msgpack decodes it.
 func cloneBytes(b []byte) []byte {
 	if len(b) == 0 {
@@ -196,23 +218,15 @@ func cloneBytes(b []byte) []byte {
 
 func decodeAppendRequest(b []byte) (*raft.AppendEntriesRequest, []byte, error) {
 	r := new(raft.AppendEntriesRequest)
-	var v uint64
-	var id, addr, leader []byte
+	var leader []byte
 	var err error
-	if v, b, err = readUvarint(b, "protocol version"); err != nil {
-		return nil, nil, err
-	}
-	r.ProtocolVersion = raft.ProtocolVersion(v)
-	if id, b, err = readBytes(b, "id"); err != nil {
-		return nil, nil, err
-	}
-	if addr, b, err = readBytes(b, "addr"); err != nil {
+	if r.RPCHeader, b, err = readRPCHeader(b); err != nil {
 		return nil, nil, err
 	}
 	if leader, b, err = readBytes(b, "leader"); err != nil {
 		return nil, nil, err
 	}
-	r.ID, r.Addr, r.Leader = cloneBytes(id), cloneBytes(addr), cloneBytes(leader)
+	r.Leader = cloneBytes(leader)
 	for _, p := range []*uint64{&r.Term, &r.PrevLogEntry, &r.PrevLogTerm, &r.LeaderCommitIndex} {
 		if *p, b, err = readUvarint(b, "append entries field"); err != nil {
 			return nil, nil, err
@@ -249,20 +263,10 @@ func decodeAppendRequest(b []byte) (*raft.AppendEntriesRequest, []byte, error) {
 
 func decodeAppendResponse(b []byte) (*raft.AppendEntriesResponse, []byte, error) {
 	r := new(raft.AppendEntriesResponse)
-	var v uint64
-	var id, addr []byte
 	var err error
-	if v, b, err = readUvarint(b, "protocol version"); err != nil {
+	if r.RPCHeader, b, err = readRPCHeader(b); err != nil {
 		return nil, nil, err
 	}
-	r.ProtocolVersion = raft.ProtocolVersion(v)
-	if id, b, err = readBytes(b, "id"); err != nil {
-		return nil, nil, err
-	}
-	if addr, b, err = readBytes(b, "addr"); err != nil {
-		return nil, nil, err
-	}
-	r.ID, r.Addr = cloneBytes(id), cloneBytes(addr)
 	if r.Term, b, err = readUvarint(b, "term"); err != nil {
 		return nil, nil, err
 	}

@@ -117,6 +117,26 @@ func answerAppends(tr *Transport, done <-chan struct{}, calls *int) {
 	}
 }
 
+// newTransport is NewTransport of group on m, closed when the test ends.
+func newTransport(t *testing.T, m *Mux, group uint64, cfg TransportConfig) *Transport {
+	t.Helper()
+	tr, err := NewTransport(m, group, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Close() })
+	return tr
+}
+
+// answering answers tr's AppendEntries (answerAppends) until the test ends.
+func answering(t *testing.T, tr *Transport) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var calls int
+	wg.Go(func() { answerAppends(tr, done, &calls) })
+	t.Cleanup(func() { close(done); wg.Wait() })
+}
+
 // liveStreams is the number of live append stream connections of m.
 func liveStreams(m *Mux) int {
 	m.mu.Lock()
@@ -197,16 +217,8 @@ func TestAppendStreamSharedByGroups(t *testing.T) {
 // handler, not through Consumer, and its answer comes back.
 func TestAppendStreamHeartbeatFastPath(t *testing.T) {
 	a, b := newMux(t, MuxConfig{}), newMux(t, MuxConfig{})
-	ta, err := NewTransport(a, 1, TransportConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ta.Close()
-	tb, err := NewTransport(b, 1, TransportConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
+	ta := newTransport(t, a, 1, TransportConfig{})
+	tb := newTransport(t, b, 1, TransportConfig{})
 	beats := make(chan struct{}, 1)
 	tb.SetHeartbeatHandler(func(rpc raft.RPC) {
 		beats <- struct{}{}
@@ -237,21 +249,13 @@ func TestAppendStreamHeartbeatFastPath(t *testing.T) {
 // and the stream goes on serving.
 func TestAppendStreamErrors(t *testing.T) {
 	a, b := newMux(t, MuxConfig{}), newMux(t, MuxConfig{})
-	ta, err := NewTransport(a, 5, TransportConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ta.Close()
+	ta := newTransport(t, a, 5, TransportConfig{})
 	req := &raft.AppendEntriesRequest{Term: 1, PrevLogEntry: 1, Entries: []*raft.Log{{Index: 2, Term: 1}}}
 	var resp raft.AppendEntriesResponse
 	if err := ta.AppendEntries("b", raft.ServerAddress(b.Addr().String()), req, &resp); err == nil || !strings.Contains(err.Error(), "group 5 is not served") {
 		t.Fatalf("AppendEntries to a group the peer lacks = %v, want 'group 5 is not served'", err)
 	}
-	tb, err := NewTransport(b, 5, TransportConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
+	tb := newTransport(t, b, 5, TransportConfig{})
 	go func() {
 		rpc := <-tb.Consumer()
 		rpc.Respond(nil, errors.New("follower says no"))
@@ -270,15 +274,8 @@ func TestAppendStreamErrors(t *testing.T) {
 // when the follower's transport closes.
 func TestAppendStreamCloseEndsCalls(t *testing.T) {
 	a, b := newMux(t, MuxConfig{}), newMux(t, MuxConfig{})
-	ta, err := NewTransport(a, 1, TransportConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tb, err := NewTransport(b, 1, TransportConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
+	ta := newTransport(t, a, 1, TransportConfig{})
+	tb := newTransport(t, b, 1, TransportConfig{})
 	req := &raft.AppendEntriesRequest{Term: 1, PrevLogEntry: 1, Entries: []*raft.Log{{Index: 2, Term: 1}}}
 
 	call := func(tr *Transport) chan error {
@@ -299,11 +296,7 @@ func TestAppendStreamCloseEndsCalls(t *testing.T) {
 		t.Fatalf("call of a closed transport = %v, want ErrTransportShutdown", err)
 	}
 
-	ta2, err := NewTransport(a, 1, TransportConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ta2.Close()
+	ta2 := newTransport(t, a, 1, TransportConfig{})
 	got = call(ta2)
 	<-tb.Consumer()
 	if err := tb.Close(); err != nil {
@@ -321,20 +314,9 @@ func TestAppendStreamFallsBack(t *testing.T) {
 	a := newMux(t, MuxConfig{})
 	b := newMux(t, MuxConfig{})
 	b.noAppendStream = true
-	ta, err := NewTransport(a, 1, TransportConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ta.Close()
-	tb, err := NewTransport(b, 1, TransportConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
-	done := make(chan struct{})
-	defer close(done)
-	var calls int
-	go answerAppends(tb, done, &calls)
+	ta := newTransport(t, a, 1, TransportConfig{})
+	tb := newTransport(t, b, 1, TransportConfig{})
+	answering(t, tb)
 	for i := range uint64(3) {
 		req := &raft.AppendEntriesRequest{Term: 1, PrevLogEntry: i, Entries: []*raft.Log{{Index: i + 1, Term: 1}}}
 		var resp raft.AppendEntriesResponse
@@ -449,20 +431,9 @@ func TestAppendStreamSlowGroupKeepsTheStream(t *testing.T) {
 // holds no heartbeat back on the stream.
 func TestAppendStreamLargeRequestTakesNetworkTransport(t *testing.T) {
 	a, b := newMux(t, MuxConfig{}), newMux(t, MuxConfig{})
-	ta, err := NewTransport(a, 1, TransportConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ta.Close()
-	tb, err := NewTransport(b, 1, TransportConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
-	done := make(chan struct{})
-	defer close(done)
-	var calls int
-	go answerAppends(tb, done, &calls)
+	ta := newTransport(t, a, 1, TransportConfig{})
+	tb := newTransport(t, b, 1, TransportConfig{})
+	answering(t, tb)
 	big := &raft.AppendEntriesRequest{Term: 1, Entries: []*raft.Log{{Index: 1, Term: 1, Data: make([]byte, maxStreamedAppend)}}}
 	var resp raft.AppendEntriesResponse
 	if err := ta.AppendEntries("b", raft.ServerAddress(b.Addr().String()), big, &resp); err != nil || resp.LastLog != 1 {
@@ -492,15 +463,8 @@ func TestAppendStreamWaitForDialEndsAtClose(t *testing.T) {
 		}
 	}()
 	a := newMux(t, MuxConfig{})
-	dialer, err := NewTransport(a, 1, TransportConfig{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dialer.Close()
-	waiter, err := NewTransport(a, 2, TransportConfig{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dialer := newTransport(t, a, 1, TransportConfig{Timeout: 5 * time.Second})
+	waiter := newTransport(t, a, 2, TransportConfig{Timeout: 5 * time.Second})
 	to := raft.ServerAddress(ln.Addr().String())
 	req := &raft.AppendEntriesRequest{Term: 1, Entries: []*raft.Log{{Index: 1, Term: 1}}}
 	go func() {
