@@ -47,15 +47,15 @@ type load struct {
 	mu      sync.Mutex
 	samples []sample
 	acked   map[string]ackedAt // app keys whose Complete was acknowledged
-	effects map[string]int  // app handler runs that returned nil, per key
+	effects map[string]int     // app handler runs that returned nil, per key
 	// afterAck are handler runs on a key whose Complete had been
 	// acknowledged: a duplicate effect. afterAckRuns says when and how each
 	// ran, against when and with which token the key was acknowledged.
 	afterAck     []string
 	afterAckRuns []string
-	pending  map[string]bool // app keys reserved and not known settled
-	appOK    atomic.Int64
-	appErr   atomic.Int64
+	pending      map[string]bool // app keys reserved and not known settled
+	appOK        atomic.Int64
+	appErr       atomic.Int64
 }
 
 // ackedAt is when (since the start) and under which token a key's
