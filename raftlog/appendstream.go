@@ -103,8 +103,9 @@ func (w *frameWriter) write(frame func(dst []byte) []byte) error {
 	return err
 }
 
-// readFrame reads one frame into buf (grown as needed) and decodes it.
-func readFrame(r *bufio.Reader, buf []byte) (appendFrame, []byte, error) {
+// readFrame reads one frame into buf (grown as needed) and decodes it; a
+// frame of another kind than want is a corrupt stream.
+func readFrame(r *bufio.Reader, buf []byte, want byte) (appendFrame, []byte, error) {
 	var lenBuf [frameLenSize]byte
 	if _, err := io.ReadFull(r, lenBuf[:]); err != nil {
 		return appendFrame{}, buf, err
@@ -123,6 +124,9 @@ func readFrame(r *bufio.Reader, buf []byte) (appendFrame, []byte, error) {
 	f, err := decodeAppendFrame(buf) // copies what it keeps
 	if cap(buf) > keptFrameBuffer {
 		buf = nil
+	}
+	if err == nil && f.kind != want {
+		err = fmt.Errorf("%w: append frame of kind %d, want %d", ErrCorrupt, f.kind, want)
 	}
 	return f, buf, err
 }
@@ -348,11 +352,8 @@ func (cc *appendClientConn) readLoop() {
 	r := bufio.NewReaderSize(cc.tc, appendReadBuffer)
 	var buf []byte
 	for {
-		f, b, err := readFrame(r, buf)
+		f, b, err := readFrame(r, buf, frameAppendResponse)
 		buf = b
-		if err == nil && f.kind != frameAppendResponse {
-			err = fmt.Errorf("%w: append stream answer of kind %d", ErrCorrupt, f.kind)
-		}
 		if err != nil {
 			cc.fail(fmt.Errorf("%w: %s (append stream): %w", ErrDial, cc.peer.target, err))
 			return
@@ -375,11 +376,8 @@ func (m *Mux) serveAppendStream(c *trackedConn) {
 	r := bufio.NewReaderSize(c, appendReadBuffer)
 	var buf []byte
 	for {
-		f, b, err := readFrame(r, buf)
+		f, b, err := readFrame(r, buf, frameAppendRequest)
 		buf = b
-		if err == nil && f.kind != frameAppendRequest {
-			err = fmt.Errorf("%w: append stream request of kind %d", ErrCorrupt, f.kind)
-		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !m.isClosed() {
 				m.log.Warn("raftlog: append stream closed", "addr", m.addr.String(), "peer", c.peer, "error", err)
@@ -451,6 +449,23 @@ func (m *Mux) appendPeerFor(target string) *appendPeer {
 		m.appendPeers[target] = p
 	}
 	return p
+}
+
+// serveAppends makes t the Transport answering group's AppendEntries.
+func (m *Mux) serveAppends(group uint64, t *Transport) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.appendTargets[group] = t
+}
+
+// stopServingAppends forgets t as group's Transport, unless another took
+// its place.
+func (m *Mux) stopServingAppends(group uint64, t *Transport) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.appendTargets[group] == t {
+		delete(m.appendTargets, group)
+	}
 }
 
 // appendTarget is the Transport serving group's AppendEntries, or nil.

@@ -142,11 +142,7 @@ func (t *Transport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
 func (t *Transport) Close() error {
 	var err error
 	t.closeOnce.Do(func() {
-		t.mux.mu.Lock()
-		if t.mux.appendTargets[t.group] == t {
-			delete(t.mux.appendTargets, t.group)
-		}
-		t.mux.mu.Unlock()
+		t.mux.stopServingAppends(t.group, t)
 		close(t.shutdown)
 		err = t.NetworkTransport.Close()
 		t.wg.Wait()
@@ -259,9 +255,7 @@ func NewTransport(mux *Mux, group uint64, cfg TransportConfig) (*Transport, erro
 		consumeCh:        make(chan raft.RPC),
 		shutdown:         make(chan struct{}),
 	}
-	mux.mu.Lock()
-	mux.appendTargets[group] = t
-	mux.mu.Unlock()
+	mux.serveAppends(group, t)
 	t.wg.Add(1)
 	go t.forward()
 	return t, nil
