@@ -145,8 +145,9 @@
 // control group) but listens on ONE TCP port for all of their Raft traffic,
 // the rqlite tcp/mux way. [Mux] owns the listener. Each group registers with
 // [Mux.Layer] and gets a raft.StreamLayer, on which hashicorp/raft's
-// NetworkTransport runs unchanged, so pooled connections are kept
-// ([NewTransport] does both steps). Pipelined AppendEntries are turned off:
+// NetworkTransport runs for votes, snapshots and TimeoutNow, with pooled
+// connections ([NewTransport] does both steps and adds the append stream
+// below). Pipelined AppendEntries are turned off:
 // raft 1.7.2 can hang in Shutdown on a stuck pipeline (raft#612), and one
 // large group-committed entry in flight per shard leaves nothing to gain. Every group on a
 // node has the same address, the Mux's advertised address, and groups are
