@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -213,34 +214,51 @@ func TestAppendStreamSharedByGroups(t *testing.T) {
 	}
 }
 
-// TestAppendStreamHeartbeatFastPath: a heartbeat goes to the heartbeat
-// handler, not through Consumer, and its answer comes back.
-func TestAppendStreamHeartbeatFastPath(t *testing.T) {
+// TestHeartbeatsTakeTheMainLoop: a heartbeat, by the append stream or by
+// the NetworkTransport, comes through Consumer to raft's main loop, never
+// to the fast-path handler raft sets (SetHeartbeatHandler says why), and
+// its answer comes back.
+func TestHeartbeatsTakeTheMainLoop(t *testing.T) {
 	a, b := newMux(t, MuxConfig{}), newMux(t, MuxConfig{})
 	ta := newTransport(t, a, 1, TransportConfig{})
 	tb := newTransport(t, b, 1, TransportConfig{})
-	beats := make(chan struct{}, 1)
+	var fastPath atomic.Int32
 	tb.SetHeartbeatHandler(func(rpc raft.RPC) {
-		beats <- struct{}{}
+		fastPath.Add(1)
 		rpc.Respond(&raft.AppendEntriesResponse{Term: 4, Success: true}, nil)
 	})
-	hb := &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{Addr: []byte(a.Addr().String())}, Term: 4}
-	var resp raft.AppendEntriesResponse
-	if err := ta.AppendEntries("b", raft.ServerAddress(b.Addr().String()), hb, &resp); err != nil {
-		t.Fatal(err)
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	go func() {
+		for {
+			select {
+			case rpc := <-tb.Consumer():
+				rpc.Respond(&raft.AppendEntriesResponse{Term: 5, Success: true}, nil)
+			case <-done:
+				return
+			}
+		}
+	}()
+	send := map[string]func(*raft.AppendEntriesRequest, *raft.AppendEntriesResponse) error{
+		"append stream": func(req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+			return ta.AppendEntries("b", raft.ServerAddress(b.Addr().String()), req, resp)
+		},
+		"NetworkTransport": func(req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+			return ta.NetworkTransport.AppendEntries("b", raft.ServerAddress(b.Addr().String()), req, resp)
+		},
 	}
-	if !resp.Success || resp.Term != 4 {
-		t.Fatalf("heartbeat answer %+v", resp)
+	for name, fn := range send {
+		hb := &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{Addr: []byte(a.Addr().String())}, Term: 4}
+		var resp raft.AppendEntriesResponse
+		if err := fn(hb, &resp); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !resp.Success || resp.Term != 5 {
+			t.Errorf("%s: heartbeat answer %+v, want the main loop's (term 5)", name, resp)
+		}
 	}
-	select {
-	case <-beats:
-	default:
-		t.Fatal("the heartbeat handler did not see the heartbeat")
-	}
-	select {
-	case rpc := <-tb.Consumer():
-		t.Fatalf("the heartbeat also came through Consumer: %+v", rpc.Command)
-	default:
+	if n := fastPath.Load(); n != 0 {
+		t.Errorf("the fast-path handler answered %d heartbeats, want none", n)
 	}
 }
 

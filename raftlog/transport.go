@@ -67,7 +67,8 @@ const maxRPCsInFlight = 1
 // Transport is a group's raft.Transport. Its AppendEntries, heartbeats
 // included, go over the node pair's append stream (appendstream.go),
 // shared by the groups, and the append stream's requests for the group come
-// in through Consumer and the heartbeat handler like every other RPC. Every
+// in through Consumer like every other RPC, heartbeats too
+// (SetHeartbeatHandler says why). Every
 // other method, and the interfaces raft looks for (WithClose, WithPeers,
 // WithPreVote), are the group's NetworkTransport's, on its own mux layer.
 type Transport struct {
@@ -81,9 +82,6 @@ type Transport struct {
 	shutdown  chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup // the forwarder
-
-	hbMu sync.Mutex
-	hbFn func(raft.RPC)
 }
 
 var (
@@ -126,13 +124,24 @@ func (t *Transport) appendEntries(id raft.ServerID, target raft.ServerAddress, a
 // stream and from the NetworkTransport.
 func (t *Transport) Consumer() <-chan raft.RPC { return t.consumeCh }
 
-// SetHeartbeatHandler sets the fast path of heartbeats, on both ways in.
-func (t *Transport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
-	t.hbMu.Lock()
-	t.hbFn = cb
-	t.hbMu.Unlock()
-	t.NetworkTransport.SetHeartbeatHandler(cb)
-}
+// SetHeartbeatHandler declines raft's fast path for heartbeats: they come
+// in through Consumer, to raft's main loop, like every other RPC.
+//
+// hashicorp/raft 1.7.2 runs its fast path (processHeartbeat) on the
+// transport's goroutine, beside the main loop, and it steps the node down
+// and raises its term there (hashicorp/raft#695, #701). A leader that was
+// stopped (SIGSTOP, a long GC or swap) and resumes to find a heartbeat of
+// its successor queued can then append one more entry from its old leader
+// loop, stamped with the successor's term: dispatchLogs reads the term
+// afresh. When the successor's own entry at that index arrives, the terms
+// agree, raft keeps the entry it has, and the replica's log differs from
+// the others' there for good, silently. The chaos tool saw it as
+// acknowledged Completes forgotten once leadership came back to such a
+// replica (chaos/results/2026-12-06-lost-acks). Through the main loop a
+// heartbeat can only step the node down between two of its steps. The
+// cost is a heartbeat waiting behind a log write of the follower, a few
+// milliseconds against an election timeout of hundreds.
+func (t *Transport) SetHeartbeatHandler(func(rpc raft.RPC)) {}
 
 // Close stops the transport: the group no longer answers the append
 // stream, its calls waiting for an answer or a dial there return
@@ -168,42 +177,18 @@ func (t *Transport) forward() {
 	}
 }
 
-// isHeartbeat is NetworkTransport's test of a heartbeat: an AppendEntries
-// with a term and a leader and nothing else, which raft answers on its
-// fast path.
-func isHeartbeat(r *raft.AppendEntriesRequest) bool {
-	leader := r.Addr
-	if len(leader) == 0 {
-		leader = r.Leader
-	}
-	return r.Term != 0 && leader != nil && r.PrevLogEntry == 0 && r.PrevLogTerm == 0 &&
-		len(r.Entries) == 0 && r.LeaderCommitIndex == 0
-}
-
 // serveAppend hands an AppendEntries that came on an append stream to the
 // group's Raft and writes its answer to w, unless the stream closes first.
 func (t *Transport) serveAppend(f appendFrame, w *frameWriter, connClosed <-chan struct{}) {
 	respCh := make(chan raft.RPCResponse, 1)
 	rpc := raft.RPC{Command: f.req, RespChan: respCh}
-	handled := false
-	if isHeartbeat(f.req) {
-		t.hbMu.Lock()
-		fn := t.hbFn
-		t.hbMu.Unlock()
-		if fn != nil {
-			fn(rpc)
-			handled = true
-		}
-	}
 	var res raft.RPCResponse
-	if !handled {
-		select {
-		case t.consumeCh <- rpc:
-		case <-t.shutdown:
-			res.Error = raft.ErrTransportShutdown
-		case <-connClosed:
-			return
-		}
+	select {
+	case t.consumeCh <- rpc:
+	case <-t.shutdown:
+		res.Error = raft.ErrTransportShutdown
+	case <-connClosed:
+		return
 	}
 	if res.Error == nil {
 		select {
