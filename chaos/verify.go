@@ -66,6 +66,7 @@ func verify(ctx context.Context, o *outcome, p *procs, inj *injector, l *load, l
 	}
 	conv.Figures = map[string]any{"seconds": time.Since(t0).Seconds()}
 	add(conv)
+	add(replicasAgree(ctx, inj.members()))
 	c, err := client.Dial(ctx, strings.Join(p.addrs()[:o.cfg.Nodes], ","))
 	if err != nil {
 		add(result{Name: "client", Safety: true, Detail: err.Error()})

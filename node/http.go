@@ -10,8 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// httpHandler serves /metrics from reg, /healthz, /readyz and, with
-// Config.Pprof, /debug/pprof/.
+// httpHandler serves /metrics from reg, /healthz, /readyz, the replicas'
+// /debug/checksums (an admin's when auth is on) and, with Config.Pprof,
+// /debug/pprof/.
 func (n *Node) httpHandler(reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", n.needRole(api.RoleConsumer, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})))
@@ -35,6 +36,7 @@ func (n *Node) httpHandler(reg *prometheus.Registry) http.Handler {
 		}
 		fmt.Fprintln(w, "ready")
 	})
+	mux.Handle("/debug/checksums", n.needRole(api.RoleAdmin, http.HandlerFunc(n.serveChecksums)))
 	if n.cfg.Pprof {
 		mux.Handle("/debug/pprof/", n.needRole(api.RoleAdmin, http.HandlerFunc(pprof.Index)))
 		mux.Handle("/debug/pprof/profile", n.needRole(api.RoleAdmin, http.HandlerFunc(pprof.Profile)))

@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"runtime"
@@ -11,6 +12,7 @@ import (
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/internal/testwait"
+	"github.com/l4xg/grid/node"
 )
 
 // TestHTTPEndpoints: health, readiness and the Prometheus metrics reflect
@@ -72,6 +74,22 @@ func TestHTTPEndpoints(t *testing.T) {
 	}
 	if !held {
 		t.Error("/metrics: no shard reports the completed key")
+	}
+
+	code, body := gridtest.HTTPGet(t, base+"/debug/checksums")
+	var rep node.ChecksumReport
+	if err := json.Unmarshal([]byte(body), &rep); code != http.StatusOK || err != nil {
+		t.Fatalf("/debug/checksums: %d %v: %s", code, err, body)
+	}
+	records := 0
+	for _, r := range rep.Replicas {
+		records += r.Records
+		if r.Records > 0 && (r.Index == 0 || r.Sum == "0000000000000000") {
+			t.Errorf("/debug/checksums: shard %d holds %d records at index %d with sum %s", r.Shard, r.Records, r.Index, r.Sum)
+		}
+	}
+	if len(rep.Replicas) == 0 || records != 1 {
+		t.Errorf("/debug/checksums: %d replicas holding %d records, want the one completed key: %s", len(rep.Replicas), records, body)
 	}
 }
 

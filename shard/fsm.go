@@ -38,6 +38,11 @@ type fsm struct {
 	// before any. Raft 1.7.2 does not expose a configuration's index.
 	conf     atomic.Pointer[appliedConfig]
 	snapConf func() (uint64, raft.Configuration, bool)
+
+	// applied is the index of the last entry ApplyBatch was given (Raft
+	// hands the FSM commands and configurations only), 0 after a Restore
+	// until the next batch; guarded by mu.
+	applied uint64
 }
 
 // appliedConfig is a committed group configuration and its log index.
@@ -97,6 +102,9 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if len(logs) > 0 {
+		f.applied = logs[len(logs)-1].Index
+	}
 	// The times are for the stage metrics only; the state never sees them.
 	start := time.Now()
 	for i, l := range logs {
@@ -181,13 +189,24 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		}
 		m.UseCold(f.cold)
 	}
-	f.m = m
+	f.m, f.applied = m, 0
 	if f.snapConf != nil {
 		if index, c, ok := f.snapConf(); ok {
 			f.noteConfig(index, c)
 		}
 	}
 	return nil
+}
+
+// checksum returns the machine's checksum, the index of the entry it was
+// taken after (0: none since a restore) and the cold tier's key count then.
+func (f *fsm) checksum() (c keyspace.Checksum, index uint64, coldKeys int64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.cold != nil {
+		coldKeys = f.cold.Stats().Keys
+	}
+	return f.m.Checksum(), f.applied, coldKeys
 }
 
 // view runs fn on the machine under the read lock.

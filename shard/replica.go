@@ -473,6 +473,28 @@ func (s *Replica) Status() Status {
 	return st
 }
 
+// Checksum is a replica's state checksum (keyspace.Machine.Checksum) and
+// where in the log it was taken.
+type Checksum struct {
+	keyspace.Checksum
+	// Index is the log index of the last entry applied when it was taken;
+	// 0 when no entry was applied since the replica restored a snapshot.
+	// Replicas of a group that report the same Index must report the same
+	// checksum.
+	Index uint64
+	// ColdKeys is the cold tier's key count, which the checksum leaves out.
+	ColdKeys int64
+}
+
+// Checksum takes the replica's checksum. It holds the apply loop while it
+// reads every hot record: for checks (the chaos tool's, an operator's), not
+// for polling.
+func (s *Replica) Checksum() Checksum {
+	var c Checksum
+	c.Checksum, c.Index, c.ColdKeys = s.fsm.checksum()
+	return c
+}
+
 // Snapshot asks Raft for a snapshot now (operators, tests).
 func (s *Replica) Snapshot() error { return s.raft.Snapshot().Error() }
 

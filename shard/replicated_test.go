@@ -248,3 +248,37 @@ func (nh *netHosts) writeAfter(gone int, key string) {
 		}
 	}
 }
+
+// TestReplicaChecksumsAgree: the replicas of a group report the same
+// checksum once they have applied the same entries.
+func TestReplicaChecksumsAgree(t *testing.T) {
+	nh := openNetHosts(t, 3)
+	id := nh.hosts[0].ShardOf(digest.Key("t", []byte("order-0")))
+	_, l := nh.leader(id)
+	for i := range 20 {
+		k := digest.Key("t", []byte(fmt.Sprintf("order-%d", i)))
+		if nh.hosts[0].ShardOf(k) != id {
+			continue
+		}
+		propose(t, l, keyspace.Command{Op: keyspace.OpReserve, Digest: k, Lease: time.Hour.Milliseconds(),
+			Retention: time.Hour.Milliseconds(), MaxAttempts: 3})
+	}
+	first := l.Checksum()
+	if first.Records == 0 || first.Index == 0 {
+		t.Fatalf("leader's checksum %+v: want records at an index", first)
+	}
+	var got [3]Checksum
+	// Ticks move the index every second: wait for a moment all three
+	// replicas stand at the same one.
+	testwait.For(t, 20*time.Second, "the three replicas at one index", func() bool {
+		for i := range got {
+			got[i] = nh.replica(i, id).Checksum()
+		}
+		return got[0].Index >= first.Index && got[0].Index == got[1].Index && got[1].Index == got[2].Index
+	})
+	for i := range got {
+		if got[i] != got[0] {
+			t.Errorf("replica %d: %+v, replica 0: %+v", i, got[i], got[0])
+		}
+	}
+}
