@@ -170,6 +170,12 @@
 // replicating. Votes, snapshots and TimeoutNow stay on the group's
 // NetworkTransport.
 //
+// Heartbeats, on either way in, go to raft's main loop like every other
+// RPC: [Transport.SetHeartbeatHandler] declines raft's fast path, which
+// raises the term beside the main loop and let a leader resuming from a
+// stop append an entry under its successor's term (hashicorp/raft#695),
+// diverging its log from the others' without a trace.
+//
 // A dialing layer opens a TCP connection to the peer's Mux and writes a
 // header before any Raft byte (see header.go): the magic "L4XM", a version,
 // the group id, and the dialer's own advertised address, so the accepting
