@@ -11,12 +11,7 @@ import (
 // restored from a snapshot, have the checksum of the original.
 func TestChecksumAgrees(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		run := newMdlRun()
-		var log []mdlLogged
-		run.log = &log
-		for range rapid.IntRange(1, 200).Draw(rt, "steps") {
-			run.step(rt)
-		}
+		run, log := loggedMdlRun(rt)
 		want := run.m.Checksum()
 		twin := NewMachine()
 		for _, l := range log {

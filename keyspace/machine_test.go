@@ -17,12 +17,7 @@ func reserveOf(d digest.Digest, lease int64) Command {
 // (WriteTo bytes are not compared: the side maps are written in map order.)
 func TestMachineDeterminism(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		run := newMdlRun()
-		var log []mdlLogged
-		run.log = &log
-		for range rapid.IntRange(1, 200).Draw(rt, "steps") {
-			run.step(rt)
-		}
+		run, log := loggedMdlRun(rt)
 		twin := NewMachine()
 		for _, l := range log {
 			if got := twin.Apply(l.index, &l.entry, nil); !reflect.DeepEqual(got, l.results) {

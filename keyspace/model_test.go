@@ -417,6 +417,18 @@ type mdlLogged struct {
 	results []Result
 }
 
+// loggedMdlRun makes a run of 1..200 random steps and returns it with the
+// entries it applied, for a twin to replay.
+func loggedMdlRun(rt *rapid.T) (*mdlRun, []mdlLogged) {
+	run := newMdlRun()
+	var log []mdlLogged
+	run.log = &log
+	for range rapid.IntRange(1, 200).Draw(rt, "steps") {
+		run.step(rt)
+	}
+	return run, log
+}
+
 func newMdlRun() *mdlRun {
 	return &mdlRun{m: NewMachine(), model: newMdl(), granted: make(map[int]uint64)}
 }
