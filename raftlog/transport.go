@@ -3,7 +3,9 @@ package raftlog
 import (
 	"errors"
 	"fmt"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -70,9 +72,13 @@ const maxRPCsInFlight = 1
 // in through Consumer like every other RPC, heartbeats too
 // (SetHeartbeatHandler says why). Every
 // other method, and the interfaces raft looks for (WithClose, WithPeers,
-// WithPreVote), are the group's NetworkTransport's, on its own mux layer.
+// WithPreVote), are the group's NetworkTransport's, on its own mux layer;
+// votes and TimeoutNow go again when a pooled connection was dead
+// (RequestVote).
 type Transport struct {
 	*raft.NetworkTransport
+	layer       *dialCounter // the NetworkTransport's
+	maxPool     int
 	mux         *Mux
 	group       uint64
 	timeout     time.Duration
@@ -118,6 +124,68 @@ func (t *Transport) appendEntries(id raft.ServerID, target raft.ServerAddress, a
 		return t.NetworkTransport.AppendEntries(id, target, args, resp)
 	}
 	return err
+}
+
+// RequestVote, RequestPreVote and TimeoutNow go over the
+// NetworkTransport, which keeps idle connections to each peer in a pool
+// and takes one for each RPC without checking it. Elections are rare, so
+// a pooled connection has often died since its last use: the peer
+// restarted, or a partition closed it. An RPC that fails on one is sent
+// again (outliveDeadPool), instead of raft losing the vote and waiting an
+// election timeout for the next round.
+func (t *Transport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	return t.outliveDeadPool(func() error { return t.NetworkTransport.RequestVote(id, target, args, resp) })
+}
+
+// RequestPreVote: see RequestVote.
+func (t *Transport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	return t.outliveDeadPool(func() error { return t.NetworkTransport.RequestPreVote(id, target, args, resp) })
+}
+
+// TimeoutNow: see RequestVote.
+func (t *Transport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
+	return t.outliveDeadPool(func() error { return t.NetworkTransport.TimeoutNow(id, target, args, resp) })
+}
+
+// outliveDeadPool runs rpc, and again while it fails on a pooled
+// connection (one it did not dial) other than by a timeout. The
+// NetworkTransport drops a connection an RPC failed on, so after at most
+// maxPool such failures the pool is empty and the next attempt dials;
+// its outcome is final. A timeout is a live but slow peer (paused, say),
+// not a dead connection: it is not waited out again. A dead connection
+// fails before the peer reads the request (the write fails, or the peer
+// had closed its end); should a peer have read it and died before
+// answering, the repeat is harmless: raft grants a vote request repeated
+// in its term as it did the first, a pre-vote changes nothing, and a
+// TimeoutNow at most starts one more election. A failure while another
+// RPC dialed is not retried: a retry then could not tell a pooled
+// connection from a fresh one.
+func (t *Transport) outliveDeadPool(rpc func() error) error {
+	for range t.maxPool {
+		dials := t.layer.dials.Load()
+		err := rpc()
+		var ne net.Error
+		if err == nil || t.layer.dials.Load() != dials || (errors.As(err, &ne) && ne.Timeout()) {
+			return err
+		}
+		select {
+		case <-t.shutdown:
+			return err
+		default:
+		}
+	}
+	return rpc()
+}
+
+// dialCounter is a stream layer that counts its dials (outliveDeadPool).
+type dialCounter struct {
+	raft.StreamLayer
+	dials atomic.Uint64
+}
+
+func (d *dialCounter) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	d.dials.Add(1)
+	return d.StreamLayer.Dial(address, timeout)
 }
 
 // Consumer is the channel of the RPCs the group receives, from the append
@@ -224,8 +292,9 @@ func NewTransport(mux *Mux, group uint64, cfg TransportConfig) (*Transport, erro
 	if err != nil {
 		return nil, err
 	}
+	layer := &dialCounter{StreamLayer: stream}
 	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:          stream,
+		Stream:          layer,
 		MaxPool:         cfg.MaxPool,
 		Timeout:         cfg.Timeout,
 		MaxRPCsInFlight: maxRPCsInFlight,
@@ -233,6 +302,8 @@ func NewTransport(mux *Mux, group uint64, cfg TransportConfig) (*Transport, erro
 	})
 	t := &Transport{
 		NetworkTransport: nt,
+		layer:            layer,
+		maxPool:          cfg.MaxPool,
 		mux:              mux,
 		group:            group,
 		timeout:          cfg.Timeout,

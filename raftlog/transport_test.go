@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -195,4 +196,98 @@ func TestTransportPause(t *testing.T) {
 	}
 	c.nodes[paused].faults.Resume()
 	c.waitReplicated(want, 0, 1, 2)
+}
+
+// TestVotesOutliveDeadPooledConnections: a vote request, a pre-vote
+// request and a TimeoutNow reach the peer although every connection the
+// NetworkTransport pooled for it died while idle, whichever side closed
+// it: each is sent again on another connection instead of failing, so
+// that an election after a fault does not lose a vote it could get and
+// wait out an election timeout for the next one.
+func TestVotesOutliveDeadPooledConnections(t *testing.T) {
+	for _, side := range []string{"candidate", "voter"} {
+		t.Run("closed by the "+side, func(t *testing.T) {
+			fa, fb := &Faults{}, &Faults{}
+			a, b := newMux(t, MuxConfig{Faults: fa}), newMux(t, MuxConfig{Faults: fb})
+			const maxPool = 3
+			ta := newTransport(t, a, 1, TransportConfig{MaxPool: maxPool})
+			tb := newTransport(t, b, 1, TransportConfig{MaxPool: maxPool})
+			var votes atomic.Int32
+			done := make(chan struct{})
+			t.Cleanup(func() { close(done) })
+			go func() {
+				for {
+					select {
+					case rpc := <-tb.Consumer():
+						switch rpc.Command.(type) {
+						case *raft.RequestVoteRequest:
+							votes.Add(1)
+							rpc.Respond(&raft.RequestVoteResponse{Term: 3, Granted: true}, nil)
+						case *raft.RequestPreVoteRequest:
+							rpc.Respond(&raft.RequestPreVoteResponse{Term: 3, Granted: true}, nil)
+						case *raft.TimeoutNowRequest:
+							rpc.Respond(&raft.TimeoutNowResponse{}, nil)
+						default:
+							rpc.Respond(nil, fmt.Errorf("unexpected %T", rpc.Command))
+						}
+					case <-done:
+						return
+					}
+				}
+			}()
+			to := raft.ServerAddress(b.Addr().String())
+			vote := func() error {
+				req := &raft.RequestVoteRequest{RPCHeader: raft.RPCHeader{ID: []byte("a"), Addr: []byte(a.Addr().String())}, Term: 3}
+				var resp raft.RequestVoteResponse
+				if err := ta.RequestVote("b", to, req, &resp); err != nil {
+					return err
+				}
+				if !resp.Granted {
+					return errors.New("vote not granted")
+				}
+				return nil
+			}
+			// Fill the pool: maxPool votes at once take a connection each
+			// and give it back.
+			var wg sync.WaitGroup
+			errs := make(chan error, maxPool)
+			for range maxPool {
+				wg.Go(func() { errs <- vote() })
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Every connection dies while pooled (Isolate closes them on
+			// its side), and the network heals.
+			f := fa
+			if side == "voter" {
+				f = fb
+			}
+			f.Isolate()
+			f.Heal()
+			before := votes.Load()
+			if err := vote(); err != nil {
+				t.Fatalf("vote after the pooled connections died: %v", err)
+			}
+			if n := votes.Load() - before; n != 1 {
+				t.Errorf("the voter got the vote request %d times, want once", n)
+			}
+			f.Isolate()
+			f.Heal()
+			pre := &raft.RequestPreVoteRequest{RPCHeader: raft.RPCHeader{ID: []byte("a"), Addr: []byte(a.Addr().String())}, Term: 4}
+			if err := ta.RequestPreVote("b", to, pre, &raft.RequestPreVoteResponse{}); err != nil {
+				t.Fatalf("pre-vote after the pooled connections died: %v", err)
+			}
+			f.Isolate()
+			f.Heal()
+			now := &raft.TimeoutNowRequest{RPCHeader: raft.RPCHeader{ID: []byte("a"), Addr: []byte(a.Addr().String())}}
+			if err := ta.TimeoutNow("b", to, now, &raft.TimeoutNowResponse{}); err != nil {
+				t.Fatalf("TimeoutNow after the pooled connections died: %v", err)
+			}
+		})
+	}
 }
