@@ -31,7 +31,9 @@ package client
 // removed: avoided like an unreachable node) or holds no replica of the
 // shard (not a member: the map is refreshed). A Redirect naming a leader
 // the router avoids is not followed; the shard's replicas are tried
-// instead, and they name the new leader once it is elected.
+// instead, and they name the new leader once it is elected. The exception
+// is a node avoided because it refused as starting: a replica naming it
+// the leader has heard from it as one since, so it is followed.
 //
 // A node that cannot be reached, answers Unavailable without a Redirect,
 // or does not answer within the send timeout, is avoided for downFor where
@@ -114,14 +116,14 @@ type router struct {
 	shards     []shardRoute
 	members    []string                   // the map's nodes, those seen alive first
 	last       *gridpb.ClusterMapResponse // the map or standalone answer installed last; read only
-	down       map[string]time.Time       // nodes that failed a send, and when
+	down       map[string]downMark        // nodes that failed a send or refused to serve
 	refreshing chan struct{}              // closed when the running fetch ends; nil if none
 	lastFetch  time.Time
 	stopped    bool
 }
 
 func newRouter(root context.Context, seeds []string, fixed bool, fetch func(context.Context, string) (*gridpb.ClusterMapResponse, error)) *router {
-	r := &router{root: root, seeds: seeds, fixed: fixed, fetch: fetch, closed: make(chan struct{}), down: map[string]time.Time{}}
+	r := &router{root: root, seeds: seeds, fixed: fixed, fetch: fetch, closed: make(chan struct{}), down: map[string]downMark{}}
 	close(r.closed)
 	if fixed {
 		r.mode, r.single = modeSingle, seeds[0]
@@ -240,11 +242,18 @@ func (r *router) pick(k *routeKey, probe int) string {
 	return r.seeds[0]
 }
 
+// downMark is when a node failed a send or refused to serve, and whether
+// it refused because it was starting.
+type downMark struct {
+	at       time.Time
+	starting bool
+}
+
 // isDown reports a node that failed a send less than downFor ago. r.mu is
 // held.
 func (r *router) isDown(addr string) bool {
-	t, ok := r.down[addr]
-	return ok && time.Since(t) < downFor
+	d, ok := r.down[addr]
+	return ok && time.Since(d.at) < downFor
 }
 
 // redirected learns from a Redirect that node from answered: the shard's
@@ -258,7 +267,7 @@ func (r *router) isDown(addr string) bool {
 func (r *router) redirected(from string, rd *gridpb.Redirect) string {
 	leader := namedLeader(from, rd)
 	if refusesAll(rd) {
-		r.unreachable(from)
+		r.markDown(from, rd.GetReason() == gridpb.ReasonStarting)
 	}
 	r.mu.Lock()
 	// A node that holds no replica of the shard was asked: the client's
@@ -274,9 +283,17 @@ func (r *router) redirected(from string, rd *gridpb.Redirect) string {
 		}
 	}
 	if leader != "" && r.isDown(leader) {
-		// A follower names a leader this client could not reach: most
-		// likely the node that just failed, before the election ends.
-		leader, refresh = "", true
+		if r.down[leader].starting {
+			// It refused because it was starting, and a replica has
+			// heard from it as the leader since: it has started (a
+			// restarted node gets its preferred leaderships back).
+			delete(r.down, leader)
+		} else {
+			// A follower names a leader this client could not reach:
+			// most likely the node that just failed, before the
+			// election ends.
+			leader, refresh = "", true
+		}
 	}
 	r.mu.Unlock()
 	if refresh {
@@ -310,18 +327,22 @@ func namedLeader(from string, rd *gridpb.Redirect) string {
 // node refused to serve: it is avoided for downFor, no shard is taken to be
 // led by it until a Redirect or the map says so again, and the map is
 // refreshed.
-func (r *router) unreachable(addr string) {
+func (r *router) unreachable(addr string) { r.markDown(addr, false) }
+
+// markDown is unreachable, for a node that refused to serve because it
+// was starting when starting is set.
+func (r *router) markDown(addr string, starting bool) {
 	if r.fixed {
 		return
 	}
 	now := time.Now()
 	r.mu.Lock()
-	for a, t := range r.down {
-		if now.Sub(t) >= downFor {
+	for a, d := range r.down {
+		if now.Sub(d.at) >= downFor {
 			delete(r.down, a)
 		}
 	}
-	r.down[addr] = now
+	r.down[addr] = downMark{at: now, starting: starting}
 	for i := range r.shards {
 		if r.shards[i].leader == addr {
 			r.shards[i].leader = ""

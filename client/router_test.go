@@ -585,3 +585,38 @@ func TestExplicitBatchRedirectedOnlyIsNotUnknown(t *testing.T) {
 		t.Fatalf("errs[0] = %v: only Redirects, so not applied", errs[0])
 	}
 }
+
+// TestLeaderThatWasStartingIsFollowed: a node that refused an operation
+// because it was still starting (a restart) is avoided, but once another
+// replica names it the shard's leader it has started: the operation
+// follows that Redirect instead of asking the replicas, which keep naming
+// it, until downFor has passed. (The grid moves leaderships back to a
+// restarted node's preferred shards.)
+func TestLeaderThatWasStartingIsFollowed(t *testing.T) {
+	fc := newFakeCluster(t, 3, 3)
+	c := fc.dial(t, "", fastRetry(1))
+	ctx := testCtx(t)
+	if _, err := c.Reserve(ctx, "ns", fc.keyOn(0, 0)); err != nil { // the map is in
+		t.Fatal(err)
+	}
+	var started atomic.Bool
+	fc.setOverride(func(self, shard int) *gridpb.Redirect {
+		if self == 2 && started.CompareAndSwap(false, true) {
+			return &gridpb.Redirect{Epoch: 1, Reason: gridpb.ReasonStarting}
+		}
+		if self == shard {
+			return nil
+		}
+		return &gridpb.Redirect{Shard: uint32(shard), LeaderId: fakeNodeID(shard), LeaderAddr: fc.addrs[shard], Epoch: 1}
+	})
+	r, _, err := c.one(ctx, ReserveOp("ns", fc.keyOn(2, 0)))
+	if err != nil || r.Outcome != OutcomeAcquired {
+		t.Fatalf("reserve: %v %v", r.Outcome, err)
+	}
+	if !started.Load() {
+		t.Fatal("node 2 never refused as starting: the test proves nothing")
+	}
+	if got := receivedKeys(fc.nodes[2], "reserve"); !slices.Contains(got, fc.keyOn(2, 0)) {
+		t.Fatalf("node 2 applied %v", got)
+	}
+}
