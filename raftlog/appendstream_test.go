@@ -138,6 +138,23 @@ func answering(t *testing.T, tr *Transport) {
 	t.Cleanup(func() { close(done); wg.Wait() })
 }
 
+// serving hands every RPC tr receives to answer until the test ends.
+func serving(t *testing.T, tr *Transport, answer func(raft.RPC)) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case rpc := <-tr.Consumer():
+				answer(rpc)
+			case <-done:
+				return
+			}
+		}
+	})
+	t.Cleanup(func() { close(done); wg.Wait() })
+}
+
 // liveStreams is the number of live append stream connections of m.
 func liveStreams(m *Mux) int {
 	m.mu.Lock()
@@ -227,18 +244,7 @@ func TestHeartbeatsTakeTheMainLoop(t *testing.T) {
 		fastPath.Add(1)
 		rpc.Respond(&raft.AppendEntriesResponse{Term: 4, Success: true}, nil)
 	})
-	done := make(chan struct{})
-	t.Cleanup(func() { close(done) })
-	go func() {
-		for {
-			select {
-			case rpc := <-tb.Consumer():
-				rpc.Respond(&raft.AppendEntriesResponse{Term: 5, Success: true}, nil)
-			case <-done:
-				return
-			}
-		}
-	}()
+	serving(t, tb, func(rpc raft.RPC) { rpc.Respond(&raft.AppendEntriesResponse{Term: 5, Success: true}, nil) })
 	send := map[string]func(*raft.AppendEntriesRequest, *raft.AppendEntriesResponse) error{
 		"append stream": func(req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 			return ta.AppendEntries("b", raft.ServerAddress(b.Addr().String()), req, resp)

@@ -213,28 +213,19 @@ func TestVotesOutliveDeadPooledConnections(t *testing.T) {
 			ta := newTransport(t, a, 1, TransportConfig{MaxPool: maxPool})
 			tb := newTransport(t, b, 1, TransportConfig{MaxPool: maxPool})
 			var votes atomic.Int32
-			done := make(chan struct{})
-			t.Cleanup(func() { close(done) })
-			go func() {
-				for {
-					select {
-					case rpc := <-tb.Consumer():
-						switch rpc.Command.(type) {
-						case *raft.RequestVoteRequest:
-							votes.Add(1)
-							rpc.Respond(&raft.RequestVoteResponse{Term: 3, Granted: true}, nil)
-						case *raft.RequestPreVoteRequest:
-							rpc.Respond(&raft.RequestPreVoteResponse{Term: 3, Granted: true}, nil)
-						case *raft.TimeoutNowRequest:
-							rpc.Respond(&raft.TimeoutNowResponse{}, nil)
-						default:
-							rpc.Respond(nil, fmt.Errorf("unexpected %T", rpc.Command))
-						}
-					case <-done:
-						return
-					}
+			serving(t, tb, func(rpc raft.RPC) {
+				switch rpc.Command.(type) {
+				case *raft.RequestVoteRequest:
+					votes.Add(1)
+					rpc.Respond(&raft.RequestVoteResponse{Term: 3, Granted: true}, nil)
+				case *raft.RequestPreVoteRequest:
+					rpc.Respond(&raft.RequestPreVoteResponse{Term: 3, Granted: true}, nil)
+				case *raft.TimeoutNowRequest:
+					rpc.Respond(&raft.TimeoutNowResponse{}, nil)
+				default:
+					rpc.Respond(nil, fmt.Errorf("unexpected %T", rpc.Command))
 				}
-			}()
+			})
 			to := raft.ServerAddress(b.Addr().String())
 			vote := func() error {
 				req := &raft.RequestVoteRequest{RPCHeader: raft.RPCHeader{ID: []byte("a"), Addr: []byte(a.Addr().String())}, Term: 3}
