@@ -151,14 +151,18 @@
 // it there at once and remembers that leader. A Redirect that names no
 // leader, or names the refusing node itself, means leadership is moving: the
 // client refreshes the map, pauses briefly and asks the shard's replicas in
-// turn. One whose map epoch is newer than the client's refreshes the map. A
+// turn: at most 100 ms apart for the first 24 such pauses, which outlast an
+// election, then as the retry policy backs off. One whose map epoch is
+// newer than the client's refreshes the map. A
 // node that cannot serve at all refuses with a Redirect that says why: it is
 // starting (no map yet, for example while it restarts) or was removed; the
 // client avoids it and asks another node. A Redirect naming a leader the
 // client avoids (most likely the node that just failed, named by a follower
 // until the election ends) is not followed: the shard's other replicas are
-// asked instead. After 8 redirects in a row the send fails with
-// ErrUnavailable, and the retry policy decides whether to try again.
+// asked instead; but one naming a node avoided because it was starting is
+// followed, as that node has started since. After 8 redirects in a row the
+// send fails with ErrUnavailable, and the retry policy decides whether to
+// try again.
 //
 // On a cluster each send has a deadline (WithSendTimeout, default 1.5 s). A
 // node that cannot be reached, answers Unavailable without a Redirect, or

@@ -79,6 +79,16 @@ const (
 	// minLeaderWait is the least pause after a Redirect that named no
 	// leader (leaderWait).
 	minLeaderWait = 10 * time.Millisecond
+	// maxLeaderPoll caps the pause after each of the first electionPolls
+	// Redirects that named no leader. An election after a leader fails
+	// takes about a second (the grid's heartbeat timeout is 500 ms, and a
+	// follower waits up to twice that before it campaigns); asked at
+	// least this often meanwhile, a replica names the new leader to the
+	// client at most this long after it is elected. Past electionPolls
+	// the retry policy's backoff alone spaces the asks, so an outage
+	// longer than an election is not polled as often.
+	maxLeaderPoll = 100 * time.Millisecond
+	electionPolls = 24
 )
 
 // errStaleMap: a node answered with a map older than the router's.
@@ -543,9 +553,15 @@ func (c *Client) askMap(ctx context.Context, addr string) (*gridpb.ClusterMapRes
 
 // leaderWait is the pause after the n-th Redirect that named no leader: the
 // retry policy's backoff, but at least minLeaderWait, so that a policy
-// without backoff does not spend its redirects in a burst.
+// without backoff does not spend its redirects in a burst, and for the
+// first electionPolls at most maxLeaderPoll (jittered), so that the
+// client hears of a new leader soon after its election.
 func (c *Client) leaderWait(n int) time.Duration {
-	return max(c.cfg.retry.backoff(n), minLeaderWait)
+	d := c.cfg.retry.backoff(n)
+	if n <= electionPolls {
+		d = min(d, jitter(maxLeaderPoll))
+	}
+	return max(d, minLeaderWait)
 }
 
 // nodeErr is the error of a node that could not be opened: the client is

@@ -620,3 +620,32 @@ func TestLeaderThatWasStartingIsFollowed(t *testing.T) {
 		t.Fatalf("node 2 applied %v", got)
 	}
 }
+
+// TestLeaderWaitPollsThroughAnElection: with the default retry policy, the
+// pauses after Redirects that name no leader are at most maxLeaderPoll for
+// the first electionPolls, which together outlast an election of the
+// grid's defaults (a follower campaigns at most two heartbeat timeouts of
+// 500 ms after the leader's last word), so a client learns of the new
+// leader soon after it is elected; then the policy's backoff spaces them.
+func TestLeaderWaitPollsThroughAnElection(t *testing.T) {
+	p := DefaultRetryPolicy()
+	c := &Client{cfg: config{retry: p}}
+	for range 100 { // the waits are jittered
+		var total time.Duration
+		for n := 1; n <= electionPolls; n++ {
+			d := c.leaderWait(n)
+			if d > maxLeaderPoll || d < minLeaderWait {
+				t.Fatalf("pause after no-leader Redirect %d: %v, want within [%v, %v]", n, d, minLeaderWait, maxLeaderPoll)
+			}
+			total += d
+		}
+		if total < time.Second {
+			t.Fatalf("the first %d pauses last %v, shorter than an election (1 s)", electionPolls, total)
+		}
+		for n := electionPolls + 1; n <= electionPolls+4; n++ {
+			if d := c.leaderWait(n); d < p.MaxBackoff/2 {
+				t.Fatalf("pause after no-leader Redirect %d: %v, want the policy's backoff (at least %v)", n, d, p.MaxBackoff/2)
+			}
+		}
+	}
+}
