@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -134,21 +133,22 @@ func (t *Transport) appendEntries(id raft.ServerID, target raft.ServerAddress, a
 // again (outliveDeadPool), instead of raft losing the vote and waiting an
 // election timeout for the next round.
 func (t *Transport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
-	return t.outliveDeadPool(func() error { return t.NetworkTransport.RequestVote(id, target, args, resp) })
+	return t.outliveDeadPool(target, func() error { return t.NetworkTransport.RequestVote(id, target, args, resp) })
 }
 
 // RequestPreVote: see RequestVote.
 func (t *Transport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	return t.outliveDeadPool(func() error { return t.NetworkTransport.RequestPreVote(id, target, args, resp) })
+	return t.outliveDeadPool(target, func() error { return t.NetworkTransport.RequestPreVote(id, target, args, resp) })
 }
 
 // TimeoutNow: see RequestVote.
 func (t *Transport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
-	return t.outliveDeadPool(func() error { return t.NetworkTransport.TimeoutNow(id, target, args, resp) })
+	return t.outliveDeadPool(target, func() error { return t.NetworkTransport.TimeoutNow(id, target, args, resp) })
 }
 
-// outliveDeadPool runs rpc, and again while it fails on a pooled
-// connection (one it did not dial) other than by a timeout. The
+// outliveDeadPool runs rpc to target, and again while it fails on a
+// pooled connection (no dial to target ran meanwhile) other than by a
+// timeout. The
 // NetworkTransport drops a connection an RPC failed on, so after at most
 // maxPool such failures the pool is empty and the next attempt dials;
 // its outcome is final. A timeout is a live but slow peer (paused, say),
@@ -158,14 +158,16 @@ func (t *Transport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args
 // answering, the repeat is harmless: raft grants a vote request repeated
 // in its term as it did the first, a pre-vote changes nothing, and a
 // TimeoutNow at most starts one more election. A failure while another
-// RPC dialed is not retried: a retry then could not tell a pooled
-// connection from a fresh one.
-func (t *Transport) outliveDeadPool(rpc func() error) error {
+// RPC to the same peer dialed is not retried: a retry then could not tell
+// a pooled connection from a fresh one. Dials are counted per peer, so
+// that an election's requests to a dead peer, which dial, do not stop
+// those to a live one from being sent again.
+func (t *Transport) outliveDeadPool(target raft.ServerAddress, rpc func() error) error {
 	for range t.maxPool {
-		dials := t.layer.dials.Load()
+		dials := t.layer.count(target)
 		err := rpc()
 		var ne net.Error
-		if err == nil || t.layer.dials.Load() != dials || (errors.As(err, &ne) && ne.Timeout()) {
+		if err == nil || t.layer.count(target) != dials || (errors.As(err, &ne) && ne.Timeout()) {
 			return err
 		}
 		select {
@@ -177,15 +179,26 @@ func (t *Transport) outliveDeadPool(rpc func() error) error {
 	return rpc()
 }
 
-// dialCounter is a stream layer that counts its dials (outliveDeadPool).
+// dialCounter is a stream layer that counts its dials to each address
+// (outliveDeadPool).
 type dialCounter struct {
 	raft.StreamLayer
-	dials atomic.Uint64
+	mu    sync.Mutex
+	dials map[raft.ServerAddress]uint64
 }
 
 func (d *dialCounter) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	d.dials.Add(1)
+	d.mu.Lock()
+	d.dials[address]++
+	d.mu.Unlock()
 	return d.StreamLayer.Dial(address, timeout)
+}
+
+// count is how many dials to address have started.
+func (d *dialCounter) count(address raft.ServerAddress) uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.dials[address]
 }
 
 // Consumer is the channel of the RPCs the group receives, from the append
@@ -292,7 +305,7 @@ func NewTransport(mux *Mux, group uint64, cfg TransportConfig) (*Transport, erro
 	if err != nil {
 		return nil, err
 	}
-	layer := &dialCounter{StreamLayer: stream}
+	layer := &dialCounter{StreamLayer: stream, dials: map[raft.ServerAddress]uint64{}}
 	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:          layer,
 		MaxPool:         cfg.MaxPool,
