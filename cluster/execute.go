@@ -118,6 +118,10 @@ func (n *Runtime) removeFromGroup(ctx context.Context, shard int, id, to topolog
 	return err
 }
 
+// catchUpWait bounds how long a leadership move waits for its target to
+// catch up (awaitCaughtUp).
+const catchUpWait = 10 * time.Second
+
 // transferTo makes target lead shard (target "" = any other voter), unless
 // it leads already.
 func (n *Runtime) transferTo(ctx context.Context, shard int, target topology.NodeID) error {
@@ -127,16 +131,49 @@ func (n *Runtime) transferTo(ctx context.Context, shard int, target topology.Nod
 	}
 	req := topology.AdminRequest{Shard: shard, Action: topology.AdminTransferLeadership, Node: target}
 	if target != "" {
-		req.RaftAddr = n.Map().Nodes[target].RaftAddr
+		info := n.Map().Nodes[target]
+		req.RaftAddr = info.RaftAddr
+		if leader, addr, err = n.awaitCaughtUp(ctx, shard, info); err != nil || leader == target {
+			return err
+		}
 	}
 	_, err = n.shardAdmin(ctx, addr, req)
 	return err
 }
 
+// awaitCaughtUp polls until target's replica of shard has caught up with
+// the shard's leader (caughtUp), and returns that leader. It gives up
+// when gossip loses target, or after catchUpWait: the next plan deals
+// with it, and a node that cannot catch up (its disk is full) does not
+// hold the control loop.
+func (n *Runtime) awaitCaughtUp(ctx context.Context, shard int, target topology.NodeInfo) (topology.NodeID, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, catchUpWait)
+	defer cancel()
+	for {
+		if !n.Alive()[target.ID] {
+			return "", "", fmt.Errorf("leadership of shard %d: node %s is not alive", shard, target.ID)
+		}
+		if id, addr, lead, ok := n.leaderOf(ctx, n.Map(), shard); ok {
+			if id == target.ID {
+				return id, addr, nil
+			}
+			cctx, cancel := context.WithTimeout(ctx, statusTimeout)
+			st, ok, err := n.cfg.Remote.ShardStatus(cctx, target.GRPCAddr, shard)
+			cancel()
+			if err == nil && ok && caughtUp(st, lead) {
+				return id, addr, nil
+			}
+		}
+		if err := sleep(ctx, pollInterval); err != nil {
+			return "", "", fmt.Errorf("leadership of shard %d: %s catching up: %w", shard, target.ID, err)
+		}
+	}
+}
+
 // restoreLeaders moves each shard's leadership back to its preferred
 // leader where an election (a failover, a restart) left it elsewhere, so
 // that leaders stay spread as the plan spread them. Best effort: a shard
-// whose preferred leader is down or lagging keeps its leader.
+// whose preferred leader is down or lagging keeps its leader (handBack).
 func (n *Runtime) restoreLeaders(ctx context.Context) {
 	m := n.Map()
 	if m == nil {
@@ -149,19 +186,52 @@ func (n *Runtime) restoreLeaders(ctx context.Context) {
 		}
 		pref := m.Nodes[set[0]]
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		st, ok, err := n.cfg.Remote.ShardStatus(cctx, pref.GRPCAddr, s)
-		// A preferred leader whose clock is outside the bound would hand
-		// the leadership straight back (it grants no lease): skip it.
-		if err == nil && ok && st.ClockOK && st.RaftState != "Leader" && st.Leader != "" && st.Leader != pref.ID {
-			if cur, known := m.Nodes[st.Leader]; known {
-				_, err = n.shardAdmin(cctx, cur.GRPCAddr, topology.AdminRequest{Shard: s, Action: topology.AdminTransferLeadership, Node: pref.ID, RaftAddr: pref.RaftAddr})
-				if err == nil {
-					n.cfg.Logger.Info("leadership restored to preferred leader", "shard", s, "node", pref.ID)
-				}
+		if cur, curSt, ok := n.handBackFrom(cctx, m, s, pref); ok {
+			_, err := n.shardAdmin(cctx, cur.GRPCAddr, topology.AdminRequest{Shard: s, Action: topology.AdminTransferLeadership, Node: pref.ID, RaftAddr: pref.RaftAddr})
+			if err == nil {
+				n.cfg.Logger.Info("leadership restored to preferred leader", "shard", s, "node", pref.ID, "from", cur.ID, "commit", curSt.Commit)
 			}
 		}
 		cancel()
 	}
+}
+
+// handBackFrom asks the shard's preferred leader pref and the leader it
+// follows whether the leadership should go back to pref (handBack), and
+// returns that leader and its status.
+func (n *Runtime) handBackFrom(ctx context.Context, m *topology.Map, shard int, pref topology.NodeInfo) (topology.NodeInfo, topology.ReplicaStatus, bool) {
+	st, ok, err := n.cfg.Remote.ShardStatus(ctx, pref.GRPCAddr, shard)
+	if err != nil || !ok || st.RaftState == "Leader" || st.Leader == "" || st.Leader == pref.ID {
+		return topology.NodeInfo{}, topology.ReplicaStatus{}, false
+	}
+	cur, known := m.Nodes[st.Leader]
+	if !known {
+		return topology.NodeInfo{}, topology.ReplicaStatus{}, false
+	}
+	curSt, ok, err := n.cfg.Remote.ShardStatus(ctx, cur.GRPCAddr, shard)
+	if err != nil || !ok {
+		return topology.NodeInfo{}, topology.ReplicaStatus{}, false
+	}
+	return cur, curSt, handBack(st, curSt)
+}
+
+// handBack reports whether a shard's leadership may move from its leader
+// (lead's status) to the preferred leader (pref's status). Not while the
+// preferred leader's clock is outside the bound: it grants no lease and
+// would hand the leadership straight back. And not before it has caught
+// up with the leader (caughtUp).
+func handBack(pref, lead topology.ReplicaStatus) bool {
+	return pref.ClockOK && lead.RaftState == "Leader" && caughtUp(pref, lead)
+}
+
+// caughtUp reports whether a replica (st) has applied its leader's commit
+// index to within maxReadyLag entries, the bound of a ready replica, so
+// that a leadership moved to it costs no wait: while raft catches the
+// target of a transfer up, the leader refuses writes, and a new leader
+// answers a write only once it has applied every entry before it. A node
+// just restarted has its log but may still be applying a long tail of it.
+func caughtUp(st, lead topology.ReplicaStatus) bool {
+	return st.Applied+maxReadyLag >= lead.Commit
 }
 
 // adminOnLeader runs req on the shard's leader, looking for it again
