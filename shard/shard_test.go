@@ -6,16 +6,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/l4xg/grid/digest"
 	"github.com/l4xg/grid/internal/testclock"
+	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -319,4 +322,29 @@ func TestReadShowsTokenOnlyWhenAsked(t *testing.T) {
 	if got, err := s.Get(ctx, c.Digest, false); err != nil || got.Token != 0 {
 		t.Errorf("Get: %+v, %v; want no token", got, err)
 	}
+}
+
+// TestSnapshotAfterReplay: a replica restarted with a log tail of at least
+// raft's SnapshotThreshold entries snapshots once it has applied it,
+// without waiting for raft's own snapshot timer (2-4 min after start),
+// which a node restarted more often never reaches: its next restart would
+// replay the whole log again.
+func TestSnapshotAfterReplay(t *testing.T) {
+	dir := t.TempDir()
+	clock := testclock.New()
+	h := openHost(t, dir, clock.Now, nil)
+	s := h.Replicas()[1]
+	for i := range raft.DefaultConfig().SnapshotThreshold {
+		propose(t, s, reserve(fmt.Sprintf("r%d", i), time.Minute))
+	}
+	last := s.raft.LastIndex()
+	h.Close()
+
+	h = openHost(t, dir, clock.Now, nil)
+	defer h.Close()
+	s = h.Replicas()[1]
+	testwait.For(t, 20*time.Second, fmt.Sprintf("a snapshot at or after index %d", last), func() bool {
+		i, err := strconv.ParseUint(s.raft.Stats()["last_snapshot_index"], 10, 64)
+		return err == nil && i >= last
+	})
 }
