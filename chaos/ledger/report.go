@@ -78,45 +78,6 @@ func (r Report) OK() bool {
 		(r.Poisonous == nil || r.Poisonous.Fate == fateDeadLettered)
 }
 
-// Problems lists what is wrong with a finished run of cfg: the verdict's
-// failures (OK), and the faults cfg asked for that did not all happen,
-// without which a pass proves less. None for a good run.
-func (r Report) Problems(cfg Config) []string {
-	var out []string
-	if r.Unfinished != "" {
-		out = append(out, "the run did not finish: "+r.Unfinished)
-	}
-	if r.DuplicateEffects != 0 || r.Lost != 0 {
-		out = append(out, fmt.Sprintf("duplicate effects %d, lost %d", r.DuplicateEffects, r.Lost))
-	}
-	if r.PoisonedPayable != 0 {
-		out = append(out, fmt.Sprintf("%d healthy payments dead-lettered (%d of them applied before), the first %v: the poisonous payment's crash loop poisoned payments in flight beside it",
-			r.PoisonedPayable, r.HealthyDeadLetteredApplied, r.HealthyDeadLettered))
-	}
-	if r.UnpayableNotDeadLettered != 0 || (cfg.poisonous && (r.Poisonous == nil || r.Poisonous.Fate != fateDeadLettered)) {
-		out = append(out, fmt.Sprintf("unpayable payments not dead-lettered %d; the poisonous payment: %+v", r.UnpayableNotDeadLettered, r.Poisonous))
-	}
-	want := 0
-	if cfg.poisonEvery > 0 {
-		want = cfg.messages / cfg.poisonEvery
-	}
-	if cfg.poisonous {
-		want++
-	}
-	if r.Poisoned-r.PoisonedPayable != want {
-		out = append(out, fmt.Sprintf("dead-lettered %d payments, %d of them healthy; want the %d unpayable and the poisonous one", r.Poisoned, r.PoisonedPayable, want))
-	}
-	if (cfg.dupRatio > 0 && r.DuplicatesInjected == 0) || (cfg.crashEvery > 0 && r.ExitsAfterCommit == 0) || r.ConsumerKills != cfg.killConsumers ||
-		(cfg.killGridNode && r.GridNodeKills != 1) || (cfg.joinLeave && (r.ConsumerJoins != 1 || r.ConsumerLeaves != 1)) ||
-		(cfg.poisonous && (r.Poisonous == nil || r.Poisonous.Crashes == 0)) {
-		out = append(out, fmt.Sprintf("the faults did not all happen: %+v", r))
-	}
-	if !r.OK() && len(out) == 0 {
-		out = append(out, fmt.Sprintf("the verdict is FAIL for a reason Problems does not name: %+v", r))
-	}
-	return out
-}
-
 // tally collects the dead letters a run's broker gives.
 type tally struct {
 	dead    map[string]string // key -> the reason of its first dead letter
