@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -54,6 +55,7 @@ type config struct {
 	Progress                bool
 	CheckTimeout            time.Duration
 	DryRun                  bool
+	NodeLogLevel            string // the nodes' --log-level
 }
 
 func (c config) has(f string) bool { return slices.Contains(c.Faults, f) }
@@ -101,6 +103,7 @@ func parseRun(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.Progress, "progress", isTerminal(os.Stderr), "print a progress line while running (default: when stderr is a terminal; otherwise a line every 10 s)")
 	fs.DurationVar(&c.CheckTimeout, "check-timeout", 5*time.Minute, "bound on the linearizability check")
 	fs.BoolVar(&c.DryRun, "dry-run", false, "print the fault schedule of the seed and exit")
+	fs.StringVar(&c.NodeLogLevel, "node-log-level", "warn", "the nodes' --log-level (debug, info, warn or error); info shows the control leader's moves and leadership hand-backs in the nodes' logs")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -139,6 +142,10 @@ func parseRun(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("chaos run: --broken %q: one of %s", c.Broken, strings.Join(brokenModes, ", "))
 	case c.Broken != "" && !c.register():
 		return c, errors.New("chaos run: --broken needs the register workload (the one porcupine checks)")
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.NodeLogLevel)); err != nil {
+		return c, fmt.Errorf("chaos run: --node-log-level: %v", err)
 	}
 	if m := client.DefaultLeaseMargin(time.Duration(leaseMin) * time.Millisecond); c.MaxOffset <= 0 || c.MaxOffset > m {
 		return c, fmt.Errorf("chaos run: --max-clock-offset %v out of range: above 0 and at most %v, the margin of the workload's shortest lease", c.MaxOffset, m)

@@ -157,7 +157,7 @@ func TestRunPassesUnderFaults(t *testing.T) {
 		faults = append(faults, faultPartition)
 	}
 	args := []string{"--nodes", "3", "--duration", "25s", "--fault-every", "5s", "--faults", strings.Join(faults, ",")}
-	args = append(args, "--seed", fmt.Sprint(seedWith(t, args, faults)))
+	args = append(args, "--seed", fmt.Sprint(seedWith(t, args, faults)), "--node-log-level", "info")
 	o, dir := chaosRun(t, args)
 	for _, c := range o.checks {
 		t.Logf("%s: pass %v: %s", c.Name, c.Pass, c.Detail)
@@ -184,6 +184,10 @@ func TestRunPassesUnderFaults(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Error(err)
 		}
+	}
+	// --node-log-level reached the nodes (the default, warn, hides info).
+	if b, err := os.ReadFile(filepath.Join(dir, "nodes", "n1.log")); err != nil || !strings.Contains(string(b), "level=INFO") {
+		t.Errorf("node n1's log has no INFO line with --node-log-level info (%v)", err)
 	}
 }
 
@@ -288,6 +292,7 @@ func TestParseRunRefuses(t *testing.T) {
 		{"--broken yes", "--broken"},
 		{"--broken stale-gets --workload app", "--broken needs the register workload"},
 		{"--max-clock-offset 2s", "--max-clock-offset"},
+		{"--node-log-level chatty", "--node-log-level"},
 	} {
 		var stderr strings.Builder
 		_, err := parseRun(strings.Fields(c.args), &stderr)
