@@ -141,33 +141,20 @@ func (n *Runtime) transferTo(ctx context.Context, shard int, target topology.Nod
 	return err
 }
 
-// awaitCaughtUp polls until target's replica of shard has caught up with
-// the shard's leader (caughtUp), and returns that leader. It gives up
-// when gossip loses target, or after catchUpWait: the next plan deals
-// with it, and a node that cannot catch up (its disk is full) does not
-// hold the control loop.
-func (n *Runtime) awaitCaughtUp(ctx context.Context, shard int, target topology.NodeInfo) (topology.NodeID, string, error) {
+// awaitCaughtUp waits (waitReplica) until target's replica of shard has
+// caught up with the shard's leader (caughtUp), or leads it, and returns
+// that leader. It gives up when gossip loses target, or after
+// catchUpWait: the next plan deals with it, and a node that cannot catch
+// up (its disk is full) does not hold the control loop.
+func (n *Runtime) awaitCaughtUp(ctx context.Context, shard int, target topology.NodeInfo) (leader topology.NodeID, addr string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, catchUpWait)
 	defer cancel()
-	for {
-		if !n.Alive()[target.ID] {
-			return "", "", fmt.Errorf("leadership of shard %d: node %s is not alive", shard, target.ID)
-		}
-		if id, addr, lead, ok := n.leaderOf(ctx, n.Map(), shard); ok {
-			if id == target.ID {
-				return id, addr, nil
-			}
-			cctx, cancel := context.WithTimeout(ctx, statusTimeout)
-			st, ok, err := n.cfg.Remote.ShardStatus(cctx, target.GRPCAddr, shard)
-			cancel()
-			if err == nil && ok && caughtUp(st, lead) {
-				return id, addr, nil
-			}
-		}
-		if err := sleep(ctx, pollInterval); err != nil {
-			return "", "", fmt.Errorf("leadership of shard %d: %s catching up: %w", shard, target.ID, err)
-		}
-	}
+	err = n.waitReplica(ctx, target, shard, func(st topology.ReplicaStatus) bool {
+		id, a, lead, ok := n.leaderOf(ctx, n.Map(), shard)
+		leader, addr = id, a
+		return ok && (id == target.ID || caughtUp(st, lead))
+	})
+	return leader, addr, err
 }
 
 // restoreLeaders moves each shard's leadership back to its preferred
