@@ -187,7 +187,11 @@
 //
 // A rejoin is steps 2 alone (the map lists the node already), an eviction
 // step 3 alone (the map no longer lists it). Leader-only moves commit the
-// new preferred leader, then transfer leadership to it. The planner never
+// new preferred leader, then transfer leadership to it. A leadership goes
+// only to a replica that has applied its leader's commit to within a
+// ready replica's lag (caughtUp): a move waits for that, at most
+// catchUpWait, and the periodic hand-back to preferred leaders
+// (restoreLeaders) skips the shard until then. The planner never
 // removes a shard's last replica. The shard group's own Raft configuration
 // is what serves; the map follows it, one committed step at a time, and
 // where the two part the next plan brings them together again.

@@ -129,7 +129,11 @@
 //
 // All shards of a node share one raftlog.Journal (one sequence of segment
 // files, one fdatasync for the writes of all shards that arrive together);
-// snapshots go to a file snapshot store per shard.
+// snapshots go to a file snapshot store per shard. Raft snapshots at
+// random 2-4 min after a start; a replica that starts with a log tail of
+// at least raft's SnapshotThreshold also snapshots once it has applied it
+// (compactAfterReplay), so a node restarted more often than that does not
+// replay its whole log at every start.
 // Hard settings (digest function, slot count, shard count) are written to the
 // data directory at creation and checked at every start. The shard count
 // also fixes each shard's token layout (digest.NewTokenLayout of its id
