@@ -29,8 +29,10 @@ func TestMain(m *testing.M) {
 // consumers, with the client's default attempts. No payment applied twice,
 // none lost, the unpayable ones and the poisonous one dead-lettered, and
 // no healthy payment. Under the race detector the consumers are five
-// times slower than in the tool's default run, and the runs hold the
-// machine alone.
+// times slower than in the tool's default run, so the runs hold the
+// machine alone; they run side by side (as many at once as -parallel
+// lets), since each spends most of its time waiting on leases, session
+// timeouts and crash loops rather than on the CPU.
 func TestLedger(t *testing.T) {
 	base, err := ParseFlags(nil, os.Stderr)
 	if err != nil {
@@ -44,6 +46,7 @@ func TestLedger(t *testing.T) {
 	}
 	for _, broker := range []string{brokerRabbitMQ, brokerKafka, brokerJetStream} {
 		t.Run(broker, func(t *testing.T) {
+			t.Parallel()
 			cfg, err := ParseFlags([]string{"--broker", broker, "--gridnode-bin", bin,
 				"--messages", "400", "--poison-every", "100", "--crash-after-commit-every", "40",
 				"--timeout", "3m", "--stall", "45s"}, os.Stderr)
