@@ -23,9 +23,10 @@ const (
 	faultSkew      = "skew"
 	faultDisk      = "disk"
 	faultChurn     = "churn"
+	faultRestart   = "restart"
 )
 
-var allFaults = []string{faultKill, faultPause, faultPartition, faultSkew, faultDisk, faultChurn}
+var allFaults = []string{faultKill, faultPause, faultPartition, faultSkew, faultDisk, faultChurn, faultRestart}
 
 // The deliberately broken grids of --broken (check.StaleGets and others).
 var brokenModes = []string{"stale-gets", "lost-completes", "follower-reads"}

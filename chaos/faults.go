@@ -18,15 +18,20 @@ import (
 // undone, and how long the cluster took to converge after it.
 type made struct {
 	planned
-	Start    time.Duration `json:"start"` // from the start of the load
-	End      time.Duration `json:"end"`   // undone
-	Settled  time.Duration `json:"settled"`
-	Target   string        `json:"target"` // the node(s) it hit, resolved
-	Err      string        `json:"error,omitempty"`
-	Unstable string        `json:"unstable,omitempty"` // why the cluster had not converged within the bound
+	Start   time.Duration `json:"start"` // from the start of the load
+	End     time.Duration `json:"end"`   // undone
+	Settled time.Duration `json:"settled"`
+	// Restarted is when a restart fault's nodes were all started again
+	// (from the start of the load); 0 for the other kinds.
+	Restarted time.Duration `json:"restarted,omitempty"`
+	Target    string        `json:"target"` // the node(s) it hit, resolved
+	Err       string        `json:"error,omitempty"`
+	Unstable  string        `json:"unstable,omitempty"` // why the cluster had not converged within the bound
 	// Unavailable is the longest a consumer was blocked (an operation
 	// under way, or failing until it next succeeded) in the fault's
-	// window; set by the report.
+	// window; for a restart fault, counted from Restarted (how long the
+	// cluster took to serve again, not the time it was down); set by the
+	// report.
 	Unavailable time.Duration `json:"unavailable"`
 }
 
@@ -161,6 +166,8 @@ func (in *injector) make(ctx context.Context, m *made) error {
 		return in.fillDisk(ctx, n, m.Hold)
 	case faultChurn:
 		return in.churn(ctx, m)
+	case faultRestart:
+		return in.restartAll(ctx, m)
 	}
 	return fmt.Errorf("unknown fault %q", m.Kind)
 }
@@ -176,6 +183,37 @@ func (in *injector) restart(ctx context.Context, n *node, fresh bool) error {
 		return fmt.Errorf("%s after restart: %w", n.id, err)
 	}
 	return nil
+}
+
+// restartAll kills every member at once, holds, starts them all on their
+// data and waits for their ready lines: a full-cluster crash. A node
+// prints its ready line only once its shards can elect, which needs the
+// others, so all are started before any is waited for.
+func (in *injector) restartAll(ctx context.Context, m *made) error {
+	m.Target = "every node"
+	members := in.members()
+	var wg sync.WaitGroup
+	for _, n := range members {
+		wg.Go(n.kill)
+	}
+	wg.Wait()
+	hold(ctx, m.Hold)
+	for _, n := range members {
+		if err := in.p.start(n, false); err != nil {
+			return err
+		}
+	}
+	m.Restarted = time.Since(in.start)
+	errs := make([]error, len(members))
+	for i, n := range members {
+		wg.Go(func() {
+			if _, err := n.waitReady(ctx, 60*time.Second); err != nil {
+				errs[i] = fmt.Errorf("%s after restart: %w", n.id, err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func (in *injector) partition(ctx context.Context, m *made) error {

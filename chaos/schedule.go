@@ -24,7 +24,7 @@ type planned struct {
 func (p planned) String() string {
 	s := fmt.Sprintf("%s/%s", p.Kind, p.Variant)
 	switch {
-	case p.Variant == "rolling-restart":
+	case p.Variant == "rolling-restart" || p.Kind == faultRestart:
 		s += " every node"
 	case p.Node < 0:
 		s += " control-leader"
@@ -117,6 +117,10 @@ func pick(c config, rng *rand.Rand, kind string) planned {
 		}
 	case faultDisk:
 		p.Variant, p.Hold = "full", secs(2, 5)
+	case faultRestart:
+		// The whole cluster crashes (a power cut): every member killed
+		// at once, all started again on their data.
+		p.Variant, p.Node, p.Hold = "kill-9-all", -1, secs(1, 4)
 	case faultChurn:
 		variants := []string{"rolling-restart", "control-leader-kill"}
 		if c.Nodes < maxNodes {

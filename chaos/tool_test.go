@@ -144,19 +144,19 @@ func readSummary(t *testing.T, dir string) map[string]any {
 }
 
 // TestRunPassesUnderFaults: a short seeded run on three real processes
-// with kill -9, SIGSTOP past the lease and a partition (where network
-// namespaces can be made) passes every check, makes each fault, and
+// with kill -9, SIGSTOP past the lease, a full-cluster crash and a
+// partition (where network namespaces can be made) passes every check, makes each fault, and
 // writes the report and the summary scripts rely on.
 func TestRunPassesUnderFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster of real processes")
 	}
 	machinelock.Shared(t)
-	faults := []string{faultKill, faultPause}
+	faults := []string{faultKill, faultPause, faultRestart}
 	if canPartition(t) {
 		faults = append(faults, faultPartition)
 	}
-	args := []string{"--nodes", "3", "--duration", "25s", "--fault-every", "5s", "--faults", strings.Join(faults, ",")}
+	args := []string{"--nodes", "3", "--duration", "30s", "--fault-every", "5s", "--faults", strings.Join(faults, ",")}
 	args = append(args, "--seed", fmt.Sprint(seedWith(t, args, faults)), "--node-log-level", "info")
 	o, dir := chaosRun(t, args)
 	for _, c := range o.checks {
