@@ -133,7 +133,12 @@
 // random 2-4 min after a start; a replica that starts with a log tail of
 // at least raft's SnapshotThreshold also snapshots once it has applied it
 // (compactAfterReplay), so a node restarted more often than that does not
-// replay its whole log at every start.
+// replay its whole log at every start; and a replica snapshots whenever it
+// has applied Config.SnapshotTail commands (default DefaultSnapshotTail,
+// about 1 M) since its last snapshot (boundTail), so that what a crash
+// leaves to replay stays within about 3 s whatever the load: raft's timer
+// counts neither time under load nor commands (one node wrote 5.5 M
+// commands in 195 s without a snapshot, and its restart took 17 s).
 // Hard settings (digest function, slot count, shard count) are written to the
 // data directory at creation and checked at every start. The shard count
 // also fixes each shard's token layout (digest.NewTokenLayout of its id

@@ -43,6 +43,10 @@ type fsm struct {
 	// hands the FSM commands and configurations only), 0 after a Restore
 	// until the next batch; guarded by mu.
 	applied uint64
+	// commands counts the commands applied since the replica opened or
+	// last restored a snapshot, snapped its value at the last Snapshot:
+	// the difference is what a restart would replay (tail).
+	commands, snapped atomic.Uint64
 }
 
 // appliedConfig is a committed group configuration and its log index.
@@ -107,12 +111,15 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	}
 	// The times are for the stage metrics only; the state never sees them.
 	start := time.Now()
+	var n int
 	for i, l := range logs {
 		if l.Type == raft.LogCommand {
+			n += len(entries[i].Commands)
 			out[i] = &applied{results: f.m.Apply(l.Index, &entries[i], make([]keyspace.Result, 0, len(entries[i].Commands))),
 				appended: l.AppendedAt, applyStart: start}
 		}
 	}
+	f.commands.Add(uint64(n))
 	if f.cold != nil {
 		// Flush retries a failed write until it succeeds (the tier reports
 		// the error meanwhile): the state must not move on without it. It
@@ -166,8 +173,14 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	if f.cold != nil {
 		s.cold = f.cold.Snapshot()
 	}
+	f.snapped.Store(f.commands.Load())
 	return s, nil
 }
+
+// tail is how many commands were applied since the last snapshot taken or
+// restored (or since the replica opened, before either): a restart replays
+// at most those.
+func (f *fsm) tail() uint64 { return f.commands.Load() - f.snapped.Load() }
 
 // Restore builds a fresh machine from the snapshot, loads the cold tier's
 // part of it (from the local files of the snapshot when this node wrote
@@ -190,6 +203,8 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		m.UseCold(f.cold)
 	}
 	f.m, f.applied = m, 0
+	f.commands.Store(0)
+	f.snapped.Store(0)
 	if f.snapConf != nil {
 		if index, c, ok := f.snapConf(); ok {
 			f.noteConfig(index, c)

@@ -72,8 +72,11 @@ type HostConfig struct {
 	// shard leader has on their way through Raft, 0 to MaxInflightLimit
 	// (ValidateMaxInflight). Zero means Config's default.
 	MaxInflight int
-	Logger      *slog.Logger
-	Registry    prometheus.Registerer
+	// SnapshotTail is every replica's Config.SnapshotTail; zero means its
+	// default.
+	SnapshotTail uint64
+	Logger       *slog.Logger
+	Registry     prometheus.Registerer
 }
 
 // Host is the set of shard replicas on one node and the slot map that routes

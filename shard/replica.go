@@ -71,6 +71,10 @@ type Config struct {
 	// anyway, and fewer, larger entries cost less to apply and answer.
 	// 1..MaxInflightLimit (ValidateMaxInflight).
 	MaxInflight int
+	// SnapshotTail is how many commands the replica applies after its
+	// last snapshot before it takes another; default DefaultSnapshotTail.
+	// It bounds what a restart replays (boundTail).
+	SnapshotTail uint64
 	// Raft timeouts; defaults suit a single node on loopback.
 	HeartbeatTimeout time.Duration
 	Logger           *slog.Logger
@@ -104,6 +108,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HeartbeatTimeout <= 0 {
 		c.HeartbeatTimeout = 500 * time.Millisecond
+	}
+	if c.SnapshotTail == 0 {
+		c.SnapshotTail = DefaultSnapshotTail
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -266,7 +273,49 @@ func Open(cfg Config) (*Replica, error) {
 		s.wg.Add(1)
 		go s.compactAfterReplay(last)
 	}
+	s.wg.Add(1)
+	go s.boundTail()
 	return s, nil
+}
+
+// DefaultSnapshotTail is Config.SnapshotTail's default: about 3 s of replay
+// at the 2.7 µs a command a restart took on the 2-core test machine (5.5 M
+// commands in 275k entries, 15 s), so that a restart with a snapshot of
+// 10 M keys (5 s) serves within docs/design.md section 8's 10 s. At the
+// 28k reserves/s one node takes there, a snapshot every 37 s or so; its
+// capture holds the apply loop O(1), the writing runs beside it.
+const DefaultSnapshotTail = 1 << 20
+
+// tailPoll is how often boundTail looks at the tail.
+const tailPoll = time.Second
+
+// boundTail snapshots whenever the replica has applied SnapshotTail
+// commands since its last snapshot. Raft's own snapshots come every two to
+// four minutes (a random time between one and two SnapshotIntervals) and
+// count entries, not commands: one node under load wrote 275k entries of
+// 5.5 M commands in 195 s without one, and its restart took 17 s, 15 of
+// them replaying. The commands count what a replay costs.
+func (s *Replica) boundTail() {
+	defer s.wg.Done()
+	t := time.NewTicker(tailPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-t.C:
+		}
+		tail := s.fsm.tail()
+		if tail < s.cfg.SnapshotTail {
+			continue
+		}
+		start := time.Now()
+		if err := s.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+			s.cfg.Logger.Warn("snapshot of a long tail", "shard", s.cfg.ID, "commands", tail, "err", err)
+			continue
+		}
+		s.cfg.Logger.Info("snapshot of a long tail", "shard", s.cfg.ID, "commands", tail, "took", time.Since(start))
+	}
 }
 
 // replayPoll is how often compactAfterReplay looks at the applied index.

@@ -183,6 +183,7 @@ func (h *Host) openReplica(i int, bootstrap bool, voters []raft.Server) (*Replic
 		TickInterval:     cfg.TickInterval,
 		HeartbeatTimeout: cfg.HeartbeatTimeout,
 		MaxInflight:      cfg.MaxInflight,
+		SnapshotTail:     cfg.SnapshotTail,
 		Logger:           cfg.Logger,
 		Metrics:          h.metrics,
 	}

@@ -348,3 +348,41 @@ func TestSnapshotAfterReplay(t *testing.T) {
 		return err == nil && i >= last
 	})
 }
+
+// TestSnapshotBoundsTheTail: a replica that has applied SnapshotTail
+// commands since its last snapshot takes one, whatever raft's own timer
+// (2-4 min) and entry threshold (8192 entries) say: the commands came in
+// 40 entries here. A restart then replays only what followed it.
+func TestSnapshotBoundsTheTail(t *testing.T) {
+	dir := t.TempDir()
+	clock := testclock.New()
+	h, err := openStandalone(HostConfig{
+		DataDir: dir, Shards: 1, Clock: clock.Now, TickInterval: time.Hour, NoSync: true,
+		SnapshotTail: 2000,
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := h.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := h.Replicas()[0]
+	for i := range 40 {
+		cmds := make([]keyspace.Command, 100)
+		for j := range cmds {
+			cmds[j] = reserve(fmt.Sprintf("r%d-%d", i, j), time.Minute)
+		}
+		propose(t, s, cmds...)
+	}
+	testwait.For(t, 10*time.Second, "a snapshot after 2000 commands", func() bool {
+		i, err := strconv.ParseUint(s.raft.Stats()["last_snapshot_index"], 10, 64)
+		return err == nil && i > 0
+	})
+	if tail := s.fsm.tail(); tail >= 2000 {
+		t.Errorf("the tail after the snapshot is %d commands, want fewer than 2000", tail)
+	}
+}

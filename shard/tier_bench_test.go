@@ -35,7 +35,12 @@ import (
 //     under load;
 //   - restart-s: close and reopen (restore from the snapshot) until every
 //     shard serves;
-//   - cold-p50-us, cold-p99-us: local reads of demoted records.
+//   - cold-p50-us, cold-p99-us: local reads of demoted records;
+//   - snapshot-cold-s, restart-cold-s: a snapshot, then a restart, with
+//     most records cold;
+//   - restart-tail-s: a restart after a crash with the longest log tail
+//     boundTail lets grow (DefaultSnapshotTail commands) beyond the
+//     snapshot.
 //
 // It runs once whatever b.N is: go test ./shard -run XXX -bench TieredNode -benchtime 1x
 func BenchmarkTieredNode(b *testing.B) {
@@ -168,6 +173,21 @@ func BenchmarkTieredNode(b *testing.B) {
 	b.ReportMetric(took.Seconds(), "restart-cold-s")
 	if n := heldKeys(h); n != keys+more {
 		b.Fatalf("after the second restart the node holds %d keys, want %d", n, keys+more)
+	}
+
+	// A crash with the longest log tail the replica lets grow (just under
+	// DefaultSnapshotTail commands, a reserve and a complete a key): the
+	// restart restores the snapshot, then replays the tail.
+	tail := int(DefaultSnapshotTail)/2 - 1024
+	loadKeys(b, h, keys+more, tail, nil)
+	if err := h.Close(); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("restarting with %d keys, the last %d not in the snapshot", keys+more+tail, tail)
+	h, took = open(hot / 2)
+	b.ReportMetric(took.Seconds(), "restart-tail-s")
+	if n := heldKeys(h); n != keys+more+tail {
+		b.Fatalf("after the third restart the node holds %d keys, want %d", n, keys+more+tail)
 	}
 }
 
