@@ -134,11 +134,12 @@
 // at least raft's SnapshotThreshold also snapshots once it has applied it
 // (compactAfterReplay), so a node restarted more often than that does not
 // replay its whole log at every start; and a replica snapshots whenever it
-// has applied Config.SnapshotTail commands (default DefaultSnapshotTail,
-// about 1 M) since its last snapshot (boundTail), so that what a crash
-// leaves to replay stays within about 3 s whatever the load: raft's timer
-// counts neither time under load nor commands (one node wrote 5.5 M
-// commands in 195 s without a snapshot, and its restart took 17 s).
+// has spent Config.SnapshotTail (default 2 s) applying entries since its
+// last snapshot, or as long as that snapshot took to write if longer
+// (boundTail), so that what a crash leaves to replay stays about that
+// long whatever the load: raft's timer counts neither the load nor the
+// work in the entries (one node wrote 5.5 M commands in 195 s without a
+// snapshot, and its restart took 17 s).
 // Hard settings (digest function, slot count, shard count) are written to the
 // data directory at creation and checked at every start. The shard count
 // also fixes each shard's token layout (digest.NewTokenLayout of its id

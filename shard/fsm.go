@@ -43,10 +43,12 @@ type fsm struct {
 	// hands the FSM commands and configurations only), 0 after a Restore
 	// until the next batch; guarded by mu.
 	applied uint64
-	// commands counts the commands applied since the replica opened or
-	// last restored a snapshot, snapped its value at the last Snapshot:
-	// the difference is what a restart would replay (tail).
-	commands, snapped atomic.Uint64
+	// applying is the time spent applying entries since the replica
+	// opened or last restored a snapshot (ns), snapped its value at the
+	// last Snapshot: the difference is about what a restart would spend
+	// replaying (tail). persisted is how long the last snapshot took to
+	// write (ns).
+	applying, snapped, persisted atomic.Int64
 }
 
 // appliedConfig is a committed group configuration and its log index.
@@ -89,6 +91,7 @@ func newFSM(cold *tiering.Shard, coldFiles string) *fsm {
 // that does not decode means this binary cannot reproduce the replicated
 // state: it panics rather than diverge from the other replicas.
 func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
+	began := time.Now() // decoding included: a replay decodes too
 	out := make([]interface{}, len(logs))
 	entries := make([]keyspace.Entry, len(logs))
 	for i, l := range logs {
@@ -109,17 +112,15 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	if len(logs) > 0 {
 		f.applied = logs[len(logs)-1].Index
 	}
-	// The times are for the stage metrics only; the state never sees them.
+	// The times are for the stage metrics and the tail only; the state
+	// never sees them.
 	start := time.Now()
-	var n int
 	for i, l := range logs {
 		if l.Type == raft.LogCommand {
-			n += len(entries[i].Commands)
 			out[i] = &applied{results: f.m.Apply(l.Index, &entries[i], make([]keyspace.Result, 0, len(entries[i].Commands))),
 				appended: l.AppendedAt, applyStart: start}
 		}
 	}
-	f.commands.Add(uint64(n))
 	if f.cold != nil {
 		// Flush retries a failed write until it succeeds (the tier reports
 		// the error meanwhile): the state must not move on without it. It
@@ -129,6 +130,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 		}
 	}
 	end := time.Now()
+	f.applying.Add(int64(end.Sub(began)))
 	for _, a := range out {
 		if a, ok := a.(*applied); ok {
 			a.applyEnd = end
@@ -169,18 +171,21 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 		f.mu.Unlock()
 		f.snapshotPause.Store(int64(time.Since(start)))
 	}()
-	s := &fsmSnapshot{snap: f.m.Snapshot(), files: f.coldFiles}
+	s := &fsmSnapshot{snap: f.m.Snapshot(), files: f.coldFiles, persisted: &f.persisted}
 	if f.cold != nil {
 		s.cold = f.cold.Snapshot()
 	}
-	f.snapped.Store(f.commands.Load())
+	f.snapped.Store(f.applying.Load())
 	return s, nil
 }
 
-// tail is how many commands were applied since the last snapshot taken or
-// restored (or since the replica opened, before either): a restart replays
-// at most those.
-func (f *fsm) tail() uint64 { return f.commands.Load() - f.snapped.Load() }
+// tail is the time spent applying the entries since the last snapshot
+// taken or restored (or since the replica opened, before either): about
+// what a restart would spend replaying them.
+func (f *fsm) tail() time.Duration { return time.Duration(f.applying.Load() - f.snapped.Load()) }
+
+// lastPersist is how long the last snapshot took to write; 0 before one.
+func (f *fsm) lastPersist() time.Duration { return time.Duration(f.persisted.Load()) }
 
 // Restore builds a fresh machine from the snapshot, loads the cold tier's
 // part of it (from the local files of the snapshot when this node wrote
@@ -203,7 +208,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		m.UseCold(f.cold)
 	}
 	f.m, f.applied = m, 0
-	f.commands.Store(0)
+	f.applying.Store(0)
 	f.snapped.Store(0)
 	if f.snapConf != nil {
 		if index, c, ok := f.snapConf(); ok {
@@ -236,12 +241,15 @@ func (f *fsm) view(fn func(m *keyspace.Machine)) {
 // sstables among the snapshot's files (files/<snapshot id>) for a fast
 // restart. The snapshot store prunes the files of the snapshots it reaps.
 type fsmSnapshot struct {
-	snap  *keyspace.Snapshot
-	cold  *tiering.ShardSnapshot
-	files string
+	snap      *keyspace.Snapshot
+	cold      *tiering.ShardSnapshot
+	files     string
+	persisted *atomic.Int64 // fsm.persisted, set once written
 }
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	start := time.Now()
+	defer func() { s.persisted.Store(int64(time.Since(start))) }()
 	_, err := s.snap.WriteTo(sink)
 	if err == nil && s.cold != nil {
 		_, err = s.cold.WriteWithFiles(sink, s.files, sink.ID())

@@ -74,7 +74,7 @@ type HostConfig struct {
 	MaxInflight int
 	// SnapshotTail is every replica's Config.SnapshotTail; zero means its
 	// default.
-	SnapshotTail uint64
+	SnapshotTail time.Duration
 	Logger       *slog.Logger
 	Registry     prometheus.Registerer
 }
