@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -252,7 +253,8 @@ func liveness(ctx context.Context, c *client.Client, o *outcome, l *load) result
 // restart it counts from the moment the nodes were started again: how long
 // the cluster took to serve, not how long it was down. It is a measurement
 // against docs/design.md section 8's bars (2 s after a fault, 10 s from a
-// full restart to serving), not a safety check.
+// full restart to serving), not a safety check. A block is counted until
+// the next fault starts at most: what follows is that fault's.
 func unavailability(o *outcome) result {
 	r := result{Name: "unavailability", Detail: "no app workload"}
 	if !o.cfg.app() {
@@ -264,8 +266,8 @@ func unavailability(o *outcome) result {
 		byWorker[s.Worker] = append(byWorker[s.Worker], s)
 	}
 	// blocked is the longest block of an operation started in [from, to],
-	// counted from since if it began earlier.
-	blocked := func(from, to, since time.Duration) time.Duration {
+	// counted from since if it began earlier, and until cut at most.
+	blocked := func(from, to, since, cut time.Duration) time.Duration {
 		var worst time.Duration
 		for _, ss := range byWorker {
 			for i, s := range ss {
@@ -282,7 +284,7 @@ func unavailability(o *outcome) result {
 						}
 					}
 				}
-				worst = max(worst, end-max(s.Start, since))
+				worst = max(worst, min(end, cut)-max(s.Start, since))
 			}
 		}
 		return worst
@@ -290,7 +292,14 @@ func unavailability(o *outcome) result {
 	perKind := map[string][]time.Duration{}
 	for i := range o.faults {
 		f := &o.faults[i]
-		f.Unavailable = blocked(f.Start, f.End+f.Settled, max(f.Start, f.Restarted))
+		// A block that runs into the next fault is that fault's from its
+		// start on: a Reserve sent as one full restart settled and
+		// answered after the next one is not the first's.
+		cut := time.Duration(math.MaxInt64)
+		if i+1 < len(o.faults) {
+			cut = o.faults[i+1].Start
+		}
+		f.Unavailable = blocked(f.Start, f.End+f.Settled, max(f.Start, f.Restarted), cut)
 		perKind[f.Kind] = append(perKind[f.Kind], f.Unavailable)
 	}
 	figs := map[string]any{}

@@ -45,3 +45,26 @@ func TestUnavailabilityOfARestart(t *testing.T) {
 		t.Errorf("a restart served 11 s after the nodes' start passed the 10 s bar: %s", r.Detail)
 	}
 }
+
+// TestUnavailabilityEndsAtTheNextFault: a block that runs into the next
+// fault counts for the first only until the next one starts.
+func TestUnavailabilityEndsAtTheNextFault(t *testing.T) {
+	s := time.Second
+	o := &outcome{
+		cfg: config{Workload: "app"},
+		samples: []sample{
+			// Sent as the first restart settled, then caught by the second,
+			// which began at 6 s: answered at 12 s, 2 s after the second's
+			// nodes started.
+			{Start: 5*s + s/2, End: 12 * s, Worker: 0},
+		},
+		faults: []made{
+			{planned: planned{Kind: faultRestart}, Start: 1 * s, End: 5 * s, Settled: s, Restarted: 4 * s},
+			{planned: planned{Kind: faultRestart}, Start: 6 * s, End: 11 * s, Settled: s, Restarted: 10 * s},
+		},
+	}
+	unavailability(o)
+	if got := o.faults[0].Unavailable; got != s/2 {
+		t.Errorf("the first restart's unavailability %v, want 500ms (from the call at 5.5s to the next fault at 6s), not 6.5s", got)
+	}
+}
