@@ -1,7 +1,8 @@
 // Command chaos is the fault-injection tool platform teams run before they
 // trust the grid: it starts a cluster of real gridnode processes, drives a
 // workload through the Go client while it kills, pauses, partitions,
-// skews, fills and churns the nodes on a seeded schedule, checks the
+// skews, fills, churns and crashes the nodes (all at once) on a seeded
+// schedule, checks the
 // history, and writes a report. See README.md.
 //
 //	go run ./chaos run --nodes 5 --duration 5m --faults all --seed 42 --out chaos-report/
