@@ -2,8 +2,7 @@
 // trust the grid: it starts a cluster of real gridnode processes, drives a
 // workload through the Go client while it kills, pauses, partitions,
 // skews, fills, churns and crashes the nodes (all at once) on a seeded
-// schedule, checks the
-// history, and writes a report. See README.md.
+// schedule, checks the history, and writes a report. See README.md.
 //
 //	go run ./chaos run --nodes 5 --duration 5m --faults all --seed 42 --out chaos-report/
 //	go run ./chaos run --seed 42 --dry-run          # the schedule of a seed
