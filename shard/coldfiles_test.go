@@ -348,7 +348,7 @@ func (ls *lagSet) demote(l *Replica) {
 func (ls *lagSet) caughtUp(r *replica, index uint64) {
 	ls.t.Helper()
 	testwait.For(ls.t, 20*time.Second, fmt.Sprintf("replica %s applying index %d", r.id, index), func() bool {
-		return r.s.raft.AppliedIndex() >= index
+		return fsmApplied(r.s) >= index
 	})
 }
 

@@ -42,3 +42,19 @@ func openStandalone(cfg HostConfig) (*Host, error) {
 	}
 	return h, nil
 }
+
+// fsmApplied is the index of the last entry s's state machine has applied.
+// raft.AppliedIndex counts the entries handed to the FSM, which may still
+// be applying them: a test that reads the state after waiting on it can
+// read it before the entry. ApplyBatch holds the FSM's lock from setting
+// the index until the batch is applied, so this index never runs ahead.
+// After a Restore, until the next batch, the FSM holds no index (0) and
+// raft's, set once the restore is done, is the one.
+func fsmApplied(s *Replica) uint64 {
+	s.fsm.mu.RLock()
+	defer s.fsm.mu.RUnlock()
+	if s.fsm.applied == 0 {
+		return s.raft.AppliedIndex()
+	}
+	return s.fsm.applied
+}

@@ -111,7 +111,7 @@ func (rs *replicaSet) tick() {
 	index := l.raft.LastIndex()
 	testwait.For(rs.t, 20*time.Second, fmt.Sprintf("every replica applying index %d", index), func() bool {
 		for _, s := range rs.replicas {
-			if s.raft.AppliedIndex() < index {
+			if fsmApplied(s) < index {
 				return false
 			}
 		}
