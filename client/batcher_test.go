@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/client/internal/wiretap"
 	"github.com/l4xg/grid/internal/testwait"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -135,7 +136,7 @@ func TestBatchPerOperationErrors(t *testing.T) {
 	f.setHooks(fakeHooks{
 		rpc: g.hook,
 		op: func(op *gridpb.Op) error {
-			if _, key := opKey(op); key == "bad" {
+			if _, key := wiretap.OpKey(op); key == "bad" {
 				return status.Error(codes.InvalidArgument, limitMsg)
 			}
 			return nil
@@ -248,7 +249,7 @@ func TestQueuedCancelledCallIsNotSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, op := range f.received() {
-		if _, key := opKey(op); key == "gone" {
+		if _, key := wiretap.OpKey(op); key == "gone" {
 			t.Fatal("the cancelled call was sent")
 		}
 	}

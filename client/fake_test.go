@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -10,28 +11,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/l4xg/grid/api"
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/client/internal/wiretap"
 	"github.com/l4xg/grid/digest"
-	"github.com/l4xg/grid/keyspace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
-// fakeGrid is a transport fake of the grid for failure injection: the real
-// record state machine (a keyspace.Machine, each operation but a Get one
-// entry of its own, stamped with the real time) behind the service's wire
-// rules (api.Command, api.Answer), and hooks that refuse RPCs or
-// operations. It is not the grid (no Raft, no routing but the fake
-// cluster's); the integration tests run against the real server.
+// fakeGrid is a transport fake of the grid for failure injection: a
+// record model of its own (fakeModel: the grid's record rules and wire
+// answers, each operation but a Get one entry of its own, stamped with the
+// real time) and hooks that refuse RPCs or operations. It is not the grid
+// (no Raft, no routing but the fake cluster's); the integration tests run
+// against the real server.
 type fakeGrid struct {
 	gridpb.UnimplementedGridServer
 
 	mu         sync.Mutex
-	machine    *keyspace.Machine
-	index      uint64       // of the last entry applied
+	model      *fakeModel
 	noIDs      bool         // a grid from before request ids: it drops them
 	ops        []*gridpb.Op // every operation received, in order
 	batchSizes []int
@@ -69,7 +68,7 @@ var _ gridpb.GridServer = (*fakeGrid)(nil)
 
 func newFakeGrid() *fakeGrid {
 	return &fakeGrid{
-		machine: keyspace.NewMachine(),
+		model:   newFakeModel(),
 		rpcs:    map[string]int{},
 		changed: make(chan struct{}),
 	}
@@ -204,6 +203,13 @@ func (f *fakeGrid) Batch(ctx context.Context, req *gridpb.BatchRequest) (*gridpb
 			return nil, err
 		}
 	}
+	if err := digest.ValidateBatchLen(len(req.GetOps())); err != nil {
+		code := codes.InvalidArgument
+		if errors.Is(err, digest.ErrBatchTooLarge) {
+			code = codes.ResourceExhausted
+		}
+		return nil, status.Error(code, err.Error())
+	}
 	redirect := f.noteHeader(ctx)
 	resp := &gridpb.BatchResponse{}
 	for _, op := range req.GetOps() {
@@ -327,7 +333,7 @@ func (f *fakeGrid) Status(ctx context.Context, _ *gridpb.StatusRequest) (*gridpb
 	defer f.mu.Unlock()
 	return &gridpb.StatusResponse{
 		NodeId: "fake", Version: "test", Slots: 4096, ShardCount: 1, MapEpoch: 3, ControlState: "Follower", NowUnixMs: time.Now().UnixMilli(),
-		Shards: []*gridpb.ShardStatus{{Id: 0, RaftState: "Leader", Leader: "fake", Keys: uint64(f.machine.Len()), AppliedIndex: 7, StampUnixMs: time.Now().UnixMilli()}},
+		Shards: []*gridpb.ShardStatus{{Id: 0, RaftState: "Leader", Leader: "fake", Keys: uint64(len(f.model.records)), AppliedIndex: 7, StampUnixMs: time.Now().UnixMilli()}},
 	}, nil
 }
 
@@ -355,85 +361,58 @@ func (f *fakeGrid) apply(op *gridpb.Op) (*gridpb.OpResult, error) {
 	return res, err
 }
 
-// eval runs op on the fake's state machine at now, as a shard's leader
-// does: a Get is a read, any other operation an entry of its own. f.mu is
-// held.
+// eval runs op on the fake's model at now, as a shard's leader does: a
+// Get is a read, any other operation an entry of its own. f.mu is held.
 func (f *fakeGrid) eval(op *gridpb.Op, now time.Time) (*gridpb.OpResult, error) {
-	cmd, read, err := api.Command(op)
+	cmd, err := fakeCommand(op)
 	if err != nil {
 		return nil, err
 	}
 	if f.noIDs {
-		cmd.HasRequestID, cmd.RequestID = false, 0
+		cmd.requestID = ""
 	}
-	var res keyspace.Result
-	if read {
-		res = f.machine.Get(cmd.Digest, now.UnixMilli(), cmd.ShowToken)
-	} else {
-		res = f.propose(op, now, cmd)[0]
+	if cmd.kind == fakeGet {
+		return f.model.read(&cmd, now), nil
 	}
-	return api.Answer(&res), nil
+	return f.model.apply(now, f.layout(op), cmd)[0], nil
 }
 
-// propose applies cmds as one entry stamped now, with the token layout of
-// op's shard in a cluster (tokens name their shard, as the grid's do), and
-// returns their results. f.mu is held.
-func (f *fakeGrid) propose(op *gridpb.Op, now time.Time, cmds ...keyspace.Command) []keyspace.Result {
-	e := keyspace.Entry{Now: now.UnixMilli(), Commands: cmds}
-	if f.cluster != nil {
-		l, err := digest.NewTokenLayout(f.cluster.shardOf(op), len(f.cluster.leads))
-		if err != nil {
-			panic(err)
-		}
-		e.HasLayout, e.Layout = true, l
+// layout is the token layout of op's shard in a cluster (tokens name
+// their shard, as the grid's do), and the single shard's otherwise.
+func (f *fakeGrid) layout(op *gridpb.Op) digest.TokenLayout {
+	if f.cluster == nil {
+		return digest.TokenLayout{}
 	}
-	f.index++
-	return f.machine.Apply(f.index, &e, nil)
-}
-
-// steal makes another consumer the holder of a key's lease, under a new
-// token: the key is forgotten and reserved again, for an hour.
-func (f *fakeGrid) steal(ns, key string) {
-	reserve := ReserveOp(ns, key, WithLease(time.Hour)).pb
-	forget, _, err := api.Command(ForgetOp(ns, key).pb)
+	l, err := digest.NewTokenLayout(f.cluster.shardOf(op), len(f.cluster.leads))
 	if err != nil {
 		panic(err)
 	}
-	again, _, err := api.Command(reserve)
+	return l
+}
+
+// steal makes another consumer the holder of a key's lease, under a new
+// token: the key is forgotten and reserved again, for an hour, in one
+// entry.
+func (f *fakeGrid) steal(ns, key string) {
+	reserve := ReserveOp(ns, key, WithLease(time.Hour)).pb
+	forget, err := fakeCommand(ForgetOp(ns, key).pb)
+	if err != nil {
+		panic(err)
+	}
+	again, err := fakeCommand(reserve)
 	if err != nil {
 		panic(err)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.propose(reserve, time.Now(), forget, again)
-}
-
-// opKey returns the namespace-less key and kind of an operation.
-func opKey(op *gridpb.Op) (kind, key string) {
-	switch o := op.GetOp().(type) {
-	case *gridpb.Op_Reserve:
-		return "reserve", string(o.Reserve.GetKey())
-	case *gridpb.Op_Complete:
-		return "complete", string(o.Complete.GetKey())
-	case *gridpb.Op_Fail:
-		return "fail", string(o.Fail.GetKey())
-	case *gridpb.Op_Release:
-		return "release", string(o.Release.GetKey())
-	case *gridpb.Op_Extend:
-		return "extend", string(o.Extend.GetKey())
-	case *gridpb.Op_Get:
-		return "get", string(o.Get.GetKey())
-	case *gridpb.Op_Forget:
-		return "forget", string(o.Forget.GetKey())
-	}
-	return "", ""
+	f.model.apply(time.Now(), f.layout(reserve), forget, again)
 }
 
 // countKind counts the received operations of one kind.
 func countKind(ops []*gridpb.Op, kind string) int {
 	n := 0
 	for _, op := range ops {
-		if k, _ := opKey(op); k == kind {
+		if k, _ := wiretap.OpKey(op); k == kind {
 			n++
 		}
 	}

@@ -6,9 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/l4xg/grid/client"
 	"go.uber.org/goleak"
-
-	"github.com/l4xg/grid/internal/gridtest"
 )
 
 // TestMain runs the tests and examples, stops the examples' grid node, and
@@ -29,74 +28,27 @@ func TestMain(m *testing.M) {
 // first use: examples have no testing.TB of their own.
 var examples exampleGrid
 
+// exampleGrid is the grid the examples dial: a standalone fake, started by
+// the first example that asks for it and stopped after every test ran.
 type exampleGrid struct {
 	once sync.Once
-	tb   *mainTB
 	addr string
+	stop func()
 }
 
-// gridAddr is the address of a running grid node ("127.0.0.1:7420" in
-// production).
 func gridAddr() string {
 	examples.once.Do(func() {
-		examples.tb = &mainTB{}
-		examples.addr = gridtest.Start(examples.tb).Addr()
+		addr, stop, err := client.ServeExampleGrid()
+		if err != nil {
+			panic(fmt.Sprintf("example grid: %v", err))
+		}
+		examples.addr, examples.stop = addr, stop
 	})
 	return examples.addr
 }
 
 func (g *exampleGrid) close() {
-	if g.tb != nil {
-		g.tb.cleanup()
-	}
-}
-
-// mainTB is the testing.TB that gridtest.Start needs, outside of a test. It
-// implements what gridtest calls (Helper, TempDir, Cleanup, Errorf, Fatalf);
-// any other method panics on the nil embedded interface.
-type mainTB struct {
-	testing.TB
-	mu       sync.Mutex
-	cleanups []func()
-	dirs     []string
-}
-
-func (*mainTB) Helper() {}
-
-func (t *mainTB) TempDir() string {
-	dir, err := os.MkdirTemp("", "gridtest-example-")
-	if err != nil {
-		t.Fatalf("tempdir: %v", err)
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.dirs = append(t.dirs, dir)
-	return dir
-}
-
-func (t *mainTB) Cleanup(f func()) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.cleanups = append(t.cleanups, f)
-}
-
-func (*mainTB) Errorf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "example grid: "+format+"\n", args...)
-}
-
-func (*mainTB) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf("example grid: "+format, args...))
-}
-
-func (t *mainTB) cleanup() {
-	t.mu.Lock()
-	fs, dirs := t.cleanups, t.dirs
-	t.cleanups, t.dirs = nil, nil
-	t.mu.Unlock()
-	for i := len(fs) - 1; i >= 0; i-- {
-		fs[i]()
-	}
-	for _, d := range dirs {
-		_ = os.RemoveAll(d)
+	if g.stop != nil {
+		g.stop()
 	}
 }

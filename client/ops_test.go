@@ -3,13 +3,14 @@ package client
 import (
 	"context"
 	"errors"
+	"net"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/client/internal/wiretap"
 	"github.com/l4xg/grid/internal/testwait"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -215,7 +216,7 @@ func TestRetryBackoffRespectsContext(t *testing.T) {
 
 func TestUnreachableGridIsUnavailable(t *testing.T) {
 	modes(t, func(t *testing.T, batching bool) {
-		c, err := Dial(context.Background(), gridtest.ClosedAddr(t), WithBatching(batching), fastRetry(2))
+		c, err := Dial(context.Background(), closedAddr(t), WithBatching(batching), fastRetry(2))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -311,7 +312,7 @@ func TestExplicitBatchRetriesOnlyUnavailableOperations(t *testing.T) {
 	c, f := dialFake(t, fastRetry(3))
 	var refused atomic.Bool
 	f.setHooks(fakeHooks{op: func(op *gridpb.Op) error {
-		if _, key := opKey(op); key == "b" && refused.CompareAndSwap(false, true) {
+		if _, key := wiretap.OpKey(op); key == "b" && refused.CompareAndSwap(false, true) {
 			return status.Error(codes.Unavailable, "shard 1: no leader")
 		}
 		return nil
@@ -386,4 +387,19 @@ func TestChunkEnd(t *testing.T) {
 	if got := chunkEnd(huge, 0, 10, maxBatchBytes); got != 1 {
 		t.Fatalf("an oversized op must still form a chunk, got %d", got)
 	}
+}
+
+// closedAddr returns a loopback address that was just listening and is now
+// closed: connections to it are refused.
+func closedAddr(t testing.TB) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	if err := lis.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/client/internal/wiretap"
 	"github.com/l4xg/grid/internal/testwait"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -414,7 +415,7 @@ func TestProcessNamesTheEntityOnEveryOperation(t *testing.T) {
 		}
 	}
 	for _, op := range ops {
-		if kind, _ := opKey(op); opEntity(op) != "order-7" {
+		if kind, _ := wiretap.OpKey(op); opEntity(op) != "order-7" {
 			t.Fatalf("%s without the entity: %v", kind, op)
 		}
 	}

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
+	"github.com/l4xg/grid/client/internal/wiretap"
 	"github.com/l4xg/grid/digest"
-	"github.com/l4xg/grid/internal/gridtest"
 	"github.com/l4xg/grid/internal/testwait"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -33,7 +33,7 @@ func (r *router) mapEpoch() uint64 {
 func receivedKeys(f *fakeGrid, kind string) []string {
 	var keys []string
 	for _, op := range f.received() {
-		if k, key := opKey(op); k == kind {
+		if k, key := wiretap.OpKey(op); k == kind {
 			keys = append(keys, key)
 		}
 	}
@@ -427,31 +427,6 @@ func TestUnreachableLeaderIsAvoidedWhileTheMapStillNamesIt(t *testing.T) {
 	}
 }
 
-func TestStandaloneAnswerKeepsOneNode(t *testing.T) {
-	f := newFakeGrid()
-	f.standalone = true
-	addr := serveFake(t, f)
-	// The first seed is down: the second answers, standalone.
-	c, err := Dial(context.Background(), gridtest.ClosedAddr(t)+", "+addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx := testCtx(t)
-	for i := range 10 {
-		if r, err := c.Reserve(ctx, "ns", fmt.Sprint(i)); err != nil || r.Outcome != OutcomeAcquired {
-			t.Fatalf("reserve: %v %v", r.Outcome, err)
-		}
-	}
-	if got := len(receivedKeys(f, "reserve")); got != 10 {
-		t.Fatalf("the standalone node applied %d reserves, want 10", got)
-	}
-	m, err := c.ClusterMap(ctx)
-	if err != nil || !m.Standalone {
-		t.Fatalf("cluster map: %+v %v", m, err)
-	}
-}
-
 func TestNodeOlderThanClusteringIsStandalone(t *testing.T) {
 	c, f := dialFake(t)
 	ctx := testCtx(t)
@@ -647,5 +622,30 @@ func TestLeaderWaitPollsThroughAnElection(t *testing.T) {
 				t.Fatalf("pause after no-leader Redirect %d: %v, want the policy's backoff (at least %v)", n, d, p.MaxBackoff/2)
 			}
 		}
+	}
+}
+
+func TestStandaloneAnswerKeepsOneNode(t *testing.T) {
+	f := newFakeGrid()
+	f.standalone = true
+	addr := serveFake(t, f)
+	// The first seed is down: the second answers, standalone.
+	c, err := Dial(context.Background(), closedAddr(t)+", "+addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := testCtx(t)
+	for i := range 10 {
+		if r, err := c.Reserve(ctx, "ns", fmt.Sprint(i)); err != nil || r.Outcome != OutcomeAcquired {
+			t.Fatalf("reserve: %v %v", r.Outcome, err)
+		}
+	}
+	if got := len(receivedKeys(f, "reserve")); got != 10 {
+		t.Fatalf("the standalone node applied %d reserves, want 10", got)
+	}
+	m, err := c.ClusterMap(ctx)
+	if err != nil || !m.Standalone {
+		t.Fatalf("cluster map: %+v %v", m, err)
 	}
 }

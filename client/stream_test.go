@@ -2,9 +2,7 @@ package client
 
 import (
 	"errors"
-	"fmt"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -13,7 +11,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/l4xg/grid/api/gridpb"
-	"github.com/l4xg/grid/internal/gridtest"
 )
 
 // streamOnly serves Stream and nothing else. Its first stream reads one
@@ -96,54 +93,5 @@ func TestStreamFallsBackToBatch(t *testing.T) {
 	}
 	if !c.seed.b.c.(*streamCarrier).legacy.Load() {
 		t.Fatal("the carrier did not switch to Batch RPCs")
-	}
-}
-
-// Against a real node the calls go on one stream, answered by id.
-func TestIntegrationStream(t *testing.T) {
-	n := gridtest.Start(t)
-	c := dialNode(t, n)
-	ctx := testCtx(t)
-	const callers = 200
-	var wg sync.WaitGroup
-	errs := make(chan error, callers)
-	for i := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key := fmt.Sprint("s-", i)
-			r, err := c.Reserve(ctx, "ns", key)
-			if err == nil && r.Outcome != OutcomeAcquired {
-				err = fmt.Errorf("%s: %v", key, r.Outcome)
-			}
-			if err == nil {
-				_, err = c.Complete(ctx, "ns", key, r.Token)
-			}
-			errs <- err
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	sc := c.seed.b.c.(*streamCarrier)
-	if sc.legacy.Load() {
-		t.Fatal("the real node's Stream was taken for missing")
-	}
-	sc.mu.Lock()
-	f := sc.cur
-	pending := 0
-	if f != nil {
-		pending = len(f.pending)
-	}
-	sc.mu.Unlock()
-	if f == nil || pending != 0 {
-		t.Fatalf("stream %v with %d calls pending, want an open one with none", f, pending)
-	}
-	if r, err := c.Reserve(ctx, "ns", "s-0"); !errors.Is(err, ErrBusy) && (err != nil || r.Outcome != OutcomeDuplicate) {
-		t.Fatalf("reserve of a completed key: %+v, %v", r, err)
 	}
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package modules
+
+const raceOn = false
