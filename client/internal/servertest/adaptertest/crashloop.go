@@ -19,7 +19,9 @@ import (
 // but after it the messages taken over from the crashed holder run apart
 // (client.Isolation), so the next crashes cost the culprit alone: at the
 // client's default attempts the culprit ends POISONED and dead-lettered,
-// and every healthy message is applied once, as its second attempt.
+// and every healthy message is applied once: as its second attempt if it
+// was in flight at the first crash, as its first if it ran before it (on a
+// loaded machine the culprit may reach its handler late), never later.
 //
 // Each round is a consumer process: a consumer, on connections of its
 // own, that "dies" (nothing reaches its broker or the grid again) once the
@@ -62,6 +64,7 @@ func testCrashLoop(t *testing.T, h Harness) {
 	// lease.
 	const overlap = 300 * time.Millisecond
 	var culpritAttempts []int
+	deaths := map[string]int{} // per healthy message: the crashes it was in flight for
 	for round := 1; ; round++ {
 		if round > client.DefaultMaxAttempts+2 {
 			t.Fatalf("the culprit still runs after %d crashes (attempts %v)", round-1, culpritAttempts)
@@ -95,6 +98,9 @@ func testCrashLoop(t *testing.T, h Harness) {
 			select {
 			case <-culpritIn: // in flight beside the culprit: dies with it
 				<-crashed
+				mu.Lock()
+				deaths[l.Key]++
+				mu.Unlock()
 				return errDied
 			case <-time.After(overlap):
 			}
@@ -150,8 +156,12 @@ func testCrashLoop(t *testing.T, h Harness) {
 	}
 	for _, k := range healthy {
 		g, err := grid.Get(ctx, Namespace, k)
-		if err != nil || g.State != client.StateCompleted || g.Attempt != 2 || eff.Get(k) != 1 {
-			t.Errorf("%s: %+v, %v, applied %d times; want COMPLETED once, as attempt 2 (only the first crash, which it was in flight for, counted)", k, g, err, eff.Get(k))
+		// The grid cannot tell the culprit at the first crash, so a healthy
+		// message in flight then loses that attempt; after it, the messages
+		// taken over run apart and no crash costs a healthy one again.
+		d := deaths[k]
+		if err != nil || g.State != client.StateCompleted || d > 1 || g.Attempt != 1+d || eff.Get(k) != 1 {
+			t.Errorf("%s: %+v, %v, applied %d times, in flight at %d crashes; want COMPLETED once, in flight at the first crash at most, as attempt 1 + that", k, g, err, eff.Get(k), d)
 		}
 	}
 	dls := b.DeadLetters(t)

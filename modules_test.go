@@ -1,4 +1,17 @@
-package modules
+// The tests that span the repository's Go modules.
+//
+// The client (client/), each broker adapter (client/<broker>/), the
+// libraries they share with the server (digest/, api/gridpb/,
+// internal/testwait/) and the client's tests against a real server
+// (client/internal/servertest/) are modules of their own, so that a
+// consumer importing the client does not take the server's dependencies
+// into its module graph (docs/modules.md). `go test ./...` at the root
+// reaches only the root module; TestNestedModules runs every other
+// module's tests as part of it, with the same flags (-race, -short), and
+// TestModulesAreTidy and TestConsumerModuleGraph check the split itself.
+// They sit at the root, the first package go test ./... starts, because
+// TestNestedModules is the longest of them all.
+package grid
 
 import (
 	"bytes"
@@ -8,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -17,7 +31,7 @@ import (
 // root is the repository's root directory, the root module's.
 func root(t *testing.T) string {
 	t.Helper()
-	r, err := filepath.Abs("../..")
+	r, err := filepath.Abs(".")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +104,7 @@ func TestNestedModules(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	args := []string{"test", "-timeout", timeout.Round(time.Second).String()}
-	if raceOn {
+	if raceBuild() {
 		args = append(args, "-race")
 	}
 	if testing.Short() {
@@ -106,6 +120,20 @@ func TestNestedModules(t *testing.T) {
 			t.Log("\n" + strings.TrimSpace(out))
 		})
 	}
+}
+
+// raceBuild reports whether this test binary was built with -race.
+func raceBuild() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
 }
 
 // TestModulesAreTidy: go mod tidy would change no module's go.mod or

@@ -1,5 +1,0 @@
-//go:build !race
-
-package modules
-
-const raceOn = false
