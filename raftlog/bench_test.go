@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -69,4 +70,57 @@ func BenchmarkJournalStoreLogsSync8Groups(b *testing.B) {
 	wg.Wait()
 	b.StopTimer()
 	b.ReportMetric(float64(j.WriteStats().Fsyncs-before)/float64(b.N), "fsyncs/op")
+}
+
+// BenchmarkOpenJournal: open (replay) and close a journal holding about
+// 200 MB of entries, as a node does at every restart. Four groups take
+// turns writing batches of 256-byte entries, without sync (the setup takes
+// seconds); nothing is compacted, so every segment is replayed. batch=64
+// makes frames of 16 KiB (four 64 MiB segments, the last one partly
+// written), batch=1 frames of one entry, as a lightly loaded node writes
+// them (five segments). The opens use the production options: each also
+// remakes the spare segment and rewrites the last frame, synced.
+func BenchmarkOpenJournal(b *testing.B) {
+	for _, batch := range []int{64, 1} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) { benchOpenJournal(b, batch) })
+	}
+}
+
+func benchOpenJournal(b *testing.B, batch int) {
+	const (
+		groups = 4
+		target = 3*DefaultSegmentSize + DefaultSegmentSize/2 // bytes of entries
+	)
+	dir := b.TempDir()
+	j, err := OpenJournal(dir, JournalOptions{NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	logs, data := make([]*raft.Log, batch), make([]byte, benchPayload)
+	for i := range data {
+		data[i] = byte(i) | 1
+	}
+	for id := uint64(1); id <= groups; id++ {
+		if err := j.Group(id).SetUint64([]byte("CurrentTerm"), 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for n := 0; n*batch*benchPayload < target; n++ {
+		g := j.Group(uint64(n%groups) + 1)
+		if err := g.StoreLogs(benchBatchFor(logs, data, uint64(n/groups*batch)+1)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := j.Close(); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		j, err := OpenJournal(dir, JournalOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := j.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
