@@ -208,6 +208,9 @@ func (j *Journal) open() error {
 			return err
 		}
 	}
+	// The last record replayed left its key and value in j.scratch, in
+	// replay's buffer: drop them, and the buffer with them.
+	j.scratch = journalOp{entries: j.scratch.entries[:0]}
 	j.nextSeq = max(r.nextSeq, 1)
 	switch {
 	case len(ids) == 0:
@@ -296,7 +299,9 @@ func (j *Journal) logf(format string, args ...any) {
 
 // apply applies op, read from segment seg with its payload at offset off,
 // to the index. The caller holds idx (or is Open). It never fails: every
-// record that was written has a meaning (see recEntries).
+// record that was written has a meaning (see recEntries). op's key and
+// value point into a buffer its caller reuses (replay's, a frame's): apply
+// copies what it keeps.
 func (j *Journal) apply(op *journalOp, seg uint64, off int64) {
 	g := j.groups[op.group]
 	if g == nil {

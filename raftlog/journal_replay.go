@@ -12,6 +12,7 @@ type replayer struct {
 	haveSeq   bool   // nextSeq is known: a frame was read
 	version   byte   // the format of the last segment read
 	lastFrame int64  // where the last frame read begins, in its segment
+	buf       []byte // holds the segment being read; see replay
 }
 
 // replay applies segment id's frames (or, in a format-1 segment, records)
@@ -28,10 +29,24 @@ func (j *Journal) replay(r *replayer, id uint64, last bool) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrStorage, name, err)
 	}
-	data := make([]byte, size)
-	if n, err := f.ReadAt(data, 0); n != len(data) && err != nil && !errors.Is(err, io.EOF) {
+	// Every segment is read into the same buffer, grown when a segment is
+	// larger: a fresh slice per segment cost a clear of 64 MiB each. Reuse
+	// is safe because nothing replay keeps refers to the buffer: the index
+	// holds entries as positions in the files (entryPos), apply copies
+	// stable keys and values, and open clears j.scratch, whose slices point
+	// into it. The slice's capacity is its length, as a fresh one's, so
+	// that no slicing reaches the bytes of an earlier segment.
+	if int64(cap(r.buf)) < size {
+		r.buf = make([]byte, size)
+	}
+	data := r.buf[:size:size]
+	n, err := f.ReadAt(data, 0)
+	if n != len(data) && err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("%w: read %s: %w", ErrStorage, name, err)
 	}
+	// What a short read did not fill reads as zeros, as in a fresh slice,
+	// and not as what an earlier segment left there.
+	clear(data[n:])
 	if recordsFormat(data) {
 		r.version, r.haveSeq = journalVersionRecords, false
 		return j.replayRecords(id, f, data, last)
