@@ -1,6 +1,9 @@
 package raftlog
 
-import "testing"
+import (
+	"bytes"
+	"testing"
+)
 
 // nonZeroLen and allZero compare by blocks: a byte that is not zero is
 // found wherever it lies relative to a block's edges.
@@ -22,6 +25,29 @@ func TestZeroScans(t *testing.T) {
 			if allZero(b) {
 				t.Fatalf("size %d, a one at %d: allZero", size, at)
 			}
+		}
+	}
+}
+
+// allZero finds a byte that is not zero at every place in short slices,
+// and in one whose bytes are all the same but not zero.
+func TestAllZeroEveryByte(t *testing.T) {
+	for size := range 80 {
+		b := make([]byte, size)
+		if !allZero(b) {
+			t.Fatalf("%d zeros: allZero is false", size)
+		}
+		for at := range size {
+			for _, v := range []byte{1, 0x80} {
+				clear(b)
+				b[at] = v
+				if allZero(b) {
+					t.Fatalf("size %d, %#x at %d: allZero", size, v, at)
+				}
+			}
+		}
+		if size > 0 && allZero(bytes.Repeat([]byte{7}, size)) {
+			t.Fatalf("%d sevens: allZero", size)
 		}
 	}
 }
