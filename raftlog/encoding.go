@@ -125,15 +125,29 @@ func decodeLog(src []byte, l *raft.Log) error {
 // uvarintLen is the length of the minimal uvarint encoding of v.
 func uvarintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
 
+// readUvarint reads a minimal uvarint, the field what.
 func readUvarint(b []byte, what string) (uint64, []byte, error) {
+	v, b, bad := uvarint(b)
+	if bad != "" {
+		return 0, nil, fmt.Errorf("%w: %s %s", ErrCorrupt, bad, what)
+	}
+	return v, b, nil
+}
+
+// uvarint reads a minimal uvarint. bad is empty, or says what is wrong
+// with it in words that the field's name follows in the error. Its
+// callers build the error, and the field's name, only when there is one:
+// readBytes, on replay's path through every entry, once built its
+// field's name at every call ("entry"+" length"), an allocation each.
+func uvarint(b []byte) (v uint64, rest []byte, bad string) {
 	v, n := binary.Uvarint(b)
 	if n <= 0 {
-		return 0, nil, fmt.Errorf("%w: truncated or overflowing %s", ErrCorrupt, what)
+		return 0, nil, "truncated or overflowing"
 	}
 	if n != uvarintLen(v) {
-		return 0, nil, fmt.Errorf("%w: non-minimal encoding of %s", ErrCorrupt, what)
+		return 0, nil, "non-minimal encoding of"
 	}
-	return v, b[n:], nil
+	return v, b[n:], ""
 }
 
 func readVarint(b []byte, what string) (int64, []byte, error) {
@@ -153,9 +167,9 @@ func readVarint(b []byte, what string) (int64, []byte, error) {
 
 // readBytes reads a uvarint length and that many bytes, without copying.
 func readBytes(b []byte, what string) ([]byte, []byte, error) {
-	n, b, err := readUvarint(b, what+" length")
-	if err != nil {
-		return nil, nil, err
+	n, b, bad := uvarint(b)
+	if bad != "" {
+		return nil, nil, fmt.Errorf("%w: %s %s length", ErrCorrupt, bad, what)
 	}
 	if n > uint64(len(b)) {
 		return nil, nil, fmt.Errorf("%w: %s length %d exceeds remaining %d bytes", ErrCorrupt, what, n, len(b))

@@ -133,3 +133,41 @@ func FuzzDecodeLog(f *testing.F) {
 		}
 	})
 }
+
+// readBytes and readUvarint name the field in their errors, word for word
+// as before readBytes stopped building its field's name at every call.
+func TestReadFieldErrors(t *testing.T) {
+	overflow := bytes.Repeat([]byte{0xff}, 11)
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{second(readBytes(nil, "entry")), "raftlog: corrupt data: truncated or overflowing entry length"},
+		{second(readBytes(overflow, "data")), "raftlog: corrupt data: truncated or overflowing data length"},
+		{second(readBytes([]byte{0x80, 0x00}, "stable key")), "raftlog: corrupt data: non-minimal encoding of stable key length"},
+		{second(readBytes([]byte{5, 'a'}, "entry")), "raftlog: corrupt data: entry length 5 exceeds remaining 1 bytes"},
+		{second(readUvarint(nil, "group")), "raftlog: corrupt data: truncated or overflowing group"},
+		{second(readUvarint([]byte{0x81, 0x00}, "index")), "raftlog: corrupt data: non-minimal encoding of index"},
+	} {
+		if c.err == nil || c.err.Error() != c.want || !errors.Is(c.err, ErrCorrupt) {
+			t.Errorf("error %v, want %q wrapping ErrCorrupt", c.err, c.want)
+		}
+	}
+}
+
+// second returns the error of a reader's three results.
+func second[V any](_ V, _ []byte, err error) error { return err }
+
+// readBytes allocates nothing when it succeeds: replay calls it for every
+// entry.
+func TestReadBytesAllocatesNothing(t *testing.T) {
+	b := append([]byte{3}, "abc"...)
+	what := "entry"
+	if n := testing.AllocsPerRun(100, func() {
+		if _, _, err := readBytes(b, what); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("readBytes: %v allocations a call", n)
+	}
+}
