@@ -159,6 +159,16 @@ func (g *journalGroup) last() uint64 {
 	return g.first + uint64(len(g.pos)) - 1
 }
 
+// kept returns how many of g's entries stay when entries from index first
+// on are appended (see recEntries): those before first, when first lies
+// in [g.first, g.last()+1]; else none.
+func (g *journalGroup) kept(first uint64) int {
+	if len(g.pos) > 0 && first >= g.first && first <= g.last()+1 {
+		return int(first - g.first)
+	}
+	return 0
+}
+
 const segmentSuffix = ".seg"
 
 func segmentName(id uint64) string { return fmt.Sprintf("%016x%s", id, segmentSuffix) }
@@ -204,6 +214,7 @@ func (j *Journal) open() error {
 	}
 	var r replayer
 	for i, id := range ids {
+		r.after = int64(len(ids)-1-i) * j.opts.SegmentSize
 		if err := j.replay(&r, id, i == len(ids)-1); err != nil {
 			return err
 		}
@@ -314,12 +325,8 @@ func (j *Journal) apply(op *journalOp, seg uint64, off int64) {
 	switch op.typ {
 	case recEntries:
 		first := op.entries[0].index
-		switch {
-		case len(g.pos) > 0 && first >= g.first && first <= g.last()+1:
-			g.pos = g.pos[:first-g.first]
-		default:
-			g.pos, g.first = g.pos[:0], first
-		}
+		kept := g.kept(first)
+		g.pos, g.first = g.pos[:kept], first-uint64(kept)
 		for _, e := range op.entries {
 			g.pos = append(g.pos, entryPos{seg: seg, off: off + int64(e.off), n: e.n})
 		}

@@ -13,6 +13,11 @@ type replayer struct {
 	version   byte   // the format of the last segment read
 	lastFrame int64  // where the last frame read begins, in its segment
 	buf       []byte // holds the segment being read; see replay
+
+	// How far replay has come, for reservePos: the bytes of the segments
+	// read before this one, this one's size, and an estimate of the bytes
+	// of the segments still to read.
+	before, size, after int64
 }
 
 // replay applies segment id's frames (or, in a format-1 segment, records)
@@ -40,6 +45,7 @@ func (j *Journal) replay(r *replayer, id uint64, last bool) error {
 		r.buf = make([]byte, size)
 	}
 	data := r.buf[:size:size]
+	r.before, r.size = r.before+r.size, size
 	n, err := f.ReadAt(data, 0)
 	if n != len(data) && err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("%w: read %s: %w", ErrStorage, name, err)
@@ -49,7 +55,7 @@ func (j *Journal) replay(r *replayer, id uint64, last bool) error {
 	clear(data[n:])
 	if recordsFormat(data) {
 		r.version, r.haveSeq = journalVersionRecords, false
-		return j.replayRecords(id, f, data, last)
+		return j.replayRecords(r, id, f, data, last)
 	}
 	r.version = journalVersion
 	return j.replayFrames(r, id, f, data, last)
@@ -80,7 +86,7 @@ func (j *Journal) replayFrames(r *replayer, id uint64, f journalFile, data []byt
 			break
 		}
 		body := data[off+frameHeaderLen : off+frameHeaderLen+h.bodyLen]
-		if err := j.replayBody(body, id, int64(off+frameHeaderLen), off == 0); err != nil {
+		if err := j.replayBody(r, body, id, int64(off+frameHeaderLen), off == 0); err != nil {
 			// A whole frame whose checksums hold: not a torn write.
 			return fmt.Errorf("segment %s, frame at offset %d: %w", name, off, err)
 		}
@@ -118,7 +124,7 @@ func (j *Journal) replayFrames(r *replayer, id uint64, f journalFile, data []byt
 // replayBody applies the records of a frame's body, which lies at offset
 // base of segment id. The first frame of a segment opens with the record
 // naming it, and no other record names a segment.
-func (j *Journal) replayBody(body []byte, id uint64, base int64, opening bool) error {
+func (j *Journal) replayBody(r *replayer, body []byte, id uint64, base int64, opening bool) error {
 	for off := 0; off < len(body); {
 		typ, p, n, err := readRecord(body[off:])
 		if errors.Is(err, errEndOfRecords) {
@@ -142,6 +148,7 @@ func (j *Journal) replayBody(body []byte, id uint64, base int64, opening bool) e
 			if err := parseOp(typ, p, &j.scratch); err != nil {
 				return err
 			}
+			j.reservePos(r, &j.scratch, base+int64(off))
 			j.apply(&j.scratch, id, base+int64(off+recHeaderLen))
 		}
 		off += n
@@ -194,7 +201,7 @@ func tornShape(data []byte, off int, id uint64) bool {
 // a bad record at the end of the last segment is a torn tail, cut and
 // zeroed; one anywhere else fails the open. The journal writes no more to
 // such a segment: it starts a new one after it.
-func (j *Journal) replayRecords(id uint64, f journalFile, data []byte, last bool) error {
+func (j *Journal) replayRecords(r *replayer, id uint64, f journalFile, data []byte, last bool) error {
 	off, bad := 0, error(nil)
 	for off < len(data) {
 		typ, p, n, err := readRecord(data[off:])
@@ -211,6 +218,7 @@ func (j *Journal) replayRecords(id uint64, f journalFile, data []byte, last bool
 			}
 		} else if err == nil {
 			if err = parseOp(typ, p, &j.scratch); err == nil {
+				j.reservePos(r, &j.scratch, int64(off))
 				j.apply(&j.scratch, id, int64(off+recHeaderLen))
 			}
 		}
@@ -229,6 +237,53 @@ func (j *Journal) replayRecords(id uint64, f journalFile, data []byte, last bool
 	j.logf("raftlog: journal segment %s: cutting a torn tail of %d bytes at offset %d: %v",
 		segmentName(id), len(data)-off, off, bad)
 	return zeroRange(f, int64(off), int64(len(data)))
+}
+
+// reservePos makes room in the index of op's group for op's entries,
+// before apply appends them in replay; op's record lies at offset off of
+// the segment being read. Replay grows an index to the size it will have
+// at the end, projected from how far replay has come (posCap): append
+// alone grew a large one by a quarter at a time, copying and allocating
+// it five times over in a journal of a few groups.
+func (j *Journal) reservePos(r *replayer, op *journalOp, off int64) {
+	g := j.groups[op.group]
+	if op.typ != recEntries || g == nil {
+		return
+	}
+	kept := g.kept(op.entries[0].index)
+	need := kept + len(op.entries)
+	if need <= cap(g.pos) {
+		return
+	}
+	done, left := r.before+off, max(r.size-off, 0)+r.after
+	pos := make([]entryPos, kept, posCap(kept, cap(g.pos), need, done, left))
+	copy(pos, g.pos[:kept])
+	g.pos = pos
+}
+
+// posCap is the capacity for an index that keeps n entries of a slice of
+// capacity c and needs room for need, after done bytes of the journal were
+// replayed and with about left bytes to go. It is the size the index will
+// have at the end, if the group goes on taking entries as it did, and an
+// eighth more; but at least a quarter more than c (twice c while c is
+// small), as append grows a slice, and at most twice c: a projection
+// early in a journal, or for a group that stopped writing, can be far too
+// large, and doubling keeps what growing allocates in all to about twice
+// the final size.
+func posCap(n, c, need int, done, left int64) int {
+	lo, hi := c+c/4, 2*c
+	if c < 256 {
+		lo = hi
+	}
+	proj := float64(need)
+	if done > 0 {
+		proj += float64(n) * float64(left) / float64(done)
+	}
+	proj *= 1.125
+	if proj < float64(hi) {
+		hi = int(proj)
+	}
+	return max(need, lo, hi)
 }
 
 // recordsFormat reports whether data is a segment of format 1: one that

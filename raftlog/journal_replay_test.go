@@ -114,3 +114,59 @@ func TestReplaySegmentsOfDifferentSizes(t *testing.T) {
 		t.Fatalf("group 2: GetLog(1) = %d bytes, %v; want the %d written", len(got.Data), err, len(big.Data))
 	}
 }
+
+// posCap grows an index to its projected final size and an eighth more,
+// within [a quarter more (double while small), twice] its capacity, and
+// never below what it needs.
+func TestPosCap(t *testing.T) {
+	for _, c := range []struct {
+		n, c, need  int
+		done, left  int64
+		want        int
+		explanation string
+	}{
+		{10, 10, 11, 1000, 1 << 20, 20, "small: doubles"},
+		{0, 0, 3, 0, 1 << 20, 3, "the first entries: what they need"},
+		{1000, 1000, 1001, 1 << 10, 1 << 30, 2000, "a projection far ahead: twice"},
+		{1000, 1000, 1001, 100_000, 30_000, 1463, "(1001 + 300) * 9/8"},
+		{1000, 1000, 1001, 100_000, 0, 1250, "the end of the journal: a quarter more"},
+		{1000, 1000, 5000, 100_000, 0, 5000, "need beyond twice: need"},
+	} {
+		if got := posCap(c.n, c.c, c.need, c.done, c.left); got != c.want {
+			t.Errorf("posCap(%d, %d, %d, %d, %d) = %d, want %d: %s", c.n, c.c, c.need, c.done, c.left, got, c.want, c.explanation)
+		}
+	}
+}
+
+// Replay sizes each group's index to about what it holds. Groups 1 and 2
+// write 2600 entries each from the first segment to the last, where
+// doubling alone would end at 4096; group 3 writes as many in the first
+// half only, and its index is at most twice its entries.
+func TestReplaySizesIndexToFit(t *testing.T) {
+	const per, batch = 2600, 10
+	dir := t.TempDir()
+	opts := JournalOptions{SegmentSize: 8 << 10, NoSync: true}
+	j := openJournal(t, dir, opts)
+	for i := uint64(1); i <= per; i += batch {
+		mustStore(t, j.Group(1), makeLogs(1, i, i+batch-1, 1))
+		mustStore(t, j.Group(2), makeLogs(2, i, i+batch-1, 1))
+		if i <= per/2 {
+			mustStore(t, j.Group(3), makeLogs(3, 2*i-1, 2*i+batch-2, 1))
+			mustStore(t, j.Group(3), makeLogs(3, 2*i+batch-1, 2*i+2*batch-2, 1))
+		}
+	}
+	if j.segID < 20 {
+		t.Fatalf("%d segments; the test means about 20 or more", j.segID)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j = openJournal(t, dir, opts)
+	for id, most := range map[uint64]int{1: per * 5 / 4, 2: per * 5 / 4, 3: 2 * per} {
+		g := j.groups[id]
+		if len(g.pos) != per || cap(g.pos) > most {
+			t.Errorf("group %d: index of %d entries, capacity %d; want %d entries, capacity at most %d", id, len(g.pos), cap(g.pos), per, most)
+		}
+		checkRange(t, j.Group(id), 1, per)
+	}
+}
