@@ -83,6 +83,10 @@
 //     tell apart is a last frame damaged exactly as a tear would leave it
 //     (a sector of it zeroed, or a payload with a whole sector of zeros
 //     that a flip elsewhere damaged): it is cut as torn.
+//   - A segment that reads back shorter than the size the file system
+//     gives for it fails the open with [ErrStorage] (wrapping
+//     io.ErrUnexpectedEOF), in any segment: what the read left out is
+//     never taken for the zeros of preallocated space.
 //   - After a failed write or sync the journal refuses every later write:
 //     what the page cache holds can no longer be trusted. The next open
 //     writes the last frame again from what it read and syncs it before it

@@ -179,7 +179,8 @@ func (j *Journal) path(name string) string { return filepath.Join(j.dir, name) }
 // locks against other processes until Close. It replays every segment:
 // what a crash left of the last write (a torn tail) is cut off and
 // logged, while damage to anything that was acknowledged fails the open
-// with ErrCorrupt (see doc.go, Crashes and corruption).
+// with ErrCorrupt, and a segment that reads back shorter than its size
+// with ErrStorage (see doc.go, What survives a crash).
 func OpenJournal(dir string, opts JournalOptions) (*Journal, error) {
 	opts = opts.withDefaults()
 	if err := opts.Validate(); err != nil {

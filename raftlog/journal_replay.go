@@ -46,13 +46,16 @@ func (j *Journal) replay(r *replayer, id uint64, last bool) error {
 	}
 	data := r.buf[:size:size]
 	r.before, r.size = r.before+r.size, size
+	// A read that stops short of the size fstat gave fails the open: the
+	// bytes it did not return may hold acknowledged frames, and replay
+	// must not take them for the zeros of preallocated space.
 	n, err := f.ReadAt(data, 0)
-	if n != len(data) && err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("%w: read %s: %w", ErrStorage, name, err)
+	if n < len(data) {
+		if err == nil || errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("%w: read %s: %d of its %d bytes: %w", ErrStorage, name, n, size, err)
 	}
-	// What a short read did not fill reads as zeros, as in a fresh slice,
-	// and not as what an earlier segment left there.
-	clear(data[n:])
 	if recordsFormat(data) {
 		r.version, r.haveSeq = journalVersionRecords, false
 		return j.replayRecords(r, id, f, data, last)

@@ -2,10 +2,13 @@ package raftlog
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -46,11 +49,13 @@ func (f shortReadFile) ReadAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
-// Replay reads every segment into one buffer. Where a read of the last
-// segment stops short, the rest reads as zeros, as in a buffer of its
-// own, and not as the frames of the segment read before it: the open
-// keeps every entry.
-func TestReplayShortReadIsNotAnEarlierSegment(t *testing.T) {
+// A read of a segment that stops short of its size fails the open with
+// ErrStorage, even where the bytes it left out are the last segment's
+// preallocated zeros: replay cannot know what they hold. (Replay reads
+// every segment into one buffer; a short read once left the rest to read
+// as zeros, rather than as the frames of the segment read before.) The
+// failed open changes nothing: the journal opens whole after it.
+func TestReplayShortReadPastLastFrameFails(t *testing.T) {
 	const size = 16 << 10
 	m := newMemFS()
 	j, err := OpenJournal(memDir, JournalOptions{SegmentSize: size, fs: m})
@@ -71,12 +76,97 @@ func TestReplayShortReadIsNotAnEarlierSegment(t *testing.T) {
 		t.Fatalf("segment %d holds only zeros from offset %d: the test means to leave frames there", seg-1, end)
 	}
 	short := shortReadFS{m, filepath.Join(memDir, segmentName(seg)), end}
-	j, err = OpenJournal(memDir, JournalOptions{SegmentSize: size, fs: short})
+	checkShortReadFails(t, short, seg, end, int64(len(m.segmentData(memDir)[seg])))
+	j, err = OpenJournal(memDir, JournalOptions{SegmentSize: size, fs: m})
 	if err != nil {
-		t.Fatalf("OpenJournal with segment %d read to offset %d: %v", seg, end, err)
+		t.Fatalf("OpenJournal after the failed open: %v", err)
 	}
 	defer j.Close()
 	checkRange(t, j.Group(1), 1, last)
+}
+
+// A read of a segment that stops short fails the open, wherever it stops:
+// in the last segment at the end of a frame, where the frames it left out
+// were acknowledged and nothing read looks damaged (the open once went on
+// without them); inside a frame; and in an older segment. The failed open
+// changes nothing, and the journal opens whole after it.
+func TestReplayShortReadFails(t *testing.T) {
+	const size = 16 << 10
+	for _, c := range []struct {
+		name string
+		seg  uint64 // 0: the last
+		at   func(ends []int64) int64
+	}{
+		{"last segment at a frame's end", 0, func(ends []int64) int64 { return ends[4] }},
+		{"last segment inside a frame", 0, func(ends []int64) int64 { return ends[4] + 30 }},
+		{"last segment, nothing read", 0, func([]int64) int64 { return 0 }},
+		{"older segment", 1, func([]int64) int64 { return 2000 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := newMemFS()
+			j, err := OpenJournal(memDir, JournalOptions{SegmentSize: size, fs: m})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := j.Group(1)
+			// Write until the second segment holds ten writes, and
+			// note where the frame of each ends.
+			var ends []int64
+			last := uint64(0)
+			for j.segID < 2 || len(ends) < 10 {
+				last++
+				mustStore(t, g, makeLogs(1, last, last, 1))
+				if j.segID == 2 {
+					ends = append(ends, j.off)
+				}
+			}
+			if err := j.Close(); err != nil {
+				t.Fatal(err)
+			}
+			seg := c.seg
+			if seg == 0 {
+				seg = 2
+			}
+			before := slices.Clone(m.segmentData(memDir)[seg])
+			at := c.at(ends)
+			short := shortReadFS{m, filepath.Join(memDir, segmentName(seg)), at}
+			checkShortReadFails(t, short, seg, at, int64(len(before)))
+			if got := m.segmentData(memDir)[seg]; !bytes.Equal(got, before) {
+				t.Fatalf("the failed open changed segment %d", seg)
+			}
+			j, err = OpenJournal(memDir, JournalOptions{SegmentSize: size, fs: m})
+			if err != nil {
+				t.Fatalf("OpenJournal after the failed open: %v", err)
+			}
+			defer j.Close()
+			checkRange(t, j.Group(1), 1, last)
+			if l, _ := j.Group(1).LastIndex(); l != last {
+				t.Fatalf("LastIndex = %d, want %d", l, last)
+			}
+		})
+	}
+}
+
+// checkShortReadFails opens the journal in memDir on fs, on which segment
+// seg reads only its first n of want bytes, and checks that the open
+// fails with ErrStorage and io.ErrUnexpectedEOF, naming the segment and
+// both sizes.
+func checkShortReadFails(t *testing.T, fs journalFS, seg uint64, n, want int64) {
+	t.Helper()
+	j, err := OpenJournal(memDir, JournalOptions{SegmentSize: 16 << 10, fs: fs, Logger: quietLogger{}})
+	if err == nil {
+		l, _ := j.Group(1).LastIndex()
+		j.Close()
+		t.Fatalf("OpenJournal with segment %d read to offset %d of %d succeeded, last index %d; want ErrStorage", seg, n, want, l)
+	}
+	if !errors.Is(err, ErrStorage) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("OpenJournal with segment %d read to offset %d: %v; want ErrStorage wrapping io.ErrUnexpectedEOF", seg, n, err)
+	}
+	for _, s := range []string{segmentName(seg), fmt.Sprintf("%d of its %d bytes", n, want)} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not name %q", err, s)
+		}
+	}
 }
 
 // Segments of different sizes follow each other: an entry larger than a
