@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/l4xg/grid/internal/gridproc"
 )
 
 var (
@@ -22,7 +24,7 @@ var (
 )
 
 // gridnode builds cmd/gridnode once, static, as deploy/docker/Dockerfile
-// does (CGO_ENABLED=0, -trimpath).
+// does (gridproc.BuildGridnode: CGO_ENABLED=0, -trimpath).
 func gridnode(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -31,27 +33,15 @@ func gridnode(t *testing.T) string {
 			buildErr = err
 			return
 		}
-		staticBin = filepath.Join(dir, "gridnode")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", staticBin, "github.com/l4xg/grid/cmd/gridnode")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = &buildError{err, string(out)}
-		}
+		staticBin, buildErr = gridproc.BuildGridnode(ctx, "", dir)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return staticBin
 }
-
-type buildError struct {
-	err error
-	out string
-}
-
-func (e *buildError) Error() string { return "go build cmd/gridnode: " + e.err.Error() + "\n" + e.out }
 
 // TestStaticBinary: the binary the Dockerfile builds needs no dynamic
 // loader, so it runs on distroless/static (no libc).

@@ -196,10 +196,16 @@ func (w *readyWatch) scan(line string) {
 // BuildGridnode builds the gridnode binary (the module's cmd/gridnode) into
 // dir and returns its path. moduleDir is a directory inside the module; ""
 // means the working directory.
+//
+// It builds as deploy/docker/Dockerfile does, static (CGO_ENABLED=0) and
+// with -trimpath: the tests and tools run the binary the image ships, and
+// every test that builds one (the deployment tests' included) shares one
+// set of compiled packages in the build cache.
 func BuildGridnode(ctx context.Context, moduleDir, dir string) (string, error) {
 	bin := filepath.Join(dir, "gridnode")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/l4xg/grid/cmd/gridnode")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "github.com/l4xg/grid/cmd/gridnode")
 	cmd.Dir = moduleDir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("gridproc: go build cmd/gridnode: %w\n%s", err, out)
 	}
