@@ -232,12 +232,7 @@ func (p *appendPeer) connect(timeout time.Duration, expired <-chan time.Time, st
 		case <-stop:
 			return nil, raft.ErrTransportShutdown
 		}
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if p.conn != nil {
-			return p.conn, nil
-		}
-		return nil, p.dialErr
+		return p.dialed()
 	}
 	ch := make(chan struct{})
 	p.dialing = ch
@@ -254,6 +249,21 @@ func (p *appendPeer) connect(timeout time.Duration, expired <-chan time.Time, st
 	p.mu.Unlock()
 	close(ch)
 	return cc, err
+}
+
+// dialed is what a call that waited for another call's dial gets: the
+// stream it made, or its error. The stream may have broken (and been
+// dropped) already: then an error too, and the next call dials again.
+func (p *appendPeer) dialed() (*appendClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.conn != nil:
+		return p.conn, nil
+	case p.dialErr != nil:
+		return nil, p.dialErr
+	}
+	return nil, fmt.Errorf("%w: %s (append stream): broke right after it was dialed", ErrDial, p.target)
 }
 
 // dial opens a stream to the peer: the header, then the peer's

@@ -518,3 +518,20 @@ func TestAppendStreamWaitForDialEndsAtClose(t *testing.T) {
 		t.Fatal("a call waiting for another group's dial did not end when its transport closed")
 	}
 }
+
+// TestAppendStreamWaiterOnABrokenDial: a call that waited for another
+// group's dial, which succeeded but whose stream broke (fail dropped it)
+// before the call looked, gets an error, not a stream. It got neither, and
+// the node crashed on the nil stream: seen once in CI, in cluster/gossip's
+// tests.
+func TestAppendStreamWaiterOnABrokenDial(t *testing.T) {
+	a := newMux(t, MuxConfig{})
+	p := a.appendPeerFor("127.0.0.1:1")
+	p.mu.Lock()
+	p.dialing, p.dialErr, p.conn = nil, nil, nil // the dial ended well; its stream is gone
+	p.mu.Unlock()
+	cc, err := p.dialed()
+	if cc != nil || !errors.Is(err, ErrDial) {
+		t.Fatalf("a waiter on a dial whose stream broke: %v, %v; want no stream and ErrDial", cc, err)
+	}
+}
