@@ -165,7 +165,7 @@ var serverModules = []string{
 // TestConsumerModuleGraph makes a consumer's module that imports the client,
 // or the client and one adapter, and checks what `go mod tidy` puts in its
 // module graph and go.sum: none of the server's modules, no other broker's
-// client, and a go line no newer than the client module's.
+// client, and a go line no newer than that of the module it imports.
 func TestConsumerModuleGraph(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: tidy may need the module proxy")
@@ -173,6 +173,7 @@ func TestConsumerModuleGraph(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout(t))
 	defer cancel()
 	r := root(t)
+	mods := nested(t)
 	for _, c := range []struct {
 		dir     string // of the module the consumer imports, relative to the root
 		allowed string // the one broker client the consumer asked for
@@ -185,7 +186,7 @@ func TestConsumerModuleGraph(t *testing.T) {
 		t.Run(c.dir, func(t *testing.T) {
 			dir := t.TempDir()
 			mod := "module example.com/consumer\n\ngo 1.25.0\n\nreplace (\n"
-			for _, m := range nested(t) {
+			for _, m := range mods {
 				if m != "client/internal/servertest" {
 					mod += "\tgithub.com/l4xg/grid/" + m + " => " + filepath.Join(r, m) + "\n"
 				}
