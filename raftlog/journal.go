@@ -107,6 +107,8 @@ type Journal struct {
 	seg     journalFile // the segment being written
 	segID   uint64
 	off     int64  // where the next frame goes in seg
+	zeroed  int64  // seg is written (zeros included) up to here (zeroAhead)
+	zeros   []byte // zeroAhead bytes of zeros, made at the first use
 	nextSeq uint64 // the sequence number of the next frame
 	doomed  []uint64
 	scratch journalOp
@@ -385,7 +387,7 @@ func (j *Journal) newSegment(id uint64) error {
 	j.idx.Lock()
 	j.files[id] = f
 	j.idx.Unlock()
-	j.seg, j.segID, j.off = f, id, 0
+	j.seg, j.segID, j.off, j.zeroed = f, id, 0, 0
 	return j.openSegment()
 }
 
@@ -531,6 +533,9 @@ func (j *Journal) append(frame []byte) error {
 	if _, err := j.seg.WriteAt(frame, base); err != nil {
 		return fmt.Errorf("%w: write %s: %w", ErrStorage, segmentName(j.segID), err)
 	}
+	if err := j.zeroAhead(base + int64(len(frame))); err != nil {
+		return err
+	}
 	if !j.opts.NoSync {
 		start := time.Now()
 		if err := j.seg.SyncData(); err != nil {
@@ -561,6 +566,37 @@ func (j *Journal) append(frame []byte) error {
 		}
 		off += n
 	}
+	return nil
+}
+
+// zeroAheadBytes is how far past the frame being written zeroAhead
+// writes zeros.
+const zeroAheadBytes = 1 << 20
+
+// zeroAhead writes zeros into the segment being written from end, where
+// the frame just written ends, up to zeroAheadBytes further (or the
+// segment's preallocated end), once the frames have passed what was
+// written before. Preallocated space is allocated but never written, and
+// the file system records the first write into it as a change of the
+// file's extents (ext4's unwritten extents): written into by every frame,
+// each frame's fdatasync would commit that change to the file system's
+// journal too. Zeroed a megabyte at a time, one fdatasync in hundreds
+// does. PostgreSQL zero-fills its WAL segments for the same reason
+// (wal_init_zero). Only zeros follow the last frame either way, as replay
+// requires. BenchmarkJournalStoreLogsSync here: 315 -> 246 us a synced
+// write, a quarter less CPU (bench/README.md).
+func (j *Journal) zeroAhead(end int64) error {
+	if j.opts.NoSync || end <= j.zeroed || end >= j.opts.SegmentSize {
+		return nil
+	}
+	to := min(end+zeroAheadBytes, j.opts.SegmentSize)
+	if j.zeros == nil {
+		j.zeros = make([]byte, zeroAheadBytes)
+	}
+	if _, err := j.seg.WriteAt(j.zeros[:to-end], end); err != nil {
+		return fmt.Errorf("%w: write zeros to %s: %w", ErrStorage, segmentName(j.segID), err)
+	}
+	j.zeroed = to
 	return nil
 }
 

@@ -569,3 +569,61 @@ func TestJournalReadsFormat1(t *testing.T) {
 		t.Fatalf("CurrentTerm = %d, %v; want 3", v, err)
 	}
 }
+
+// Frames go into space zeroed ahead of them a megabyte at a time
+// (zeroAhead): the segment's writes are its frames and one zeroing per
+// megabyte of them, not one per frame, and the journal opens again with
+// every entry. Without fsync nothing is zeroed: nothing would be saved.
+func TestJournalZeroesAheadOfItsFrames(t *testing.T) {
+	for _, noSync := range []bool{false, true} {
+		t.Run(fmt.Sprintf("nosync=%v", noSync), func(t *testing.T) {
+			m := newMemFS()
+			var writes atomic.Int64
+			m.setHook(func(op, name string) error {
+				if op == "write" && strings.HasSuffix(name, segmentName(1)) {
+					writes.Add(1)
+				}
+				return nil
+			})
+			opts := JournalOptions{SegmentSize: 8 << 20, NoSync: noSync, fs: m}
+			j, err := OpenJournal(memDir, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := j.Group(1)
+			var last uint64
+			for j.off < 3<<20+100<<10 {
+				logs := makeLogs(1, last+1, last+10, 1)
+				for _, l := range logs {
+					l.Data = append(l.Data, make([]byte, 1000)...)
+				}
+				mustStore(t, g, logs)
+				last += 10
+			}
+			frames := int64(j.nextSeq - 1) // the opening frame's included
+			zeroings := writes.Load() - frames
+			switch {
+			case noSync && zeroings != 0:
+				t.Fatalf("%d zeroings without fsync, want none", zeroings)
+			case !noSync && (zeroings != 4 || j.zeroed <= j.off || j.zeroed > j.off+zeroAheadBytes):
+				t.Fatalf("%d writes for %d frames ending at %d, zeroed to %d: want 4 zeroings, the last past the frames by at most %d",
+					writes.Load(), frames, j.off, j.zeroed, zeroAheadBytes)
+			}
+			if err := j.Close(); err != nil {
+				t.Fatal(err)
+			}
+			j, err = OpenJournal(memDir, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer j.Close()
+			var l raft.Log
+			if f, _ := j.Group(1).FirstIndex(); f != 1 {
+				t.Fatalf("reopened: first index %d, want 1", f)
+			}
+			if err := j.Group(1).GetLog(last, &l); err != nil || len(l.Data) != len(payload(1, last))+1000 {
+				t.Fatalf("reopened: entry %d: %v, %d bytes", last, err, len(l.Data))
+			}
+		})
+	}
+}
