@@ -90,6 +90,11 @@ func NewServer(host *shard.Host, opts Options) *Server {
 func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 	opts := append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(digest.MaxRequestBytes),
+		// Fixed HTTP/2 windows turn off gRPC's bandwidth-delay
+		// estimation and its PINGs, one a round trip under load (the
+		// client does the same; bench/README.md).
+		grpc.InitialWindowSize(4 << 20),
+		grpc.InitialConnWindowSize(16 << 20),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptors()...),
 		// Peers keep idle connections alive with pings (see Peers).
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerKeepaliveTime / 2, PermitWithoutStream: true}),
