@@ -27,9 +27,9 @@
 //
 // A segment is a file named by its id (16 hex digits, ".seg"),
 // preallocated to JournalOptions.SegmentSize (64 MiB), holding frames and
-// zeros after the last one; the writer writes those zeros a megabyte ahead
-// of its frames, so that an fdatasync has no extents of the file to commit
-// (Journal.zeroAhead). A frame is what one write wrote (one write and
+// zeros after the last one; the writer writes those zeros 64 KiB ahead of
+// its frames, so that an fdatasync seldom has extents of the file to
+// commit (Journal.zeroAhead). A frame is what one write wrote (one write and
 // one fdatasync, shared by every writer that joined it): a header (a magic,
 // its checksum, the body's length, a sequence number one more than the
 // frame before, across segments, and the body's checksum), the body, and a
