@@ -282,7 +282,6 @@ func (ls *lagSet) disconnect(i int) {
 func (ls *lagSet) start(i int) {
 	t := ls.t
 	r := ls.replicas[i]
-	r.dropQueued()
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var err error
 	if r.logs, err = raftlog.OpenJournal(filepath.Join(r.dir, "journal"), raftlog.JournalOptions{NoSync: true, Logger: pebbleLogger{discard}}); err != nil {
@@ -306,14 +305,26 @@ func (ls *lagSet) start(i int) {
 	}
 }
 
-// dropQueued drops the RPCs that wait in r's in-memory transport for a
-// raft that has stopped, as a restarted process never gets what was sent
-// to the one before it. Delivered to the new raft, a stale AppendEntries
-// gave it entries past what its leader knew it had, right after a
-// snapshot; hashicorp/raft 1.7.2 then never caught it up (the leader
-// asks for entries the follower holds only in its snapshot, sends the
-// snapshot, and the follower's cached last index still names the entries
-// the install removed), and the test waited out its 20 s.
+// restart stops replica i and starts it again, cut off meanwhile, as a
+// restarted process is: nothing sent to it while it is down reaches the
+// new raft. Over the in-memory transport, RPCs sent to a stopped replica
+// wait in its channel, and a leader's AppendEntries that reached the new
+// raft late, after the leader had given up on it, left the follower with
+// entries past what its leader knew it had, right after a snapshot:
+// hashicorp/raft 1.7.2 then never catches it up (the leader asks for
+// entries the follower holds only in its snapshot, sends the snapshot,
+// and the follower's cached last index still names the entries the
+// install removed), and the test waited out its 20 s.
+func (ls *lagSet) restart(i int) {
+	ls.disconnect(i)
+	ls.stop(i)
+	ls.replicas[i].dropQueued()
+	ls.start(i)
+	ls.connect(i)
+}
+
+// dropQueued answers, with an error, the RPCs waiting in r's in-memory
+// transport for a raft that has stopped.
 func (r *replica) dropQueued() {
 	for {
 		select {
@@ -427,8 +438,7 @@ func TestInstalledSnapshotReadsTheStream(t *testing.T) {
 	checkCold(t, f, 60)
 
 	// Restarted, it restores the installed snapshot, from the stream again.
-	ls.stop(fi)
-	ls.start(fi)
+	ls.restart(fi)
 	ls.caughtUp(f, ls.leader().raft.LastIndex())
 	if st := f.s.Status().Cold; st.StreamRestores != 1 || st.FileRestores != 0 {
 		t.Fatalf("follower restarted: restored from files %d times, from the stream %d; want 0, 1", st.FileRestores, st.StreamRestores)
@@ -444,8 +454,7 @@ func TestInstalledSnapshotReadsTheStream(t *testing.T) {
 	if err := f.s.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
-	ls.stop(fi)
-	ls.start(fi)
+	ls.restart(fi)
 	ls.caughtUp(f, ls.leader().raft.LastIndex())
 	if st := f.s.Status().Cold; st.StreamRestores != 0 || st.FileRestores != 1 {
 		t.Fatalf("follower restarted from its own snapshot: restored from files %d times, from the stream %d; want 1, 0",
