@@ -583,9 +583,9 @@ const zeroAheadBytes = 64 << 10
 // journal too. Zeroed ahead, only the fdatasync that flushes the zeros
 // does. PostgreSQL zero-fills its WAL segments for the same reason
 // (wal_init_zero). Only zeros follow the last frame either way, as replay
-// requires. The zeros go with the next frame's fdatasync, so they are
-// kept short: 64 KiB cost no tail latency where 1 MiB tripled the p99
-// (BenchmarkJournalStoreLogsSync; bench/README.md).
+// requires. The zeros go out with the fdatasync of the frame that wrote
+// them, so they are kept short: 64 KiB cost no tail latency where 1 MiB
+// tripled the p99 (BenchmarkJournalStoreLogsSync; bench/README.md).
 func (j *Journal) zeroAhead(end int64) error {
 	if j.opts.NoSync || end <= j.zeroed || end >= j.opts.SegmentSize {
 		return nil

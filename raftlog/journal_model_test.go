@@ -400,7 +400,7 @@ func TestJournalCrashModel(t *testing.T) {
 	// most, so that the check below fails only when one never comes.
 	var out crashOutcome
 	run := uint64(0)
-	for ; run < uint64(seeds) || (out.refused == 0 || out.clean == 0 || out.cut == 0) && run < 10*uint64(seeds); run++ {
+	for ; run < uint64(seeds) || ((out.refused == 0 || out.clean == 0 || out.cut == 0) && run < 10*uint64(seeds)); run++ {
 		runMemCrash(t, run, &out)
 		if t.Failed() {
 			return
