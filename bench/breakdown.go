@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/l4xg/grid/bench/internal/target"
 	"github.com/l4xg/grid/bench/internal/workload"
 	"github.com/l4xg/grid/client"
+	"github.com/l4xg/grid/internal/proccpu"
 )
 
 // withBreakdown runs f, a workload against the grid t, and adds to its
@@ -115,11 +115,9 @@ func breakdown(before, after map[string]float64, res workload.Result, clientCPU 
 	return out
 }
 
-// processCPU is the user and system CPU time of this process so far.
+// processCPU is the user and system CPU time of this process so far (0
+// where it cannot be read).
 func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	d, _ := proccpu.Used()
+	return d
 }

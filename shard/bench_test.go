@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/digest"
+	"github.com/l4xg/grid/internal/proccpu"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -34,7 +35,7 @@ func BenchmarkPropose(b *testing.B) {
 			}
 			var seq atomic.Uint64
 			b.SetParallelism(25)
-			cpu0, cpuOK := processCPU()
+			cpu0, cpuOK := proccpu.Used()
 			b.ResetTimer()
 			start := time.Now()
 			b.RunParallel(func(pb *testing.PB) {
@@ -48,7 +49,7 @@ func BenchmarkPropose(b *testing.B) {
 				}
 			})
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
-			if cpu1, ok := processCPU(); ok && cpuOK {
+			if cpu1, ok := proccpu.Used(); ok && cpuOK {
 				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
 			}
 		})
