@@ -9,7 +9,6 @@ import (
 
 	"google.golang.org/grpc"
 	grpcpeer "google.golang.org/grpc/peer"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/digest"
@@ -337,7 +336,7 @@ func boundResults(out []*gridpb.OpResult) {
 		if r != nil {
 			r.Result = nil
 		}
-		rest += proto.Size(r) + omittedFieldBytes + 1 + 3
+		rest += r.SizeVT() + omittedFieldBytes + 1 + 3
 		if r != nil {
 			r.Result = res
 		}

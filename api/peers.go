@@ -88,7 +88,7 @@ func (p *Peers) client(addr string) (gridpb.GridClient, error) {
 	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(p.creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(peerMaxRecvBytes)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(peerMaxRecvBytes), grpc.ForceCodecV2(gridpb.Codec{})),
 		// Reconnect within seconds after a peer restarts (gRPC's default
 		// backoff grows to 2 minutes, far past a failover).
 		grpc.WithConnectParams(grpc.ConnectParams{

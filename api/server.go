@@ -90,6 +90,7 @@ func NewServer(host *shard.Host, opts Options) *Server {
 func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 	opts := append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(digest.MaxRequestBytes),
+		grpc.ForceServerCodecV2(gridpb.Codec{}),
 		// Fixed HTTP/2 windows turn off gRPC's bandwidth-delay
 		// estimation and its PINGs, one a round trip under load (the
 		// client does the same; bench/README.md).

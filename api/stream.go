@@ -10,7 +10,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/l4xg/grid/api/gridpb"
 	"github.com/l4xg/grid/digest"
@@ -229,7 +228,7 @@ func pick[T any](xs []T, idx []int) []T {
 func offer(ctx context.Context, out chan<- answer, ids []uint64, results []*gridpb.OpResult) {
 	a := answer{ids: ids, results: results, sizes: make([]int, len(results)), ready: time.Now()}
 	for i, r := range results {
-		a.sizes[i] = proto.Size(r)
+		a.sizes[i] = r.SizeVT()
 	}
 	select {
 	case out <- a:

@@ -3,8 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-
-	"google.golang.org/protobuf/proto"
 )
 
 // Batch runs many operations on many keys and returns one Result and one
@@ -68,7 +66,7 @@ func chunkEnd(ops []Op, start, maxOps, maxBytes int) int {
 	bytes := 0
 	end := start
 	for end < len(ops) && end-start < maxOps {
-		size := proto.Size(ops[end].pb)
+		size := ops[end].pb.SizeVT()
 		if end > start && bytes+size > maxBytes {
 			break
 		}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/l4xg/grid/api/gridpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // batcher coalesces concurrent single-operation calls into batches, which
@@ -124,7 +123,7 @@ func newBatcher(c carrier, maxOps int, stats *callStats) *batcher {
 // submit queues op and waits for its result, or for ctx. The error is a
 // per-operation error of the batch or the error of the whole RPC.
 func (b *batcher) submit(ctx context.Context, op *gridpb.Op) (*gridpb.OpResult, error) {
-	cl := &call{ctx: ctx, op: op, size: proto.Size(op), done: make(chan struct{}), queued: time.Now(), stats: b.stats}
+	cl := &call{ctx: ctx, op: op, size: op.SizeVT(), done: make(chan struct{}), queued: time.Now(), stats: b.stats}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()

@@ -170,8 +170,13 @@ func fromOpError(e *gridpb.OpError) error {
 }
 
 // redirectOf returns the Redirect an error carries, or nil: a node that does
-// not lead the operation's shard refused it without applying it.
+// not lead the operation's shard refused it without applying it. It is
+// asked of every answer: a nil err returns before errors.As, whose target
+// would cost an allocation.
 func redirectOf(err error) *gridpb.Redirect {
+	if err == nil {
+		return nil
+	}
 	var re *rpcError
 	if errors.As(err, &re) {
 		return re.redirect

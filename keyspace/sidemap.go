@@ -60,10 +60,9 @@ func (s *sideMap[V]) writable(d digest.Digest) *sidePart[V] {
 
 func (s *sideMap[V]) set(d digest.Digest, v V) {
 	p := s.writable(d)
-	if _, ok := p.m[d]; !ok {
-		s.n++
-	}
-	p.m[d] = v
+	n := len(p.m)
+	p.m[d] = v // one lookup: the length tells whether d was new
+	s.n += len(p.m) - n
 }
 
 func (s *sideMap[V]) del(d digest.Digest) {
