@@ -85,7 +85,7 @@ func parseRun(args []string, stderr io.Writer) (config, error) {
 	faults := fs.String("faults", "kill,pause,partition,skew", "faults to inject, comma-separated, from "+strings.Join(allFaults, ",")+" (or all)")
 	fs.IntVar(&c.Nodes, "nodes", 3, "gridnode processes (3..5)")
 	fs.IntVar(&c.Replicas, "replicas", 3, "replicas per shard")
-	fs.IntVar(&c.Shards, "shards", 0, "shards (0: gridnode's default, one per founding node, which a node that joins later takes from the cluster)")
+	fs.IntVar(&c.Shards, "shards", 0, "shards (0: one per node, --nodes, so that every node leads one and a spare that joins takes replicas from the others; gridnode's own default for a new cluster is as few as give each founding node one replica)")
 	fs.DurationVar(&c.Duration, "duration", time.Minute, "how long the load runs under faults")
 	fs.DurationVar(&c.FaultEvery, "fault-every", 12*time.Second, "mean time from one fault's start to the next's")
 	fs.StringVar(&c.Workload, "workload", "mixed", "register (the checked register workload), app (consumers: Process, batches, duplicates, crashing handlers) or mixed")
@@ -131,6 +131,8 @@ func parseRun(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("chaos run: --replicas %d out of range 1..--nodes", c.Replicas)
 	case c.Shards < 0:
 		return c, errors.New("chaos run: --shards must not be negative")
+	case c.Shards == 0:
+		c.Shards = c.Nodes
 	case c.Duration < 10*time.Second:
 		return c, fmt.Errorf("chaos run: --duration %v below 10s", c.Duration)
 	case c.FaultEvery < time.Second:
@@ -163,10 +165,3 @@ func isTerminal(f *os.File) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-// shardsShown is --shards as the run's log shows it.
-func shardsShown(n int) string {
-	if n == 0 {
-		return "gridnode's default (one per founding node)"
-	}
-	return fmt.Sprint(n)
-}

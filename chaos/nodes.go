@@ -166,10 +166,8 @@ func (p *procs) start(n *node, fresh bool) error {
 	args := append(append([]string{}, n.wrap...), p.bin, "serve", "--node-id", n.id, "--data-dir", n.dir,
 		"--listen", n.grpc, "--raft-listen", n.raft, "--gossip-listen", n.gossip, "--http-listen", n.http,
 		"--replicas", fmt.Sprint(p.cfg.Replicas), "--join", strings.Join(join, ","), "--log-level", p.cfg.NodeLogLevel,
-		"--max-clock-offset", p.cfg.MaxOffset.String(), "--grace-period", p.cfg.Grace.String())
-	if p.cfg.Shards > 0 {
-		args = append(args, "--shards", fmt.Sprint(p.cfg.Shards))
-	}
+		"--max-clock-offset", p.cfg.MaxOffset.String(), "--grace-period", p.cfg.Grace.String(),
+		"--shards", fmt.Sprint(p.cfg.Shards))
 	if !fresh && n.idx < p.cfg.Nodes {
 		args = append(args, "--bootstrap-expect", fmt.Sprint(p.cfg.Nodes))
 	}

@@ -72,7 +72,7 @@ func runChaos(ctx context.Context, cfg config, stderr io.Writer) (*outcome, erro
 			fmt.Fprintln(stderr, line)
 		}
 	}
-	log("seed %d: %d nodes, %d replicas, shards %s, %v, faults %s, workload %s", cfg.Seed, cfg.Nodes, cfg.Replicas, shardsShown(cfg.Shards), cfg.Duration, strings.Join(cfg.Faults, ","), cfg.Workload)
+	log("seed %d: %d nodes, %d replicas, %d shards, %v, faults %s, workload %s", cfg.Seed, cfg.Nodes, cfg.Replicas, cfg.Shards, cfg.Duration, strings.Join(cfg.Faults, ","), cfg.Workload)
 	bin := cfg.Bin
 	if bin == "" {
 		log("building gridnode")

@@ -274,3 +274,30 @@ func TestRemovedNodeIsNeverReady(t *testing.T) {
 		t.Fatalf("Readiness = %v %q, want not ready, removed", ok, why)
 	}
 }
+
+// A founding node without --shards gives the new cluster as few shards as
+// give every founding node a replica.
+func TestInitialShards(t *testing.T) {
+	for _, c := range []struct {
+		nodes, replicas int
+		slots           uint32
+		want            int
+	}{
+		{1, 1, 4096, 1},
+		{2, 3, 4096, 1},
+		{3, 3, 4096, 1},
+		{4, 3, 4096, 2},
+		{6, 3, 4096, 2},
+		{7, 3, 4096, 3},
+		{9, 3, 4096, 3},
+		{3, 1, 4096, 3},
+		{5, 2, 4096, 3},
+		{9, 1, 4, 4},    // never more shards than slots
+		{3, 0, 4096, 3}, // a replica count not yet defaulted counts as 1
+		{0, 3, 4096, 1}, // never none
+	} {
+		if got := initialShards(c.nodes, c.replicas, c.slots); got != c.want {
+			t.Errorf("initialShards(%d nodes, %d replicas, %d slots) = %d, want %d", c.nodes, c.replicas, c.slots, got, c.want)
+		}
+	}
+}

@@ -415,7 +415,8 @@ func editDistance(a, b string) int {
 // effectiveShards is what --shards comes to, as config print shows it: the
 // flag's value when set, else the count the data directory holds, else
 // the default of a new standalone grid or, for a cluster member, the
-// cluster's (one shard per founding node when it founds one).
+// cluster's (when it founds one: as few as give each founding node a
+// replica).
 func (f *serveFlags) effectiveShards() string {
 	if *f.shards > 0 {
 		return strconv.Itoa(*f.shards)
@@ -426,7 +427,7 @@ func (f *serveFlags) effectiveShards() string {
 		return fmt.Sprintf("unknown: %v", err)
 	}
 	if f.clustered() {
-		return "the cluster's (a new cluster: one per founding node)"
+		return "the cluster's (a new cluster: founding nodes / replicas, rounded up)"
 	}
 	return fmt.Sprintf("%d (a new standalone grid)", shard.DefaultShards)
 }

@@ -23,6 +23,7 @@ type procCluster struct {
 	dir   string
 	lab   *netLab // nil: loopback
 	nodes []*procNode
+	flags []string // more serve flags for every node, at every start
 }
 
 type procNode struct {
@@ -43,16 +44,16 @@ const (
 
 // startProcCluster starts n gridnode processes that form one cluster on
 // loopback ports and waits until each has printed its ready line.
-func startProcCluster(tb testing.TB, n int) *procCluster {
+func startProcCluster(tb testing.TB, n int, flags ...string) *procCluster {
 	tb.Helper()
-	return startProcClusterIn(tb, n, nil)
+	return startProcClusterIn(tb, n, nil, flags...)
 }
 
 // startProcClusterIn is startProcCluster with node i in lab's namespace
 // i, or on loopback when lab is nil.
-func startProcClusterIn(tb testing.TB, n int, lab *netLab) *procCluster {
+func startProcClusterIn(tb testing.TB, n int, lab *netLab, flags ...string) *procCluster {
 	tb.Helper()
-	pc := &procCluster{tb: tb, dir: tb.TempDir(), lab: lab}
+	pc := &procCluster{tb: tb, dir: tb.TempDir(), lab: lab, flags: flags}
 	for i := range n {
 		node := &procNode{id: fmt.Sprintf("node-%d", i+1)}
 		if lab == nil {
@@ -66,17 +67,18 @@ func startProcClusterIn(tb testing.TB, n int, lab *netLab) *procCluster {
 		}
 		pc.nodes = append(pc.nodes, node)
 	}
+	// Registered first, so that a node that fails to start shows its log.
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			pc.dumpLogs()
+		}
+	})
 	for i := range pc.nodes {
 		pc.launch(i)
 	}
 	for i := range pc.nodes {
 		pc.waitReady(i)
 	}
-	tb.Cleanup(func() {
-		if tb.Failed() {
-			pc.dumpLogs()
-		}
-	})
 	return pc
 }
 
@@ -102,6 +104,7 @@ func (pc *procCluster) launch(i int) {
 	args := []string{"--node-id", n.id, "--data-dir", filepath.Join(pc.dir, n.id),
 		"--listen", n.grpc, "--raft-listen", n.raft, "--gossip-listen", n.gossip, "--http-listen", "",
 		"--join", strings.Join(join, ","), "--log-level", "warn"}
+	args = append(args, pc.flags...)
 	if !n.joiner {
 		args = append(args, "--bootstrap-expect", fmt.Sprint(len(pc.nodes)))
 	}
@@ -310,12 +313,14 @@ func dialCluster(tb testing.TB, pc *procCluster) *client.Client {
 	return c
 }
 
-// A cluster started without --shards has one shard per founding node, and
-// a node that joins it later, also without --shards, takes the cluster's
-// count into its new data directory and hosts replicas; the count is a
-// hard setting of every data directory from then on.
+// A cluster started without --shards has as few shards as give each
+// founding node a replica (3 nodes of 2 replicas: 2 shards, 4 replicas),
+// and a node that joins it later, also without --shards, takes the
+// cluster's count into its new data directory and hosts replicas (4 over
+// 4 nodes); the count is a hard setting of every data directory from then
+// on.
 func TestClusterShardCountFollowsItsFoundingNodes(t *testing.T) {
-	pc := startProcCluster(t, 3)
+	pc := startProcCluster(t, 3, "--replicas", "2")
 	x := pc.join()
 	c := dialCluster(t, pc)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -339,8 +344,8 @@ func TestClusterShardCountFollowsItsFoundingNodes(t *testing.T) {
 		}
 		return ""
 	})
-	if m.ShardCount != 3 || len(m.Shards) != 3 {
-		t.Fatalf("the cluster of 3 founding nodes has %d shards (%d listed), want 3", m.ShardCount, len(m.Shards))
+	if m.ShardCount != 2 || len(m.Shards) != 2 {
+		t.Fatalf("the cluster of 3 founding nodes of 2 replicas has %d shards (%d listed), want 2", m.ShardCount, len(m.Shards))
 	}
 	for _, n := range pc.nodes {
 		b, err := os.ReadFile(filepath.Join(pc.dir, n.id, "hard-settings.json"))
@@ -351,8 +356,8 @@ func TestClusterShardCountFollowsItsFoundingNodes(t *testing.T) {
 		if err := json.Unmarshal(b, &set); err != nil {
 			t.Fatal(err)
 		}
-		if set.Shards != 3 {
-			t.Errorf("%s's data directory has %d shards, want the cluster's 3", n.id, set.Shards)
+		if set.Shards != 2 {
+			t.Errorf("%s's data directory has %d shards, want the cluster's 2", n.id, set.Shards)
 		}
 	}
 	// Keys are served on every shard, the joined node's replicas included.

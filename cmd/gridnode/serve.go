@@ -70,7 +70,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 		dataDir:        fs.String("data-dir", "./gridnode-data", "data directory (Raft logs, snapshots, hard settings)"),
 		listen:         fs.String("listen", "127.0.0.1:7420", "client gRPC address"),
 		httpListen:     fs.String("http-listen", "127.0.0.1:7423", "HTTP address for /metrics, /healthz, /readyz (empty: off)"),
-		shards:         fs.Int("shards", 0, fmt.Sprintf("shards of the grid (hard setting, fixed when the data directory is created; default %d standalone; a new cluster member takes the cluster's, and a new cluster has one shard per founding node; or what the data directory holds)", shard.DefaultShards)),
+		shards:         fs.Int("shards", 0, fmt.Sprintf("shards of the grid (hard setting, fixed when the data directory is created; default %d standalone; a new cluster member takes the cluster's, and a new cluster has as few as give each founding node a replica, --bootstrap-expect / --replicas rounded up; or what the data directory holds)", shard.DefaultShards)),
 		nodeID:         fs.String("node-id", "node-1", "node id"),
 		pprof:          fs.Bool("pprof", false, "serve /debug/pprof/ on the HTTP address"),
 		logLevel:       fs.String("log-level", "info", "debug, info, warn or error (reloaded on SIGHUP)"),
