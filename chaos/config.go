@@ -131,8 +131,6 @@ func parseRun(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("chaos run: --replicas %d out of range 1..--nodes", c.Replicas)
 	case c.Shards < 0:
 		return c, errors.New("chaos run: --shards must not be negative")
-	case c.Shards == 0:
-		c.Shards = c.Nodes
 	case c.Duration < 10*time.Second:
 		return c, fmt.Errorf("chaos run: --duration %v below 10s", c.Duration)
 	case c.FaultEvery < time.Second:
@@ -152,6 +150,9 @@ func parseRun(args []string, stderr io.Writer) (config, error) {
 	}
 	if m := client.DefaultLeaseMargin(time.Duration(leaseMin) * time.Millisecond); c.MaxOffset <= 0 || c.MaxOffset > m {
 		return c, fmt.Errorf("chaos run: --max-clock-offset %v out of range: above 0 and at most %v, the margin of the workload's shortest lease", c.MaxOffset, m)
+	}
+	if c.Shards == 0 {
+		c.Shards = c.Nodes
 	}
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64() >> 1

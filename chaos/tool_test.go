@@ -301,3 +301,27 @@ func TestParseRunRefuses(t *testing.T) {
 		}
 	}
 }
+
+// Without --shards a run has one shard per node, so that every node leads
+// one and the spare of the churn faults takes replicas when it joins;
+// --shards is taken as given.
+func TestParseRunShards(t *testing.T) {
+	for _, c := range []struct {
+		args string
+		want int
+	}{
+		{"--nodes 3", 3},
+		{"--nodes 5 --replicas 3", 5},
+		{"--nodes 3 --shards 1", 1},
+		{"--nodes 4 --shards 8", 8},
+	} {
+		var stderr strings.Builder
+		cfg, err := parseRun(strings.Fields(c.args), &stderr)
+		if err != nil {
+			t.Fatalf("%s: %v", c.args, err)
+		}
+		if cfg.Shards != c.want {
+			t.Errorf("%s: %d shards, want %d", c.args, cfg.Shards, c.want)
+		}
+	}
+}
