@@ -130,9 +130,9 @@ func TestLayout(t *testing.T) {
 	onlyDeps("digest", "github.com/dgryski/go-farm")
 	onlyDeps("keyspace", "github.com/dgryski/go-farm", "digest", "internal/snapio")
 	// The client: the generated API with its generated marshalling
-	// (vtprotobuf's helpers, standard library only, in gRPC's module graph
-	// already), digest, gRPC with what it needs, and OpenTelemetry's API
-	// and gRPC instrumentation (WithTracerProvider).
+	// (vtprotobuf's helpers, standard library only), digest, gRPC with
+	// what it needs, and OpenTelemetry's API and gRPC instrumentation
+	// (WithTracerProvider).
 	onlyDeps("client", "api/gridpb", "github.com/planetscale/vtprotobuf/protohelpers", "digest", "github.com/dgryski/go-farm",
 		"google.golang.org/grpc", "google.golang.org/protobuf", "go.opentelemetry.io/otel",
 		"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc")
