@@ -170,10 +170,10 @@ func infoOf(meta topology.NodeMeta) topology.NodeInfo {
 	return topology.NodeInfo{ID: meta.ID, GRPCAddr: meta.GRPCAddr, RaftAddr: meta.RaftAddr, HTTPAddr: meta.HTTPAddr, State: topology.NodeActive, Incarnation: meta.Incarnation}
 }
 
-// initialShards is the shard count of a new cluster of nodes nodes and
-// replicas replicas a shard whose founding node was not given one
-// (--shards): as few as give every founding node a replica, nodes /
-// replicas rounded up (1 on 3 nodes of 3 replicas, 2 on 4 to 6). A
+// initialShards is the shard count of a new cluster when its founding node
+// was not given one (--shards): as few shards as give every one of the
+// nodes founding nodes a replica, with replicas replicas a shard, so
+// nodes / replicas rounded up (1 on 3 nodes of 3 replicas, 2 on 4 to 6). A
 // group's cost is per entry and a node's log writes per group: the fewer
 // groups, the more commands each entry carries and the fewer log writes
 // and fdatasyncs each node makes for them. On 3 nodes of one machine, 1
