@@ -48,6 +48,17 @@
 // because it is the shards' PeerClocks: gossip carries its bytes and
 // imports nothing of the shards.
 //
+// # Full disks
+//
+// A node whose disk is below its reserve refuses new keys
+// (shard.Host.DiskFull). Its runtime gossips so (disks.go, the metadata
+// flag topology.MetaDiskFull) and keeps what the others gossip in
+// DiskStates, the shards' PeerDisks: a shard leader on a full node hands
+// its leadership to a voter not known to be full at its next tick, and
+// the control leader moves no leadership back to a full node
+// (restoreLeaders), so a full disk stops no shard's new keys while
+// another voter has room.
+//
 // # The control group and the map
 //
 // A small Raft group (5 voters from 5 active nodes, 3 for 3 or 4, 1 below:

@@ -39,3 +39,9 @@ func (n *Runtime) ReadinessNow(ctx context.Context) string {
 // GossipDrains counts memberlist's calls for broadcasts on this node
 // (gossip.Membership.Drains).
 func (n *Runtime) GossipDrains() uint64 { return n.ms.Drains() }
+
+// RestoreLeadersForTest runs the control leader's restoreLeaders now, in
+// its current control term; n must lead the control group.
+func (n *Runtime) RestoreLeadersForTest(ctx context.Context) {
+	n.restoreLeaders(withFence(ctx, n.raft.CurrentTerm()))
+}

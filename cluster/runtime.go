@@ -75,8 +75,12 @@ type Config struct {
 	// peers' over gossip (the host's shards are given it as their
 	// PeerClocks).
 	ClockOffsets *ClockOffsets
-	Clock        func() time.Time
-	Logger       *slog.Logger
+	// DiskStates, if set, is where the runtime keeps what gossip says of
+	// the nodes' disks (the host's shards are given it as their
+	// PeerDisks); default a private one.
+	DiskStates *DiskStates
+	Clock      func() time.Time
+	Logger     *slog.Logger
 }
 
 // withDefaults is c with every unset field at its default: the one place
@@ -96,6 +100,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now
+	}
+	if c.DiskStates == nil {
+		c.DiskStates = NewDiskStates()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -134,9 +141,10 @@ func (c Config) Validate() error {
 // it leads the control group, the reconciler that keeps the map and the
 // shard groups in line with the plan (reconcile.go, execute.go).
 type Runtime struct {
-	cfg Config
-	ms  *gossip.Membership
-	ctl *Control // the control group's FSM: the map
+	cfg   Config
+	ms    *gossip.Membership
+	ctl   *Control    // the control group's FSM: the map
+	disks *DiskStates // the nodes' disks, as gossiped (cfg.DiskStates)
 
 	// The controller: the control group's Raft.
 	raft  *raft.Raft
@@ -198,7 +206,7 @@ func Start(cfg Config) (*Runtime, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	n := &Runtime{cfg: cfg, ctl: NewControl(), wake: make(chan struct{}, 1), quit: make(chan struct{}), loggedOnce: map[topology.NodeID]uint64{}}
+	n := &Runtime{cfg: cfg, ctl: NewControl(), disks: cfg.DiskStates, wake: make(chan struct{}, 1), quit: make(chan struct{}), loggedOnce: map[topology.NodeID]uint64{}}
 	if err := n.startControl(); err != nil {
 		return nil, err
 	}
@@ -214,7 +222,10 @@ func Start(cfg Config) (*Runtime, error) {
 		Logger: cfg.Logger, Timing: cfg.Gossip, Clock: cfg.Clock,
 		Seeds: cfg.Join, Faults: cfg.GossipFaults, Encryption: cfg.GossipEncryption,
 		KeyringFile: cfg.GossipKeyringFile,
-		OnEvent:     func(gossip.Event) { n.poke() },
+		OnEvent: func(ev gossip.Event) {
+			n.disks.observe(ev.Member)
+			n.poke()
+		},
 	}
 	if cfg.ClockOffsets != nil { // a nil *ClockOffsets is no ClockProbe
 		gc.Clocks = cfg.ClockOffsets
@@ -228,10 +239,11 @@ func Start(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	n.ms = ms
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go n.bootstrapLoop()
 	go n.replicaLoop()
 	go n.controlLoop()
+	go n.watchDisk()
 	return n, nil
 }
 

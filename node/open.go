@@ -81,6 +81,10 @@ func (n *Node) openCluster(opts api.Options) error {
 		return err
 	}
 	hc.PeerClocks = offsets
+	// Its shard leaders hand their leadership to a node with room when
+	// its disk is below the reserve, as the nodes gossip their disks.
+	disks := cluster.NewDiskStates()
+	hc.PeerDisks = disks
 	host, err := shard.OpenHost(hc)
 	if err != nil {
 		mux.Close()
@@ -115,7 +119,7 @@ func (n *Node) openCluster(opts api.Options) error {
 		GossipEncryption: cc.GossipEncryption, GossipKeyringFile: keyringFile(cc.GossipEncryption, hc.DataDir),
 		BootstrapExpect: cc.BootstrapExpect, Replicas: cc.Replicas, GracePeriod: cc.GracePeriod,
 		Gossip: cc.Gossip, HeartbeatTimeout: cc.HeartbeatTimeout, Remote: remote, Logger: cfg.Logger,
-		ClockOffsets: offsets,
+		ClockOffsets: offsets, DiskStates: disks,
 	})
 	if err != nil {
 		peers.Close()

@@ -1,8 +1,6 @@
 package shard
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -145,16 +143,7 @@ func (s *Replica) handOverForClock(rule string, why error) {
 			target, found, best = srv, true, off
 		}
 	}
-	if !found {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*s.cfg.HeartbeatTimeout)
-	defer cancel()
-	err := s.TransferLeadership(ctx, string(target.ID), string(target.Address))
-	switch {
-	case err == nil:
-		s.cfg.Logger.Warn("leadership handed over: this leader may not grant leases", "shard", s.cfg.ID, "to", target.ID, "why", why)
-	case !errors.Is(err, ErrNotLeader):
-		s.cfg.Logger.Info("leadership hand-over for the clock failed", "shard", s.cfg.ID, "to", target.ID, "err", err)
+	if found {
+		s.handOverTo(target, "this leader may not grant leases", why)
 	}
 }

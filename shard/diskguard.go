@@ -38,7 +38,17 @@ type diskGuard struct {
 // ErrDiskFull, with the figures, when they hold a Reserve and the room
 // left is below the reserve.
 func (g *diskGuard) room(cmds []keyspace.Command) error {
-	if g == nil || g.reserve <= 0 || !grows(cmds) {
+	if !grows(cmds) {
+		return nil
+	}
+	return g.full()
+}
+
+// full returns nil while the room left is at least the reserve (or
+// nothing measured it yet, or there is no reserve), and an error wrapping
+// ErrDiskFull, with the figures, while it is below.
+func (g *diskGuard) full() error {
+	if g == nil || g.reserve <= 0 {
 		return nil
 	}
 	now := time.Now().UnixNano()

@@ -1,9 +1,14 @@
 package shard
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/l4xg/grid/internal/testwait"
 	"github.com/l4xg/grid/keyspace"
 )
 
@@ -23,11 +28,73 @@ func TestDiskGuard(t *testing.T) {
 	if err := full.room(settles); err != nil {
 		t.Fatalf("settles and reads below the reserve: %v", err)
 	}
+	if err := full.full(); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("full below the reserve: %v, want ErrDiskFull", err)
+	}
+	if err := roomy.full(); err != nil {
+		t.Fatalf("full above the reserve: %v", err)
+	}
 	unmeasured := &diskGuard{dir: "/no/such/dir", reserve: 1 << 62}
 	if err := unmeasured.room(reserve); err != nil {
 		t.Fatalf("a disk that cannot be measured: %v, want nothing refused", err)
 	}
 	if err := (&diskGuard{dir: t.TempDir(), reserve: -1}).room(reserve); err != nil {
 		t.Fatalf("no reserve: %v", err)
+	}
+}
+
+// stubDisks is a PeerDisks whose answers the test sets.
+type stubDisks struct {
+	mu   sync.Mutex
+	full map[string]bool
+}
+
+func (d *stubDisks) Full(peer string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.full[peer]
+}
+
+func (d *stubDisks) set(full ...string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.full = map[string]bool{}
+	for _, id := range full {
+		d.full[id] = true
+	}
+}
+
+// TestFullDiskHandsLeadershipOver: a leader on a node whose disk is below
+// its reserve (n0's reserve is larger than any disk) hands its leadership
+// to a voter its peers' gossip does not call full (n2, not n1), and a
+// leader with no such voter keeps it.
+func TestFullDiskHandsLeadershipOver(t *testing.T) {
+	disks := &stubDisks{}
+	disks.set("n0", "n1")
+	nh := tunedNetHosts(t, 3, false, func(c *HostConfig) {
+		c.TickInterval = 20 * time.Millisecond
+		c.PeerDisks = disks
+		if c.NodeID == "n0" {
+			c.DiskReserve = 1 << 62
+		}
+	})
+	const id = 0
+	if at, l := nh.leader(id); at != 0 {
+		// n0 leads once, unless it did already (and may have handed over).
+		if err := l.TransferLeadership(context.Background(), "n0", nh.addrs[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testwait.For(t, 20*time.Second, "the leadership to go from the full n0 to n2", func() bool {
+		at, _ := nh.leader(id)
+		return at == 2
+	})
+	// With every peer full, a full leader stays.
+	disks.set("n0", "n1", "n2")
+	if nh.replica(2, id).handOverForDisk(fmt.Errorf("%w: n2's, as gossiped", ErrDiskFull)) {
+		t.Fatal("n2 handed its leadership over though every voter's disk is full")
+	}
+	if at, _ := nh.leader(id); at != 2 {
+		t.Fatalf("leader of shard %d is n%d, want n2", id, at)
 	}
 }

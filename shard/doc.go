@@ -169,7 +169,10 @@
 // being promoted, and the replica it replaces being removed. Raft traffic
 // runs without pipelined AppendEntries (see raftlog.NewTransport). A replica stopping with its node
 // (Close, StopReplica without purge) hands leadership over first; a purged
-// one does not.
+// one does not. A leader whose node's disk is below its reserve
+// (Config.DiskFull), where its node refuses new keys, hands its leadership
+// to a voter whose node is not known to be full (Config.PeerDisks) at its
+// next tick, and keeps it while no voter has room (handOverForDisk).
 //
 // Status carries each replica's view of its group (GroupView): the latest
 // configuration it has, this replica's suffrage in it, the configuration's

@@ -43,6 +43,9 @@ type HostConfig struct {
 	// measurement of its clock against its peers' (Config.PeerClocks).
 	MaxClockOffset time.Duration
 	PeerClocks     PeerClocks
+	// PeerDisks, if set, tells which peers' disks are below their reserve
+	// (Config.PeerDisks).
+	PeerDisks PeerDisks
 	// NoSync skips fsync of the Raft log: tests and benchmarks only; an
 	// acknowledged operation can then be lost on a crash.
 	NoSync bool
@@ -284,6 +287,13 @@ func validShards(shards int, slots uint32) error {
 // again as soon as space is freed. The room is measured at most every
 // 250 ms.
 func (h *Host) DiskRoom(cmds []keyspace.Command) error { return h.disk.room(cmds) }
+
+// DiskFull returns nil while this node's data directory has at least the
+// disk reserve's room, and an error wrapping ErrDiskFull while it has
+// less: the state DiskRoom refuses new keys in, which the node's shard
+// leaders hand their leadership away in (Config.DiskFull) and the cluster
+// gossips (cluster.DiskStates).
+func (h *Host) DiskFull() error { return h.disk.full() }
 
 // SetTierPolicy changes the hot window and the node's hot tier budget
 // (HostConfig.HotWindow, HotMaxBytes) while the host runs: the shards this

@@ -60,6 +60,13 @@ type Config struct {
 	// MaxClockOffset of its peers'; nil: no peer measurement (a node
 	// outside a cluster), only the shard's own stamps are checked.
 	PeerClocks PeerClocks
+	// DiskFull, if set, is nil while this node's disk has room for new
+	// keys and says why not otherwise (an error wrapping ErrDiskFull: the
+	// host's disk guard). A leader on a node without room hands its
+	// leadership to a voter whose node has room (handOverForDisk), as
+	// PeerDisks tells; nil: the disk is not watched.
+	DiskFull  func() error
+	PeerDisks PeerDisks
 	// TickInterval is how often the leader stamps an idle shard; default 1s.
 	TickInterval time.Duration
 	// MaxEntryCommands bounds commands per log entry; default 4096.
@@ -439,7 +446,9 @@ func (s *Replica) currentTerm() (uint64, error) {
 // (clockRefusal) sends no tick, whose stamp would carry nothing forward
 // (or, from a clock outside the bound, carry the shard's time off with
 // it), and at every tick tries to hand its leadership over to a voter
-// that can.
+// that can. A leader whose node's disk is below its reserve (DiskFull),
+// where it refuses new keys, hands its leadership to a voter with room
+// at its next tick (handOverForDisk), and keeps it while none has.
 func (s *Replica) lead() {
 	defer s.wg.Done()
 	ticker := time.NewTicker(s.cfg.TickInterval)
@@ -474,6 +483,11 @@ func (s *Replica) lead() {
 			if rule, why := s.clockRefusal(); why != nil {
 				s.handOverForClock(rule, why)
 				continue
+			}
+			if s.cfg.DiskFull != nil {
+				if why := s.cfg.DiskFull(); why != nil && s.handOverForDisk(why) {
+					continue
+				}
 			}
 			if s.empty() {
 				continue // an empty shard has nothing to expire: no fsync for it

@@ -180,6 +180,8 @@ func (h *Host) openReplica(i int, bootstrap bool, voters []raft.Server) (*Replic
 		Clock:            cfg.Clock,
 		MaxClockOffset:   cfg.MaxClockOffset,
 		PeerClocks:       cfg.PeerClocks,
+		DiskFull:         h.disk.full,
+		PeerDisks:        cfg.PeerDisks,
 		TickInterval:     cfg.TickInterval,
 		HeartbeatTimeout: cfg.HeartbeatTimeout,
 		MaxInflight:      cfg.MaxInflight,

@@ -77,6 +77,7 @@ func (m *Membership) record(kind EventKind, n *memberlist.Node) {
 	mem := Member{ID: topology.NodeID(n.Name), Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), State: MemberAlive}
 	var flags byte
 	mem.Meta, flags, mem.MetaErr = topology.DecodeMeta(n.Meta)
+	mem.DiskFull = flags&topology.MetaDiskFull != 0
 	if kind == EventLeave {
 		// n.State is not maintained by memberlist v0.5.4 (its nodeState
 		// shadows the field): the leaving flag tells left from dead.

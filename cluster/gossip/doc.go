@@ -6,8 +6,9 @@
 // # Gossip informs, it never decides
 //
 // Each node gossips a small, versioned topology.NodeMeta (its id, its gRPC,
-// Raft and HTTP addresses, and the incarnation of its data directory) and
-// learns who is alive, who left and who is dead. Gossip is only an input:
+// Raft and HTTP addresses, and the incarnation of its data directory, with
+// a flag while its disk is below its reserve: SetDiskFull) and learns who
+// is alive, who left and who is dead. Gossip is only an input:
 // a partitioned minority sees the majority "dead", and if that view could
 // move shards, both sides would. Members is the state; the events given to
 // Config.OnEvent, one at a time from a goroutine that holds no gossip

@@ -48,6 +48,9 @@ type Member struct {
 	// MetaErr is set when the node's metadata did not decode (a newer or
 	// foreign node); Meta is then zero.
 	MetaErr error
+	// DiskFull is set while the member gossips that its disk is below its
+	// reserve (SetDiskFull).
+	DiskFull bool
 	// Since is when this node last saw the member change state.
 	Since time.Time
 }
@@ -87,6 +90,7 @@ type Membership struct {
 	mu       sync.Mutex
 	addr     string
 	meta     []byte
+	flags    byte // gossiped with meta: topology.MetaDiskFull
 	members  map[topology.NodeID]Member
 	queue    []Event
 	shutdown bool
@@ -263,14 +267,41 @@ func (m *Membership) UpdateMeta(meta topology.NodeMeta, timeout time.Duration) e
 	if meta.ID != m.cfg.NodeID {
 		return fmt.Errorf("%w: meta id %q is not node id %q", topology.ErrMeta, meta.ID, m.cfg.NodeID)
 	}
-	b, err := meta.MarshalBinary()
-	if err != nil {
-		return err
-	}
 	return m.use(func(ml *memberlist.Memberlist) error {
 		m.mu.Lock()
-		m.meta, m.cfg.Meta = b, meta
+		b, err := meta.Encode(m.flags)
+		if err == nil {
+			m.meta, m.cfg.Meta = b, meta
+		}
 		m.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if err := ml.UpdateNode(timeout); err != nil {
+			return fmt.Errorf("gossip: update meta: %w", err)
+		}
+		return nil
+	})
+}
+
+// SetDiskFull gossips whether this node's disk is below its reserve (the
+// flag topology.MetaDiskFull, which Member.DiskFull reports to the
+// others), and waits up to timeout for the change to be sent out.
+func (m *Membership) SetDiskFull(full bool, timeout time.Duration) error {
+	return m.use(func(ml *memberlist.Memberlist) error {
+		m.mu.Lock()
+		flags := m.flags &^ topology.MetaDiskFull
+		if full {
+			flags |= topology.MetaDiskFull
+		}
+		b, err := m.cfg.Meta.Encode(flags)
+		if err == nil {
+			m.meta, m.flags = b, flags
+		}
+		m.mu.Unlock()
+		if err != nil {
+			return err
+		}
 		if err := ml.UpdateNode(timeout); err != nil {
 			return fmt.Errorf("gossip: update meta: %w", err)
 		}
@@ -285,7 +316,7 @@ func (m *Membership) UpdateMeta(meta topology.NodeMeta, timeout time.Duration) e
 func (m *Membership) Leave(timeout time.Duration) error {
 	return m.use(func(ml *memberlist.Memberlist) error {
 		m.mu.Lock()
-		meta, err := m.cfg.Meta.Encode(topology.MetaLeaving)
+		meta, err := m.cfg.Meta.Encode(m.flags | topology.MetaLeaving)
 		if err == nil {
 			m.meta = meta
 		}

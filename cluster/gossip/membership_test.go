@@ -107,6 +107,25 @@ func TestMembership(t *testing.T) {
 		return mem.Meta.GRPCAddr == "b:9999"
 	})
 	testwait.For(t, 5*time.Second, "update event", func() bool { return logs["a"].has(EventUpdate, "b", MemberAlive) })
+	// So does a full disk, with the new address kept, and its end; and
+	// a node leaving with a full disk still says so.
+	if err := b.SetDiskFull(true, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 5*time.Second, "a sees b's disk full", func() bool {
+		mem, _ := state(a, "b")
+		return mem.DiskFull && mem.Meta.GRPCAddr == "b:9999"
+	})
+	if err := b.SetDiskFull(false, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 5*time.Second, "a sees b's disk with room again", func() bool {
+		mem, _ := state(a, "b")
+		return !mem.DiskFull
+	})
+	if err := c.SetDiskFull(true, time.Second); err != nil {
+		t.Fatal(err)
+	}
 
 	// c leaves on purpose: left, not dead.
 	if err := c.Leave(time.Second); err != nil {
@@ -124,7 +143,7 @@ func TestMembership(t *testing.T) {
 	for _, m := range []*Membership{a, b} {
 		testwait.For(t, 5*time.Second, "c seen as left", func() bool {
 			mem, ok := state(m, "c")
-			return ok && mem.State == MemberLeft
+			return ok && mem.State == MemberLeft && mem.DiskFull
 		})
 	}
 	// b just stops: a finds it dead by probing.

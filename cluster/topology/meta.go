@@ -26,17 +26,30 @@ type NodeMeta struct {
 	Incarnation uint64
 }
 
-// metaVersion 2: version byte, flags byte, then ID, GRPCAddr, RaftAddr,
+// metaVersion 3: version byte, flags byte, then ID, GRPCAddr, RaftAddr,
 // HTTPAddr as uvarint-length-prefixed strings, then (from version 2) the
-// incarnation as a uvarint. Flag MetaLeaving marks a
-// node that is leaving on purpose: memberlist reports a departure without
-// saying whether the node left or died, so Leave gossips this flag first. A later version may only append fields:
-// a reader takes the fields it knows from any version >= 1 and ignores what
-// follows, so mixed-version clusters keep gossiping during an upgrade.
+// incarnation as a uvarint. Flag MetaLeaving marks a node that is leaving
+// on purpose: memberlist reports a departure without saying whether the
+// node left or died, so Leave gossips this flag first. Flag MetaDiskFull
+// (from version 3) marks a node whose data directory has less room than
+// its disk reserve: it takes no new keys, so no shard leadership should
+// go to it. A later version may only append fields and flags: a reader
+// takes the fields it knows from any version >= 1 and ignores the flags
+// and fields it does not know from a newer version, so mixed-version
+// clusters keep gossiping during an upgrade.
 const (
-	metaVersion = 2
-	MetaLeaving = 1 << 0
+	metaVersion  = 3
+	MetaLeaving  = 1 << 0
+	MetaDiskFull = 1 << 1
 )
+
+// metaFlags are the flags a node of version v may set.
+func metaFlags(v byte) byte {
+	if v >= 3 {
+		return MetaLeaving | MetaDiskFull
+	}
+	return MetaLeaving
+}
 
 // MarshalBinary encodes m; it fails if the encoding exceeds memberlist's
 // metadata limit (512 bytes).
@@ -77,7 +90,7 @@ func DecodeMeta(b []byte) (NodeMeta, byte, error) {
 		r.fail("metadata version %d", v)
 	}
 	flags := r.byte()
-	if v <= metaVersion && flags&^MetaLeaving != 0 {
+	if v <= metaVersion && flags&^metaFlags(v) != 0 {
 		r.fail("unknown metadata flags %#x", flags)
 	}
 	m := NodeMeta{ID: NodeID(r.string()), GRPCAddr: r.string(), RaftAddr: r.string(), HTTPAddr: r.string()}

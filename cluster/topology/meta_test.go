@@ -39,6 +39,33 @@ func TestNodeMetaRoundTrip(t *testing.T) {
 	}
 }
 
+func TestNodeMetaFlags(t *testing.T) {
+	m := NodeMeta{ID: "node-1", GRPCAddr: "a:1", RaftAddr: "a:2", Incarnation: 7}
+	for _, flags := range []byte{0, MetaLeaving, MetaDiskFull, MetaLeaving | MetaDiskFull} {
+		b, err := m.Encode(flags)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, gotFlags, err := DecodeMeta(b)
+		if err != nil || got != m || gotFlags != flags {
+			t.Fatalf("flags %#x: %+v, %#x, %v", flags, got, gotFlags, err)
+		}
+	}
+	// Version 2 knew only the leaving flag: a version-2 meta with the disk
+	// flag is not one a node ever sent.
+	b, _ := m.Encode(MetaDiskFull)
+	b[0] = 2
+	if _, _, err := DecodeMeta(b); !errors.Is(err, ErrMeta) {
+		t.Fatalf("disk flag in version 2: %v", err)
+	}
+	// A newer version's flags are ignored, as its appended fields are.
+	b, _ = m.Encode(MetaDiskFull)
+	b[0], b[1] = metaVersion+1, b[1]|0x40
+	if got, _, err := DecodeMeta(b); err != nil || got != m {
+		t.Fatalf("newer version's flags: %+v, %v", got, err)
+	}
+}
+
 func FuzzDecodeNodeMeta(f *testing.F) {
 	b, _ := NodeMeta{ID: "n1", GRPCAddr: "a:1", RaftAddr: "a:2"}.MarshalBinary()
 	f.Add(b)

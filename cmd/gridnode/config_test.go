@@ -115,8 +115,9 @@ func TestClusterFromConfigFileAndEnvironment(t *testing.T) {
 	dir := t.TempDir()
 	type nodeAddrs struct{ grpc, raft, gossip string }
 	var addrs []nodeAddrs
-	for range 3 {
-		addrs = append(addrs, nodeAddrs{freeAddr(t), freeAddr(t), freeAddr(t)})
+	free := freeAddrs(t, 9)
+	for i := range 3 {
+		addrs = append(addrs, nodeAddrs{free[3*i], free[3*i+1], free[3*i+2]})
 	}
 	gossips := []string{addrs[0].gossip, addrs[1].gossip, addrs[2].gossip}
 	files := make([]string, 3)

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -54,10 +57,14 @@ func startProcCluster(tb testing.TB, n int, flags ...string) *procCluster {
 func startProcClusterIn(tb testing.TB, n int, lab *netLab, flags ...string) *procCluster {
 	tb.Helper()
 	pc := &procCluster{tb: tb, dir: tb.TempDir(), lab: lab, flags: flags}
+	var free []string
+	if lab == nil {
+		free = freeAddrs(tb, 3*n)
+	}
 	for i := range n {
 		node := &procNode{id: fmt.Sprintf("node-%d", i+1)}
 		if lab == nil {
-			node.grpc, node.raft, node.gossip = freeAddr(tb), freeAddr(tb), freeAddr(tb)
+			node.grpc, node.raft, node.gossip = free[3*i], free[3*i+1], free[3*i+2]
 		} else {
 			ip := lab.nodeIP(i)
 			node.grpc = net.JoinHostPort(ip, fmt.Sprint(labGRPCPort))
@@ -119,8 +126,12 @@ func (pc *procCluster) join() int {
 	if pc.lab != nil {
 		pc.tb.Fatal("join is for clusters on loopback")
 	}
-	n := &procNode{id: fmt.Sprintf("node-%d", len(pc.nodes)+1), joiner: true,
-		grpc: freeAddr(pc.tb), raft: freeAddr(pc.tb), gossip: freeAddr(pc.tb)}
+	var taken []string
+	for _, o := range pc.nodes {
+		taken = append(taken, o.grpc, o.raft, o.gossip)
+	}
+	free := freeAddrs(pc.tb, 3, taken...)
+	n := &procNode{id: fmt.Sprintf("node-%d", len(pc.nodes)+1), joiner: true, grpc: free[0], raft: free[1], gossip: free[2]}
 	pc.nodes = append(pc.nodes, n)
 	i := len(pc.nodes) - 1
 	pc.launch(i)
@@ -280,25 +291,65 @@ func (pc *procCluster) unhealthy(ctx context.Context, c *client.Client) string {
 	return ""
 }
 
-// freeAddr returns a loopback address whose port was free for TCP and UDP
-// (memberlist binds both).
-func freeAddr(tb testing.TB) string {
+// freeAddrs returns n distinct loopback addresses, none of taken, whose
+// ports were free for TCP and UDP (memberlist binds both) a moment ago.
+// The ports are drawn below the kernel's ephemeral range when they can be:
+// a port from that range, freed here and bound by a node a moment later,
+// can meanwhile become the local port of any process's outgoing
+// connection, and the node then fails to start.
+func freeAddrs(tb testing.TB, n int, taken ...string) []string {
 	tb.Helper()
-	for range 20 {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
+	low := ephemeralLow()
+	var out []string
+	for try := 0; len(out) < n; try++ {
+		if try == 50*n {
+			tb.Fatal("no free port")
+		}
+		port := 0
+		if low > minDrawnPort {
+			port = minDrawnPort + rand.IntN(low-minDrawnPort)
+		}
+		lis, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
-			tb.Fatal(err)
+			if port == 0 {
+				tb.Fatal(err)
+			}
+			continue
 		}
 		addr := lis.Addr().String()
 		pc, err := net.ListenPacket("udp", addr)
 		lis.Close()
-		if err == nil {
-			pc.Close()
-			return addr
+		if err != nil {
+			continue
+		}
+		pc.Close()
+		if !slices.Contains(out, addr) && !slices.Contains(taken, addr) {
+			out = append(out, addr)
 		}
 	}
-	tb.Fatal("no free port")
-	return ""
+	return out
+}
+
+// minDrawnPort is the lowest port freeAddr draws: above the well-known
+// and most registered services' ports.
+const minDrawnPort = 20000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux:
+// /proc/sys/net/ipv4/ip_local_port_range), or 0 when unknown.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	low, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return low
 }
 
 // dialCluster is a routing client of pc with the default options, as an

@@ -1,0 +1,70 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/l4xg/grid/client"
+	"github.com/l4xg/grid/cluster/gossip"
+	"github.com/l4xg/grid/cluster/topology"
+	"github.com/l4xg/grid/internal/gridtest"
+	"github.com/l4xg/grid/internal/testwait"
+	"github.com/l4xg/grid/shard"
+)
+
+// TestFullDiskNodeLeadsNoShard: a node whose disk is below its reserve
+// (node-1's reserve is larger than any disk) gossips so, hands away the
+// leadership of its shards, and the control leader does not hand the
+// shard it prefers node-1 for back to it; every shard takes new keys on
+// the nodes with room.
+func TestFullDiskNodeLeadsNoShard(t *testing.T) {
+	const full = "node-1"
+	c := gridtest.StartCluster(t, gridtest.ClusterOptions{Nodes: 3, Shards: 3, TuneHost: func(hc *shard.HostConfig) {
+		if hc.NodeID == full {
+			hc.DiskReserve = 1 << 62
+		}
+	}})
+	testwait.For(t, 10*time.Second, "every node to hear that "+full+"'s disk is full", func() bool {
+		for i := range 3 {
+			members := c.Node(i).Cluster().Members()
+			at := slices.IndexFunc(members, func(m gossip.Member) bool { return string(m.ID) == full })
+			if at < 0 || !members[at].DiskFull {
+				return false
+			}
+		}
+		return true
+	})
+	ledByOthers := func() bool {
+		for s := range 3 {
+			if l := c.Leaders(s); len(l) != 1 || l[0] == c.Index(full) {
+				return false
+			}
+		}
+		return true
+	}
+	testwait.For(t, 20*time.Second, "every shard to be led by a node with room", ledByOthers)
+
+	preferred := slices.IndexFunc(c.Map().ShardReplicas, func(set []topology.NodeID) bool { return string(set[0]) == full })
+	if preferred < 0 {
+		t.Fatalf("the plan prefers %s for no shard: %v", full, c.Map().ShardReplicas)
+	}
+	ctl := c.WaitControlLeader(10*time.Second, -1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c.Node(ctl).Cluster().RestoreLeadersForTest(ctx)
+	if l := c.Leaders(preferred); slices.Contains(l, c.Index(full)) {
+		t.Fatalf("the control leader handed shard %d back to %s, whose disk is full", preferred, full)
+	}
+
+	cl := dialAll(t, c)
+	for i := 0; i < 3*20; i++ {
+		key := fmt.Sprintf("k%d", i)
+		r, err := cl.Reserve(ctx, "t", key)
+		if err != nil || r.Outcome != client.OutcomeAcquired {
+			t.Fatalf("reserve %s (shard %d): %v %v", key, c.ShardOf("t", key), r.Outcome, err)
+		}
+	}
+}

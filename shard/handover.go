@@ -1,0 +1,65 @@
+package shard
+
+import (
+	"context"
+	"errors"
+
+	"github.com/hashicorp/raft"
+)
+
+// PeerDisks is what a shard learns of its peers' disks: which of them
+// gossip that their room is below their disk reserve
+// (cluster.DiskStates).
+type PeerDisks interface {
+	// Full reports whether peer said, when last heard, that its disk is
+	// below its reserve.
+	Full(peer string) bool
+}
+
+// handOverForDisk gives the leadership to a voter whose node has room for
+// new keys, when this leader's node has not (why: Config.DiskFull): a
+// leader that refuses every Reserve stops the whole shard's new keys,
+// while a voter with room would take them. The voter must not be known
+// to be full (PeerDisks) nor measured outside the clock bound of this
+// node (it would grant no lease and hand the leadership back). Without
+// such a voter it stays; the reserve it keeps is there for settles,
+// reads and Raft's own writes. It reports whether the leadership moved.
+// Best effort: the next tick tries again.
+func (s *Replica) handOverForDisk(why error) bool {
+	cf := s.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return false
+	}
+	for _, srv := range cf.Configuration().Servers {
+		id := string(srv.ID)
+		if srv.Suffrage != raft.Voter || id == s.cfg.NodeID {
+			continue
+		}
+		if s.cfg.PeerDisks != nil && s.cfg.PeerDisks.Full(id) {
+			continue
+		}
+		if s.cfg.PeerClocks != nil {
+			if off, ok := s.cfg.PeerClocks.Offset(id); ok && off.Abs() > s.cfg.MaxClockOffset {
+				continue
+			}
+		}
+		return s.handOverTo(srv, "this node's disk is below its reserve", why)
+	}
+	return false
+}
+
+// handOverTo transfers the leadership to target, for the reason given
+// (what, and the error why), and reports whether it moved.
+func (s *Replica) handOverTo(target raft.Server, what string, why error) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*s.cfg.HeartbeatTimeout)
+	defer cancel()
+	err := s.TransferLeadership(ctx, string(target.ID), string(target.Address))
+	switch {
+	case err == nil:
+		s.cfg.Logger.Warn("leadership handed over: "+what, "shard", s.cfg.ID, "to", target.ID, "why", why)
+		return true
+	case !errors.Is(err, ErrNotLeader):
+		s.cfg.Logger.Info("leadership hand-over failed", "shard", s.cfg.ID, "to", target.ID, "reason", what, "err", err)
+	}
+	return false
+}
