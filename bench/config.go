@@ -48,6 +48,8 @@ type config struct {
 	Retention    time.Duration `json:"retention_ns"`
 	Out          string        `json:"-"`
 	CPUProfile   bool          `json:"cpuprofile_grid"`
+	// ProfileWorkload is the workload whose first run CPUProfile profiles.
+	ProfileWorkload string `json:"cpuprofile_workload,omitempty"`
 	Readme       string        `json:"-"`
 	Seed         uint64        `json:"seed"`
 	Rate         float64       `json:"rate,omitempty"`
@@ -100,7 +102,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.Lease, "lease", 30*time.Second, "lease of reserves")
 	fs.DurationVar(&c.Retention, "retention", time.Hour, "retention of completed keys")
 	fs.StringVar(&c.Out, "out", "", "results directory (default bench/results/<date>-<host>)")
-	fs.BoolVar(&c.CPUProfile, "cpuprofile-grid", false, "fetch a CPU profile of the grid node (every node of a cluster) during its first reserve-unique run, and take one of this process (the client)")
+	fs.BoolVar(&c.CPUProfile, "cpuprofile-grid", false, "fetch a CPU profile of the grid node (every node of a cluster) during its first run of --cpuprofile-workload, and take one of this process (the client)")
+	fs.StringVar(&c.ProfileWorkload, "cpuprofile-workload", workload.ReserveUnique, "the workload whose first run --cpuprofile-grid profiles")
 	fs.StringVar(&c.Readme, "readme", "", "README to update: the Markdown table goes between <!-- bench:begin --> and <!-- bench:end -->")
 	fs.Float64Var(&c.Rate, "rate", 0, "open loop: calls per second in all, latency from each call's scheduled start (0: closed loop); not for fill")
 	fs.BoolVar(&c.HalfPeak, "half-peak", true, "after the closed-loop rounds, run reserve-unique open loop at half of each target's closed-loop peak, for p99 at half of peak")
@@ -201,6 +204,8 @@ func (c *config) validate() error {
 		}
 	}
 	switch {
+	case c.CPUProfile && !slices.Contains(c.Workloads, c.ProfileWorkload):
+		return fmt.Errorf("bench: --cpuprofile-workload %q is not among the workloads run (%s)", c.ProfileWorkload, strings.Join(c.Workloads, ", "))
 	case c.GridNodes < 1 || c.GridNodes > maxGridNodes:
 		return fmt.Errorf("bench: --grid-nodes must be within 1..%d", maxGridNodes)
 	case c.GridReplicas < 0 || c.GridReplicas > c.GridNodes || (c.GridReplicas > 0 && c.GridNodes == 1):

@@ -27,6 +27,7 @@ func TestFlagErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"--targets", "grid,mysql"}, {"nope"}, {"--dup-ratio", "2"}, {"--key-shape", "x"},
 		{"--lease", "10ms"}, {"--batch", "1001"}, {"--etcd-members", "2"}, {"--concurrency", "0"}, {"--rate", "-1"},
+		{"--cpuprofile-grid", "--cpuprofile-workload", "batch", "reserve-unique"}, {"--cpuprofile-grid", "batch"},
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("%v accepted", args)
@@ -46,6 +47,9 @@ func TestFlagErrors(t *testing.T) {
 	}
 	if c, err = parseFlags([]string{"--grid-nodes", "3", "--grid-replicas", "1"}, io.Discard); err != nil || c.GridReplicas != 1 {
 		t.Fatalf("--grid-replicas 1: %+v, %v", c, err)
+	}
+	if c, err = parseFlags([]string{"--cpuprofile-grid", "--cpuprofile-workload", "batch", "batch"}, io.Discard); err != nil || !c.CPUProfile || c.ProfileWorkload != "batch" {
+		t.Fatalf("--cpuprofile-workload batch: %+v, %v", c, err)
 	}
 	c, err = parseFlags([]string{"--targets", " redis , etcd", "batch", "fill"}, io.Discard)
 	if err != nil || !slices.Equal(c.Targets, []string{"redis", "etcd"}) || !slices.Equal(c.Workloads, []string{"batch", "fill"}) {

@@ -65,13 +65,13 @@ func (g *gridShared) close() {
 }
 
 func (g *gridShared) run(ctx context.Context, w string, wcfg workload.Config) (workload.Result, error) {
-	profile := g.b.cfg.CPUProfile && w == workload.ReserveUnique && g.b.profile == ""
+	profile := g.b.cfg.CPUProfile && w == g.b.cfg.ProfileWorkload && g.b.profile == ""
 	if g.external != nil {
 		var nodes []profiled
 		if profile {
 			nodes = []profiled{{httpAddr: g.b.cfg.GridHTTP}}
 		}
-		return g.b.withProfile(ctx, nodes, func() (workload.Result, error) {
+		return g.b.withProfile(ctx, w, nodes, func() (workload.Result, error) {
 			return workload.Run(ctx, w, g.external, wcfg)
 		})
 	}
@@ -100,7 +100,7 @@ func (g *gridShared) run(ctx context.Context, w string, wcfg workload.Config) (w
 	if profile {
 		nodes = []profiled{{httpAddr: node.HTTPAddr}}
 	}
-	return g.b.withProfile(ctx, nodes, func() (workload.Result, error) {
+	return g.b.withProfile(ctx, w, nodes, func() (workload.Result, error) {
 		return g.b.withBreakdown(ctx, t, func() (workload.Result, error) { return workload.Run(ctx, w, t, wcfg) })
 	})
 }
@@ -150,7 +150,7 @@ func (g *gridShared) runCluster(ctx context.Context, w string, wcfg workload.Con
 		return workload.Result{}, err
 	}
 	defer t.Close()
-	res, err := g.b.withProfile(ctx, nodes, func() (workload.Result, error) {
+	res, err := g.b.withProfile(ctx, w, nodes, func() (workload.Result, error) {
 		return g.b.withBreakdown(ctx, t, func() (workload.Result, error) { return workload.Run(ctx, w, t, wcfg) })
 	})
 	for _, node := range c.Nodes {
@@ -165,12 +165,12 @@ func (g *gridShared) runCluster(ctx context.Context, w string, wcfg workload.Con
 // node, its id in a cluster.
 type profiled struct{ name, httpAddr string }
 
-// withProfile runs f while it fetches a CPU profile of each of nodes (none:
-// no profile) lasting most of the run, then writes them and their top: for
-// a single node grid-reserve-unique.cpu.pprof, for a cluster one
-// grid-reserve-unique.<node>.cpu.pprof per node, with a top per node and
-// one of all nodes merged.
-func (b *bencher) withProfile(ctx context.Context, nodes []profiled, f func() (workload.Result, error)) (workload.Result, error) {
+// withProfile runs f, a run of workload w, while it fetches a CPU profile
+// of each of nodes (none: no profile) lasting most of the run, then writes
+// them and their top: for a single node grid-<w>.cpu.pprof, for a cluster
+// one grid-<w>.<node>.cpu.pprof per node, with a top per node and one of
+// all nodes merged; and the benchmark process's, client-<w>.cpu.pprof.
+func (b *bencher) withProfile(ctx context.Context, w string, nodes []profiled, f func() (workload.Result, error)) (workload.Result, error) {
 	if len(nodes) == 0 {
 		return f()
 	}
@@ -178,7 +178,7 @@ func (b *bencher) withProfile(ctx context.Context, nodes []profiled, f func() (w
 	paths := make([]string, len(nodes))
 	done := make(chan error, len(nodes))
 	for i, n := range nodes {
-		paths[i] = filepath.Join(b.cfg.Out, profileName(n.name, "cpu.pprof"))
+		paths[i] = filepath.Join(b.cfg.Out, profileName(w, n.name, "cpu.pprof"))
 		go func() {
 			err := fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", n.httpAddr, secs), paths[i])
 			if err != nil && n.name != "" {
@@ -188,7 +188,7 @@ func (b *bencher) withProfile(ctx context.Context, nodes []profiled, f func() (w
 		}()
 	}
 	// The benchmark process too: the client's side of the same run.
-	clientPath := filepath.Join(b.cfg.Out, "client-reserve-unique.cpu.pprof")
+	clientPath := filepath.Join(b.cfg.Out, "client-"+w+".cpu.pprof")
 	stopClient, cerr := startProcessProfile(clientPath)
 	res, err := f()
 	var perrs []error
@@ -207,12 +207,12 @@ func (b *bencher) withProfile(ctx context.Context, nodes []profiled, f func() (w
 	}
 	b.profile = paths[0]
 	for i, n := range nodes {
-		b.pprofTop(filepath.Join(b.cfg.Out, profileName(n.name, "pprof-top.txt")), paths[i])
+		b.pprofTop(filepath.Join(b.cfg.Out, profileName(w, n.name, "pprof-top.txt")), paths[i])
 	}
 	if len(nodes) > 1 {
-		b.pprofTop(filepath.Join(b.cfg.Out, profileName("", "pprof-top.txt")), paths...)
+		b.pprofTop(filepath.Join(b.cfg.Out, profileName(w, "", "pprof-top.txt")), paths...)
 	}
-	b.pprofTopOf(filepath.Join(b.cfg.Out, "client-reserve-unique.pprof-top.txt"), "", clientPath)
+	b.pprofTopOf(filepath.Join(b.cfg.Out, "client-"+w+".pprof-top.txt"), "", clientPath)
 	return res, err
 }
 
@@ -233,12 +233,13 @@ func startProcessProfile(path string) (stop func() error, err error) {
 	}, nil
 }
 
-// profileName is the name of a profile file of node ("" for a single node).
-func profileName(node, suffix string) string {
+// profileName is the name of a profile file of workload w's run on node
+// ("" for a single node).
+func profileName(w, node, suffix string) string {
 	if node == "" {
-		return "grid-reserve-unique." + suffix
+		return "grid-" + w + "." + suffix
 	}
-	return "grid-reserve-unique." + node + "." + suffix
+	return "grid-" + w + "." + node + "." + suffix
 }
 
 // pprofTop writes go tool pprof -top of the profiles (merged when several)
