@@ -221,6 +221,7 @@ func (s *Server) Status(ctx context.Context, _ *gridpb.StatusRequest) (*gridpb.S
 		resp.Shards = append(resp.Shards, shardStatusPB(sh.Status()))
 	}
 	clockStatus(s.host, s.opts.ClockOffsets, resp)
+	resp.DiskFull = s.host.DiskFull() != nil
 	return resp, nil
 }
 

@@ -248,6 +248,10 @@ type Status struct {
 	ClockOffset    time.Duration
 	MaxClockOffset time.Duration
 	ClockOK        bool
+	// DiskFull reports that the node's data directory has less room than
+	// its disk reserve: it refuses new keys (ResourceExhausted), and in a
+	// cluster its shard leaders hand their leadership to nodes with room.
+	DiskFull bool
 }
 
 // GroupMember is one server of a shard group's Raft configuration.
@@ -303,6 +307,7 @@ func statusFromPB(p *gridpb.StatusResponse) Status {
 		ClockOffset:    time.Duration(p.GetClockOffsetMs()) * time.Millisecond,
 		MaxClockOffset: time.Duration(p.GetMaxClockOffsetMs()) * time.Millisecond,
 		ClockOK:        p.GetClockOk(),
+		DiskFull:       p.GetDiskFull(),
 	}
 	for _, sh := range p.GetShards() {
 		s.Shards = append(s.Shards, shardStatusFromPB(sh))

@@ -59,6 +59,19 @@ func TestFullDiskNodeLeadsNoShard(t *testing.T) {
 		t.Fatalf("the control leader handed shard %d back to %s, whose disk is full", preferred, full)
 	}
 
+	// Its Status says so; another node's does not.
+	for i, want := range map[int]bool{c.Index(full): true, (c.Index(full) + 1) % 3: false} {
+		one, err := client.Dial(ctx, c.Addrs()[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := one.Status(ctx)
+		one.Close()
+		if err != nil || st.DiskFull != want {
+			t.Fatalf("status of %s: disk full %v, %v; want %v", c.ID(i), st.DiskFull, err, want)
+		}
+	}
+
 	cl := dialAll(t, c)
 	for i := 0; i < 3*20; i++ {
 		key := fmt.Sprintf("k%d", i)

@@ -2122,8 +2122,12 @@ type StatusResponse struct {
 	ClockOffsetMs    int64 `protobuf:"varint,11,opt,name=clock_offset_ms,json=clockOffsetMs,proto3" json:"clock_offset_ms,omitempty"`
 	MaxClockOffsetMs int64 `protobuf:"varint,12,opt,name=max_clock_offset_ms,json=maxClockOffsetMs,proto3" json:"max_clock_offset_ms,omitempty"`
 	ClockOk          bool  `protobuf:"varint,13,opt,name=clock_ok,json=clockOk,proto3" json:"clock_ok,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Whether this node's data directory has less room than its disk
+	// reserve (--disk-reserve-bytes): it refuses new keys, and in a cluster
+	// its shard leaders hand their leadership to nodes with room.
+	DiskFull      bool `protobuf:"varint,14,opt,name=disk_full,json=diskFull,proto3" json:"disk_full,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -2243,6 +2247,13 @@ func (x *StatusResponse) GetMaxClockOffsetMs() int64 {
 func (x *StatusResponse) GetClockOk() bool {
 	if x != nil {
 		return x.ClockOk
+	}
+	return false
+}
+
+func (x *StatusResponse) GetDiskFull() bool {
+	if x != nil {
+		return x.DiskFull
 	}
 	return false
 }
@@ -3076,7 +3087,7 @@ const file_grid_proto_rawDesc = "" +
 	"\x0flast_contact_ms\x18\x11 \x01(\x03R\rlastContactMs\"3\n" +
 	"\vGroupMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
-	"\x05voter\x18\x02 \x01(\bR\x05voter\"\xb6\x03\n" +
+	"\x05voter\x18\x02 \x01(\bR\x05voter\"\xd3\x03\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x14\n" +
@@ -3093,7 +3104,8 @@ const file_grid_proto_rawDesc = "" +
 	" \x01(\bR\x05ready\x12&\n" +
 	"\x0fclock_offset_ms\x18\v \x01(\x03R\rclockOffsetMs\x12-\n" +
 	"\x13max_clock_offset_ms\x18\f \x01(\x03R\x10maxClockOffsetMs\x12\x19\n" +
-	"\bclock_ok\x18\r \x01(\bR\aclockOk\"\x13\n" +
+	"\bclock_ok\x18\r \x01(\bR\aclockOk\x12\x1b\n" +
+	"\tdisk_full\x18\x0e \x01(\bR\bdiskFull\"\x13\n" +
 	"\x11ClusterMapRequest\"\xa0\x01\n" +
 	"\vClusterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +

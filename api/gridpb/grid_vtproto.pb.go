@@ -1595,6 +1595,16 @@ func (m *StatusResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.DiskFull {
+		i--
+		if m.DiskFull {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x70
+	}
 	if m.ClockOk {
 		i--
 		if m.ClockOk {
@@ -2986,6 +2996,9 @@ func (m *StatusResponse) SizeVT() (n int) {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.MaxClockOffsetMs))
 	}
 	if m.ClockOk {
+		n += 2
+	}
+	if m.DiskFull {
 		n += 2
 	}
 	n += len(m.unknownFields)
@@ -7569,6 +7582,26 @@ func (m *StatusResponse) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.ClockOk = bool(v != 0)
+		case 14:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field DiskFull", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.DiskFull = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

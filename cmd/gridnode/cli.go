@@ -594,6 +594,7 @@ type cliStatusJSON struct {
 	Now     string         `json:"now,omitempty"`
 	Shards  []cliShardJSON `json:"shards"`
 	cliClockJSON
+	DiskFull bool `json:"disk_full"`
 }
 
 // cliClockJSON is a node's clock as its Status reports it (absent from
@@ -751,7 +752,8 @@ func withRelative(s string, t, now time.Time) string {
 }
 
 func (o cliOutput) status(s client.Status) int {
-	j := cliStatusJSON{NodeID: s.NodeID, Version: s.Version, Slots: s.Slots, Now: cliTime(s.Now), Shards: []cliShardJSON{}, cliClockJSON: clockJSON(s)}
+	j := cliStatusJSON{NodeID: s.NodeID, Version: s.Version, Slots: s.Slots, Now: cliTime(s.Now), Shards: []cliShardJSON{}, cliClockJSON: clockJSON(s),
+		DiskFull: s.DiskFull}
 	for _, sh := range s.Shards {
 		j.Shards = append(j.Shards, cliShardJSON{
 			ID: sh.ID, RaftState: sh.RaftState, Leader: sh.Leader, Keys: sh.Keys, HotBytes: sh.HotBytes,
@@ -765,6 +767,9 @@ func (o cliOutput) status(s client.Status) int {
 	fmt.Fprintf(o.stdout, "node %s  version %s  slots %d  time %s\n", j.NodeID, orDash(j.Version), j.Slots, orDash(j.Now))
 	for _, l := range clockLines(s) {
 		fmt.Fprintln(o.stdout, l)
+	}
+	if s.DiskFull {
+		fmt.Fprintln(o.stdout, "disk below its reserve (--disk-reserve-bytes): new keys are refused until space is freed; in a cluster its shard leaderships go to nodes with room")
 	}
 	fmt.Fprintln(o.stdout)
 	tw := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)

@@ -53,13 +53,16 @@ func TestCLIOnACluster(t *testing.T) {
 	// has a leader and two followers with a lag.
 	c.WaitStable(30 * time.Second)
 	code, stdout, stderr := cli(t, "status", "--addr", addrs[1])
-	if code != 0 || !strings.Contains(stdout, "NODES") || !strings.Contains(stdout, "SHARDS") {
+	if code != 0 || !strings.Contains(stdout, "NODES") || !strings.Contains(stdout, "SHARDS") || !strings.Contains(stdout, "  DISK\n") {
 		t.Fatalf("status: exit %d\n%s%s", code, stdout, stderr)
 	}
 	for _, id := range []string{"node-1", "node-2", "node-3"} {
 		if !strings.Contains(stdout, id+"  active  yes    yes    "+addrs[c.Index(id)]) {
 			t.Errorf("status: no active, alive and ready row for %s\n%s", id, stdout)
 		}
+	}
+	if n := strings.Count(stdout, "  ok\n"); n != 3 {
+		t.Errorf("status: %d nodes whose disk is ok, want 3\n%s", n, stdout)
 	}
 	if n := strings.Count(stdout, "(leader)"); n != 4 {
 		t.Errorf("status: %d leaders for 4 shards\n%s", n, stdout)
@@ -83,7 +86,7 @@ func TestCLIOnACluster(t *testing.T) {
 	leads := 0
 	for _, n := range m["nodes"].([]any) {
 		leads += int(n.(map[string]any)["leads"].(float64))
-		if n.(map[string]any)["replicas"] != float64(4) || n.(map[string]any)["ready"] != true {
+		if n.(map[string]any)["replicas"] != float64(4) || n.(map[string]any)["ready"] != true || n.(map[string]any)["disk_full"] != false {
 			t.Errorf("status --json: node %v", n)
 		}
 	}

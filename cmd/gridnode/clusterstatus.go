@@ -78,6 +78,10 @@ type clusterNodeJSON struct {
 	// ClockNotes name the shards it leads whose stamps are ahead of its
 	// clock by more than the bound (they grant no lease).
 	ClockNotes []string `json:"clock_notes,omitempty"`
+	// DiskFull: the node's disk is below its reserve (it refuses new keys
+	// and leads no shard while a replica elsewhere has room); nil without
+	// its Status.
+	DiskFull *bool `json:"disk_full,omitempty"`
 }
 
 type clusterShardJSON struct {
@@ -240,6 +244,8 @@ func buildClusterStatus(m client.ClusterMap, answers map[string]nodeAnswer) clus
 				ready := a.st.Ready
 				nj.Ready = &ready
 				nj.Clock, nj.cliClockJSON = clockLabel(a.st), clockJSON(a.st)
+				full := a.st.DiskFull
+				nj.DiskFull = &full
 				if l := clockLines(a.st); len(l) > 1 {
 					nj.ClockNotes = l[1:]
 				}
@@ -346,17 +352,20 @@ func (o cliOutput) clusterTables(j clusterStatusJSON) int {
 	fmt.Fprintf(o.stdout, "map epoch %d  control leader %s  slots %d  shards %d  replicas %d  (map of %s)\n\nNODES\n",
 		j.Epoch, orDash(j.ControlLeader), j.Slots, j.ShardCount, j.Replicas, j.NodeID)
 	tw := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tALIVE\tREADY\tGRPC ADDR\tREPLICAS\tLEADS\tCLOCK")
+	fmt.Fprintln(tw, "ID\tSTATE\tALIVE\tREADY\tGRPC ADDR\tREPLICAS\tLEADS\tCLOCK\tDISK")
 	for _, n := range j.Nodes {
 		alive := "yes"
 		if !n.Alive {
 			alive = "no"
 		}
-		ready := "-" // no Status from the node
+		ready, disk := "-", "-" // no Status from the node
 		if n.Ready != nil {
 			ready = map[bool]string{true: "yes", false: "no"}[*n.Ready]
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", n.ID, n.State, alive, ready, orDash(n.GRPCAddr), n.Replicas, n.Leads, orDash(n.Clock))
+		if n.DiskFull != nil {
+			disk = map[bool]string{true: "below reserve", false: "ok"}[*n.DiskFull]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", n.ID, n.State, alive, ready, orDash(n.GRPCAddr), n.Replicas, n.Leads, orDash(n.Clock), disk)
 	}
 	if code := o.flush(tw); code != exitOK {
 		return code

@@ -108,6 +108,15 @@ func TestNodeOnAFillingDisk(t *testing.T) {
 	if !strings.Contains(refused.Error(), "disk reserve") || !strings.Contains(refused.Error(), "--disk-reserve-bytes") {
 		t.Fatalf("the refusal %q does not name the disk reserve", refused)
 	}
+	// status says so, in text and in JSON.
+	code, stdout, stderr := cli(t, "status", "--addr", p.addr)
+	if code != 0 || !strings.Contains(stdout, "disk below its reserve (--disk-reserve-bytes): new keys are refused") {
+		t.Fatalf("status below the disk reserve: exit %d\n%s%s", code, stdout, stderr)
+	}
+	code, stdout, _ = cli(t, "status", "--addr", p.addr, "--json")
+	if m := oneJSON(t, stdout); code != 0 || m["disk_full"] != true {
+		t.Fatalf("status --json below the disk reserve: exit %d %v", code, m)
+	}
 	if r, err := c.Complete(ctx, "disk", "held", held.Token); err != nil || r.Outcome != client.OutcomeOK {
 		t.Fatalf("a settle below the disk reserve: %+v, %v", r, err)
 	}
@@ -122,6 +131,10 @@ func TestNodeOnAFillingDisk(t *testing.T) {
 		r, err = c.Reserve(ctx, "disk", "new")
 		return err == nil && r.Outcome == client.OutcomeAcquired
 	}, func() string { return fmt.Sprintf("%+v, %v (%d MiB available)", r, err, available(t, disk)>>20) })
+	code, stdout, _ = cli(t, "status", "--addr", p.addr, "--json")
+	if m := oneJSON(t, stdout); code != 0 || m["disk_full"] != false {
+		t.Fatalf("status --json once space is freed: exit %d %v", code, m)
+	}
 
 	// The disk filled to the last byte by another process.
 	filler = fill(t, disk, 0)
