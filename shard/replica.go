@@ -448,7 +448,8 @@ func (s *Replica) currentTerm() (uint64, error) {
 // it), and at every tick tries to hand its leadership over to a voter
 // that can. A leader whose node's disk is below its reserve (DiskFull),
 // where it refuses new keys, hands its leadership to a voter with room
-// at its next tick (handOverForDisk), and keeps it while none has.
+// (handOverForDisk) right after its barrier when elected so, else at its
+// next tick, and keeps it while none has.
 func (s *Replica) lead() {
 	defer s.wg.Done()
 	ticker := time.NewTicker(s.cfg.TickInterval)
@@ -472,6 +473,16 @@ func (s *Replica) lead() {
 				continue
 			}
 			s.readyTerm.Store(term)
+			// A leader elected on a full disk (an election after its
+			// leader failed, while it was full) hands over at once rather
+			// than refuse the shard's new keys for a tick: only to a
+			// voter not known to be full, so this moves no leadership
+			// back and forth.
+			if s.cfg.DiskFull != nil {
+				if why := s.cfg.DiskFull(); why != nil && s.handOverForDisk(why) {
+					continue
+				}
+			}
 			// A new leader checks its clock a full tick after its
 			// barrier, so that leaderships move at most once a tick when
 			// no voter can grant (no majority of clocks agrees).
