@@ -87,6 +87,7 @@ func (s *Server) runPlan(ctx context.Context, r *router, ops []*gridpb.Op, p pla
 	missed := make([]bool, len(ops))
 	propose := func(j int, g *group) {
 		if err := s.host.DiskRoom(g.cmds); err != nil && g.sh.IsLeader() {
+			g.sh.DiskRefused() // its leader hands over to a node with room
 			g = g.withoutReserves(err, out)
 			groups[j] = g
 			if len(g.cmds) == 0 {

@@ -26,12 +26,18 @@ const diskPoll = 250 * time.Millisecond
 // diskPoll, on the requests that need it.
 type diskGuard struct {
 	dir     string
-	reserve int64 // <= 0: off
+	reserve atomic.Int64 // <= 0: off
 
 	mu       sync.Mutex   // one measurement at a time
 	free     atomic.Int64 // bytes available, last measured
 	measured atomic.Bool  // free holds a measurement
 	polled   atomic.Int64 // when the last try was, in Unix nanoseconds
+}
+
+func newDiskGuard(dir string, reserve int64) *diskGuard {
+	g := &diskGuard{dir: dir}
+	g.reserve.Store(reserve)
+	return g
 }
 
 // room returns nil when cmds may be proposed, and an error wrapping
@@ -48,7 +54,11 @@ func (g *diskGuard) room(cmds []keyspace.Command) error {
 // nothing measured it yet, or there is no reserve), and an error wrapping
 // ErrDiskFull, with the figures, while it is below.
 func (g *diskGuard) full() error {
-	if g == nil || g.reserve <= 0 {
+	if g == nil {
+		return nil
+	}
+	reserve := g.reserve.Load()
+	if reserve <= 0 {
 		return nil
 	}
 	now := time.Now().UnixNano()
@@ -62,9 +72,9 @@ func (g *diskGuard) full() error {
 		g.polled.Store(now)
 		g.mu.Unlock()
 	}
-	if free := g.free.Load(); g.measured.Load() && free < g.reserve {
+	if free := g.free.Load(); g.measured.Load() && free < reserve {
 		return fmt.Errorf("%w: %s has %d MiB available, below the disk reserve of %d MiB (--disk-reserve-bytes): new keys are refused until space is freed; settles and reads go on",
-			ErrDiskFull, g.dir, free>>20, g.reserve>>20)
+			ErrDiskFull, g.dir, free>>20, reserve>>20)
 	}
 	return nil
 }

@@ -17,11 +17,11 @@ import (
 func TestDiskGuard(t *testing.T) {
 	reserve := []keyspace.Command{{Op: keyspace.OpReserve}}
 	settles := []keyspace.Command{{Op: keyspace.OpComplete}, {Op: keyspace.OpRelease}, {Op: keyspace.OpGet}}
-	roomy := &diskGuard{dir: t.TempDir(), reserve: 1}
+	roomy := newDiskGuard(t.TempDir(), 1)
 	if err := roomy.room(reserve); err != nil {
 		t.Fatalf("a reserve of 1 byte: %v", err)
 	}
-	full := &diskGuard{dir: t.TempDir(), reserve: 1 << 62}
+	full := newDiskGuard(t.TempDir(), 1<<62)
 	if err := full.room(reserve); !errors.Is(err, ErrDiskFull) {
 		t.Fatalf("a reserve larger than any disk: %v, want ErrDiskFull", err)
 	}
@@ -34,11 +34,11 @@ func TestDiskGuard(t *testing.T) {
 	if err := roomy.full(); err != nil {
 		t.Fatalf("full above the reserve: %v", err)
 	}
-	unmeasured := &diskGuard{dir: "/no/such/dir", reserve: 1 << 62}
+	unmeasured := newDiskGuard("/no/such/dir", 1<<62)
 	if err := unmeasured.room(reserve); err != nil {
 		t.Fatalf("a disk that cannot be measured: %v, want nothing refused", err)
 	}
-	if err := (&diskGuard{dir: t.TempDir(), reserve: -1}).room(reserve); err != nil {
+	if err := newDiskGuard(t.TempDir(), -1).room(reserve); err != nil {
 		t.Fatalf("no reserve: %v", err)
 	}
 }
@@ -97,4 +97,29 @@ func TestFullDiskHandsLeadershipOver(t *testing.T) {
 	if at, _ := nh.leader(id); at != 2 {
 		t.Fatalf("leader of shard %d is n%d, want n2", id, at)
 	}
+}
+
+// TestDiskRefusalHandsLeadershipOverAtOnce: a leader whose disk fills
+// while it leads hands its leadership over as soon as its node refuses one
+// of the shard's new keys (DiskRefused), not at its next tick (an hour
+// away here).
+func TestDiskRefusalHandsLeadershipOverAtOnce(t *testing.T) {
+	disks := &stubDisks{}
+	nh := tunedNetHosts(t, 3, false, func(c *HostConfig) {
+		c.TickInterval = time.Hour
+		c.PeerDisks = disks
+	})
+	const id = 0
+	at, l := nh.leader(id)
+	nh.hosts[at].disk.reserve.Store(1 << 62) // its disk fills
+	disks.set(string(nh.peers[at].ID))
+	reserve := []keyspace.Command{{Op: keyspace.OpReserve}}
+	if err := nh.hosts[at].DiskRoom(reserve); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("a new key on the full node: %v, want ErrDiskFull", err)
+	}
+	l.DiskRefused()
+	testwait.For(t, 20*time.Second, "the leadership to leave the full node", func() bool {
+		next, _ := nh.leader(id)
+		return next != at
+	})
 }

@@ -16,6 +16,28 @@ type PeerDisks interface {
 	Full(peer string) bool
 }
 
+// DiskRefused tells the replica that its node refused one of the shard's
+// new keys for a full disk (Host.DiskRoom): a leader then hands its
+// leadership to a voter with room at once, instead of at its next tick.
+// It does not block.
+func (s *Replica) DiskRefused() {
+	select {
+	case s.diskNudge <- struct{}{}:
+	default:
+	}
+}
+
+// diskHandOver hands the leadership over when this node's disk is below
+// its reserve (Config.DiskFull) and a voter has room (handOverForDisk),
+// and reports whether it moved.
+func (s *Replica) diskHandOver() bool {
+	if s.cfg.DiskFull == nil {
+		return false
+	}
+	why := s.cfg.DiskFull()
+	return why != nil && s.handOverForDisk(why)
+}
+
 // handOverForDisk gives the leadership to a voter whose node has room for
 // new keys, when this leader's node has not (why: Config.DiskFull): a
 // leader that refuses every Reserve stops the whole shard's new keys,

@@ -231,7 +231,7 @@ func openHostLocked(cfg HostConfig) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{cfg: cfg, logs: logs, cold: cold, metrics: NewMetrics(cfg.Registry),
-		disk:     &diskGuard{dir: cfg.DataDir, reserve: cfg.DiskReserve},
+		disk:     newDiskGuard(cfg.DataDir, cfg.DiskReserve),
 		replicas: make([]*Replica, settings.Shards)}
 	h.settings.Store(&settings)
 	return h, nil

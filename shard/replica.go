@@ -181,6 +181,9 @@ type Replica struct {
 	// readyTerm is the term whose first entry (a barrier) this replica has
 	// applied as leader: only then is it reported ready.
 	readyTerm atomic.Uint64
+	// diskNudge wakes the leader loop when the node refused a new key for
+	// its full disk (DiskRefused); capacity 1.
+	diskNudge chan struct{}
 	quit      chan struct{}
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -213,7 +216,7 @@ func Open(cfg Config) (*Replica, error) {
 	// The cold tier keeps its records of each snapshot as sstables among
 	// the snapshot's files, so that a restart links them in instead of
 	// rewriting them from the snapshot stream; the store prunes them.
-	s := &Replica{cfg: cfg, fsm: newFSM(cfg.Cold, snaps.FilesDir()), store: cfg.Logs.Group(cfg.ID), quit: make(chan struct{})}
+	s := &Replica{cfg: cfg, fsm: newFSM(cfg.Cold, snaps.FilesDir()), store: cfg.Logs.Group(cfg.ID), diskNudge: make(chan struct{}, 1), quit: make(chan struct{})}
 	s.fsm.snapConf = func() (uint64, raft.Configuration, bool) { return latestSnapshotConfig(snaps) }
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
@@ -448,13 +451,15 @@ func (s *Replica) currentTerm() (uint64, error) {
 // it), and at every tick tries to hand its leadership over to a voter
 // that can. A leader whose node's disk is below its reserve (DiskFull),
 // where it refuses new keys, hands its leadership to a voter with room
-// (handOverForDisk) right after its barrier when elected so, else at its
-// next tick, and keeps it while none has.
+// (handOverForDisk): right after its barrier when elected so, as soon as
+// its node refuses one of the shard's new keys (DiskRefused), and at
+// every tick; it keeps the leadership while no voter has room.
 func (s *Replica) lead() {
 	defer s.wg.Done()
 	ticker := time.NewTicker(s.cfg.TickInterval)
 	defer ticker.Stop()
 	leaderCh := s.raft.LeaderCh()
+	var lastNudged time.Time
 	for {
 		select {
 		case <-s.quit:
@@ -478,15 +483,21 @@ func (s *Replica) lead() {
 			// than refuse the shard's new keys for a tick: only to a
 			// voter not known to be full, so this moves no leadership
 			// back and forth.
-			if s.cfg.DiskFull != nil {
-				if why := s.cfg.DiskFull(); why != nil && s.handOverForDisk(why) {
-					continue
-				}
+			if s.diskHandOver() {
+				continue
 			}
 			// A new leader checks its clock a full tick after its
 			// barrier, so that leaderships move at most once a tick when
 			// no voter can grant (no majority of clocks agrees).
 			ticker.Reset(s.cfg.TickInterval)
+		case <-s.diskNudge:
+			// The node just refused a new key of this shard for its full
+			// disk: hand over now rather than at the next tick. At most
+			// one try per tenth of a tick, however many are refused.
+			if s.raft.State() == raft.Leader && time.Since(lastNudged) >= s.cfg.TickInterval/10 {
+				lastNudged = time.Now()
+				s.diskHandOver()
+			}
 		case <-ticker.C:
 			if s.raft.State() != raft.Leader {
 				continue
@@ -495,10 +506,8 @@ func (s *Replica) lead() {
 				s.handOverForClock(rule, why)
 				continue
 			}
-			if s.cfg.DiskFull != nil {
-				if why := s.cfg.DiskFull(); why != nil && s.handOverForDisk(why) {
-					continue
-				}
+			if s.diskHandOver() {
+				continue
 			}
 			if s.empty() {
 				continue // an empty shard has nothing to expire: no fsync for it
