@@ -168,6 +168,7 @@ func (p *Peers) ShardStatus(ctx context.Context, addr string, shard int) (topolo
 			// A node too old to report its clock (no bound) says nothing
 			// against it.
 			st.ClockOK = resp.GetClockOk() || resp.GetMaxClockOffsetMs() == 0
+			st.DiskFull = resp.GetDiskFull()
 			return st, true, nil
 		}
 	}

@@ -207,10 +207,12 @@ func (n *Runtime) handBackFrom(ctx context.Context, m *topology.Map, shard int, 
 // handBack reports whether a shard's leadership may move from its leader
 // (lead's status) to the preferred leader (pref's status). Not while the
 // preferred leader's clock is outside the bound: it grants no lease and
-// would hand the leadership straight back. And not before it has caught
-// up with the leader (caughtUp).
+// would hand the leadership straight back; nor while its disk is below
+// its reserve (its own Status, fresher than gossip): it refuses new keys
+// and would hand the leadership straight back too. And not before it has
+// caught up with the leader (caughtUp).
 func handBack(pref, lead topology.ReplicaStatus) bool {
-	return pref.ClockOK && lead.RaftState == "Leader" && caughtUp(pref, lead)
+	return pref.ClockOK && !pref.DiskFull && lead.RaftState == "Leader" && caughtUp(pref, lead)
 }
 
 // caughtUp reports whether a replica (st) has applied its leader's commit

@@ -8,7 +8,7 @@ import (
 
 // A shard's leadership goes back to its preferred leader only when that
 // replica could take it at once: a leader is there to hand it over, the
-// replica's clock is within the bound, and it has applied the leader's
+// replica's clock is within the bound, its disk has room, and it has applied the leader's
 // commit to within a ready replica's lag. A replica restarted with a long
 // log tail still to apply (applied far behind) keeps waiting.
 func TestHandBackWaitsForACaughtUpReplica(t *testing.T) {
@@ -26,6 +26,7 @@ func TestHandBackWaitsForACaughtUpReplica(t *testing.T) {
 		{"log there, still applying it", follower(20_000, true), lead, false},
 		{"just past the ready lag", follower(100_000-maxReadyLag-1, true), lead, false},
 		{"clock outside the bound", follower(100_000, false), lead, false},
+		{"disk below its reserve", func() topology.ReplicaStatus { f := follower(100_000, true); f.DiskFull = true; return f }(), lead, false},
 		{"the leader it names no longer leads", follower(100_000, true), topology.ReplicaStatus{RaftState: "Follower", Commit: 100_000}, false},
 	} {
 		if got := handBack(c.pref, c.lead); got != c.want {

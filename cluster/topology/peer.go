@@ -77,6 +77,10 @@ type ReplicaStatus struct {
 	// clock offset (its Status says so, or it is too old to say): a node
 	// outside it grants no lease, so no leadership is moved to it.
 	ClockOK bool
+	// DiskFull reports that the replica's node has less room than its
+	// disk reserve (its Status says so): it refuses new keys, so no
+	// leadership is moved to it.
+	DiskFull bool
 }
 
 // Role is the replica's standing in the Group it reports: "voter",
