@@ -171,8 +171,10 @@
 // (Close, StopReplica without purge) hands leadership over first; a purged
 // one does not. A leader whose node's disk is below its reserve
 // (Config.DiskFull), where its node refuses new keys, hands its leadership
-// to a voter whose node is not known to be full (Config.PeerDisks) at its
-// next tick, and keeps it while no voter has room (handOverForDisk).
+// to a voter whose node is not known to be full (Config.PeerDisks): as
+// soon as its node refuses one of the shard's new keys (DiskRefused),
+// right after its barrier when elected so, and at every tick; it keeps the
+// leadership while no voter has room (handOverForDisk).
 //
 // Status carries each replica's view of its group (GroupView): the latest
 // configuration it has, this replica's suffrage in it, the configuration's
