@@ -49,13 +49,13 @@ type config struct {
 	Out          string        `json:"-"`
 	CPUProfile   bool          `json:"cpuprofile_grid"`
 	// ProfileWorkload is the workload whose first run CPUProfile profiles.
-	ProfileWorkload string `json:"cpuprofile_workload,omitempty"`
-	Readme       string        `json:"-"`
-	Seed         uint64        `json:"seed"`
-	Rate         float64       `json:"rate,omitempty"`
-	HalfPeak     bool          `json:"half_peak"`
-	NoProgress   bool          `json:"-"`
-	From         string        `json:"-"`
+	ProfileWorkload string  `json:"cpuprofile_workload,omitempty"`
+	Readme          string  `json:"-"`
+	Seed            uint64  `json:"seed"`
+	Rate            float64 `json:"rate,omitempty"`
+	HalfPeak        bool    `json:"half_peak"`
+	NoProgress      bool    `json:"-"`
+	From            string  `json:"-"`
 }
 
 var allTargets = []string{"grid", "redis", "redis-durable", "etcd", "postgres"}
