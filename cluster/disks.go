@@ -15,9 +15,9 @@ import (
 // where they take no new keys, as each gossips it
 // (gossip.Membership.SetDiskFull); the node's own is what it last
 // gossiped. A shard leader on a full node hands its leadership to a voter
-// not known to be full (shard.Config.PeerDisks), and the control leader
-// hands no leadership back to a full node (restoreLeaders). Its methods
-// are safe for concurrent use.
+// not known to be full (shard.Config.PeerDisks); the control leader reads
+// a node's own Status instead before it hands a leadership back
+// (handBack). Its methods are safe for concurrent use.
 type DiskStates struct {
 	mu   sync.Mutex
 	full map[topology.NodeID]bool

@@ -56,8 +56,8 @@
 // DiskStates, the shards' PeerDisks: a shard leader on a full node hands
 // its leadership to a voter not known to be full as soon as its node
 // refuses one of the shard's new keys (or at its next tick), and the
-// control leader moves no leadership back to a node that gossip or its
-// own Status calls full (restoreLeaders, handBack), so a full disk stops
+// control leader moves no leadership back to a node whose own Status
+// calls its disk full (restoreLeaders, handBack), so a full disk stops
 // no shard's new keys for long while another voter has room.
 //
 // # The control group and the map

@@ -160,9 +160,8 @@ func (n *Runtime) awaitCaughtUp(ctx context.Context, shard int, target topology.
 // restoreLeaders moves each shard's leadership back to its preferred
 // leader where an election (a failover, a restart, a full disk) left it
 // elsewhere, so that leaders stay spread as the plan spread them. Best
-// effort: a shard whose preferred leader is down, lagging (handBack) or
-// on a disk below its reserve (DiskStates: it would refuse the shard's
-// new keys and hand the leadership away again) keeps its leader.
+// effort: a shard whose preferred leader is down, lagging or on a disk
+// below its reserve (handBack) keeps its leader.
 func (n *Runtime) restoreLeaders(ctx context.Context) {
 	m := n.Map()
 	if m == nil {
@@ -170,7 +169,7 @@ func (n *Runtime) restoreLeaders(ctx context.Context) {
 	}
 	alive := n.Alive()
 	for s, set := range m.ShardReplicas {
-		if len(set) < 2 || !alive[set[0]] || n.disks.Full(string(set[0])) || ctx.Err() != nil {
+		if len(set) < 2 || !alive[set[0]] || ctx.Err() != nil {
 			continue
 		}
 		pref := m.Nodes[set[0]]
