@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,7 +81,7 @@ func TestAuditInAClusterListsLedShards(t *testing.T) {
 	tc := startCluster(t, gridtest.ClusterOptions{TuneHost: func(c *shard.HostConfig) {
 		c.HotWindow, c.TickInterval = time.Millisecond, 20*time.Millisecond // settled records go cold at once
 	}})
-	leaders := []*member{tc.leader(0), tc.leader(1)}
+	ledBy(tc) // every shard serves before the writes
 	c := gridtest.Dial(t, tc.nodes[0].addr)
 	for s := range testShards {
 		for i := range perShard {
@@ -104,40 +105,76 @@ func TestAuditInAClusterListsLedShards(t *testing.T) {
 		}
 		return true
 	})
-	seen := map[string]string{}
-	for _, n := range tc.nodes {
-		stream, err := gridtest.Dial(t, n.addr).Audit(gridtest.Context(t), &gridpb.AuditRequest{Namespace: []byte("ns")})
+	// Leadership can move under a loaded machine (an election, a
+	// hand-over); the audits are judged against the leaders that held
+	// before and after all of them, and taken again when it moved.
+	for attempt := 1; ; attempt++ {
+		before := ledBy(tc)
+		lists := map[*member][]*gridpb.AuditRecord{}
+		for _, n := range tc.nodes {
+			lists[n] = auditOf(t, n, "ns")
+		}
+		if after := ledBy(tc); !slices.Equal(before, after) {
+			if attempt == 5 {
+				t.Fatalf("the shards' leaders moved during each of %d audits of the cluster (last %v, then %v)", attempt, before, after)
+			}
+			t.Logf("leaders moved during the audits (%v, then %v): auditing again", before, after)
+			continue
+		}
+		seen := map[string]string{}
+		for _, n := range tc.nodes {
+			want := 0
+			for _, l := range before {
+				if l == n.i {
+					want += perShard
+				}
+			}
+			for _, rec := range lists[n] {
+				if l := before[rec.Shard]; l != n.i {
+					t.Errorf("%s listed a record of shard %d, led by %s", n.id, rec.Shard, tc.nodes[l].id)
+				}
+				if other, dup := seen[string(rec.Digest)]; dup {
+					t.Errorf("record %x listed by %s and %s", rec.Digest, other, n.id)
+				}
+				seen[string(rec.Digest)] = string(n.id)
+			}
+			if len(lists[n]) != want {
+				t.Errorf("%s listed %d records, want %d (the shards it leads)", n.id, len(lists[n]), want)
+			}
+		}
+		if len(seen) != testShards*perShard {
+			t.Errorf("the nodes listed %d records in all, want %d", len(seen), testShards*perShard)
+		}
+		return
+	}
+}
+
+// ledBy waits until every shard of tc has a single serving preferred
+// leader and returns each shard's leader's index.
+func ledBy(tc *testCluster) []int {
+	out := make([]int, testShards)
+	for s := range testShards {
+		out[s] = tc.leader(s).i
+	}
+	return out
+}
+
+// auditOf lists namespace ns through n's Audit to the end of the stream.
+func auditOf(t *testing.T, n *member, ns string) []*gridpb.AuditRecord {
+	t.Helper()
+	stream, err := gridtest.Dial(t, n.addr).Audit(gridtest.Context(t), &gridpb.AuditRequest{Namespace: []byte(ns)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*gridpb.AuditRecord
+	for {
+		rec, err := stream.Recv()
+		if err == io.EOF {
+			return out
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, want := 0, 0
-		for _, l := range leaders {
-			if l == n {
-				want += perShard
-			}
-		}
-		for {
-			rec, err := stream.Recv()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if leaders[rec.Shard] != n {
-				t.Errorf("%s listed a record of shard %d, led by %s", n.id, rec.Shard, leaders[rec.Shard].id)
-			}
-			if other, dup := seen[string(rec.Digest)]; dup {
-				t.Errorf("record %x listed by %s and %s", rec.Digest, other, n.id)
-			}
-			seen[string(rec.Digest)] = string(n.id)
-			got++
-		}
-		if got != want {
-			t.Errorf("%s listed %d records, want %d (the shards it leads)", n.id, got, want)
-		}
-	}
-	if len(seen) != testShards*perShard {
-		t.Errorf("the nodes listed %d records in all, want %d", len(seen), testShards*perShard)
+		out = append(out, rec)
 	}
 }
