@@ -79,3 +79,48 @@ func benchMachineMemory(b *testing.B, requestIDs bool) {
 		runtime.KeepAlive(m)
 	}
 }
+
+// BenchmarkMachineLifecycle applies entries of 100 reserves of unique keys,
+// each with a request id, and entries of 100 completes of the keys reserved
+// 1,000 entries earlier (100,000 keys in flight): the request ids see a
+// steady stream of inserts and deletes. ns/key is the cost of one reserve
+// and its complete. The machine is replaced every 1,000,000 keys.
+func BenchmarkMachineLifecycle(b *testing.B) {
+	const inFlight = 100_000
+	reserve, complete := machBenchEntry(), Entry{Commands: make([]Command, machBenchPerEntry)}
+	out := make([]Result, 0, machBenchPerEntry)
+	var m *Machine
+	var index, key uint64
+	tokens := make([]uint64, inFlight)
+	b.ReportAllocs()
+	for b.Loop() {
+		if key%1_000_000 == 0 {
+			m = NewMachine()
+		}
+		index++
+		reserve.Now = int64(index)
+		for i := range reserve.Commands {
+			reserve.Commands[i].Digest = tabTestDigest(key + uint64(i))
+			reserve.Commands[i].HasRequestID, reserve.Commands[i].RequestID = true, key+uint64(i)
+		}
+		out = m.Apply(index, &reserve, out[:0])
+		for i, r := range out {
+			tokens[(key+uint64(i))%inFlight] = r.Token
+		}
+		key += machBenchPerEntry
+		if key%1_000_000 < inFlight {
+			continue // the keys reserved before the machine was replaced are not in it
+		}
+		index++
+		complete.Now = int64(index)
+		for i := range complete.Commands {
+			k := key - inFlight + uint64(i)
+			complete.Commands[i] = Command{Op: OpComplete, Digest: tabTestDigest(k), Token: tokens[k%inFlight], Retention: 60_000}
+		}
+		out = m.Apply(index, &complete, out[:0])
+		if out[0].State != Completed {
+			b.Fatalf("a complete left its key %v", out[0].State)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*machBenchPerEntry), "ns/key")
+}
