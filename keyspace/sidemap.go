@@ -75,6 +75,15 @@ func (s *sideMap[V]) get(d digest.Digest) (V, bool) {
 	return zero, false
 }
 
+// touch reads d's home slot (for Machine.prefetch) and returns a word of it.
+func (s *sideMap[V]) touch(d digest.Digest) uint64 {
+	p := s.parts[sidePartOf(d)]
+	if p == nil || len(p.slots) == 0 {
+		return 0
+	}
+	return p.slots[p.home(d)].d.Lo
+}
+
 // writable returns the part of d, copying it first if a snapshot shares it.
 func (s *sideMap[V]) writable(d digest.Digest) *sidePart[V] {
 	i := sidePartOf(d)
