@@ -132,10 +132,10 @@ func (m *Machine) Apply(index uint64, e *Entry, out []Result) []Result {
 		tokens = e.Layout
 	}
 	m.placements = e.HasLayout
-	if len(e.Commands) >= prefetchFrom {
-		m.prefetch(e.Commands)
-	}
 	for i := range e.Commands {
+		if i%prefetchChunk == 0 && len(e.Commands) >= prefetchFrom {
+			m.prefetch(e.Commands[i:min(i+prefetchChunk, len(e.Commands))])
+		}
 		out = append(out, m.apply(&e.Commands[i], now, tokens.Token(index, i)))
 		m.coldHit, m.found = coldLookup{}, false
 	}
@@ -147,9 +147,14 @@ func (m *Machine) Apply(index uint64, e *Entry, out []Result) []Result {
 // BenchmarkMachineLifecycle gain 10-17 % at 4 and at 100 commands an entry).
 const prefetchFrom = 2
 
+// prefetchChunk is how many commands' slots prefetch reads at a time: an
+// entry carries up to thousands of commands, whose slots read all at once
+// would leave the first level of cache before their commands came.
+const prefetchChunk = 32
+
 // prefetch reads the hot table's home slot of every command's key, and the
 // request id map's for reserves that carry one, before the commands are
-// applied. In a large table each of those is a cache miss; applied one by
+// applied (prefetchChunk at a time). In a large table each of those is a cache miss; applied one by
 // one, each command waits for its own, while these reads do not depend on
 // each other and the processor overlaps them. Nothing is decided by what
 // they read.
