@@ -123,3 +123,26 @@ func TestDiskRefusalHandsLeadershipOverAtOnce(t *testing.T) {
 		return next != at
 	})
 }
+
+// TestCloseHandsLeadershipToAVoterWithRoom: a leader that closes (its node
+// stopping) hands its leadership to a voter that gossip does not call
+// full, where Raft alone picks the first voter as caught up as the other
+// (here the full n1).
+func TestCloseHandsLeadershipToAVoterWithRoom(t *testing.T) {
+	disks := &stubDisks{}
+	disks.set("n1")
+	nh := tunedNetHosts(t, 3, false, func(c *HostConfig) { c.PeerDisks = disks })
+	const id = 0
+	if at, l := nh.leader(id); at != 0 {
+		if err := l.TransferLeadership(context.Background(), "n0", nh.addrs[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if at, _ := nh.leader(id); at != 0 {
+		t.Fatalf("leader of shard %d is n%d after a transfer to n0", id, at)
+	}
+	nh.stop(0)
+	if at, _ := nh.leader(id); at != 2 {
+		t.Fatalf("n0 closed and handed shard %d to n%d, want n2 (n1's disk is full)", id, at)
+	}
+}

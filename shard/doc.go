@@ -168,8 +168,9 @@
 // configuration. A replica moves by joining as a non-voter, catching up,
 // being promoted, and the replica it replaces being removed. Raft traffic
 // runs without pipelined AppendEntries (see raftlog.NewTransport). A replica stopping with its node
-// (Close, StopReplica without purge) hands leadership over first; a purged
-// one does not. A leader whose node's disk is below its reserve
+// (Close, StopReplica without purge) hands leadership over first, to a
+// voter not known to be full nor outside the clock bound when some are and
+// some are not (fitVoters); a purged one does not. A leader whose node's disk is below its reserve
 // (Config.DiskFull), where its node refuses new keys, hands its leadership
 // to a voter whose node is not known to be full (Config.PeerDisks): as
 // soon as its node refuses one of the shard's new keys (DiskRefused),

@@ -41,22 +41,34 @@ func (s *Replica) diskHandOver() bool {
 // handOverForDisk gives the leadership to a voter whose node has room for
 // new keys, when this leader's node has not (why: Config.DiskFull): a
 // leader that refuses every Reserve stops the whole shard's new keys,
-// while a voter with room would take them. The voter must not be known
-// to be full (PeerDisks) nor measured outside the clock bound of this
-// node (it would grant no lease and hand the leadership back). Without
-// such a voter it stays; the reserve it keeps is there for settles,
-// reads and Raft's own writes. It reports whether the leadership moved.
-// Best effort: the next tick tries again.
+// while a voter with room would take them. The voter is one of
+// fitVoters. Without such a voter it stays; the reserve it keeps is there
+// for settles, reads and Raft's own writes. It reports whether the
+// leadership moved. Best effort: the next tick tries again.
 func (s *Replica) handOverForDisk(why error) bool {
+	fit, _ := s.fitVoters()
+	if len(fit) == 0 {
+		return false
+	}
+	return s.handOverTo(fit[0], "this node's disk is below its reserve", why)
+}
+
+// fitVoters returns the group's other voters that may lead it well: not
+// known to be full (PeerDisks: a full leader refuses every new key) nor
+// measured outside the clock bound of this node (it would grant no lease
+// and hand the leadership back), in the configuration's order; and how
+// many other voters there are in all.
+func (s *Replica) fitVoters() (fit []raft.Server, others int) {
 	cf := s.raft.GetConfiguration()
 	if cf.Error() != nil {
-		return false
+		return nil, 0
 	}
 	for _, srv := range cf.Configuration().Servers {
 		id := string(srv.ID)
 		if srv.Suffrage != raft.Voter || id == s.cfg.NodeID {
 			continue
 		}
+		others++
 		if s.cfg.PeerDisks != nil && s.cfg.PeerDisks.Full(id) {
 			continue
 		}
@@ -65,9 +77,9 @@ func (s *Replica) handOverForDisk(why error) bool {
 				continue
 			}
 		}
-		return s.handOverTo(srv, "this node's disk is below its reserve", why)
+		fit = append(fit, srv)
 	}
-	return false
+	return fit, others
 }
 
 // handOverTo transfers the leadership to target, for the reason given

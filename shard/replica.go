@@ -655,27 +655,25 @@ func (s *Replica) close(handOver bool) error {
 
 // handOver transfers leadership to another voter, if this replica leads one
 // that has others, so that stopping a node (a rolling restart) costs its
-// shards a hand-over instead of an election timeout. It is best effort: a
-// transfer that fails or takes long leaves the others to elect.
+// shards a hand-over instead of an election timeout. Raft picks the voter
+// most caught up, unless some of them may not lead well (fitVoters: a
+// full disk, a clock outside the bound) and others may: then the first of
+// those. It is best effort: a transfer that fails or takes long leaves the
+// others to elect.
 func (s *Replica) handOver() {
 	if s.raft.State() != raft.Leader {
 		return
 	}
-	cf := s.raft.GetConfiguration()
-	if cf.Error() != nil {
+	fit, others := s.fitVoters()
+	if others == 0 {
 		return
 	}
-	voters := 0
-	for _, srv := range cf.Configuration().Servers {
-		if srv.Suffrage == raft.Voter {
-			voters++
-		}
-	}
-	if voters < 2 {
-		return
+	transfer := s.raft.LeadershipTransfer
+	if len(fit) > 0 && len(fit) < others {
+		transfer = func() raft.Future { return s.raft.LeadershipTransferToServer(fit[0].ID, fit[0].Address) }
 	}
 	done := make(chan error, 1)
-	go func() { done <- s.raft.LeadershipTransfer().Error() }()
+	go func() { done <- transfer().Error() }()
 	select {
 	case err := <-done:
 		if err != nil {
