@@ -153,8 +153,9 @@ const prefetchFrom = 2
 const prefetchChunk = 32
 
 // prefetch reads the hot table's home slot of every command's key, and the
-// request id map's for reserves that carry one, before the commands are
-// applied (prefetchChunk at a time). In a large table each of those is a cache miss; applied one by
+// request id map's (a reserve carrying one writes there, a settle of a key
+// holding one deletes there), before the commands are applied
+// (prefetchChunk at a time). In a large table each of those is a cache miss; applied one by
 // one, each command waits for its own, while these reads do not depend on
 // each other and the processor overlaps them. Nothing is decided by what
 // they read.
@@ -163,7 +164,7 @@ func (m *Machine) prefetch(cs []Command) {
 	for i := range cs {
 		c := &cs[i]
 		sum += m.table.touch(c.Digest)
-		if c.HasRequestID {
+		if c.HasRequestID || m.requestIDs.len() > 0 {
 			sum += m.requestIDs.touch(c.Digest)
 		}
 	}
