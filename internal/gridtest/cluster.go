@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -82,6 +81,7 @@ type ClusterOptions struct {
 type Cluster struct {
 	t     testing.TB
 	opts  ClusterOptions
+	logs  *logTail // what the nodes logged last, shown when the test fails
 	mu    sync.Mutex
 	nodes []*clusterNode
 	conns map[string]*grpc.ClientConn // by client address: Status calls
@@ -115,12 +115,17 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	if opts.Shards == 0 {
 		opts.Shards = 4
 	}
-	c := &Cluster{t: t, opts: opts}
+	c := &Cluster{t: t, opts: opts, logs: newLogTail(logTailLines)}
 	root := t.TempDir()
 	for i := range opts.Nodes {
 		c.nodes = append(c.nodes, newClusterNode(root, i))
 	}
-	t.Cleanup(c.Close)
+	t.Cleanup(func() {
+		if t.Failed() && !opts.Logs {
+			t.Logf("gridtest: the last lines the nodes logged, oldest first:\n%s", c.logs)
+		}
+	})
+	t.Cleanup(c.Close) // runs first: its own lines are in the tail
 	// Node 1 starts first and the others join it: each binds free ports
 	// and keeps them across restarts.
 	for i := range c.nodes {
@@ -152,7 +157,7 @@ func (c *Cluster) start(i, expect int) error {
 		}
 	}
 	c.mu.Unlock()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := slog.New(slog.NewTextHandler(c.logs, nil)).With("node", n.id)
 	if c.opts.Logs {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", n.id)
 	}
