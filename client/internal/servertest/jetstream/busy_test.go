@@ -199,6 +199,15 @@ func TestBusyMessageOutlivesTheDeadHoldersLease(t *testing.T) {
 	}
 }
 
+// since returns how long after t0 each of at was, to the millisecond.
+func since(t0 time.Time, at []time.Time) []time.Duration {
+	out := make([]time.Duration, len(at))
+	for i, a := range at {
+		out[i] = a.Sub(t0).Round(time.Millisecond)
+	}
+	return out
+}
+
 func keyState(t *testing.T, grid *client.Client, key string) string {
 	t.Helper()
 	g, err := grid.Get(context.Background(), adaptertest.Namespace, key)
@@ -238,7 +247,11 @@ func TestBusyMessageIsHandedBackAfterTheHold(t *testing.T) {
 			t.Fatalf("applied %s while its holder held it", k)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("the next message did not run while a BUSY one waited: the consumer's one slot stayed taken")
+		busyAt, busyNums := d.of("busy")
+		otherAt, otherNums := d.of("other")
+		t.Fatalf("the next message did not run while a BUSY one waited: the consumer's one slot stayed taken "+
+			"(the busy message reached the adapter on deliveries %v at %v after the holder's reserve, the other on %v at %v; "+
+			"payment-3 is %s)", busyNums, since(t0, busyAt), otherNums, since(t0, otherAt), keyState(t, grid, "payment-3"))
 	}
 	if st := keyState(t, grid, "payment-2"); st != client.StateProcessing.String() {
 		t.Fatalf("payment-2 is %s, want still PROCESSING under its holder", st)
