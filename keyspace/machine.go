@@ -155,16 +155,17 @@ const prefetchChunk = 32
 // prefetch reads the hot table's home slot of every command's key, and the
 // request id map's (a reserve carrying one writes there, a settle of a key
 // holding one deletes there), before the commands are applied
-// (prefetchChunk at a time). In a large table each of those is a cache miss; applied one by
-// one, each command waits for its own, while these reads do not depend on
-// each other and the processor overlaps them. Nothing is decided by what
-// they read.
+// (prefetchChunk at a time). In a large table each of those is a cache
+// miss; applied one by one, each command waits for its own, while these
+// reads do not depend on each other and the processor overlaps them.
+// Nothing is decided by what they read.
 func (m *Machine) prefetch(cs []Command) {
 	var sum uint64
+	ids := m.requestIDs.len() > 0
 	for i := range cs {
 		c := &cs[i]
 		sum += m.table.touch(c.Digest)
-		if c.HasRequestID || m.requestIDs.len() > 0 {
+		if ids || c.HasRequestID {
 			sum += m.requestIDs.touch(c.Digest)
 		}
 	}

@@ -278,7 +278,6 @@ func (t *Table) pruneViews() {
 	}
 }
 
-// Get returns the record stored for d.
 // touch reads d's home slot (for Machine.prefetch) and returns a word of it.
 func (t *Table) touch(d digest.Digest) uint64 {
 	s := &t.segs[tabSegOf(d)]
@@ -288,6 +287,7 @@ func (t *Table) touch(d digest.Digest) uint64 {
 	return s.slots[tabHome(d.Lo, len(s.slots))].r.Meta
 }
 
+// Get returns the record stored for d.
 func (t *Table) Get(d digest.Digest) (Record, bool) {
 	s := &t.segs[tabSegOf(d)]
 	if len(s.slots) == 0 {
